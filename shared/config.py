@@ -1,0 +1,71 @@
+"""Settings, read once from the environment (Cloud Functions sets them at deploy).
+
+Every knob has a default that works locally; production sets SPOTLINE_PROJECT,
+SPOTLINE_STORAGE_ROOT (a gs:// prefix) and SPOTLINE_IMAGE at deploy time.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Literal
+
+TOPICS = {
+    "submit": "spotline-submit",
+    "cancel": "spotline-cancel",
+    "vm_booted": "spotline-vm-booted",
+    "epoch_done": "spotline-epoch-done",
+    "job_finished": "spotline-job-finished",
+    "spot_preempted": "spotline-spot-preempted",
+    "reaper_tick": "spotline-reaper-tick",
+    "dead_letter": "spotline-dead-letter",
+}
+
+DEFAULT_ZONES = {
+    "us-central1": ("us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f"),
+    "us-east1": ("us-east1-b", "us-east1-c", "us-east1-d"),
+    "europe-west4": ("europe-west4-a", "europe-west4-b", "europe-west4-c"),
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    project: str = "spotline-local"
+    region: str = "us-central1"
+    zones: tuple[str, ...] = DEFAULT_ZONES["us-central1"]
+    compute: Literal["gce", "local"] = "local"
+    local_compute_url: str = ""  # the local VM host, when compute == "local"
+    storage_root: str = "file:///tmp/spotline-storage"  # gs://BUCKET/PREFIX in the cloud
+    image: str = "projects/PROJECT/global/images/family/spotline-agent"
+    service_account: str | None = None
+    heartbeat_s: float = 30.0
+    max_event_age_s: float = 3600.0  # older deliveries are dropped with a log line
+    topics: dict[str, str] = field(default_factory=lambda: dict(TOPICS))
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> Settings:
+        env = dict(os.environ if env is None else env)
+        project = env.get("SPOTLINE_PROJECT") or env.get("GOOGLE_CLOUD_PROJECT") or cls.project
+        region = env.get("SPOTLINE_REGION", cls.region)
+        zones_text = env.get("SPOTLINE_ZONES", "")
+        zones = tuple(z for z in zones_text.split(",") if z) or DEFAULT_ZONES.get(region, ())
+        compute = env.get("SPOTLINE_COMPUTE", "local")
+        if compute not in ("gce", "local"):
+            raise ValueError(f"SPOTLINE_COMPUTE must be 'gce' or 'local', not {compute!r}")
+        return cls(
+            project=project,
+            region=region,
+            zones=zones,
+            compute=compute,  # type: ignore[arg-type]
+            local_compute_url=env.get("SPOTLINE_LOCAL_COMPUTE_URL", ""),
+            storage_root=env.get("SPOTLINE_STORAGE_ROOT", cls.storage_root),
+            image=env.get(
+                "SPOTLINE_IMAGE", f"projects/{project}/global/images/family/spotline-agent"
+            ),
+            service_account=env.get("SPOTLINE_SERVICE_ACCOUNT") or None,
+            heartbeat_s=float(env.get("SPOTLINE_HEARTBEAT_S", cls.heartbeat_s)),
+            max_event_age_s=float(env.get("SPOTLINE_MAX_EVENT_AGE_S", cls.max_event_age_s)),
+        )
+
+    def topic_path(self, key: str) -> str:
+        return f"projects/{self.project}/topics/{self.topics[key]}"

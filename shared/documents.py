@@ -1,0 +1,137 @@
+"""The Firestore documents, as pydantic models.
+
+Fields a person reads in the Firestore console stay plain: status words,
+``"7/15"`` progress, dollars as numbers, timestamps as Firestore timestamps.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from shared.compute.port import Provisioning
+from shared.spec import JobSpec
+from shared.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
+
+
+class _Doc(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class HistoryEntry(_Doc):
+    """One line of a job's or an instance's timeline."""
+
+    at: datetime
+    status: str
+    substatus: str | None = None
+    attempt: int | None = None
+    note: str = ""
+
+
+class JobDoc(_Doc):
+    """jobs/{job_id}"""
+
+    job_id: str
+    user: str
+    description: str = ""
+    spec: JobSpec
+    status: JobStatus = JobStatus.QUEUING
+    substatus: JobSubstatus = JobSubstatus.REQUESTING_SERVER
+    attempt: int = 1
+    preemptions: int = 0
+    instance: str | None = None  # the current attempt's VM name
+    zone: str | None = None
+    machine_id: str | None = None
+    progress: str = "0/0"  # "epoch/epochs", for the console
+    epoch: int = 0
+    epochs: int = 0
+    step: int = 0
+    metrics: dict[str, float] = Field(default_factory=dict)
+    checkpoint_uri: str | None = None
+    cost_usd: float = 0.0
+    on_demand_cost_usd: float = 0.0
+    error: str | None = None
+    message_id: str | None = None
+    created_at: datetime
+    updated_at: datetime
+    history: list[HistoryEntry] = Field(default_factory=list)
+
+
+class EpochDoc(_Doc):
+    """jobs/{job_id}/epochs/{epoch:05d}"""
+
+    epoch: int
+    epochs: int
+    attempt: int
+    step: int
+    metrics: dict[str, float] = Field(default_factory=dict)
+    checkpoint_uri: str | None = None
+    instance: str
+    at: datetime
+
+
+class InstanceDoc(_Doc):
+    """instances/{name}"""
+
+    name: str
+    job_id: str
+    user: str
+    attempt: int
+    machine_id: str
+    machine_type: str
+    zone: str
+    provisioning: Provisioning
+    status: InstanceStatus = InstanceStatus.LAUNCHING
+    substatus: InstanceSubstatus | None = None
+    instance_id: str | None = None
+    price_per_hour: float = 0.0
+    cost_usd: float = 0.0
+    created_at: datetime
+    booted_at: datetime | None = None
+    last_heartbeat_at: datetime | None = None
+    closed_at: datetime | None = None
+    updated_at: datetime
+    history: list[HistoryEntry] = Field(default_factory=list)
+
+
+QueueReason = Literal["new", "preempted", "stalled", "no-capacity", "quota"]
+
+
+class QueueEntry(_Doc):
+    """queue/{job_id}: a job waiting for a VM; the reaper drains these."""
+
+    job_id: str
+    reason: QueueReason
+    attempt: int
+    not_before: datetime
+    enqueued_at: datetime
+    tries: int = 0
+    last_error: str | None = None
+
+
+class Rejection(_Doc):
+    """rejected/{message_id}: a submit message that was not a valid job."""
+
+    message_id: str
+    reason: str
+    payload: str  # the first KB of what was published, for the person who sent it
+    at: datetime
+
+
+def to_firestore(model: BaseModel) -> dict[str, Any]:
+    """The model as Firestore values: enums as their words, datetimes kept."""
+    return _plain(model.model_dump(mode="python"))
+
+
+def _plain(value: Any) -> Any:
+    from enum import Enum
+
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    return value

@@ -1,0 +1,83 @@
+"""Payloads of the events the VM agent and users publish.
+
+Every VM event names its job, the attempt it belongs to and the instance that
+sent it, so a handler can ignore events of an older attempt.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from shared.states import JobSubstatus
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class VmEvent(_Event):
+    job_id: str
+    attempt: int = Field(ge=1)
+    instance: str
+    sent_at: datetime
+
+
+class VmBooted(VmEvent):
+    """spotline-vm-booted: the agent is up and has read its job."""
+
+    zone: str = ""
+    instance_id: str = ""
+
+
+class Heartbeat(VmEvent):
+    """spotline-epoch-done, kind=heartbeat: alive, and which step it is in."""
+
+    kind: Literal["heartbeat"] = "heartbeat"
+    phase: JobSubstatus | None = None
+    step: int | None = None
+
+
+class EpochDone(VmEvent):
+    """spotline-epoch-done, kind=epoch: one epoch finished and checkpointed."""
+
+    kind: Literal["epoch"] = "epoch"
+    epoch: int = Field(ge=1)
+    epochs: int = Field(ge=1)
+    step: int = Field(ge=0)
+    metrics: dict[str, float] = Field(default_factory=dict)
+    checkpoint_uri: str | None = None
+
+
+Progress = Annotated[Heartbeat | EpochDone, Field(discriminator="kind")]
+progress_adapter: TypeAdapter[Heartbeat | EpochDone] = TypeAdapter(Progress)
+
+
+class JobFinished(VmEvent):
+    """spotline-job-finished: the trainer exited; 0 means the job completed."""
+
+    exit_code: int
+    log_tail: str = ""
+    checkpoint_uri: str | None = None
+
+
+class SpotPreempted(VmEvent):
+    """spotline-spot-preempted: the 30 s notice came; state saved at `step`."""
+
+    checkpoint_uri: str | None = None
+    step: int | None = None
+
+
+class CancelRequest(_Event):
+    """spotline-cancel: a person asks to stop a job."""
+
+    job_id: str
+    reason: str = "canceled by the user"
+
+
+class ReaperTick(_Event):
+    """spotline-reaper-tick: Cloud Scheduler's body; its content does not matter."""
+
+    sent_at: datetime | None = None

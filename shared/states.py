@@ -1,0 +1,137 @@
+"""Job and instance states, and the one table that says which moves are legal.
+
+The names follow the seed (Aibro) and add what spot recovery needs. A job's
+*substatus* drives the machine; its *status* is derived: the steps before
+training read QUEUING on the first attempt and RECOVERING on later ones.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class JobStatus(StrEnum):
+    QUEUING = "QUEUING"  # first attempt, waiting for or setting up a VM
+    TRAINING = "TRAINING"  # the trainer runs, or returns its results
+    RECOVERING = "RECOVERING"  # a later attempt, after a preemption or a stall
+    COMPLETED = "COMPLETED"  # the trainer exited 0
+    CANCELED = "CANCELED"  # a person, or a limit (wait_request_s, quota wait), ended it
+    FAILED = "FAILED"  # the trainer failed, or spotline gave up: see `error`
+
+    @classmethod
+    def terminal(cls) -> frozenset[JobStatus]:
+        return frozenset({cls.COMPLETED, cls.CANCELED, cls.FAILED})
+
+    @classmethod
+    def active(cls) -> frozenset[JobStatus]:
+        return frozenset(set(cls) - cls.terminal())
+
+
+class JobSubstatus(StrEnum):
+    REQUESTING_SERVER = "REQUESTING_SERVER"  # asking Compute for a VM
+    WAITING_FOR_CAPACITY = "WAITING_FOR_CAPACITY"  # every machine option failed; queued
+    WAITING_FOR_QUOTA = "WAITING_FOR_QUOTA"  # over the user's quota; queued
+    CONNECTING_SERVER = "CONNECTING_SERVER"  # VM created, agent not heard from yet
+    GEARING_UP_ENV = "GEARING_UP_ENV"  # agent up, preparing drivers and framework
+    SENDING_MODEL_AND_DATA = "SENDING_MODEL_AND_DATA"  # fetching code, data, checkpoint
+    TRAINING = "TRAINING"  # trainer running
+    RETURNING = "RETURNING"  # trainer done, outputs being uploaded
+    PREEMPTED = "PREEMPTED"  # the Spot VM was taken away; a new attempt follows
+    STALLED = "STALLED"  # the VM stopped sending heartbeats; a new attempt follows
+    COMPLETED = "COMPLETED"
+    CANCELED = "CANCELED"
+    FAILED = "FAILED"
+
+    @classmethod
+    def endings(cls) -> frozenset[JobSubstatus]:
+        return frozenset({cls.COMPLETED, cls.CANCELED, cls.FAILED})
+
+    @classmethod
+    def on_vm(cls) -> frozenset[JobSubstatus]:
+        """Substatuses during which the job owns a live VM."""
+        return frozenset(
+            {
+                cls.CONNECTING_SERVER,
+                cls.GEARING_UP_ENV,
+                cls.SENDING_MODEL_AND_DATA,
+                cls.TRAINING,
+                cls.RETURNING,
+            }
+        )
+
+
+S = JobSubstatus
+_GIVE_UP = {S.CANCELED, S.FAILED}
+_VM_LOST = {S.PREEMPTED, S.STALLED}
+# On a VM any later step may come next: events can be lost or arrive out of
+# order (an epoch before "booted"), and a job may finish from any step.
+_ON_VM_END = {S.COMPLETED, S.CANCELED, S.FAILED, *_VM_LOST}
+
+JOB_TRANSITIONS: dict[JobSubstatus, frozenset[JobSubstatus]] = {
+    S.REQUESTING_SERVER: frozenset(
+        {S.CONNECTING_SERVER, S.WAITING_FOR_CAPACITY, S.WAITING_FOR_QUOTA, *_GIVE_UP}
+    ),
+    S.WAITING_FOR_CAPACITY: frozenset({S.REQUESTING_SERVER, *_GIVE_UP}),
+    S.WAITING_FOR_QUOTA: frozenset({S.REQUESTING_SERVER, *_GIVE_UP}),
+    S.CONNECTING_SERVER: frozenset(
+        {S.GEARING_UP_ENV, S.SENDING_MODEL_AND_DATA, S.TRAINING, S.RETURNING, *_ON_VM_END}
+    ),
+    S.GEARING_UP_ENV: frozenset({S.SENDING_MODEL_AND_DATA, S.TRAINING, S.RETURNING, *_ON_VM_END}),
+    S.SENDING_MODEL_AND_DATA: frozenset({S.TRAINING, S.RETURNING, *_ON_VM_END}),
+    S.TRAINING: frozenset({S.RETURNING, *_ON_VM_END}),
+    S.RETURNING: frozenset(_ON_VM_END),
+    S.PREEMPTED: frozenset({S.REQUESTING_SERVER, S.WAITING_FOR_CAPACITY, *_GIVE_UP}),
+    S.STALLED: frozenset({S.REQUESTING_SERVER, S.WAITING_FOR_CAPACITY, *_GIVE_UP}),
+    S.COMPLETED: frozenset(),
+    S.CANCELED: frozenset(),
+    S.FAILED: frozenset(),
+}
+
+
+def job_status_for(substatus: JobSubstatus, attempt: int) -> JobStatus:
+    """The status a person reads for a substatus on a given attempt."""
+    if substatus in (S.TRAINING, S.RETURNING):
+        return JobStatus.TRAINING
+    if substatus in _VM_LOST:
+        return JobStatus.RECOVERING
+    if substatus in S.endings():
+        return JobStatus(substatus.value)
+    return JobStatus.QUEUING if attempt <= 1 else JobStatus.RECOVERING
+
+
+class InstanceStatus(StrEnum):
+    LAUNCHING = "LAUNCHING"  # created, booting and setting up
+    EXECUTING = "EXECUTING"  # running a job
+    COOLING = "COOLING"  # idle within the job's cooling period, claimable
+    CLOSING = "CLOSING"  # being stopped or deleted
+    CLOSED = "CLOSED"  # stopped, deleted or preempted
+
+    @classmethod
+    def live(cls) -> frozenset[InstanceStatus]:
+        return frozenset({cls.LAUNCHING, cls.EXECUTING, cls.COOLING, cls.CLOSING})
+
+
+class InstanceSubstatus(StrEnum):
+    STOPPING = "STOPPING"  # shutting down, keeping the disk
+    STOPPED = "STOPPED"
+    TERMINATING = "TERMINATING"  # being deleted
+    TERMINATED = "TERMINATED"
+    PREEMPTED = "PREEMPTED"  # taken away by Compute Engine
+
+
+I, IS = InstanceStatus, InstanceSubstatus
+# Which substatuses each instance status may carry (None: no substatus).
+INSTANCE_SUBSTATUSES: dict[InstanceStatus, frozenset[InstanceSubstatus | None]] = {
+    I.LAUNCHING: frozenset({None}),
+    I.EXECUTING: frozenset({None}),
+    I.COOLING: frozenset({None}),
+    I.CLOSING: frozenset({IS.STOPPING, IS.TERMINATING}),
+    I.CLOSED: frozenset({IS.STOPPED, IS.TERMINATED, IS.PREEMPTED}),
+}
+INSTANCE_TRANSITIONS: dict[InstanceStatus, frozenset[InstanceStatus]] = {
+    I.LAUNCHING: frozenset({I.EXECUTING, I.COOLING, I.CLOSING, I.CLOSED}),
+    I.EXECUTING: frozenset({I.COOLING, I.CLOSING, I.CLOSED}),
+    I.COOLING: frozenset({I.EXECUTING, I.CLOSING, I.CLOSED}),
+    I.CLOSING: frozenset({I.CLOSED}),
+    I.CLOSED: frozenset(),
+}
