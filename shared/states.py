@@ -119,19 +119,19 @@ class InstanceSubstatus(StrEnum):
     PREEMPTED = "PREEMPTED"  # taken away by Compute Engine
 
 
-I, IS = InstanceStatus, InstanceSubstatus
+St, Sub = InstanceStatus, InstanceSubstatus
 # Which substatuses each instance status may carry (None: no substatus).
 INSTANCE_SUBSTATUSES: dict[InstanceStatus, frozenset[InstanceSubstatus | None]] = {
-    I.LAUNCHING: frozenset({None}),
-    I.EXECUTING: frozenset({None}),
-    I.COOLING: frozenset({None}),
-    I.CLOSING: frozenset({IS.STOPPING, IS.TERMINATING}),
-    I.CLOSED: frozenset({IS.STOPPED, IS.TERMINATED, IS.PREEMPTED}),
+    St.LAUNCHING: frozenset({None}),
+    St.EXECUTING: frozenset({None}),
+    St.COOLING: frozenset({None}),
+    St.CLOSING: frozenset({Sub.STOPPING, Sub.TERMINATING}),
+    St.CLOSED: frozenset({Sub.STOPPED, Sub.TERMINATED, Sub.PREEMPTED}),
 }
 INSTANCE_TRANSITIONS: dict[InstanceStatus, frozenset[InstanceStatus]] = {
-    I.LAUNCHING: frozenset({I.EXECUTING, I.COOLING, I.CLOSING, I.CLOSED}),
-    I.EXECUTING: frozenset({I.COOLING, I.CLOSING, I.CLOSED}),
-    I.COOLING: frozenset({I.EXECUTING, I.CLOSING, I.CLOSED}),
-    I.CLOSING: frozenset({I.CLOSED}),
-    I.CLOSED: frozenset(),
+    St.LAUNCHING: frozenset({St.EXECUTING, St.COOLING, St.CLOSING, St.CLOSED}),
+    St.EXECUTING: frozenset({St.COOLING, St.CLOSING, St.CLOSED}),
+    St.COOLING: frozenset({St.EXECUTING, St.CLOSING, St.CLOSED}),
+    St.CLOSING: frozenset({St.CLOSED}),
+    St.CLOSED: frozenset(),
 }

@@ -1,0 +1,134 @@
+"""Getting a VM for a job's current attempt: shared by submit_job and the reaper.
+
+Re-entrant: a VM already created for this attempt (found by its labels) is
+adopted, never duplicated; the VM name and GCE requestId are deterministic per
+attempt, so even a racing second caller gets the same VM back.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from functions import deps
+from shared import logs
+from shared.assignment import Assignment
+from shared.catalog import load_catalog
+from shared.compute.port import CapacityError, Vm
+from shared.documents import InstanceDoc, JobDoc, QueueEntry
+from shared.lifecycle import advance
+from shared.placement import Option, build_vm_request, option_of, options, vm_name
+from shared.states import JobSubstatus
+
+_BACKOFF_BASE_S = 15
+_BACKOFF_MAX_S = 300
+
+
+def assignment_for(job: JobDoc) -> Assignment:
+    settings = deps.settings()
+    prefix = f"{settings.storage_root.rstrip('/')}/jobs/{job.job_id}"
+    return Assignment(
+        job_id=job.job_id,
+        attempt=job.attempt,
+        project=settings.project,
+        spec=job.spec,
+        checkpoint_dir=f"{prefix}/checkpoints",
+        output_dir=f"{prefix}/outputs",
+        heartbeat_s=settings.heartbeat_s,
+    )
+
+
+def launch(job: JobDoc, now: datetime) -> JobDoc:
+    """Create (or adopt) the attempt's VM and record it; queue the job when no
+    option has capacity. The job must be in REQUESTING_SERVER."""
+    found = _existing_vm(job)
+    tried: list[str] = []
+    if found is None:
+        found = _create_vm(job, tried)
+    if found is None:
+        return _wait_for_capacity(job, now, tried)
+    vm, option = found
+    _record_instance(job, vm, option, now)
+    logs.info(
+        f"job {job.job_id}: attempt {job.attempt} on {vm.name} ({option.machine_id}, {vm.zone})",
+        job_id=job.job_id,
+        instance=vm.name,
+    )
+    recorded = deps.store().update_job(
+        job.job_id,
+        lambda current: advance(
+            current, JobSubstatus.CONNECTING_SERVER, now, note=f"{vm.name} in {vm.zone}"
+        ).model_copy(
+            update={"instance": vm.name, "zone": vm.zone, "machine_id": option.machine_id}
+        ),
+    )
+    return recorded or job
+
+
+def _existing_vm(job: JobDoc) -> tuple[Vm, Option] | None:
+    labels = {"spotline-job": job.job_id, "spotline-attempt": str(job.attempt)}
+    for vm in deps.compute().list(labels):
+        option = option_of(vm.labels, vm.zone, load_catalog())
+        if option is not None and vm.name == vm_name(job.job_id, job.attempt):
+            return vm, option
+    return None
+
+
+def _create_vm(job: JobDoc, tried: list[str]) -> tuple[Vm, Option] | None:
+    settings = deps.settings()
+    assignment = assignment_for(job)
+    zones = job.spec.zones or list(settings.zones)
+    for option in options(job.spec.machine_ids, zones, load_catalog()):
+        request = build_vm_request(
+            option, assignment, settings.image, job.user, settings.service_account
+        )
+        try:
+            return deps.compute().insert(request), option
+        except CapacityError as err:
+            tried.append(f"{option.machine_id} in {option.zone}: {err.reason}")
+    return None
+
+
+def _record_instance(job: JobDoc, vm: Vm, option: Option, now: datetime) -> None:
+    deps.store().create_instance(
+        InstanceDoc(
+            name=vm.name,
+            job_id=job.job_id,
+            user=job.user,
+            attempt=job.attempt,
+            machine_id=option.machine_id,
+            machine_type=option.machine.machine_type,
+            zone=vm.zone,
+            provisioning=option.provisioning,
+            instance_id=vm.id or None,
+            price_per_hour=option.price_per_hour,
+            created_at=now,
+            updated_at=now,
+        )
+    )
+
+
+def _wait_for_capacity(job: JobDoc, now: datetime, tried: list[str]) -> JobDoc:
+    store = deps.store()
+    previous = store.get_queue(job.job_id)
+    tries = previous.tries + 1 if previous else 1
+    delay = min(_BACKOFF_BASE_S * 2 ** (tries - 1), _BACKOFF_MAX_S)
+    summary = "; ".join(tried) or "no option"
+    store.put_queue(
+        QueueEntry(
+            job_id=job.job_id,
+            reason="no-capacity",
+            attempt=job.attempt,
+            not_before=now + timedelta(seconds=delay),
+            enqueued_at=previous.enqueued_at if previous else now,
+            tries=tries,
+            last_error=summary,
+        )
+    )
+    logs.warning(f"job {job.job_id}: no capacity ({summary}); retry in {delay} s")
+    recorded = store.update_job(
+        job.job_id,
+        lambda current: advance(
+            current, JobSubstatus.WAITING_FOR_CAPACITY, now, note=f"no capacity: {summary}"
+        ),
+    )
+    return recorded or job

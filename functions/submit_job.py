@@ -1,0 +1,54 @@
+"""spotline-submit -> submit_job: validate the spec, create the job, get a VM."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from functions import deps
+from functions.envelope import Message, pubsub_handler
+from functions.launch import launch
+from shared import logs
+from shared.documents import Rejection
+from shared.errors import InvalidMessage, PermanentError
+from shared.lifecycle import job_id_for, new_job
+from shared.spec import parse_spec
+from shared.states import JobSubstatus
+
+_PAYLOAD_KEPT = 1024
+
+
+@pubsub_handler
+def submit_job(message: Message) -> None:
+    now = datetime.now(UTC)
+    store = deps.store()
+    try:
+        spec = parse_spec(message.data)
+    except InvalidMessage as err:
+        _reject(message, f"not a valid job spec: {err}", now)
+        raise
+    job_id = job_id_for(spec, message.message_id)
+    job = new_job(spec, job_id, message.message_id, now)
+    if not store.create_job(job):
+        existing = store.get_job(job_id)
+        if existing is None:
+            raise RuntimeError(f"job {job_id} exists and vanished; retrying")
+        if existing.message_id != message.message_id:
+            reason = f"job_id: {job_id!r} is already taken by another submission"
+            _reject(message, reason, now)
+            raise PermanentError(reason)
+        job = existing  # a redelivery: carry on from where the first delivery got
+    if job.substatus != JobSubstatus.REQUESTING_SERVER:
+        logs.info(f"job {job_id}: already {job.substatus}, nothing to do", job_id=job_id)
+        return
+    launch(job, now)
+
+
+def _reject(message: Message, reason: str, now: datetime) -> None:
+    deps.store().record_rejection(
+        Rejection(
+            message_id=message.message_id,
+            reason=reason,
+            payload=message.data[:_PAYLOAD_KEPT].decode("utf-8", errors="replace"),
+            at=now,
+        )
+    )

@@ -1,0 +1,80 @@
+"""Plain-text tables of jobs and epochs, like the seed article's experiment summary."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from shared.documents import EpochDoc, JobDoc
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+        for row in cells
+    ]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _metrics(metrics: dict[str, float]) -> str:
+    return " ".join(f"{name}={value:.4g}" for name, value in sorted(metrics.items()))
+
+
+def jobs_table(jobs: Sequence[JobDoc]) -> str:
+    headers = [
+        "JOB",
+        "USER",
+        "STATUS",
+        "SUBSTATUS",
+        "PROGRESS",
+        "ATTEMPT",
+        "MACHINE",
+        "INSTANCE",
+        "METRICS",
+        "DESCRIPTION",
+    ]
+    rows = [
+        [
+            job.job_id,
+            job.user,
+            job.status,
+            job.substatus,
+            job.progress,
+            job.attempt,
+            job.machine_id,
+            job.instance,
+            _metrics(job.metrics),
+            job.description[:40],
+        ]
+        for job in sorted(jobs, key=lambda j: j.created_at)
+    ]
+    return table(headers, rows)
+
+
+def job_detail(job: JobDoc, epochs: Sequence[EpochDoc]) -> str:
+    parts = [jobs_table([job]), "", "history:"]
+    start = job.history[0].at if job.history else job.created_at
+    for entry in job.history:
+        offset = (entry.at - start).total_seconds()
+        note = f"  ({entry.note})" if entry.note else ""
+        parts.append(
+            f"  +{offset:7.2f}s  attempt {entry.attempt}  {entry.status}/{entry.substatus}{note}"
+        )
+    if job.error:
+        parts += ["", f"error: {job.error}"]
+    if epochs:
+        names = sorted({name for epoch in epochs for name in epoch.metrics})
+        rows = [
+            [
+                e.epoch,
+                e.attempt,
+                e.step,
+                *(f"{e.metrics.get(n, float('nan')):.4f}" for n in names),
+                e.instance,
+            ]
+            for e in epochs
+        ]
+        parts += ["", "epochs:", table(["EPOCH", "ATTEMPT", "STEP", *names, "INSTANCE"], rows)]
+    return "\n".join(parts)

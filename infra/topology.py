@@ -1,0 +1,74 @@
+"""spotline's topology, declared once: topics, the functions they trigger,
+each trigger's retry policy and dead-letter limit, and the reaper's schedule.
+
+``infra.local_stack`` applies it to the Pub/Sub emulator (push subscriptions to
+local functions-framework servers); ``infra.deploy`` turns it into the gcloud
+commands for a real project. What runs locally is what is deployed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from shared.config import TOPICS
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Pub/Sub's exponential backoff between redeliveries of a failed event."""
+
+    minimum_backoff_s: int = 10
+    maximum_backoff_s: int = 600
+
+
+@dataclass(frozen=True)
+class Function:
+    """One Cloud Function and the topic that triggers it."""
+
+    entry_point: str  # the name exported by main.py
+    topic: str  # key in shared.config.TOPICS
+    timeout_s: int = 60
+    memory: str = "512Mi"
+    ack_deadline_s: int = 60
+    # After this many failed deliveries the event goes to the dead-letter topic.
+    max_delivery_attempts: int = 10
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+    @property
+    def subscription(self) -> str:
+        return f"spotline-{self.entry_point.replace('_', '-')}"
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Cloud Scheduler publishing a tick; locally a loop in ``spotline up``."""
+
+    job: str
+    cron: str
+    topic: str
+    every_s: int  # what the cron means, for the local loop
+
+
+FUNCTIONS: tuple[Function, ...] = (
+    # Creating a VM waits for the zone operation: give it room.
+    Function("submit_job", "submit", timeout_s=300, ack_deadline_s=300),
+    Function("on_vm_booted", "vm_booted"),
+    Function("on_epoch_done", "epoch_done"),
+    Function("on_job_finished", "job_finished", timeout_s=300, ack_deadline_s=300),
+    # A tick missed is the next tick: retry little, never pile up sweeps.
+    Function(
+        "reaper",
+        "reaper_tick",
+        timeout_s=540,
+        ack_deadline_s=540,
+        max_delivery_attempts=5,
+        retry=RetryPolicy(minimum_backoff_s=30, maximum_backoff_s=60),
+    ),
+)
+
+REAPER_SCHEDULE = Schedule(job="spotline-reaper", cron="* * * * *", topic="reaper_tick", every_s=60)
+DEAD_LETTER_TOPIC = "dead_letter"
+
+
+def topic_names() -> list[str]:
+    return list(TOPICS.values())

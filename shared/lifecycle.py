@@ -1,0 +1,164 @@
+"""What each event does to a job or an instance: pure functions, no I/O.
+
+Handlers load the documents, call these, and write the result with a guarded
+write; since the store may call them again after a conflicting write, they
+must not have side effects.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime
+
+from shared.documents import EpochDoc, HistoryEntry, InstanceDoc, JobDoc
+from shared.errors import IllegalTransition, PermanentError
+from shared.events import EpochDone, Heartbeat, JobFinished, VmBooted, VmEvent
+from shared.spec import JobSpec
+from shared.states import InstanceStatus, InstanceSubstatus, JobSubstatus
+from shared.transitions import fail_job, move_instance, move_job
+
+_LOG_TAIL_CHARS = 2000
+
+
+class StaleEvent(PermanentError):
+    """An event of an older attempt, or from a VM the job no longer owns."""
+
+
+def job_id_for(spec: JobSpec, message_id: str) -> str:
+    """The spec's own id, else one derived from the Pub/Sub message id, so a
+    redelivered message maps to the same job."""
+    if spec.job_id:
+        return spec.job_id
+    return "j" + hashlib.sha256(message_id.encode()).hexdigest()[:12]
+
+
+def new_job(spec: JobSpec, job_id: str, message_id: str, now: datetime) -> JobDoc:
+    start = HistoryEntry(
+        at=now,
+        status="QUEUING",
+        substatus=JobSubstatus.REQUESTING_SERVER,
+        attempt=1,
+        note="submitted",
+    )
+    return JobDoc(
+        job_id=job_id,
+        user=spec.user,
+        description=spec.description,
+        spec=spec,
+        epochs=spec.epochs,
+        progress=f"0/{spec.epochs}",
+        message_id=message_id,
+        created_at=now,
+        updated_at=now,
+        history=[start],
+    )
+
+
+def check_current(job: JobDoc, event: VmEvent) -> None:
+    """Raises StaleEvent unless the event comes from the job's current VM."""
+    if event.attempt != job.attempt or event.instance != job.instance:
+        raise StaleEvent(
+            f"job {job.job_id}: event from {event.instance} (attempt {event.attempt}) "
+            f"ignored; the current attempt is {job.attempt} on {job.instance}"
+        )
+
+
+def advance(job: JobDoc, to: JobSubstatus, now: datetime, note: str = "") -> JobDoc:
+    """Move forward when the table allows it; a late event leaves the job as is."""
+    try:
+        return move_job(job, to, now, note)
+    except IllegalTransition:
+        return job
+
+
+def booted(job: JobDoc, event: VmBooted, now: datetime) -> JobDoc:
+    check_current(job, event)
+    return advance(job, JobSubstatus.GEARING_UP_ENV, now, note=f"{event.instance} booted")
+
+
+def heartbeat(job: JobDoc, event: Heartbeat, now: datetime) -> JobDoc:
+    check_current(job, event)
+    return advance(job, event.phase, now) if event.phase else job
+
+
+def epoch_done(job: JobDoc, event: EpochDone, now: datetime) -> JobDoc:
+    check_current(job, event)
+    job = advance(job, JobSubstatus.TRAINING, now)
+    if event.epoch <= job.epoch:
+        return job  # a redelivery, or an epoch replayed after a resume
+    return job.model_copy(
+        update={
+            "epoch": event.epoch,
+            "epochs": event.epochs,
+            "step": event.step,
+            "progress": f"{event.epoch}/{event.epochs}",
+            "metrics": dict(event.metrics),
+            "checkpoint_uri": event.checkpoint_uri or job.checkpoint_uri,
+            "updated_at": now,
+        }
+    )
+
+
+def epoch_doc(event: EpochDone, now: datetime) -> EpochDoc:
+    return EpochDoc(
+        epoch=event.epoch,
+        epochs=event.epochs,
+        attempt=event.attempt,
+        step=event.step,
+        metrics=dict(event.metrics),
+        checkpoint_uri=event.checkpoint_uri,
+        instance=event.instance,
+        at=now,
+    )
+
+
+def finished(job: JobDoc, event: JobFinished, now: datetime) -> JobDoc:
+    """COMPLETED on exit code 0, else FAILED with a reason a person can act on."""
+    check_current(job, event)
+    if event.exit_code == 0:
+        job = advance(job, JobSubstatus.RETURNING, now)
+        return advance(job, JobSubstatus.COMPLETED, now, note=f"{event.instance} exited 0")
+    tail = event.log_tail[-_LOG_TAIL_CHARS:]
+    reason = f"the trainer exited with code {event.exit_code} on {event.instance}"
+    if tail:
+        reason += f"; last output:\n{tail}"
+    try:
+        return fail_job(job, JobSubstatus.FAILED, now, reason)
+    except IllegalTransition:
+        return job
+
+
+def instance_seen(
+    instance: InstanceDoc, now: datetime, *, booted: bool = False, instance_id: str = ""
+) -> InstanceDoc:
+    """Record a sign of life: boot, heartbeat or epoch."""
+    update: dict[str, object] = {"last_heartbeat_at": now, "updated_at": now}
+    if booted and instance.booted_at is None:
+        update["booted_at"] = now
+    if instance_id and not instance.instance_id:
+        update["instance_id"] = instance_id
+    return instance.model_copy(update=update)
+
+
+def instance_executing(instance: InstanceDoc, now: datetime) -> InstanceDoc:
+    if instance.status != InstanceStatus.LAUNCHING:
+        return instance
+    return move_instance(instance, InstanceStatus.EXECUTING, now)
+
+
+def instance_closing(instance: InstanceDoc, now: datetime, note: str) -> InstanceDoc:
+    if instance.status in (InstanceStatus.CLOSING, InstanceStatus.CLOSED):
+        return instance
+    return move_instance(
+        instance, InstanceStatus.CLOSING, now, InstanceSubstatus.TERMINATING, note=note
+    )
+
+
+def instance_closed(instance: InstanceDoc, now: datetime, note: str = "deleted") -> InstanceDoc:
+    if instance.status == InstanceStatus.CLOSED:
+        return instance
+    closed = move_instance(
+        instance, InstanceStatus.CLOSED, now, InstanceSubstatus.TERMINATED, note=note
+    )
+    hours = max((now - instance.created_at).total_seconds(), 0.0) / 3600
+    return closed.model_copy(update={"cost_usd": round(instance.price_per_hour * hours, 6)})

@@ -1,0 +1,178 @@
+"""The VM agent: learns its job from metadata, runs the trainer, reports.
+
+1. read the instance's name, zone and ``spotline-job`` assignment;
+2. publish VM booted, then heartbeats (with the current phase) until done;
+3. fetch code, then run the trainer, relaying each reported epoch;
+4. watch ``instance/preempted`` (wait_for_change) and SIGTERM: on the 30 s
+   notice the trainer checkpoints at its next step and spotline is told where;
+5. publish job finished with the exit code and the tail of the log.
+
+It needs no Firestore access: only the metadata server, Pub/Sub and storage.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import tempfile
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from shared import logs
+from shared.assignment import Assignment
+from shared.bus import Bus
+from shared.compute.port import JOB_METADATA_KEY
+from shared.events import EpochDone, Heartbeat, JobFinished, SpotPreempted, VmBooted
+from shared.states import JobSubstatus
+from vm_image.agent.metadata import Metadata, MetadataError
+from vm_image.agent.trainer_process import TrainerProcess, trainer_command, trainer_env
+
+PREEMPTED_EXIT_CODE = 143  # the trainer's exit code after a SIGTERM checkpoint
+
+
+class Agent:
+    def __init__(self, metadata: Metadata, workdir: Path, bus: Bus | None = None) -> None:
+        self.metadata = metadata
+        self.workdir = workdir
+        self.name = metadata.get("instance/name")
+        self.zone = metadata.get("instance/zone").rsplit("/", 1)[-1]
+        self.instance_id = metadata.get("instance/id")
+        raw = metadata.get(f"instance/attributes/{JOB_METADATA_KEY}")
+        self.assignment = Assignment.model_validate_json(raw)
+        self.bus = bus or Bus(self.assignment.project)
+        self.phase = JobSubstatus.GEARING_UP_ENV
+        self.step: int | None = None
+        self.checkpoint_uri: str | None = None
+        self.trainer: TrainerProcess | None = None
+        self.preempted = threading.Event()
+        self.finished = threading.Event()
+
+    # -- events -----------------------------------------------------------
+
+    def _common(self) -> dict[str, Any]:
+        return {
+            "job_id": self.assignment.job_id,
+            "attempt": self.assignment.attempt,
+            "instance": self.name,
+            "sent_at": datetime.now(UTC),
+        }
+
+    def _heartbeat(self) -> None:
+        self.bus.publish(
+            "epoch_done", Heartbeat(**self._common(), phase=self.phase, step=self.step)
+        )
+
+    def _enter(self, phase: JobSubstatus) -> None:
+        self.phase = phase
+        self._heartbeat()
+
+    def _on_report(self, record: dict[str, Any]) -> None:
+        kind = record.get("type")
+        if kind == "epoch":
+            self.step = int(record.get("step", 0))
+            self.checkpoint_uri = record.get("checkpoint_uri") or self.checkpoint_uri
+            event = EpochDone(
+                **self._common(),
+                epoch=record["epoch"],
+                epochs=record["epochs"],
+                step=self.step,
+                metrics=record.get("metrics", {}),
+                checkpoint_uri=record.get("checkpoint_uri"),
+            )
+            self.bus.publish("epoch_done", event)
+        elif kind == "checkpoint":
+            self.step = int(record.get("step", 0))
+            self.checkpoint_uri = record.get("uri") or self.checkpoint_uri
+
+    # -- background watchers ------------------------------------------------
+
+    def _beat(self) -> None:
+        while not self.finished.wait(self.assignment.heartbeat_s):
+            try:
+                self._heartbeat()
+            except Exception as err:  # a missed heartbeat must not kill the agent
+                logs.warning(f"heartbeat failed: {err}")
+
+    def _watch_preemption(self) -> None:
+        etag: str | None = None
+        while not self.finished.is_set():
+            try:
+                value, etag = self.metadata.wait_for_change("instance/preempted", etag, 60)
+            except MetadataError:
+                if self.finished.wait(1.0):
+                    return
+                continue
+            if value.strip().upper() == "TRUE":
+                self._on_notice("metadata instance/preempted")
+                return
+
+    def _on_notice(self, source: str) -> None:
+        if self.preempted.is_set():
+            return
+        self.preempted.set()
+        logs.warning(f"preemption notice ({source}): checkpointing now", instance=self.name)
+        if self.trainer is not None:
+            self.trainer.signal(signal.SIGTERM)
+
+    # -- the run ------------------------------------------------------------
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, lambda *_: self._on_notice("SIGTERM"))
+        self.bus.publish(
+            "vm_booted", VmBooted(**self._common(), zone=self.zone, instance_id=self.instance_id)
+        )
+        threading.Thread(target=self._beat, daemon=True).start()
+        threading.Thread(target=self._watch_preemption, daemon=True).start()
+        self._enter(JobSubstatus.SENDING_MODEL_AND_DATA)
+        code_dir = self._fetch_code()
+        self._enter(JobSubstatus.TRAINING)
+        events_path = self.workdir / "events.jsonl"
+        self.trainer = TrainerProcess(
+            trainer_command(self.assignment),
+            trainer_env(self.assignment, events_path, dict(os.environ)),
+            code_dir,
+            events_path,
+            self._on_report,
+        )
+        exit_code = self.trainer.wait()
+        if self.preempted.is_set():
+            self._report_preempted()
+            self.finished.set()
+            return 0
+        self._enter(JobSubstatus.RETURNING)
+        self.bus.publish(
+            "job_finished",
+            JobFinished(
+                **self._common(),
+                exit_code=exit_code,
+                log_tail=self.trainer.log_tail(),
+                checkpoint_uri=self.checkpoint_uri,
+            ),
+        )
+        self.finished.set()
+        return 0
+
+    def _report_preempted(self) -> None:
+        event = SpotPreempted(**self._common(), checkpoint_uri=self.checkpoint_uri, step=self.step)
+        self.bus.publish("spot_preempted", event)
+        logs.warning(f"preempted at step {self.step}; checkpoint {self.checkpoint_uri}")
+
+    def _fetch_code(self) -> Path:
+        """Copy ``code_uri`` (any fsspec URL) into the workdir; run there."""
+        code_dir = self.workdir / "code"
+        code_dir.mkdir(parents=True, exist_ok=True)
+        uri = self.assignment.spec.code_uri
+        if uri:
+            import fsspec
+
+            fs, path = fsspec.core.url_to_fs(uri)
+            fs.get(path.rstrip("/") + "/", str(code_dir) + "/", recursive=True)
+        return code_dir
+
+
+def main() -> int:
+    workdir = Path(os.environ.get("SPOTLINE_WORKDIR") or tempfile.mkdtemp(prefix="spotline-vm-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    return Agent(Metadata(), workdir).run()
