@@ -1,0 +1,72 @@
+import json
+
+import pytest
+
+from shared.assignment import Assignment
+from shared.catalog import load_catalog
+from shared.compute.port import JOB_METADATA_KEY, Provisioning
+from shared.errors import PermanentError
+from shared.placement import (
+    build_vm_request,
+    option_of,
+    options,
+    parse_machine_id,
+    request_id,
+    vm_name,
+)
+from shared.spec import JobSpec
+
+
+def test_machine_ids_in_order_each_across_zones() -> None:
+    found = list(options(["g2-standard-4", "n1-standard-8-t4.od"], ["z-a", "z-b"], load_catalog()))
+    assert [(o.machine_id, o.zone) for o in found] == [
+        ("g2-standard-4", "z-a"),
+        ("g2-standard-4", "z-b"),
+        ("n1-standard-8-t4.od", "z-a"),
+        ("n1-standard-8-t4.od", "z-b"),
+    ]
+    assert found[0].provisioning == Provisioning.SPOT
+    assert found[2].price_per_hour == load_catalog()["n1-standard-8-t4"].on_demand_usd_per_hour
+
+
+def test_an_unknown_machine_names_the_catalog() -> None:
+    with pytest.raises(PermanentError, match=r"'p2\.xlarge' is not in the catalog"):
+        list(options(["p2.xlarge"], ["z"], load_catalog()))
+
+
+def test_parse_machine_id() -> None:
+    assert parse_machine_id("a2-highgpu-1g") == ("a2-highgpu-1g", Provisioning.SPOT)
+    assert parse_machine_id("a2-highgpu-1g.od") == ("a2-highgpu-1g", Provisioning.STANDARD)
+
+
+def test_names_and_request_ids_are_deterministic_per_attempt() -> None:
+    assert vm_name("j1", 2) == vm_name("j1", 2) == "sl-j1-a2"
+    assert request_id("j1", 1) == request_id("j1", 1) != request_id("j1", 2)
+    assert len(vm_name("a" * 40, 999)) <= 63  # GCE's limit on instance names
+
+
+def test_the_request_carries_the_job_and_labels() -> None:
+    spec = JobSpec(user="alice", machine_ids=["n1-standard-8-t4"], trainer="digits_mlp")
+    assignment = Assignment(
+        job_id="j1",
+        attempt=1,
+        project="p",
+        spec=spec,
+        checkpoint_dir="file:///c",
+        output_dir="file:///o",
+    )
+    option = next(options(spec.machine_ids, ["z-a"], load_catalog()))
+    request = build_vm_request(option, assignment, "img", "alice")
+    assert request.accelerators[0].type == "nvidia-tesla-t4"
+    assert json.loads(request.metadata[JOB_METADATA_KEY])["job_id"] == "j1"
+    assert request.labels["spotline-job"] == "j1" and request.labels["spotline-attempt"] == "1"
+    assert option_of(request.labels, "z-a", load_catalog()) == option
+
+
+def test_built_in_gpus_are_not_attached_twice() -> None:
+    option = next(options(["g2-standard-4"], ["z"], load_catalog()))
+    spec = JobSpec(user="alice", machine_ids=["g2-standard-4"], trainer="digits_mlp")
+    assignment = Assignment(
+        job_id="j1", attempt=1, project="p", spec=spec, checkpoint_dir="c", output_dir="o"
+    )
+    assert build_vm_request(option, assignment, "img", "alice").accelerators == ()

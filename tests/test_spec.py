@@ -1,0 +1,56 @@
+import json
+
+import pytest
+
+from shared.errors import InvalidMessage
+from shared.spec import JobSpec, parse_spec
+
+
+def spec_bytes(**fields: object) -> bytes:
+    base: dict[str, object] = {
+        "user": "alice",
+        "machine_ids": ["g2-standard-4"],
+        "trainer": "digits_mlp",
+    }
+    base.update(fields)
+    return json.dumps({k: v for k, v in base.items() if v is not None}).encode()
+
+
+def test_a_minimal_spec_gets_the_seed_defaults() -> None:
+    spec = parse_spec(spec_bytes())
+    assert spec.epochs == 1 and spec.cool_down_period_s == 0
+    assert spec.wait_new_job_create_s == -1 and spec.wait_new_job_create_interval == 10
+
+
+@pytest.mark.parametrize(
+    ("payload", "names"),
+    [
+        (b"not json", "not JSON"),
+        (b"[1, 2]", "JSON object, not list"),
+        (b"\xff\xfe", "not JSON"),
+        (spec_bytes(user=None), "user: Field required"),
+        (spec_bytes(epochs="ten"), "epochs: Input should be a valid integer"),
+        (spec_bytes(machine_ids=[]), "machine_ids: List should have at least 1 item"),
+        (spec_bytes(machine_ids=["G2 standard"]), "'G2 standard' is not a machine id"),
+        (spec_bytes(trainer=None), "exactly one of 'trainer'"),
+        (spec_bytes(command=["python", "x.py"]), "exactly one of 'trainer'"),
+        (spec_bytes(trainer="resnet"), "'resnet' is not one of"),
+        (spec_bytes(batchsize=3), "batchsize: Extra inputs are not permitted"),
+        (spec_bytes(job_id="Bad_Id"), "job_id: String should match pattern"),
+    ],
+)
+def test_bad_input_names_what_is_wrong(payload: bytes, names: str) -> None:
+    with pytest.raises(InvalidMessage, match=names.replace("(", r"\(")):
+        parse_spec(payload)
+
+
+def test_several_problems_are_all_named() -> None:
+    with pytest.raises(InvalidMessage) as caught:
+        parse_spec(spec_bytes(epochs=0, batch_size=-1))
+    assert "epochs:" in str(caught.value) and "batch_size:" in str(caught.value)
+
+
+def test_the_schema_documents_the_fields() -> None:
+    schema = JobSpec.model_json_schema()
+    assert {"user", "machine_ids"} <= set(schema["required"])
+    assert "NAME.od is on demand" in schema["properties"]["machine_ids"]["description"]
