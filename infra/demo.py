@@ -69,7 +69,7 @@ def _wait_vms_gone(stack: LocalStack, timeout_s: float) -> int:
     assert stack.vm_host is not None
     deadline = time.monotonic() + timeout_s
     while True:
-        running = stack.vm_host.running_count()
+        running = sum(1 for vm in stack.vm_host.list() if vm["state"] == "RUNNING")
         if running == 0 or time.monotonic() > deadline:
             return running
         time.sleep(0.2)

@@ -23,6 +23,10 @@ class VmEvent(_Event):
     attempt: int = Field(ge=1)
     instance: str
     sent_at: datetime
+    # When the agent entered each step so far. Events travel on different
+    # subscriptions and arrive in any order; with these, whichever comes first
+    # fills in the job's timeline with the VM's own times.
+    phases: dict[JobSubstatus, datetime] = Field(default_factory=dict)
 
 
 class VmBooted(VmEvent):

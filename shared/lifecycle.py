@@ -71,19 +71,41 @@ def advance(job: JobDoc, to: JobSubstatus, now: datetime, note: str = "") -> Job
         return job
 
 
+# The steps a VM goes through, in order; the agent reports when it entered each.
+VM_PHASES = (
+    JobSubstatus.GEARING_UP_ENV,
+    JobSubstatus.SENDING_MODEL_AND_DATA,
+    JobSubstatus.TRAINING,
+    JobSubstatus.RETURNING,
+)
+
+
+def catch_up(job: JobDoc, event: VmEvent, now: datetime) -> JobDoc:
+    """Move through every step the VM reports having entered, stamped with the
+    VM's times, so the timeline is whole whichever event arrives first."""
+    for phase in VM_PHASES:
+        entered = event.phases.get(phase)
+        if entered is not None:
+            note = f"{event.instance} booted" if phase == JobSubstatus.GEARING_UP_ENV else ""
+            job = advance(job, phase, min(entered, now), note=note)
+    return job
+
+
 def booted(job: JobDoc, event: VmBooted, now: datetime) -> JobDoc:
     check_current(job, event)
+    job = catch_up(job, event, now)
     return advance(job, JobSubstatus.GEARING_UP_ENV, now, note=f"{event.instance} booted")
 
 
 def heartbeat(job: JobDoc, event: Heartbeat, now: datetime) -> JobDoc:
     check_current(job, event)
+    job = catch_up(job, event, now)
     return advance(job, event.phase, now) if event.phase else job
 
 
 def epoch_done(job: JobDoc, event: EpochDone, now: datetime) -> JobDoc:
     check_current(job, event)
-    job = advance(job, JobSubstatus.TRAINING, now)
+    job = advance(catch_up(job, event, now), JobSubstatus.TRAINING, now)
     if event.epoch <= job.epoch:
         return job  # a redelivery, or an epoch replayed after a resume
     return job.model_copy(
@@ -115,6 +137,7 @@ def epoch_doc(event: EpochDone, now: datetime) -> EpochDoc:
 def finished(job: JobDoc, event: JobFinished, now: datetime) -> JobDoc:
     """COMPLETED on exit code 0, else FAILED with a reason a person can act on."""
     check_current(job, event)
+    job = catch_up(job, event, now)
     if event.exit_code == 0:
         job = advance(job, JobSubstatus.RETURNING, now)
         return advance(job, JobSubstatus.COMPLETED, now, note=f"{event.instance} exited 0")

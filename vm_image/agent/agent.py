@@ -43,6 +43,7 @@ class Agent:
         self.assignment = Assignment.model_validate_json(raw)
         self.bus = bus or Bus(self.assignment.project)
         self.phase = JobSubstatus.GEARING_UP_ENV
+        self.phases: dict[JobSubstatus, datetime] = {self.phase: datetime.now(UTC)}
         self.step: int | None = None
         self.checkpoint_uri: str | None = None
         self.trainer: TrainerProcess | None = None
@@ -57,6 +58,7 @@ class Agent:
             "attempt": self.assignment.attempt,
             "instance": self.name,
             "sent_at": datetime.now(UTC),
+            "phases": dict(self.phases),
         }
 
     def _heartbeat(self) -> None:
@@ -66,6 +68,7 @@ class Agent:
 
     def _enter(self, phase: JobSubstatus) -> None:
         self.phase = phase
+        self.phases[phase] = datetime.now(UTC)
         self._heartbeat()
 
     def _on_report(self, record: dict[str, Any]) -> None:

@@ -1,0 +1,67 @@
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from shared.events import EpochDone, Heartbeat, JobFinished, VmBooted
+from shared.lifecycle import StaleEvent, booted, epoch_done, finished, heartbeat, new_job
+from shared.spec import JobSpec
+from shared.states import JobStatus, JobSubstatus
+from shared.transitions import move_job
+
+T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
+S = JobSubstatus
+
+
+def placed():  # type: ignore[no-untyped-def]
+    spec = JobSpec(user="alice", machine_ids=["g2-standard-4"], trainer="digits_mlp", epochs=4)
+    job = new_job(spec, "job1", "m1", T0)
+    job = move_job(job, S.CONNECTING_SERVER, T0)
+    return job.model_copy(update={"instance": "vm-1"})
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+COMMON = {"job_id": "job1", "attempt": 1, "instance": "vm-1"}
+PHASES = {S.GEARING_UP_ENV: at(1), S.SENDING_MODEL_AND_DATA: at(2), S.TRAINING: at(3)}
+
+
+def test_whichever_event_comes_first_fills_in_the_timeline_with_vm_times() -> None:
+    beat = Heartbeat(**COMMON, sent_at=at(3), phase=S.TRAINING, phases=PHASES)
+    job = heartbeat(placed(), beat, now=at(5))
+    assert [(h.substatus, h.at) for h in job.history[2:]] == [
+        (S.GEARING_UP_ENV, at(1)),
+        (S.SENDING_MODEL_AND_DATA, at(2)),
+        (S.TRAINING, at(3)),
+    ]
+    late_boot = VmBooted(**COMMON, sent_at=at(1), phases={S.GEARING_UP_ENV: at(1)})
+    assert booted(job, late_boot, now=at(6)) == job
+
+
+def test_epochs_only_move_forward() -> None:
+    job = placed()
+    for epoch in (1, 2, 2, 1):
+        event = EpochDone(
+            **COMMON,
+            sent_at=at(10),
+            epoch=epoch,
+            epochs=4,
+            step=epoch * 10,
+            metrics={"loss": 1 / epoch},
+        )
+        job = epoch_done(job, event, now=at(10 + epoch))
+    assert (job.epoch, job.progress, job.step, job.metrics) == (2, "2/4", 20, {"loss": 0.5})
+    assert job.status == JobStatus.TRAINING
+
+
+def test_events_of_another_attempt_are_stale() -> None:
+    event = VmBooted(job_id="job1", attempt=2, instance="vm-2", sent_at=T0)
+    with pytest.raises(StaleEvent, match="attempt 2"):
+        booted(placed(), event, now=T0)
+
+
+def test_finishing_from_any_step() -> None:
+    done = finished(placed(), JobFinished(**COMMON, sent_at=at(9), exit_code=0), now=at(9))
+    assert done.status == JobStatus.COMPLETED
+    assert finished(done, JobFinished(**COMMON, sent_at=at(9), exit_code=1), now=at(10)) == done
