@@ -57,6 +57,7 @@ class LocalStack:
         self.timings: dict[str, float] = {}
         self._stop_ticks = threading.Event()
         self._ticker: threading.Thread | None = None
+        self._saved_env: dict[str, str | None] = {}
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -72,7 +73,7 @@ class LocalStack:
                     wait.result()
             self.timings["emulators_s"] = time.monotonic() - started
             self.vm_host = VmHost(
-                self.workdir / "vms",
+                self.workdir,
                 self.options.project,
                 agent_command=[sys.executable, "-m", "vm_image.agent"],
                 env=self._vm_env(),
@@ -80,6 +81,9 @@ class LocalStack:
             )
             self.vm_host.start()
             self._start_functions(logs_dir)
+            # The Google clients in this process (topology, ticks) find the
+            # emulators through these variables; close() puts them back.
+            self._saved_env = {name: os.environ.get(name) for name in self.client_env()}
             os.environ.update(self.client_env())
             apply_topology(self.options.project, self.endpoints)
             self._ticker = threading.Thread(target=self._tick, daemon=True)
@@ -103,6 +107,11 @@ class LocalStack:
             if emulator is not None:
                 emulator.stop()
         (self.workdir / STACK_FILE).unlink(missing_ok=True)
+        for name, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
     def __enter__(self) -> LocalStack:
         return self.start()

@@ -32,14 +32,18 @@ SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
 
 @pytest.fixture
 def host(project: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[VmHost]:
-    with VmHost(tmp_path, project, SLEEPER, capacity_errors={}) as vm_host:
-        monkeypatch.setenv("SPOTLINE_COMPUTE", "local")
-        monkeypatch.setenv("SPOTLINE_LOCAL_COMPUTE_URL", vm_host.url)
-        monkeypatch.setenv("SPOTLINE_ZONES", "local-a,local-b")
-        monkeypatch.setenv("SPOTLINE_STORAGE_ROOT", f"file://{tmp_path}/storage")
-        deps.reset()
-        yield vm_host
+    vm_host = VmHost(tmp_path, project, SLEEPER, capacity_errors={})
+    vm_host.start()
+    monkeypatch.setenv("SPOTLINE_COMPUTE", "local")
+    monkeypatch.setenv("SPOTLINE_LOCAL_COMPUTE_URL", vm_host.url)
+    monkeypatch.setenv("SPOTLINE_ZONES", "local-a,local-b")
+    monkeypatch.setenv("SPOTLINE_STORAGE_ROOT", f"file://{tmp_path}/storage")
     deps.reset()
+    try:
+        yield vm_host
+    finally:
+        vm_host.close()
+        deps.reset()
 
 
 @pytest.fixture

@@ -1,0 +1,31 @@
+# Two commands on a fresh clone: `make demo` and `make test`. Each creates the
+# virtual environment first (Python >= 3.11 and the Google Cloud CLI with the
+# Firestore and Pub/Sub emulators must be installed).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+INSTALLED := $(VENV)/.installed
+
+.PHONY: demo test lint bench clean
+
+$(INSTALLED): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[torch,dev]'
+	touch $@
+
+demo: $(INSTALLED)
+	$(BIN)/spotline demo
+
+lint: $(INSTALLED)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy .
+
+test: lint
+	$(BIN)/pytest
+
+bench: $(INSTALLED)
+	$(BIN)/python benchmarks/bench_skeleton.py
+
+clean:
+	rm -rf $(VENV) .spotline .pytest_cache .mypy_cache .ruff_cache

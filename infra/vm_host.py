@@ -1,0 +1,441 @@
+"""VmHost: a local Compute Engine whose VMs are processes running the VM agent.
+
+Each VM is ``agent_command`` started in its own process group, with its own
+metadata server (``infra.metadata_server``) named in ``GCE_METADATA_HOST``, and
+its output in ``WORKDIR/vms/NAME.log``. A VM is RUNNING while its process lives
+and TERMINATED once it exits on its own (a VM that shut itself down). Spot
+preemption is mimicked as Compute Engine does it: ``instance/preempted`` turns
+TRUE, the process group gets SIGTERM at once and SIGKILL when the notice ends,
+and the VM is deleted (``instanceTerminationAction: DELETE``).
+
+The same operations are served as JSON on 127.0.0.1 for ``LocalCompute``::
+
+    POST   /vms                      VmRequest fields -> vm
+    GET    /vms?label=k=v[&label=..] -> {"items": [vm, ...]}
+    GET    /vms/NAME[?zone=Z]        -> vm
+    DELETE /vms/NAME[?zone=Z]        -> {}
+    POST   /vms/NAME/metadata        {"items": {k: v}} -> vm
+    POST   /vms/NAME/preempt         {"notice_s": 30.0} -> vm
+    POST   /vms/NAME/kill            -> {}
+
+Errors answer a Compute Engine error body,
+``{"error": {"code", "message", "errors": [{"reason", "message", "domain"}]}}``:
+404 ``notFound``, 409 ``alreadyExists`` / ``resourceNotReady``, 400 ``invalid``,
+503 ``ZONE_RESOURCE_POOL_EXHAUSTED`` (and 403 ``QUOTA_EXCEEDED``) for capacity.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import re
+import secrets
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from infra.metadata_server import POLL_S, Identity, MetadataServer
+from shared.compute.port import VmState
+
+log = logging.getLogger(__name__)
+
+# Compute Engine's rule for instance names; it also keeps a name safe as a file name.
+NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+_REQUIRED = ("name", "zone", "machine_type")
+# How long SIGKILL may take to end a process group before we stop waiting.
+KILL_WAIT_S = 5.0
+
+# Capacity rules: a zone, or a (machine_type, zone) pair -> the reason to answer.
+# The key is Any because Mapping is invariant in it: a caller's dict[str, str]
+# would not pass as Mapping[str | tuple[str, str], str].
+CapacityErrors = Mapping[Any, str]
+
+
+class HostError(Exception):
+    """An operation the host refuses, with the HTTP code and GCE reason it answers."""
+
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        super().__init__(f"{code} {reason}: {message}")
+        self.code = code
+        self.reason = reason
+        self.message = message
+
+    def body(self) -> dict[str, Any]:
+        error = {"reason": self.reason, "message": self.message, "domain": "global"}
+        return {"error": {"code": self.code, "message": self.message, "errors": [error]}}
+
+
+@dataclass
+class _Vm:
+    name: str
+    zone: str
+    machine_type: str
+    provisioning: str
+    image: str
+    labels: dict[str, str]
+    metadata: MetadataServer
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    state: VmState = VmState.RUNNING
+    removing: bool = False  # being deleted, preempted or killed: forget it once dead
+    exit_code: int | None = None
+    exited: threading.Event = field(default_factory=threading.Event)
+    # Held while signalling and while reaping, so that no signal reaches a process
+    # group whose id the kernel may have handed to someone else.
+    signal_lock: threading.Lock = field(default_factory=threading.Lock)
+    reaped: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "zone": self.zone,
+            "machine_type": self.machine_type,
+            "provisioning": self.provisioning,
+            "image": self.image,
+            "state": self.state.value,
+            "labels": dict(self.labels),
+            "metadata": self.metadata.attributes,
+            "preempted": self.metadata.preempted,
+            "id": self.metadata.identity.id,
+            "metadata_host": self.metadata.host,
+            "pid": self.process.pid,
+            "exit_code": self.exit_code,
+            "log": str(self.log_path),
+        }
+
+    def signal(self, sig: signal.Signals) -> None:
+        with self.signal_lock:
+            if self.reaped:
+                return
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, sig)
+
+
+class VmHost:
+    """Owns local VM processes and serves them over a control HTTP API.
+
+    Args:
+        workdir: where VM logs go (``workdir/vms/NAME.log``); also the VMs' cwd.
+        project: the project id the metadata servers report.
+        agent_command: the command every VM runs.
+        env: added to ``os.environ`` for every VM.
+        capacity_errors: inserts to refuse, keyed by zone or (machine_type, zone),
+            valued by the reason to answer (e.g. ``ZONE_RESOURCE_POOL_EXHAUSTED``).
+        stop_grace_s: SIGTERM to SIGKILL delay for ``delete`` and ``close``.
+    """
+
+    def __init__(
+        self,
+        workdir: Path,
+        project: str,
+        agent_command: list[str],
+        env: dict[str, str] | None = None,
+        capacity_errors: CapacityErrors | None = None,
+        stop_grace_s: float = 3.0,
+    ) -> None:
+        self.workdir = Path(workdir)
+        self.project = project
+        self.agent_command = list(agent_command)
+        self.env = dict(env or {})
+        self.capacity_errors: dict[str | tuple[str, str], str] = {**(capacity_errors or {})}
+        self.stop_grace_s = stop_grace_s
+        self.numeric_project_id = str(int(hashlib.sha256(project.encode()).hexdigest(), 16))[:12]
+        self._vms: dict[str, _Vm] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+        self._server: _ControlServer | None = None
+
+    def start(self) -> None:
+        """Serve the control API on 127.0.0.1 (a free port) from a daemon thread."""
+        (self.workdir / "vms").mkdir(parents=True, exist_ok=True)
+        server = _ControlServer(("127.0.0.1", 0), _ControlHandler)
+        server.vm_host = self
+        self._server = server
+        threading.Thread(
+            target=server.serve_forever, args=(POLL_S,), name="vm-host", daemon=True
+        ).start()
+
+    @property
+    def url(self) -> str:
+        if self._server is None:
+            raise RuntimeError("VmHost not started")
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def close(self) -> None:
+        """Stop every VM (SIGTERM, SIGKILL after the grace) and the control server."""
+        with self._lock:
+            self._closed = True
+            vms = list(self._vms.values())
+            for vm in vms:
+                vm.removing = True
+        self._stop(vms)
+        server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+
+    def insert(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """Create a VM from VmRequest fields; an existing name answers that VM.
+
+        Raises:
+            HostError: 400 for a bad request, 409 when the name lives in another
+                zone, 503/403 for a configured capacity error.
+        """
+        name, zone, machine_type = (str(request.get(k) or "") for k in _REQUIRED)
+        if not (NAME_RE.match(name) and zone and machine_type):
+            raise HostError(400, "invalid", f"Invalid name/zone/machine_type: {name!r} {zone!r}")
+        with self._lock:
+            if self._closed:
+                raise HostError(503, "backendError", "The VM host is shutting down.")
+            existing = self._vms.get(name)
+            if existing is not None:
+                if existing.zone != zone:
+                    raise HostError(409, "alreadyExists", f"VM {name} exists in {existing.zone}.")
+                return existing.to_dict()
+            self._check_capacity(machine_type, zone)
+            vm = self._launch(request, name, zone, machine_type)
+            self._vms[name] = vm
+        threading.Thread(target=self._reap, args=(vm,), name=f"reap-{name}", daemon=True).start()
+        return vm.to_dict()
+
+    def get(self, name: str, zone: str | None = None) -> dict[str, Any] | None:
+        """The VM, or None when it does not exist (in ``zone``, when given)."""
+        with self._lock:
+            vm = self._find(name, zone)
+            return None if vm is None else vm.to_dict()
+
+    def list(self, labels: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+        """Every VM that carries all the given labels."""
+        wanted = dict(labels or {}).items()
+        with self._lock:
+            return [vm.to_dict() for vm in self._vms.values() if wanted <= vm.labels.items()]
+
+    def delete(self, name: str, zone: str | None = None) -> bool:
+        """Stop the VM's process group and forget it; False when it did not exist."""
+        with self._lock:
+            vm = self._find(name, zone)
+            if vm is None:
+                return False
+            vm.removing = True
+            if vm.state == VmState.TERMINATED:  # already reaped: nothing to stop
+                del self._vms[name]
+                return True
+            vm.state = VmState.STOPPING
+        self._stop([vm])
+        return True
+
+    def set_metadata(
+        self, name: str, items: Mapping[str, str], zone: str | None = None
+    ) -> dict[str, Any]:
+        """Replace the VM's custom metadata, waking its watchers."""
+        with self._lock:
+            vm = self._get_or_404(name, zone)
+            vm.metadata.set_attributes({str(k): str(v) for k, v in items.items()})
+            return vm.to_dict()
+
+    def preempt(self, name: str, notice_s: float = 30.0, zone: str | None = None) -> dict[str, Any]:
+        """Preempt a Spot VM: flag it, SIGTERM now, SIGKILL after ``notice_s``, delete.
+
+        Returns at once, with the VM STOPPING.
+        """
+        with self._lock:
+            vm = self._begin_removal(name, zone)
+            vm.metadata.set_preempted()
+            answer = vm.to_dict()
+        vm.signal(signal.SIGTERM)
+        threading.Thread(
+            target=self._end_notice, args=(vm, notice_s), name=f"notice-{name}", daemon=True
+        ).start()
+        return answer
+
+    def kill(self, name: str, zone: str | None = None) -> None:
+        """SIGKILL the VM with no notice (a preemption the agent never saw); it is gone."""
+        with self._lock:
+            vm = self._begin_removal(name, zone)
+        vm.signal(signal.SIGKILL)
+        vm.exited.wait(KILL_WAIT_S)
+
+    def _stop(self, vms: Sequence[_Vm]) -> None:
+        for vm in vms:
+            vm.signal(signal.SIGTERM)
+        deadline = time.monotonic() + self.stop_grace_s
+        for vm in vms:
+            if not vm.exited.wait(max(0.0, deadline - time.monotonic())):
+                vm.signal(signal.SIGKILL)
+        for vm in vms:
+            if not vm.exited.wait(KILL_WAIT_S):
+                log.warning("VM %s (pid %d) outlived SIGKILL", vm.name, vm.process.pid)
+
+    def _check_capacity(self, machine_type: str, zone: str) -> None:
+        reason = self.capacity_errors.get((machine_type, zone)) or self.capacity_errors.get(zone)
+        if reason is None:
+            return
+        code = 403 if reason == "QUOTA_EXCEEDED" else 503  # as Compute Engine answers
+        raise HostError(code, reason, f"No {machine_type} available in {zone}: try another zone.")
+
+    def _launch(self, request: Mapping[str, Any], name: str, zone: str, machine_type: str) -> _Vm:
+        instance_id = str(10**18 + secrets.randbelow(9 * 10**18))  # 19 digits, as on GCE
+        identity = Identity(
+            name, instance_id, zone, machine_type, self.project, self.numeric_project_id
+        )
+        labels = _str_map(request.get("labels"), "labels")
+        metadata = MetadataServer(identity, _str_map(request.get("metadata"), "metadata"))
+        metadata.start()
+        log_path = self.workdir / "vms" / f"{name}.log"
+        env = {**os.environ, **self.env, "GCE_METADATA_HOST": metadata.host}
+        try:
+            with log_path.open("ab") as output:
+                process = subprocess.Popen(
+                    self.agent_command,
+                    stdin=subprocess.DEVNULL,
+                    stdout=output,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    cwd=self.workdir,
+                    start_new_session=True,
+                )
+        except OSError as e:
+            metadata.close()
+            raise HostError(500, "internalError", f"cannot start {name}: {e}") from e
+        return _Vm(
+            name=name,
+            zone=zone,
+            machine_type=machine_type,
+            provisioning=str(request.get("provisioning", "SPOT")),
+            image=str(request.get("image", "")),
+            labels=labels,
+            metadata=metadata,
+            process=process,
+            log_path=log_path,
+        )
+
+    def _reap(self, vm: _Vm) -> None:
+        # Wait without reaping, so the leader's pid (= the group id) stays ours
+        # while we SIGKILL whatever it left in its group; then reap it.
+        with contextlib.suppress(ChildProcessError):
+            os.waitid(os.P_PID, vm.process.pid, os.WEXITED | os.WNOWAIT)
+        with vm.signal_lock:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(vm.process.pid, signal.SIGKILL)
+            code = vm.process.wait()
+            vm.reaped = True
+        with self._lock:
+            vm.exit_code = code
+            vm.state = VmState.TERMINATED
+            if vm.removing and self._vms.get(vm.name) is vm:
+                del self._vms[vm.name]
+        vm.metadata.close()
+        vm.exited.set()
+
+    def _end_notice(self, vm: _Vm, notice_s: float) -> None:
+        if not vm.exited.wait(notice_s):
+            vm.signal(signal.SIGKILL)
+
+    def _find(self, name: str, zone: str | None) -> _Vm | None:
+        vm = self._vms.get(name)
+        return None if vm is None or (zone and vm.zone != zone) else vm
+
+    def _get_or_404(self, name: str, zone: str | None) -> _Vm:
+        vm = self._find(name, zone)
+        if vm is None:
+            raise _not_found(name)
+        return vm
+
+    def _begin_removal(self, name: str, zone: str | None) -> _Vm:
+        vm = self._get_or_404(name, zone)
+        if vm.state != VmState.RUNNING:
+            raise HostError(409, "resourceNotReady", f"VM {name} is {vm.state.value}.")
+        vm.removing = True
+        vm.state = VmState.STOPPING
+        return vm
+
+
+def _str_map(value: Any, what: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise HostError(400, "invalid", f"'{what}' must be an object")
+    return {str(k): str(v) for k, v in value.items()}
+
+
+class _ControlServer(ThreadingHTTPServer):
+    daemon_threads = True
+    vm_host: VmHost
+
+
+class _ControlHandler(BaseHTTPRequestHandler):
+    server: _ControlServer
+
+    def _dispatch(self) -> None:
+        method = self.command
+        url = urlsplit(self.path)
+        parts = [unquote(part) for part in url.path.split("/") if part]
+        query = parse_qs(url.query)
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = json.loads(self.rfile.read(length)) if length else {}
+            if not isinstance(body, dict):
+                raise HostError(400, "invalid", "The body must be a JSON object.")
+            status, answer = 200, _route(self.server.vm_host, method, parts, query, body)
+        except HostError as e:
+            status, answer = e.code, e.body()
+        except ValueError as e:
+            status, answer = 400, HostError(400, "parseError", str(e)).body()
+        except Exception as e:
+            log.exception("%s %s failed", method, self.path)
+            status, answer = 500, HostError(500, "internalError", repr(e)).body()
+        data = json.dumps(answer).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST = do_DELETE = _dispatch
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s " + format, self.address_string(), *args)
+
+
+def _route(
+    host: VmHost, method: str, parts: list[str], query: dict[str, list[str]], body: dict[str, Any]
+) -> Any:
+    zone = query.get("zone", [None])[-1]
+    match method, parts:
+        case "POST", ["vms"]:
+            return host.insert(body)
+        case "GET", ["vms"]:
+            pairs = (label.partition("=") for label in query.get("label", []))
+            labels = {key: value for key, _, value in pairs}
+            return {"items": host.list(labels)}
+        case "GET", ["vms", name]:
+            vm = host.get(name, zone)
+            if vm is None:
+                raise _not_found(name)
+            return vm
+        case "DELETE", ["vms", name]:
+            if not host.delete(name, zone):
+                raise _not_found(name)
+            return {}
+        case "POST", ["vms", name, "metadata"]:
+            return host.set_metadata(name, _str_map(body.get("items"), "items"), zone)
+        case "POST", ["vms", name, "preempt"]:
+            return host.preempt(name, float(body.get("notice_s", 30.0)), zone)
+        case "POST", ["vms", name, "kill"]:
+            host.kill(name, zone)
+            return {}
+    raise HostError(404, "notFound", f"No route for {method} /{'/'.join(parts)}")
+
+
+def _not_found(name: str) -> HostError:
+    return HostError(404, "notFound", f"The resource 'instances/{name}' was not found")

@@ -1,0 +1,79 @@
+"""One job from a published message to COMPLETED, on the whole local stack:
+emulators, functions-framework servers, push subscriptions, the real agent
+and the real digits trainer in a local "VM"."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from infra.cli import main as cli
+from infra.demo import wait_for_job
+from infra.emulators import emulators_available
+from infra.local_stack import LocalStack, StackOptions
+from shared.bus import Bus
+from shared.lifecycle import job_id_for
+from shared.spec import parse_spec
+from shared.states import JobStatus
+from shared.store import Store
+
+pytestmark = [pytest.mark.emulators, pytest.mark.e2e]
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    if missing := emulators_available():
+        pytest.skip(f"emulators unavailable: {missing}")
+    options = StackOptions(project="spotline-e2e", tick_s=2.0, heartbeat_s=1.0)
+    with LocalStack(tmp_path_factory.mktemp("stack"), options) as running:
+        yield running
+
+
+def test_a_published_job_runs_to_completion(
+    stack: LocalStack, repo_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = json.loads((repo_root / "examples" / "digits.json").read_text())
+    data = json.dumps({**spec, "epochs": 3}).encode()
+    message_id = Bus(stack.options.project).publish("submit", data)
+    job_id = job_id_for(parse_spec(data), message_id)
+    store = Store(stack.options.project)
+
+    job = wait_for_job(store, job_id, timeout_s=180, echo=False)
+
+    assert job.status == JobStatus.COMPLETED, job.error
+    assert [h.substatus for h in job.history] == [
+        "REQUESTING_SERVER",
+        "CONNECTING_SERVER",
+        "GEARING_UP_ENV",
+        "SENDING_MODEL_AND_DATA",
+        "TRAINING",
+        "RETURNING",
+        "COMPLETED",
+    ]
+    epochs = store.list_epochs(job_id)
+    assert [e.epoch for e in epochs] == [1, 2, 3]
+    assert epochs[-1].metrics["val_accuracy"] > 0.8
+    assert job.progress == "3/3" and job.checkpoint_uri
+    assert stack.vm_host is not None
+    deadline = time.monotonic() + 15  # the VM is released just after the job is recorded
+    while time.monotonic() < deadline:
+        instance = store.get_instance(job.instance or "")
+        if instance and instance.status == "CLOSED" and not stack.vm_host.list():
+            break
+        time.sleep(0.1)
+    assert instance is not None and (instance.status, instance.substatus) == (
+        "CLOSED",
+        "TERMINATED",
+    )
+    assert instance.booted_at is not None and instance.last_heartbeat_at is not None
+    assert stack.vm_host.list() == []  # deleted, its process gone
+
+    assert cli(["--workdir", str(stack.workdir), "status", job_id]) == 0
+    shown = capsys.readouterr().out
+    assert "COMPLETED" in shown and "val_accuracy" in shown
+    assert cli(["--workdir", str(stack.workdir), "status"]) == 0
+    assert job_id in capsys.readouterr().out

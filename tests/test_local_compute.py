@@ -1,0 +1,406 @@
+"""LocalCompute against a real VmHost whose VMs run a tiny agent stand-in."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from infra.vm_host import VmHost
+from shared.compute.local import LocalCompute
+from shared.compute.port import JOB_METADATA_KEY, CapacityError, Provisioning, VmRequest, VmState
+from shared.errors import TransientError
+
+T = TypeVar("T")
+ZONE = "us-central1-a"
+
+# The agent stand-in. Modes (metadata "agent-mode"): "watch" exits on SIGTERM;
+# "graceful" ignores SIGTERM and exits 0 once it sees the preemption; "stubborn"
+# ignores SIGTERM and hangs after it; "exit" exits 3 at once; "spawn" is "watch"
+# with a child process in its group. Events go to $AGENT_OUT/NAME.jsonl.
+AGENT = """
+import json, os, signal, subprocess, sys, time, urllib.request
+
+ROOT = "http://" + os.environ["GCE_METADATA_HOST"] + "/computeMetadata/v1/"
+
+
+def get(path):
+    request = urllib.request.Request(ROOT + path, headers={"Metadata-Flavor": "Google"})
+    with urllib.request.urlopen(request, timeout=120) as response:
+        return response.read().decode(), response.headers["ETag"]
+
+
+name = get("instance/name")[0]
+attributes = json.loads(get("instance/attributes/?recursive=true")[0])
+mode = attributes.get("agent-mode", "watch")
+out = os.path.join(os.environ["AGENT_OUT"], name + ".jsonl")
+
+
+def record(event, **fields):
+    with open(out, "a") as f:
+        f.write(json.dumps({"event": event, "t": time.time(), **fields}) + "\\n")
+
+
+def on_sigterm(signum, frame):
+    record("sigterm")
+    os._exit(0)
+
+
+ignore = mode in ("graceful", "stubborn")
+signal.signal(signal.SIGTERM, signal.SIG_IGN if ignore else on_sigterm)
+child = None
+if mode == "spawn":
+    code = "import time; time.sleep(600)"
+    child = subprocess.Popen([sys.executable, "-c", code, __file__]).pid
+job = attributes.get("spotline-job")
+record("started", pid=os.getpid(), name=name, job=job, child=child)
+if mode == "exit":
+    sys.exit(3)
+value, etag = get("instance/preempted")
+while value != "TRUE":
+    record("watching")
+    value, etag = get("instance/preempted?wait_for_change=true&timeout_sec=60&last_etag=" + etag)
+record("preempted")
+if mode == "stubborn":
+    signal.pause()
+"""
+
+
+@pytest.fixture
+def agent(tmp_path: Path) -> Path:
+    path = tmp_path / "agent.py"
+    path.write_text(AGENT)
+    return path
+
+
+@pytest.fixture
+def out(tmp_path: Path) -> Path:
+    path = tmp_path / "out"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def host(tmp_path: Path, agent: Path, out: Path) -> Iterator[VmHost]:
+    vm_host = VmHost(
+        tmp_path / "host",
+        "demo-project",
+        [sys.executable, str(agent)],
+        env={"AGENT_OUT": str(out)},
+        capacity_errors={
+            ("a2-highgpu-1g", ZONE): "ZONE_RESOURCE_POOL_EXHAUSTED",
+            "europe-west4-b": "QUOTA_EXCEEDED",
+        },
+    )
+    vm_host.start()
+    try:
+        yield vm_host
+    finally:
+        vm_host.close()
+    assert _processes_mentioning(str(agent)) == []
+    assert _zombie_children() == []
+
+
+@pytest.fixture
+def compute(host: VmHost) -> LocalCompute:
+    return LocalCompute(host.url)
+
+
+def _request(name: str, mode: str = "watch", zone: str = ZONE, **labels: str) -> VmRequest:
+    return VmRequest(
+        name=name,
+        zone=zone,
+        machine_type="n1-standard-4",
+        provisioning=Provisioning.SPOT,
+        request_id=f"req-{name}",
+        image="projects/demo/global/images/family/spotline",
+        labels={"spotline": "1", **labels},
+        metadata={JOB_METADATA_KEY: json.dumps({"job_id": name}), "agent-mode": mode},
+    )
+
+
+def _wait_for(check: Callable[[], T | None], timeout_s: float = 5.0) -> T:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.01)
+    raise AssertionError(f"timed out after {timeout_s} s")
+
+
+def _state(compute: LocalCompute, name: str) -> VmState | None:
+    vm = compute.get(ZONE, name)
+    return None if vm is None else vm.state
+
+
+def _events(out: Path, name: str) -> list[dict[str, Any]]:
+    path = out / f"{name}.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+
+
+def _event(out: Path, name: str, event: str, timeout_s: float = 5.0) -> dict[str, Any]:
+    return _wait_for(
+        lambda: next((e for e in _events(out, name) if e["event"] == event), None), timeout_s
+    )
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    """(state, ppid) of a live or zombie process, None when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    state, ppid = stat.rsplit(")", 1)[1].split()[:2]
+    return state, int(ppid)
+
+
+def _alive(pid: int) -> bool:
+    # A zombie whose parent is not us waits on someone else's wait(); it runs nothing.
+    stat = _proc_stat(pid)
+    return stat is not None and (stat[0] != "Z" or stat[1] == os.getpid())
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            if text in cmdline and _alive(int(entry.name)):
+                found.append(int(entry.name))
+    return found
+
+
+def _zombie_children() -> list[int]:
+    me = os.getpid()
+    return [
+        int(entry.name)
+        for entry in Path("/proc").iterdir()
+        if entry.name.isdigit() and _proc_stat(int(entry.name)) == ("Z", me)
+    ]
+
+
+def _metadata(
+    metadata_host: str, path: str, flavor: bool = True, timeout_s: float = 10.0
+) -> tuple[int, dict[str, str], str]:
+    headers = {"Metadata-Flavor": "Google"} if flavor else {}
+    url = f"http://{metadata_host}/computeMetadata/v1/{path}"
+    try:
+        with urllib.request.urlopen(
+            urllib.request.Request(url, headers=headers), timeout=timeout_s
+        ) as response:
+            return response.status, dict(response.headers), response.read().decode()
+    except urllib.error.HTTPError as e:
+        with e:
+            return e.code, dict(e.headers), e.read().decode()
+
+
+def _metadata_host(host: VmHost, name: str) -> str:
+    vm = host.get(name)
+    assert vm is not None
+    return str(vm["metadata_host"])
+
+
+def test_insert_starts_an_agent_that_sees_its_name_and_job(
+    compute: LocalCompute, host: VmHost, out: Path
+) -> None:
+    started = time.time()
+    vm = compute.insert(_request("job-1-a0"))
+    event = _event(out, "job-1-a0", "started")
+
+    assert vm.name == "job-1-a0" and vm.zone == ZONE and vm.state == VmState.RUNNING
+    assert vm.id.isdigit() and vm.machine_type == "n1-standard-4"
+    assert event["name"] == "job-1-a0"
+    assert json.loads(event["job"]) == {"job_id": "job-1-a0"}
+    assert event["t"] - started < 5.0
+    assert (host.workdir / "vms" / "job-1-a0.log").exists()
+
+
+def test_insert_twice_starts_one_process(compute: LocalCompute, agent: Path, out: Path) -> None:
+    first = compute.insert(_request("job-2-a0"))
+    second = compute.insert(_request("job-2-a0"))
+    _event(out, "job-2-a0", "watching")
+
+    assert first.id == second.id
+    assert len(_processes_mentioning(str(agent))) == 1
+
+
+def test_list_by_labels(compute: LocalCompute) -> None:
+    compute.insert(_request("job-3-a0", job="a"))
+    compute.insert(_request("job-3-b0", job="b"))
+
+    assert [vm.name for vm in compute.list({"job": "a"})] == ["job-3-a0"]
+    assert sorted(vm.name for vm in compute.list({"spotline": "1"})) == ["job-3-a0", "job-3-b0"]
+    assert compute.list({"job": "c"}) == []
+    assert len(compute.list({})) == 2
+
+
+def test_delete_kills_the_process_group_and_is_idempotent(compute: LocalCompute, out: Path) -> None:
+    compute.insert(_request("job-4-a0", mode="spawn"))
+    started = _event(out, "job-4-a0", "started")
+    assert _alive(started["pid"]) and _alive(started["child"])
+
+    compute.delete(ZONE, "job-4-a0")
+
+    assert compute.get(ZONE, "job-4-a0") is None
+    assert not _alive(started["pid"])
+    _wait_for(lambda: not _alive(started["child"]), timeout_s=2.0)
+    assert [e["event"] for e in _events(out, "job-4-a0")][-1] == "sigterm"
+    compute.delete(ZONE, "job-4-a0")
+
+
+def test_zone_must_match(compute: LocalCompute) -> None:
+    compute.insert(_request("job-5-a0"))
+
+    assert compute.get("us-east1-b", "job-5-a0") is None
+    compute.delete("us-east1-b", "job-5-a0")
+    assert compute.get(ZONE, "job-5-a0") is not None
+
+
+def test_a_process_that_exits_shows_terminated(compute: LocalCompute, host: VmHost) -> None:
+    compute.insert(_request("job-6-a0", mode="exit"))
+
+    _wait_for(lambda: _state(compute, "job-6-a0") == VmState.TERMINATED)
+    assert (host.get("job-6-a0") or {})["exit_code"] == 3
+    assert compute.insert(_request("job-6-a0")).state == VmState.TERMINATED
+    compute.delete(ZONE, "job-6-a0")
+    assert compute.get(ZONE, "job-6-a0") is None
+
+
+def test_preempt_wakes_the_watcher_at_once_and_kills_after_the_notice(
+    compute: LocalCompute, out: Path
+) -> None:
+    compute.insert(_request("job-7-a0", mode="stubborn"))
+    pid = _event(out, "job-7-a0", "started")["pid"]
+    _event(out, "job-7-a0", "watching")
+
+    called = time.time()
+    vm = compute.preempt(ZONE, "job-7-a0", notice_s=1.0)
+    woke = _event(out, "job-7-a0", "preempted")["t"]
+
+    assert vm.state == VmState.STOPPING
+    assert woke - called < 2.0
+    time.sleep(0.3)
+    assert _alive(pid), "SIGTERM is ignored: only the end of the notice may kill it"
+    _wait_for(lambda: compute.get(ZONE, "job-7-a0") is None, timeout_s=3.0)
+    assert time.time() - called >= 1.0
+    assert not _alive(pid)
+
+
+def test_preempted_agent_that_exits_is_gone_before_the_notice_ends(
+    compute: LocalCompute, out: Path
+) -> None:
+    compute.insert(_request("job-8-a0", mode="graceful"))
+    _event(out, "job-8-a0", "watching")
+
+    called = time.monotonic()
+    compute.preempt(ZONE, "job-8-a0", notice_s=30.0)
+    _wait_for(lambda: compute.get(ZONE, "job-8-a0") is None)
+
+    assert time.monotonic() - called < 5.0
+    assert _events(out, "job-8-a0")[-1]["event"] == "preempted"
+
+
+def test_kill_gives_no_notice(compute: LocalCompute, out: Path) -> None:
+    compute.insert(_request("job-9-a0"))
+    pid = _event(out, "job-9-a0", "started")["pid"]
+    _event(out, "job-9-a0", "watching")
+
+    compute.kill(ZONE, "job-9-a0")
+
+    assert compute.get(ZONE, "job-9-a0") is None
+    assert not _alive(pid)
+    assert _events(out, "job-9-a0")[-1]["event"] == "watching"
+
+
+def test_capacity_errors_raise_capacity_error(compute: LocalCompute) -> None:
+    big = dataclasses.replace(_request("job-10-a0"), machine_type="a2-highgpu-1g")
+
+    with pytest.raises(CapacityError) as exhausted:
+        compute.insert(big)
+    with pytest.raises(CapacityError) as quota:
+        compute.insert(_request("job-10-a1", zone="europe-west4-b"))
+
+    assert exhausted.value.reason == "ZONE_RESOURCE_POOL_EXHAUSTED"
+    assert quota.value.reason == "QUOTA_EXCEEDED"
+    assert compute.list({}) == []
+
+
+def test_unreachable_host_is_transient() -> None:
+    with pytest.raises(TransientError):
+        LocalCompute("http://127.0.0.1:1", timeout_s=1.0).get(ZONE, "job-11-a0")
+
+
+def test_metadata_server_speaks_gce(compute: LocalCompute, host: VmHost) -> None:
+    compute.insert(_request("job-12-a0"))
+    md = _metadata_host(host, "job-12-a0")
+
+    assert _metadata(md, "instance/name", flavor=False)[0] == 403
+    status, headers, name = _metadata(md, "instance/name")
+    assert (status, headers["Metadata-Flavor"], name) == (200, "Google", "job-12-a0")
+    assert headers["ETag"]
+    assert _metadata(md, "instance/zone")[2].endswith(f"/zones/{ZONE}")
+    assert _metadata(md, "instance/id")[2].isdigit()
+    assert _metadata(md, "instance/preempted")[2] == "FALSE"
+    assert _metadata(md, "instance/maintenance-event")[2] == "NONE"
+    assert _metadata(md, "project/project-id")[2] == "demo-project"
+    assert _metadata(md, "project/numeric-project-id")[2].isdigit()
+    assert _metadata(md, "instance/attributes/")[2].split() == ["agent-mode", JOB_METADATA_KEY]
+    assert _metadata(md, "instance/attributes/missing")[0] == 404
+    recursive = json.loads(_metadata(md, "instance/attributes/?recursive=true")[2])
+    assert recursive["agent-mode"] == "watch"
+
+
+def test_wait_for_change_times_out_with_the_unchanged_value(
+    compute: LocalCompute, host: VmHost
+) -> None:
+    compute.insert(_request("job-13-a0"))
+    md = _metadata_host(host, "job-13-a0")
+    path = f"instance/attributes/{JOB_METADATA_KEY}"
+    _, headers, value = _metadata(md, path)
+
+    started = time.monotonic()
+    _, waited_headers, waited = _metadata(md, f"{path}?wait_for_change=true&timeout_sec=1")
+
+    assert 0.9 <= time.monotonic() - started < 3.0
+    assert (waited, waited_headers["ETag"]) == (value, headers["ETag"])
+    stale = f"{path}?wait_for_change=true&timeout_sec=10&last_etag=stale"
+    started = time.monotonic()
+    assert _metadata(md, stale)[2] == value
+    assert time.monotonic() - started < 1.0
+
+
+def test_set_metadata_wakes_an_attribute_watcher(compute: LocalCompute, host: VmHost) -> None:
+    compute.insert(_request("job-14-a0"))
+    md = _metadata_host(host, "job-14-a0")
+    path = f"instance/attributes/{JOB_METADATA_KEY}?wait_for_change=true&timeout_sec=10"
+    answers: list[tuple[float, str]] = []
+    watcher = threading.Thread(
+        target=lambda: answers.append((time.monotonic(), _metadata(md, path)[2]))
+    )
+    watcher.start()
+    time.sleep(0.2)
+
+    called = time.monotonic()
+    compute.set_metadata(ZONE, "job-14-a0", {JOB_METADATA_KEY: '{"job_id": "new"}'})
+    watcher.join(timeout=5)
+
+    assert answers and answers[0][1] == '{"job_id": "new"}'
+    assert answers[0][0] - called < 1.0
+    assert compute.get(ZONE, "job-14-a0") is not None
+    assert _metadata(md, "instance/attributes/")[2].split() == [JOB_METADATA_KEY]
