@@ -17,11 +17,11 @@ def apply_topology(project: str, endpoints: dict[str, str]) -> None:
     Needs PUBSUB_EMULATOR_HOST set. Idempotent.
     """
     from google.api_core.exceptions import AlreadyExists
-    from google.cloud import pubsub_v1
+    from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
     from google.protobuf import duration_pb2
 
-    publisher = pubsub_v1.PublisherClient()
-    subscriber = pubsub_v1.SubscriberClient()
+    publisher = PublisherClient()
+    subscriber = SubscriberClient()
     for topic in topic_names():
         with contextlib.suppress(AlreadyExists):
             publisher.create_topic(name=publisher.topic_path(project, topic))

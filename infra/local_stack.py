@@ -13,6 +13,7 @@ Everything is stopped in reverse order, each process by its process group.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -165,7 +166,7 @@ class LocalStack:
             )
             self.endpoints[function.entry_point] = f"http://127.0.0.1:{port}"
         for name, server in self.functions.items():
-            server.wait_ready(lambda url=self.endpoints[name]: http_ok(url), timeout_s=60)
+            server.wait_ready(functools.partial(http_ok, self.endpoints[name]), timeout_s=60)
 
     def _tick(self) -> None:
         bus = Bus(self.options.project)

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from shared.config import TOPICS
 
 if TYPE_CHECKING:
-    from google.cloud import pubsub_v1
+    from google.cloud.pubsub_v1 import PublisherClient
 
 _PUBLISH_TIMEOUT_S = 30.0
 
@@ -23,13 +23,13 @@ class Bus:
         self.topics = topics or dict(TOPICS)
 
     @cached_property
-    def publisher(self) -> pubsub_v1.PublisherClient:
+    def publisher(self) -> PublisherClient:
         # Imported here: google.cloud.pubsub costs ~0.5 s at cold start.
-        from google.cloud import pubsub_v1
+        from google.cloud.pubsub_v1 import PublisherClient, types
 
         # Events are few and latency matters more than batching.
-        batching = pubsub_v1.types.BatchSettings(max_messages=10, max_latency=0.005)
-        return pubsub_v1.PublisherClient(batch_settings=batching)
+        batching = types.BatchSettings(max_messages=10, max_latency=0.005)
+        return PublisherClient(batch_settings=batching)
 
     def topic_path(self, key: str) -> str:
         return f"projects/{self.project}/topics/{self.topics[key]}"

@@ -11,6 +11,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,7 +26,7 @@ def pytest_report_header() -> list[str]:
     return ["emulators: Firestore and Pub/Sub from the Google Cloud CLI"]
 
 
-def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
+def pytest_terminal_summary(terminalreporter: Any) -> None:
     if _MISSING:
         terminalreporter.write_line(
             f"!!! EMULATOR TESTS WERE SKIPPED: {_MISSING} !!!", red=True, bold=True

@@ -1,7 +1,9 @@
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
+from shared.documents import JobDoc
 from shared.events import EpochDone, Heartbeat, JobFinished, VmBooted
 from shared.lifecycle import StaleEvent, booted, epoch_done, finished, heartbeat, new_job
 from shared.spec import JobSpec
@@ -12,7 +14,7 @@ T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 S = JobSubstatus
 
 
-def placed():  # type: ignore[no-untyped-def]
+def placed() -> JobDoc:
     spec = JobSpec(user="alice", machine_ids=["g2-standard-4"], trainer="digits_mlp", epochs=4)
     job = new_job(spec, "job1", "m1", T0)
     job = move_job(job, S.CONNECTING_SERVER, T0)
@@ -23,7 +25,7 @@ def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
 
 
-COMMON = {"job_id": "job1", "attempt": 1, "instance": "vm-1"}
+COMMON: dict[str, Any] = {"job_id": "job1", "attempt": 1, "instance": "vm-1"}
 PHASES = {S.GEARING_UP_ENV: at(1), S.SENDING_MODEL_AND_DATA: at(2), S.TRAINING: at(3)}
 
 

@@ -2,6 +2,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from shared.compute.port import Provisioning
 from shared.documents import InstanceDoc, JobDoc
 from shared.errors import IllegalTransition
 from shared.lifecycle import new_job
@@ -93,7 +94,7 @@ def instance() -> InstanceDoc:
         machine_id="g2-standard-4",
         machine_type="g2-standard-4",
         zone="z",
-        provisioning="SPOT",
+        provisioning=Provisioning.SPOT,
         created_at=T0,
         updated_at=T0,
     )

@@ -31,7 +31,7 @@ def test_create_is_once_only_and_round_trips(project: str) -> None:
     stored = store.get_job("job1")
     assert stored == job
     assert stored is not None and stored.status == JobStatus.QUEUING
-    raw = store.client.collection("jobs").document("job1").get().to_dict()
+    raw = store.client.collection("jobs").document("job1").get().to_dict() or {}
     # What a person reads in the console: plain words and real timestamps.
     assert raw["status"] == "QUEUING" and raw["progress"] == "0/3"
     assert isinstance(raw["created_at"], datetime)
