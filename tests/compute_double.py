@@ -1,0 +1,405 @@
+"""A local HTTP double of the Compute Engine REST API, for the real client library.
+
+It serves the few routes ``GceCompute`` sends, answers with the JSON Compute
+Engine answers, and records every request so tests can check the wire format::
+
+    with ComputeDouble() as gce:
+        compute = GceCompute(gce.project, api_endpoint=gce.endpoint,
+                             credentials=AnonymousCredentials())
+        compute.insert(request)
+        assert gce.requests_to("POST", "/instances")[0].query["requestId"] == ...
+
+Like Compute Engine it dedupes inserts by ``requestId``, answers 409 to a second
+insert of a name, checks the metadata fingerprint, and can be told to fail
+inserts with a capacity error, either in the HTTP answer or in the operation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import itertools
+import json
+import re
+import threading
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+SELF_LINK_BASE = "https://www.googleapis.com/compute/v1"
+_PREFIX = r"^/compute/v1/projects/(?P<project>[^/]+)"
+_ZONE = _PREFIX + r"/zones/(?P<zone>[^/]+)"
+_ROUTES: list[tuple[str, re.Pattern[str], str]] = [
+    ("POST", re.compile(_ZONE + r"/instances$"), "_insert"),
+    ("GET", re.compile(_ZONE + r"/instances/(?P<name>[^/]+)$"), "_get"),
+    ("DELETE", re.compile(_ZONE + r"/instances/(?P<name>[^/]+)$"), "_delete"),
+    ("POST", re.compile(_ZONE + r"/instances/(?P<name>[^/]+)/setMetadata$"), "_set_metadata"),
+    ("GET", re.compile(_PREFIX + r"/aggregated/instances$"), "_aggregated_list"),
+    ("POST", re.compile(_ZONE + r"/operations/(?P<op>[^/]+)/wait$"), "_wait"),
+]
+_LABEL_TERM = re.compile(r'\(?\s*labels\.(?P<key>[\w-]+)\s*=\s*"(?P<value>[^"]*)"\s*\)?')
+
+JsonDict = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request as it reached the double."""
+
+    method: str
+    path: str
+    query: dict[str, str]  # the last value of each parameter
+    body: Any  # the parsed JSON body, or None
+    headers: dict[str, str]
+
+
+@dataclass
+class _InsertFailure:
+    reason: str
+    message: str
+    status: int | None  # None: the insert is accepted and its operation fails
+
+
+@dataclass
+class _Failure:
+    method: str
+    path_pattern: re.Pattern[str]
+    status: int
+    reason: str
+    times: int
+
+
+class ApiError(Exception):
+    """An error answer, in Compute Engine's error body format."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = {
+            "error": {
+                "code": status,
+                "message": message,
+                "errors": [{"message": message, "domain": "global", "reason": reason}],
+            }
+        }
+
+
+class ComputeDouble:
+    """Compute Engine for one project, on ``127.0.0.1`` and a free port.
+
+    Args:
+        project: the only project the double knows.
+        operation_polls: how many ``wait`` calls it takes to see an operation
+            DONE. Compute Engine answers a mutating call with a RUNNING
+            operation; 0 makes the call's own answer DONE.
+
+    Attributes:
+        instances: the VMs, by ``(zone, name)``, as Compute Engine's JSON.
+    """
+
+    def __init__(self, project: str = "test-project", *, operation_polls: int = 1) -> None:
+        self.project = project
+        self.operation_polls = operation_polls
+        self.instances: dict[tuple[str, str], JsonDict] = {}
+        self._requests: list[RecordedRequest] = []
+        self._operations: dict[str, JsonDict] = {}
+        self._pending_polls: dict[str, int] = {}
+        self._by_request_id: dict[str, str] = {}
+        self._insert_failures: dict[tuple[str, str], _InsertFailure] = {}
+        self._failures: list[_Failure] = []
+        self._ids = itertools.count(1000)
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+
+    def start(self) -> ComputeDouble:
+        double = self
+
+        class Handler(_Handler):
+            owner = double
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        serve = functools.partial(self._server.serve_forever, poll_interval=0.05)
+        threading.Thread(target=serve, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self) -> ComputeDouble:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+    @property
+    def endpoint(self) -> str:
+        """The ``api_endpoint`` to give the client, e.g. ``http://127.0.0.1:8089``."""
+        assert self._server is not None, "start() the double first"
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def fail_inserts(
+        self,
+        zone: str,
+        machine_type: str,
+        reason: str = "ZONE_RESOURCE_POOL_EXHAUSTED",
+        *,
+        status: int | None = None,
+        message: str | None = None,
+    ) -> None:
+        """Fail every insert of ``machine_type`` in ``zone``.
+
+        With ``status`` the insert call itself fails with that HTTP status and
+        ``reason``; without, the insert is accepted and its operation finishes
+        with ``reason`` as ``error.errors[].code``.
+        """
+        text = message or (
+            f"The zone 'projects/{self.project}/zones/{zone}' does not have enough "
+            "resources available to fulfill the request.  Try a different zone, "
+            "or try again later."
+        )
+        self._insert_failures[(zone, machine_type)] = _InsertFailure(reason, text, status)
+
+    def fail_next(
+        self,
+        method: str,
+        path_pattern: str,
+        status: int,
+        reason: str = "backendError",
+        times: int = 1,
+    ) -> None:
+        """Answer the next ``times`` requests whose path matches with an error."""
+        self._failures.append(_Failure(method, re.compile(path_pattern), status, reason, times))
+
+    def add_instance(
+        self,
+        zone: str,
+        name: str,
+        *,
+        labels: dict[str, str] | None = None,
+        metadata: dict[str, str] | None = None,
+        status: str = "RUNNING",
+        machine_type: str = "n1-standard-4",
+    ) -> JsonDict:
+        """Put a VM in place, as if another caller had created it."""
+        body = {
+            "name": name,
+            "machineType": f"zones/{zone}/machineTypes/{machine_type}",
+            "labels": labels or {},
+            "metadata": {"items": [{"key": k, "value": v} for k, v in (metadata or {}).items()]},
+        }
+        with self._lock:
+            instance = self._new_instance(zone, body)
+            instance["status"] = status
+            return instance
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        with self._lock:
+            return list(self._requests)
+
+    def requests_to(self, method: str, path_suffix: str) -> list[RecordedRequest]:
+        """The recorded requests with this method whose path ends with ``path_suffix``."""
+        return [r for r in self.requests if r.method == method and r.path.endswith(path_suffix)]
+
+    def handle(self, request: RecordedRequest) -> tuple[int, JsonDict]:
+        """Record ``request`` and answer it: an HTTP status and a JSON body."""
+        with self._lock:
+            self._requests.append(request)
+            try:
+                return 200, self._answer(request.method, request.path, request.query, request.body)
+            except ApiError as error:
+                return error.status, error.body
+
+    def _answer(self, method: str, path: str, query: dict[str, str], body: Any) -> JsonDict:
+        for failure in self._failures:
+            if failure.method == method and failure.path_pattern.search(path):
+                failure.times -= 1
+                if failure.times <= 0:
+                    self._failures.remove(failure)
+                raise ApiError(failure.status, failure.reason, f"injected {failure.status}")
+        for route_method, pattern, handler in _ROUTES:
+            match = pattern.match(path)
+            if route_method == method and match:
+                params = match.groupdict()
+                if params.pop("project") != self.project:
+                    raise ApiError(404, "notFound", f"The project {self.project} was not found")
+                result: JsonDict = getattr(self, handler)(query=query, body=body, **params)
+                return result
+        raise ApiError(404, "notFound", f"no route for {method} {path}")
+
+    def _insert(self, zone: str, query: dict[str, str], body: Any) -> JsonDict:
+        request_id = query.get("requestId")
+        if request_id in self._by_request_id:
+            return self._operations[self._by_request_id[request_id]]
+        name = body.get("name", "")
+        types = [body.get("machineType", "")]
+        types += [a["acceleratorType"] for a in body.get("guestAccelerators", [])]
+        for url in types:
+            if not re.fullmatch(rf"zones/{zone}/(machineTypes|acceleratorTypes)/[\w-]+", url):
+                raise ApiError(400, "invalid", f"Invalid value for a type of {name!r}: {url!r}")
+        if (zone, name) in self.instances:
+            path = _instance_path(self.project, zone, name)
+            raise ApiError(409, "alreadyExists", f"The resource '{path}' already exists")
+        failure = self._insert_failures.get((zone, types[0].rsplit("/", 1)[-1]))
+        if failure is not None and failure.status is not None:
+            raise ApiError(failure.status, failure.reason, failure.message)
+        if failure is None:
+            self._new_instance(zone, body)
+        operation = self._new_operation(zone, "insert", name, failure)
+        if request_id:
+            self._by_request_id[request_id] = operation["name"]
+        return operation
+
+    def _get(self, zone: str, name: str, query: dict[str, str], body: Any) -> JsonDict:
+        return self._instance(zone, name)
+
+    def _delete(self, zone: str, name: str, query: dict[str, str], body: Any) -> JsonDict:
+        self._instance(zone, name)
+        del self.instances[(zone, name)]
+        return self._new_operation(zone, "delete", name)
+
+    def _set_metadata(self, zone: str, name: str, query: dict[str, str], body: Any) -> JsonDict:
+        instance = self._instance(zone, name)
+        if body.get("fingerprint") != instance["metadata"]["fingerprint"]:
+            raise ApiError(
+                412,
+                "conditionNotMet",
+                "Supplied fingerprint does not match current metadata fingerprint.",
+            )
+        instance["metadata"] = _metadata(body.get("items", []))
+        return self._new_operation(zone, "setMetadata", name)
+
+    def _aggregated_list(self, query: dict[str, str], body: Any) -> JsonDict:
+        wanted = _parse_label_filter(query.get("filter", ""))
+        by_zone: dict[str, list[JsonDict]] = {}
+        for (zone, _), instance in sorted(self.instances.items()):
+            if wanted.items() <= instance.get("labels", {}).items():
+                by_zone.setdefault(f"zones/{zone}", []).append(instance)
+        return {
+            "kind": "compute#instanceAggregatedList",
+            "id": f"projects/{self.project}/aggregated/instances",
+            "items": {scope: {"instances": found} for scope, found in by_zone.items()},
+            "selfLink": f"{SELF_LINK_BASE}/projects/{self.project}/aggregated/instances",
+        }
+
+    def _wait(self, zone: str, op: str, query: dict[str, str], body: Any) -> JsonDict:
+        operation = self._operations.get(op)
+        if operation is None or not operation["zone"].endswith(f"/zones/{zone}"):
+            raise ApiError(
+                404,
+                "notFound",
+                f"The resource 'projects/{self.project}/zones/{zone}/operations/{op}' "
+                "was not found",
+            )
+        self._pending_polls[op] -= 1
+        if self._pending_polls[op] > 0:
+            return {**operation, "status": "RUNNING", "progress": 50}
+        return operation
+
+    def _instance(self, zone: str, name: str) -> JsonDict:
+        instance = self.instances.get((zone, name))
+        if instance is None:
+            path = _instance_path(self.project, zone, name)
+            raise ApiError(404, "notFound", f"The resource '{path}' was not found")
+        return instance
+
+    def _new_instance(self, zone: str, body: JsonDict) -> JsonDict:
+        zone_url = f"{SELF_LINK_BASE}/projects/{self.project}/zones/{zone}"
+        instance = {
+            **body,
+            "kind": "compute#instance",
+            "id": str(next(self._ids) * 7919),
+            "creationTimestamp": "2024-05-01T12:00:00.000-07:00",
+            "status": "RUNNING",
+            "zone": zone_url,
+            "machineType": f"{SELF_LINK_BASE}/projects/{self.project}/{body['machineType']}",
+            "labels": body.get("labels", {}),
+            "metadata": _metadata(body.get("metadata", {}).get("items", [])),
+            "selfLink": f"{zone_url}/instances/{body['name']}",
+        }
+        self.instances[(zone, body["name"])] = instance
+        return instance
+
+    def _new_operation(
+        self, zone: str, operation_type: str, name: str, failure: _InsertFailure | None = None
+    ) -> JsonDict:
+        number = next(self._ids)
+        suffix = hashlib.sha1(str(number).encode()).hexdigest()[:8]
+        op_name = f"operation-{1714590000000 + number}-{suffix}"
+        zone_url = f"{SELF_LINK_BASE}/projects/{self.project}/zones/{zone}"
+        operation = {
+            "kind": "compute#operation",
+            "id": str(number),
+            "name": op_name,
+            "zone": zone_url,
+            "operationType": operation_type,
+            "targetLink": f"{zone_url}/instances/{name}",
+            "status": "DONE",
+            "progress": 100,
+            "insertTime": "2024-05-01T12:00:00.000-07:00",
+            "selfLink": f"{zone_url}/operations/{op_name}",
+        }
+        if failure is not None:
+            operation["error"] = {"errors": [{"code": failure.reason, "message": failure.message}]}
+            operation.update(httpErrorStatusCode=503, httpErrorMessage="SERVICE UNAVAILABLE")
+        self._operations[op_name] = operation
+        self._pending_polls[op_name] = self.operation_polls
+        if self.operation_polls:
+            return {**operation, "status": "RUNNING", "progress": 0}
+        return operation
+
+
+class _Handler(BaseHTTPRequestHandler):
+    owner: ComputeDouble
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        method = self.command
+        url = urlsplit(self.path)
+        query = {key: values[-1] for key, values in parse_qs(url.query).items()}
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        body = json.loads(raw) if raw else None
+        headers = {key.lower(): value for key, value in self.headers.items()}
+        request = RecordedRequest(method, url.path, query, body, headers)
+        status, answer = self.owner.handle(request)
+        payload = json.dumps(answer).encode()
+        # A client whose timeout ran out has gone; that is its business.
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json; charset=UTF-8")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+    do_POST = do_DELETE = do_GET
+
+
+def _instance_path(project: str, zone: str, name: str) -> str:
+    return f"projects/{project}/zones/{zone}/instances/{name}"
+
+
+def _metadata(items: list[JsonDict]) -> JsonDict:
+    digest = hashlib.sha256(json.dumps(items, sort_keys=True).encode()).hexdigest()[:11]
+    return {"kind": "compute#metadata", "fingerprint": digest + "=", "items": items}
+
+
+def _parse_label_filter(text: str) -> dict[str, str]:
+    """Labels a filter like ``(labels.a = "x") AND (labels.b = "y")`` requires."""
+    if not text.strip():
+        return {}
+    wanted = {}
+    for term in re.split(r"\s+AND\s+", text.strip()):
+        match = _LABEL_TERM.fullmatch(term.strip())
+        if match is None:
+            raise ApiError(400, "invalid", f"Invalid value for field 'filter': {text!r}")
+        wanted[match["key"]] = match["value"]
+    return wanted

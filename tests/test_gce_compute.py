@@ -1,0 +1,394 @@
+"""GceCompute through the real google-cloud-compute client, against a local double."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from google.auth.credentials import AnonymousCredentials
+
+from shared.compute import gce_requests
+from shared.compute.gce import GceCompute
+from shared.compute.gce_requests import ErrorKind
+from shared.compute.port import (
+    JOB_METADATA_KEY,
+    MANAGED_LABEL,
+    Accelerator,
+    CapacityError,
+    Provisioning,
+    VmRequest,
+    VmState,
+)
+from shared.errors import PermanentError, TransientError
+from tests.compute_double import ComputeDouble
+
+ZONE = "us-central1-a"
+IMAGE = "projects/spotline-test/global/images/family/spotline-gpu"
+JOB_DOCUMENT = json.dumps({"job_id": "j-42", "attempt": 1, "bucket": "gs://spotline-test"})
+
+
+def vm_request(
+    *,
+    name: str = "spotline-j-42-a1",
+    zone: str = ZONE,
+    machine_type: str = "n1-standard-8",
+    provisioning: Provisioning = Provisioning.SPOT,
+    request_id: str = "2f6c1d0e-5b7a-4c8e-9d3f-0a1b2c3d4e5f",
+    accelerators: tuple[Accelerator, ...] = (Accelerator("nvidia-tesla-t4", 1),),
+) -> VmRequest:
+    return VmRequest(
+        name=name,
+        zone=zone,
+        machine_type=machine_type,
+        provisioning=provisioning,
+        request_id=request_id,
+        image=IMAGE,
+        labels={MANAGED_LABEL: "true", "job": "j-42"},
+        metadata={JOB_METADATA_KEY: JOB_DOCUMENT},
+        accelerators=accelerators,
+        disk_gb=150,
+        service_account="spotline-vm@spotline-test.iam.gserviceaccount.com",
+    )
+
+
+@pytest.fixture
+def double() -> Iterator[ComputeDouble]:
+    with ComputeDouble(project="spotline-test") as running:
+        yield running
+
+
+def client(double: ComputeDouble, operation_timeout_s: float = 5.0) -> GceCompute:
+    return GceCompute(
+        double.project,
+        api_endpoint=double.endpoint,
+        credentials=AnonymousCredentials(),
+        operation_timeout_s=operation_timeout_s,
+        read_retry_s=1.0,
+    )
+
+
+@pytest.fixture
+def compute(double: ComputeDouble) -> GceCompute:
+    return client(double)
+
+
+def test_insert_sends_a_spot_gpu_instance(compute: GceCompute, double: ComputeDouble) -> None:
+    vm = compute.insert(vm_request())
+
+    assert (vm.name, vm.zone, vm.state, vm.machine_type) == (
+        "spotline-j-42-a1",
+        ZONE,
+        VmState.RUNNING,
+        "n1-standard-8",
+    )
+    [sent] = double.requests_to("POST", f"/zones/{ZONE}/instances")
+    assert sent.path == f"/compute/v1/projects/spotline-test/zones/{ZONE}/instances"
+    assert sent.query == {"requestId": "2f6c1d0e-5b7a-4c8e-9d3f-0a1b2c3d4e5f"}
+    body = sent.body
+    assert body["name"] == "spotline-j-42-a1"
+    assert body["machineType"] == f"zones/{ZONE}/machineTypes/n1-standard-8"
+    assert body["scheduling"] == {
+        "provisioningModel": "SPOT",
+        "instanceTerminationAction": "DELETE",
+        "automaticRestart": False,
+        "onHostMaintenance": "TERMINATE",
+    }
+    assert body["guestAccelerators"] == [
+        {"acceleratorType": f"zones/{ZONE}/acceleratorTypes/nvidia-tesla-t4", "acceleratorCount": 1}
+    ]
+    assert body["labels"] == {"spotline": "true", "job": "j-42"}
+    [item] = body["metadata"]["items"]
+    assert item["key"] == JOB_METADATA_KEY
+    assert json.loads(item["value"]) == {
+        "job_id": "j-42",
+        "attempt": 1,
+        "bucket": "gs://spotline-test",
+    }
+    [disk] = body["disks"]
+    # int64 fields travel as JSON strings (the proto3 JSON mapping).
+    assert disk["initializeParams"] == {"sourceImage": IMAGE, "diskSizeGb": "150"}
+    assert disk["boot"] is True and disk["autoDelete"] is True
+    [interface] = body["networkInterfaces"]
+    assert interface["accessConfigs"] == [{"name": "External NAT", "type": "ONE_TO_ONE_NAT"}]
+    assert body["serviceAccounts"] == [
+        {
+            "email": "spotline-vm@spotline-test.iam.gserviceaccount.com",
+            "scopes": ["https://www.googleapis.com/auth/cloud-platform"],
+        }
+    ]
+
+
+def test_a_standard_gpu_vm_terminates_on_host_maintenance(
+    compute: GceCompute, double: ComputeDouble
+) -> None:
+    compute.insert(vm_request(provisioning=Provisioning.STANDARD))
+
+    [sent] = double.requests_to("POST", "/instances")
+    assert sent.body["scheduling"] == {
+        "provisioningModel": "STANDARD",
+        "automaticRestart": True,
+        "onHostMaintenance": "TERMINATE",
+    }
+
+
+def test_a_standard_vm_without_gpus_live_migrates() -> None:
+    request = vm_request(provisioning=Provisioning.STANDARD, accelerators=())
+
+    assert gce_requests.scheduling(request).on_host_maintenance == "MIGRATE"
+    assert not gce_requests.instance_resource(request).guest_accelerators
+
+
+def test_insert_waits_for_the_operation(double: ComputeDouble) -> None:
+    double.operation_polls = 3
+
+    client(double).insert(vm_request())
+
+    waits = double.requests_to("POST", "/wait")
+    assert len(waits) == 3
+    assert waits[0].path.startswith(f"/compute/v1/projects/spotline-test/zones/{ZONE}/operations/")
+
+
+def test_an_operation_that_never_finishes_is_transient(double: ComputeDouble) -> None:
+    double.operation_polls = 10**9
+
+    with pytest.raises(TransientError, match="not done"):
+        client(double, operation_timeout_s=0.3).insert(vm_request())
+
+
+def test_inserting_the_same_request_twice_makes_one_vm(
+    compute: GceCompute, double: ComputeDouble
+) -> None:
+    first = compute.insert(vm_request())
+    second = compute.insert(vm_request())
+
+    assert first == second
+    assert len(double.instances) == 1
+    assert len(double.requests_to("POST", "/instances")) == 2
+
+
+def test_inserting_an_existing_name_returns_that_vm(
+    compute: GceCompute, double: ComputeDouble
+) -> None:
+    existing = double.add_instance(ZONE, "spotline-j-42-a1", labels={"spotline": "true"})
+
+    vm = compute.insert(vm_request(request_id="another-attempt-of-the-same-step"))
+
+    assert vm.id == existing["id"]
+    assert len(double.instances) == 1
+
+
+@pytest.mark.parametrize(
+    ("status", "reason"),
+    [
+        (503, "ZONE_RESOURCE_POOL_EXHAUSTED"),
+        (503, "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS"),
+        (403, "quotaExceeded"),
+    ],
+)
+def test_a_capacity_error_from_the_insert_call(
+    compute: GceCompute, double: ComputeDouble, status: int, reason: str
+) -> None:
+    double.fail_inserts(ZONE, "n1-standard-8", reason, status=status)
+
+    with pytest.raises(CapacityError) as raised:
+        compute.insert(vm_request())
+
+    assert raised.value.reason == reason
+    assert "does not have enough resources" in str(raised.value)
+    assert not double.instances
+
+
+@pytest.mark.parametrize("reason", ["ZONE_RESOURCE_POOL_EXHAUSTED", "QUOTA_EXCEEDED"])
+def test_a_capacity_error_inside_the_operation(
+    compute: GceCompute, double: ComputeDouble, reason: str
+) -> None:
+    double.fail_inserts(ZONE, "n1-standard-8", reason)
+
+    with pytest.raises(CapacityError) as raised:
+        compute.insert(vm_request())
+
+    assert raised.value.reason == reason
+    assert double.requests_to("POST", "/wait")
+    assert not double.instances
+
+
+def test_a_gpu_the_zone_does_not_offer_is_a_capacity_error(
+    compute: GceCompute, double: ComputeDouble
+) -> None:
+    message = (
+        "Invalid value for field 'resource.guestAccelerators[0].acceleratorType': "
+        f"'zones/{ZONE}/acceleratorTypes/nvidia-l4'. "
+        f"Accelerator type 'nvidia-l4' does not exist in zone '{ZONE}'."
+    )
+    double.fail_inserts(ZONE, "g2-standard-8", "invalid", status=400, message=message)
+
+    with pytest.raises(CapacityError):
+        compute.insert(vm_request(machine_type="g2-standard-8"))
+
+
+@pytest.mark.parametrize(
+    ("status", "reason", "error"),
+    [
+        (503, "backendError", TransientError),
+        (500, "internalError", TransientError),
+        (429, "rateLimitExceeded", TransientError),
+        (403, "rateLimitExceeded", TransientError),
+        (400, "invalid", PermanentError),
+        (403, "forbidden", PermanentError),
+    ],
+)
+def test_other_insert_errors(
+    compute: GceCompute,
+    double: ComputeDouble,
+    status: int,
+    reason: str,
+    error: type[Exception],
+) -> None:
+    double.fail_next("POST", "/instances$", status, reason)
+
+    with pytest.raises(error) as raised:
+        compute.insert(vm_request())
+
+    assert not isinstance(raised.value, CapacityError)
+
+
+def test_an_unreachable_api_is_transient(double: ComputeDouble) -> None:
+    endpoint = double.endpoint
+    double.stop()
+    compute = GceCompute("spotline-test", api_endpoint=endpoint, credentials=AnonymousCredentials())
+
+    with pytest.raises(TransientError):
+        compute.insert(vm_request())
+
+
+def test_get_of_a_missing_vm_is_none(compute: GceCompute) -> None:
+    assert compute.get(ZONE, "spotline-nothing-here") is None
+
+
+def test_get_reads_the_vm(compute: GceCompute, double: ComputeDouble) -> None:
+    double.add_instance(ZONE, "spotline-j-7-a2", labels={"job": "j-7"}, status="TERMINATED")
+
+    vm = compute.get(ZONE, "spotline-j-7-a2")
+
+    assert vm is not None
+    assert (vm.zone, vm.state, vm.labels) == (ZONE, VmState.TERMINATED, {"job": "j-7"})
+
+
+def test_reads_retry_a_503(compute: GceCompute, double: ComputeDouble) -> None:
+    double.add_instance(ZONE, "spotline-j-42-a1")
+    double.fail_next("GET", "/instances/spotline-j-42-a1$", 503)
+
+    assert compute.get(ZONE, "spotline-j-42-a1") is not None
+    assert len(double.requests_to("GET", "/instances/spotline-j-42-a1")) == 2
+
+
+def test_reads_give_up_as_transient(compute: GceCompute, double: ComputeDouble) -> None:
+    double.fail_next("GET", "/aggregated/instances$", 503, times=1000)
+
+    with pytest.raises(TransientError):
+        compute.list({MANAGED_LABEL: "true"})
+
+
+def test_delete_of_a_missing_vm_succeeds(compute: GceCompute, double: ComputeDouble) -> None:
+    compute.delete(ZONE, "spotline-nothing-here")
+
+    assert [r.method for r in double.requests] == ["DELETE"]
+
+
+def test_delete_removes_the_vm(compute: GceCompute, double: ComputeDouble) -> None:
+    double.add_instance(ZONE, "spotline-j-42-a1")
+
+    compute.delete(ZONE, "spotline-j-42-a1")
+
+    assert not double.instances
+    [sent] = double.requests_to("DELETE", "/instances/spotline-j-42-a1")
+    assert (
+        sent.path == f"/compute/v1/projects/spotline-test/zones/{ZONE}/instances/spotline-j-42-a1"
+    )
+
+
+def test_list_finds_labelled_vms_in_every_zone(compute: GceCompute, double: ComputeDouble) -> None:
+    for zone, name, job in [
+        ("us-central1-a", "spotline-j-1-a1", "j-1"),
+        ("europe-west4-b", "spotline-j-1-a2", "j-1"),
+        ("us-central1-a", "spotline-j-2-a1", "j-2"),
+    ]:
+        double.add_instance(zone, name, labels={"spotline": "true", "job": job})
+    double.add_instance("us-central1-a", "someone-elses-vm")
+
+    vms = compute.list({"spotline": "true", "job": "j-1"})
+
+    assert sorted((vm.zone, vm.name) for vm in vms) == [
+        ("europe-west4-b", "spotline-j-1-a2"),
+        ("us-central1-a", "spotline-j-1-a1"),
+    ]
+    [sent] = double.requests_to("GET", "/aggregated/instances")
+    assert sent.path == "/compute/v1/projects/spotline-test/aggregated/instances"
+    assert sent.query == {"filter": '(labels.job = "j-1") AND (labels.spotline = "true")'}
+
+
+def test_set_metadata_sends_the_fingerprint_and_keeps_other_items(
+    compute: GceCompute, double: ComputeDouble
+) -> None:
+    vm = double.add_instance(
+        ZONE, "spotline-j-42-a1", metadata={JOB_METADATA_KEY: "{}", "startup-script": "#!/bin/sh"}
+    )
+    fingerprint = vm["metadata"]["fingerprint"]
+
+    compute.set_metadata(ZONE, "spotline-j-42-a1", {JOB_METADATA_KEY: JOB_DOCUMENT})
+
+    [sent] = double.requests_to("POST", "/instances/spotline-j-42-a1/setMetadata")
+    assert sent.body["fingerprint"] == fingerprint
+    items = {
+        item["key"]: item["value"]
+        for item in double.instances[(ZONE, "spotline-j-42-a1")]["metadata"]["items"]
+    }
+    assert items == {JOB_METADATA_KEY: JOB_DOCUMENT, "startup-script": "#!/bin/sh"}
+
+
+def test_a_concurrent_metadata_change_is_transient(
+    compute: GceCompute, double: ComputeDouble
+) -> None:
+    double.add_instance(ZONE, "spotline-j-42-a1")
+    double.fail_next("POST", "/setMetadata$", 412, "conditionNotMet")
+
+    with pytest.raises(TransientError):
+        compute.set_metadata(ZONE, "spotline-j-42-a1", {JOB_METADATA_KEY: JOB_DOCUMENT})
+
+
+def test_set_metadata_of_a_missing_vm_is_permanent(compute: GceCompute) -> None:
+    with pytest.raises(PermanentError):
+        compute.set_metadata(ZONE, "spotline-nothing-here", {JOB_METADATA_KEY: JOB_DOCUMENT})
+
+
+@pytest.mark.parametrize(
+    ("reason", "message", "kind"),
+    [
+        ("ZONE_RESOURCE_POOL_EXHAUSTED", "", ErrorKind.CAPACITY),
+        ("quotaExceeded", "Quota 'NVIDIA_T4_GPUS' exceeded.", ErrorKind.CAPACITY),
+        ("rateLimitExceeded", "", ErrorKind.TRANSIENT),
+        (
+            "invalid",
+            "Machine type with name 'a2-highgpu-1g' does not exist in zone",
+            ErrorKind.CAPACITY,
+        ),
+        ("invalid", "Invalid value for field 'resource.name'", None),
+        ("alreadyExists", "", None),
+    ],
+)
+def test_classify_error(reason: str, message: str, kind: ErrorKind | None) -> None:
+    assert gce_requests.classify_error(reason, message) is kind
+
+
+def test_importing_the_adapter_does_not_import_the_client_library() -> None:
+    code = "import sys, shared.compute.gce; print('google.cloud.compute_v1' in sys.modules)"
+    root = Path(__file__).resolve().parents[1]
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True
+    )
+
+    assert result.stdout.strip() == "False"
