@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import logging
 import os
 import re
@@ -39,12 +38,11 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
 
 from infra.metadata_server import POLL_S, Identity, MetadataServer
+from infra.vm_host_api import ControlHandler, ControlServer, HostError, not_found, str_map
 from shared.compute.port import VmState
 
 log = logging.getLogger(__name__)
@@ -59,20 +57,6 @@ KILL_WAIT_S = 5.0
 # The key is Any because Mapping is invariant in it: a caller's dict[str, str]
 # would not pass as Mapping[str | tuple[str, str], str].
 CapacityErrors = Mapping[Any, str]
-
-
-class HostError(Exception):
-    """An operation the host refuses, with the HTTP code and GCE reason it answers."""
-
-    def __init__(self, code: int, reason: str, message: str) -> None:
-        super().__init__(f"{code} {reason}: {message}")
-        self.code = code
-        self.reason = reason
-        self.message = message
-
-    def body(self) -> dict[str, Any]:
-        error = {"reason": self.reason, "message": self.message, "domain": "global"}
-        return {"error": {"code": self.code, "message": self.message, "errors": [error]}}
 
 
 @dataclass
@@ -153,12 +137,12 @@ class VmHost:
         self._vms: dict[str, _Vm] = {}
         self._lock = threading.Lock()
         self._closed = False
-        self._server: _ControlServer | None = None
+        self._server: ControlServer | None = None
 
     def start(self) -> None:
         """Serve the control API on 127.0.0.1 (a free port) from a daemon thread."""
         (self.workdir / "vms").mkdir(parents=True, exist_ok=True)
-        server = _ControlServer(("127.0.0.1", 0), _ControlHandler)
+        server = ControlServer(("127.0.0.1", 0), ControlHandler)
         server.vm_host = self
         self._server = server
         threading.Thread(
@@ -288,8 +272,8 @@ class VmHost:
         identity = Identity(
             name, instance_id, zone, machine_type, self.project, self.numeric_project_id
         )
-        labels = _str_map(request.get("labels"), "labels")
-        metadata = MetadataServer(identity, _str_map(request.get("metadata"), "metadata"))
+        labels = str_map(request.get("labels"), "labels")
+        metadata = MetadataServer(identity, str_map(request.get("metadata"), "metadata"))
         metadata.start()
         log_path = self.workdir / "vms" / f"{name}.log"
         env = {**os.environ, **self.env, "GCE_METADATA_HOST": metadata.host}
@@ -348,7 +332,7 @@ class VmHost:
     def _get_or_404(self, name: str, zone: str | None) -> _Vm:
         vm = self._find(name, zone)
         if vm is None:
-            raise _not_found(name)
+            raise not_found(name)
         return vm
 
     def _begin_removal(self, name: str, zone: str | None) -> _Vm:
@@ -358,84 +342,3 @@ class VmHost:
         vm.removing = True
         vm.state = VmState.STOPPING
         return vm
-
-
-def _str_map(value: Any, what: str) -> dict[str, str]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise HostError(400, "invalid", f"'{what}' must be an object")
-    return {str(k): str(v) for k, v in value.items()}
-
-
-class _ControlServer(ThreadingHTTPServer):
-    daemon_threads = True
-    vm_host: VmHost
-
-
-class _ControlHandler(BaseHTTPRequestHandler):
-    server: _ControlServer
-
-    def _dispatch(self) -> None:
-        method = self.command
-        url = urlsplit(self.path)
-        parts = [unquote(part) for part in url.path.split("/") if part]
-        query = parse_qs(url.query)
-        try:
-            length = int(self.headers.get("Content-Length") or 0)
-            body = json.loads(self.rfile.read(length)) if length else {}
-            if not isinstance(body, dict):
-                raise HostError(400, "invalid", "The body must be a JSON object.")
-            status, answer = 200, _route(self.server.vm_host, method, parts, query, body)
-        except HostError as e:
-            status, answer = e.code, e.body()
-        except ValueError as e:
-            status, answer = 400, HostError(400, "parseError", str(e)).body()
-        except Exception as e:
-            log.exception("%s %s failed", method, self.path)
-            status, answer = 500, HostError(500, "internalError", repr(e)).body()
-        data = json.dumps(answer).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    do_GET = do_POST = do_DELETE = _dispatch
-
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("%s " + format, self.address_string(), *args)
-
-
-def _route(
-    host: VmHost, method: str, parts: list[str], query: dict[str, list[str]], body: dict[str, Any]
-) -> Any:
-    zone = query.get("zone", [None])[-1]
-    match method, parts:
-        case "POST", ["vms"]:
-            return host.insert(body)
-        case "GET", ["vms"]:
-            pairs = (label.partition("=") for label in query.get("label", []))
-            labels = {key: value for key, _, value in pairs}
-            return {"items": host.list(labels)}
-        case "GET", ["vms", name]:
-            vm = host.get(name, zone)
-            if vm is None:
-                raise _not_found(name)
-            return vm
-        case "DELETE", ["vms", name]:
-            if not host.delete(name, zone):
-                raise _not_found(name)
-            return {}
-        case "POST", ["vms", name, "metadata"]:
-            return host.set_metadata(name, _str_map(body.get("items"), "items"), zone)
-        case "POST", ["vms", name, "preempt"]:
-            return host.preempt(name, float(body.get("notice_s", 30.0)), zone)
-        case "POST", ["vms", name, "kill"]:
-            host.kill(name, zone)
-            return {}
-    raise HostError(404, "notFound", f"No route for {method} /{'/'.join(parts)}")
-
-
-def _not_found(name: str) -> HostError:
-    return HostError(404, "notFound", f"The resource 'instances/{name}' was not found")
