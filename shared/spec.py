@@ -68,6 +68,9 @@ class JobSpec(BaseModel):
             raise ValueError("give exactly one of 'trainer' (built-in) or 'command'")
         if self.trainer is not None and self.trainer not in BUILTIN_TRAINERS:
             raise ValueError(f"trainer: {self.trainer!r} is not one of {BUILTIN_TRAINERS}")
+        if self.nodes > 1:
+            # Refused rather than silently run on one node.
+            raise ValueError("nodes: multi-node jobs are not supported yet; use nodes=1")
         return self
 
 

@@ -41,6 +41,23 @@ def report_epoch(
     )
 
 
+def report_checkpoint(step: int, uri: str, reason: str) -> None:
+    """Record that the state after ``step`` optimizer steps is saved at ``uri``.
+
+    ``reason`` says why it was saved outside the epoch rhythm, e.g. ``"sigterm"``
+    (about to exit) or ``"sigusr1"`` (asked for one, training goes on).
+    """
+    _write(
+        {
+            "type": "checkpoint",
+            "step": step,
+            "uri": uri,
+            "reason": reason,
+            "time": time.time(),
+        }
+    )
+
+
 def _write(record: dict[str, Any]) -> None:
     line = json.dumps(record, separators=(",", ":")) + "\n"
     path = os.environ.get(EVENTS_ENV)

@@ -1,0 +1,263 @@
+"""The built-in trainer: an MLP on scikit-learn's 8x8 digits, resumable to the step.
+
+Run as ``python -m vm_image.trainers.digits_mlp`` with the ``SPOTLINE_*``
+variables the agent sets. Every epoch visits the training set in an order drawn
+from ``(seed, epoch)`` alone, so a run resumed from a checkpoint taken in the
+middle of an epoch skips to the same batch and ends with the same weights as a
+run that was never stopped.
+
+Signals: SIGUSR1 saves a checkpoint at the next step boundary and training goes
+on; SIGTERM saves one and exits with 143.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from vm_image.trainers.report import report_checkpoint, report_epoch
+from vm_image.trainers.torch_checkpoint import (
+    PreemptionFlag,
+    load_latest_checkpoint,
+    save_checkpoint,
+)
+
+# What a shell reports for a process ended by SIGTERM; the agent reads it as
+# "stopped on request, checkpoint saved".
+EXIT_PREEMPTED = 143
+EXIT_BAD_SETTINGS = 2
+
+DEFAULT_EPOCHS = 5
+DEFAULT_BATCH_SIZE = 32
+DEFAULT_VALIDATION_SPLIT = 0.2
+DEFAULT_LR = 0.01
+DEFAULT_HIDDEN = 64
+
+
+class SettingsError(ValueError):
+    """The environment does not describe a run this trainer can do."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The run as the agent describes it in ``SPOTLINE_*`` variables."""
+
+    job_id: str
+    attempt: int
+    epochs: int
+    batch_size: int
+    seed: int
+    validation_split: float
+    lr: float
+    hidden: int
+    checkpoint_dir: str
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Settings:
+        """Read the settings; only ``SPOTLINE_CHECKPOINT_DIR`` is required.
+
+        Raises:
+            SettingsError: a value is missing, malformed or out of range.
+        """
+        try:
+            hyper = json.loads(env.get("SPOTLINE_HYPERPARAMETERS") or "{}")
+            if not isinstance(hyper, dict):
+                raise SettingsError("SPOTLINE_HYPERPARAMETERS must be a JSON object")
+            settings = cls(
+                job_id=env.get("SPOTLINE_JOB_ID", "local"),
+                attempt=int(env.get("SPOTLINE_ATTEMPT", "1")),
+                epochs=int(env.get("SPOTLINE_EPOCHS", DEFAULT_EPOCHS)),
+                batch_size=int(env.get("SPOTLINE_BATCH_SIZE", DEFAULT_BATCH_SIZE)),
+                seed=int(env.get("SPOTLINE_SEED", "0")),
+                validation_split=float(
+                    env.get("SPOTLINE_VALIDATION_SPLIT", DEFAULT_VALIDATION_SPLIT)
+                ),
+                lr=float(hyper.get("lr", DEFAULT_LR)),
+                hidden=int(hyper.get("hidden", DEFAULT_HIDDEN)),
+                checkpoint_dir=env["SPOTLINE_CHECKPOINT_DIR"],
+            )
+        except KeyError as missing:
+            raise SettingsError(f"{missing.args[0]} is not set") from None
+        except (TypeError, ValueError) as error:
+            raise SettingsError(str(error)) from None
+        if settings.epochs < 1 or settings.batch_size < 1 or settings.hidden < 1:
+            raise SettingsError("epochs, batch size and hidden must be at least 1")
+        if not 0.0 <= settings.validation_split < 1.0:
+            raise SettingsError("SPOTLINE_VALIDATION_SPLIT must be in [0, 1)")
+        return settings
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What must not change between attempts for a checkpoint to apply."""
+        keep = ("batch_size", "seed", "validation_split", "lr", "hidden")
+        return {name: value for name, value in asdict(self).items() if name in keep}
+
+
+@dataclass(frozen=True)
+class Digits:
+    """Features scaled to [0, 1] and labels, split into train and validation."""
+
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_val: torch.Tensor
+    y_val: torch.Tensor
+
+
+def load_digits_split(seed: int, validation_split: float) -> Digits:
+    """The 1797 digits, shuffled by ``seed`` and split into train and validation."""
+    from sklearn.datasets import load_digits
+
+    features, labels = load_digits(return_X_y=True)
+    x = torch.from_numpy((features / 16.0).astype(np.float32))
+    y = torch.from_numpy(labels.astype(np.int64))
+    order = torch.from_numpy(np.random.default_rng(seed).permutation(len(y)))
+    n_val = round(len(y) * validation_split)
+    val, train = order[:n_val], order[n_val:]
+    return Digits(x[train], y[train], x[val], y[val])
+
+
+def build_model(hidden: int) -> nn.Sequential:
+    """64 pixels -> ``hidden`` ReLU units -> 10 class logits."""
+    return nn.Sequential(nn.Linear(64, hidden), nn.ReLU(), nn.Linear(hidden, 10))
+
+
+def batch_order(seed: int, epoch: int, size: int) -> torch.Tensor:
+    """The order of the training samples in 0-based ``epoch``: a function of its inputs."""
+    return torch.from_numpy(np.random.default_rng([seed, epoch]).permutation(size))
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
+    """Mean cross-entropy and accuracy of ``model`` on ``(x, y)``."""
+    model.eval()
+    logits = model(x)
+    loss = nn.functional.cross_entropy(logits, y).item()
+    accuracy = (logits.argmax(dim=1) == y).float().mean().item()
+    return loss, accuracy
+
+
+def train(settings: Settings, flag: PreemptionFlag) -> int:
+    """Train to ``settings.epochs`` from the newest checkpoint; return the exit code."""
+    torch.set_num_threads(1)
+    torch.manual_seed(settings.seed)
+    np.random.seed(settings.seed)
+    random.seed(settings.seed)
+
+    data = load_digits_split(settings.seed, settings.validation_split)
+    model = build_model(settings.hidden)
+    optimizer = torch.optim.Adam(model.parameters(), lr=settings.lr)
+    loss_fn = nn.CrossEntropyLoss()
+    n_train = len(data.y_train)
+    steps_per_epoch = math.ceil(n_train / settings.batch_size)
+
+    print(
+        f"job {settings.job_id} attempt {settings.attempt}: {settings.epochs} epochs of "
+        f"{steps_per_epoch} steps ({n_train} samples, batch {settings.batch_size})",
+        flush=True,
+    )
+    epoch = step_in_epoch = step = 0
+    checkpoint = load_latest_checkpoint(settings.checkpoint_dir)
+    if checkpoint is not None:
+        if checkpoint.extra.get("settings") != settings.fingerprint():
+            print(
+                f"{checkpoint.uri} was saved with {checkpoint.extra.get('settings')}, "
+                f"this run has {settings.fingerprint()}",
+                file=sys.stderr,
+            )
+            return EXIT_BAD_SETTINGS
+        checkpoint.restore(model, optimizer)
+        epoch, step_in_epoch, step = checkpoint.epoch, checkpoint.step_in_epoch, checkpoint.step
+        print(
+            f"resumed_from_step={step} epoch={epoch} step_in_epoch={step_in_epoch} "
+            f"from {checkpoint.uri}",
+            flush=True,
+        )
+
+    def save(done_epochs: int, done_in_epoch: int) -> str:
+        return save_checkpoint(
+            settings.checkpoint_dir,
+            model=model,
+            optimizer=optimizer,
+            epoch=done_epochs,
+            step=step,
+            step_in_epoch=done_in_epoch,
+            extra={"settings": settings.fingerprint()},
+        )
+
+    while epoch < settings.epochs:
+        started = time.perf_counter()
+        order = batch_order(settings.seed, epoch, n_train)
+        model.train()
+        for batch in range(step_in_epoch, steps_per_epoch):
+            if flag.pending and _serve_signal(flag, step, save(epoch, batch)):
+                return EXIT_PREEMPTED
+            rows = order[batch * settings.batch_size : (batch + 1) * settings.batch_size]
+            optimizer.zero_grad(set_to_none=True)
+            loss_fn(model(data.x_train[rows]), data.y_train[rows]).backward()
+            optimizer.step()
+            step += 1
+        epoch, step_in_epoch = epoch + 1, 0
+        trained = time.perf_counter()
+
+        metrics = _epoch_metrics(model, data)
+        uri = save(epoch, 0)
+        saved = time.perf_counter()
+        report_epoch(epoch, settings.epochs, step, metrics, uri)
+        print(
+            f"epoch {epoch}/{settings.epochs} step {step} "
+            + " ".join(f"{name} {value:.4f}" for name, value in metrics.items())
+            + f" ({trained - started:.3f}s train, {saved - trained:.3f}s eval+checkpoint)",
+            flush=True,
+        )
+        # A signal that came during the epoch's last step or its evaluation is
+        # served by the checkpoint just written.
+        if flag.pending and epoch < settings.epochs and _serve_signal(flag, step, uri):
+            return EXIT_PREEMPTED
+
+    print(f"all {settings.epochs} epochs done at step {step}", flush=True)
+    return 0
+
+
+def _serve_signal(flag: PreemptionFlag, step: int, uri: str) -> bool:
+    """Report the checkpoint a signal asked for; True when the run must stop now."""
+    report_checkpoint(step, uri, flag.reason or "")
+    if flag.exit_requested:
+        print(f"stopped by SIGTERM at step {step}, state in {uri}", flush=True)
+        return True
+    print(f"checkpoint on SIGUSR1 at step {step}: {uri}", flush=True)
+    flag.clear_checkpoint_request()
+    return False
+
+
+def _epoch_metrics(model: nn.Module, data: Digits) -> dict[str, float]:
+    train_loss, train_accuracy = evaluate(model, data.x_train, data.y_train)
+    metrics = {"train_loss": train_loss, "train_accuracy": train_accuracy}
+    if len(data.y_val):
+        val_loss, val_accuracy = evaluate(model, data.x_val, data.y_val)
+        metrics |= {"val_loss": val_loss, "val_accuracy": val_accuracy}
+    return metrics
+
+
+def main(env: Mapping[str, str] | None = None) -> int:
+    """Entry point: read the settings from ``env`` (default: the process's) and train."""
+    with PreemptionFlag() as flag:
+        try:
+            settings = Settings.from_env(os.environ if env is None else env)
+        except SettingsError as error:
+            print(f"digits_mlp: {error}", file=sys.stderr)
+            return EXIT_BAD_SETTINGS
+        return train(settings, flag)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

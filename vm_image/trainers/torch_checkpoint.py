@@ -1,0 +1,311 @@
+"""Save and resume PyTorch training state in a job's checkpoint folder.
+
+Import these from your own training script::
+
+    from vm_image.trainers.torch_checkpoint import (
+        PreemptionFlag, load_latest_checkpoint, save_checkpoint)
+
+    ckpt = load_latest_checkpoint(checkpoint_dir)
+    if ckpt is not None:
+        ckpt.restore(model, optimizer)
+
+The folder is any fsspec URL (``gs://bucket/job``, ``file:///tmp/job`` or a
+plain path) and is shared by all attempts of a job. Files are named
+``ckpt-<global step, 12 digits>.pt`` so that names sort by step; a file with
+that name is always complete, because it is written under a temporary name
+first and then moved into place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import pickle
+import random
+import re
+import signal
+import uuid
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any, Protocol
+
+import fsspec
+import numpy as np
+import torch
+from fsspec.core import url_to_fs
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_PATTERN = re.compile(r"^ckpt-(\d{12})\.pt$")
+DEFAULT_KEEP = 2
+FORMAT_VERSION = 1
+
+
+class SchedulerLike(Protocol):
+    """What is needed of an LR scheduler: its state in and out."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...
+
+
+def checkpoint_name(step: int) -> str:
+    """The file name of the checkpoint taken after ``step`` optimizer steps."""
+    if not 0 <= step < 10**12:
+        raise ValueError(f"step {step} does not fit a checkpoint name")
+    return f"ckpt-{step:012d}.pt"
+
+
+@dataclass
+class Checkpoint:
+    """A training state read back from a checkpoint file.
+
+    ``epoch`` counts the epochs fully done and ``step_in_epoch`` the optimizer
+    steps done in the epoch after them, so training resumes at batch
+    ``step_in_epoch`` of epoch ``epoch`` (both 0-based); ``step`` is the global
+    step count.
+    """
+
+    uri: str
+    step: int
+    epoch: int
+    step_in_epoch: int
+    model: dict[str, Any]
+    optimizer: dict[str, Any]
+    scheduler: dict[str, Any] | None = None
+    rng: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def restore(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scheduler: SchedulerLike | None = None,
+        *,
+        rng: bool = True,
+    ) -> None:
+        """Load the saved states into ``model``, ``optimizer``, ``scheduler`` and the RNGs.
+
+        Raises:
+            ValueError: a scheduler is given but none was saved.
+        """
+        model.load_state_dict(self.model)
+        optimizer.load_state_dict(self.optimizer)
+        if scheduler is not None:
+            if self.scheduler is None:
+                raise ValueError(f"{self.uri} holds no scheduler state")
+            scheduler.load_state_dict(self.scheduler)
+        if rng and self.rng:
+            restore_rng_state(self.rng)
+
+
+def capture_rng_state() -> dict[str, Any]:
+    """The global torch (CPU and CUDA), numpy and Python RNG states."""
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "numpy": np.random.get_state(),
+        "python": random.getstate(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng_state(state: dict[str, Any]) -> None:
+    """Set the global RNGs to a state from :func:`capture_rng_state`."""
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(
+    checkpoint_dir: str,
+    *,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    epoch: int,
+    step: int,
+    step_in_epoch: int,
+    scheduler: SchedulerLike | None = None,
+    extra: dict[str, Any] | None = None,
+    keep: int = DEFAULT_KEEP,
+) -> str:
+    """Write the training state atomically, then delete older checkpoints.
+
+    The file just written is kept, and with it the ``keep - 1`` others that have
+    the highest steps.
+
+    Args:
+        checkpoint_dir: fsspec URL or path of the job's checkpoint folder.
+        epoch: epochs fully done.
+        step: optimizer steps done since the start of training (all attempts).
+        step_in_epoch: optimizer steps done in epoch ``epoch`` (0-based).
+        extra: anything else to keep; it is pickled.
+        keep: how many checkpoints to keep, this one included.
+
+    Returns:
+        The URL of the written file.
+    """
+    if keep < 1:
+        raise ValueError("keep must be at least 1")
+    payload = {
+        "format": FORMAT_VERSION,
+        "step": step,
+        "epoch": epoch,
+        "step_in_epoch": step_in_epoch,
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict() if scheduler is not None else None,
+        "rng": capture_rng_state(),
+        "extra": dict(extra or {}),
+    }
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
+
+    fs, root = url_to_fs(checkpoint_dir)
+    fs.makedirs(root, exist_ok=True)
+    final = f"{root.rstrip('/')}/{checkpoint_name(step)}"
+    # The temporary name must not match CHECKPOINT_PATTERN, so readers skip it.
+    # On a local disk mv is a rename; on GCS it is a copy, and an object only
+    # becomes visible once complete, so the final name never shows a partial file.
+    temporary = f"{root.rstrip('/')}/.tmp-{uuid.uuid4().hex}-{checkpoint_name(step)}"
+    try:
+        fs.pipe_file(temporary, buffer.getvalue())
+        fs.mv(temporary, final)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            fs.rm(temporary)
+        raise
+    others = [path for _, path in _list(fs, root) if path != final]
+    for old in others[: max(len(others) - (keep - 1), 0)]:
+        fs.rm(old)
+    return str(fs.unstrip_protocol(final))
+
+
+def list_checkpoints(checkpoint_dir: str) -> list[str]:
+    """URLs of the complete checkpoints in ``checkpoint_dir``, oldest step first."""
+    fs, root = url_to_fs(checkpoint_dir)
+    return [str(fs.unstrip_protocol(path)) for _, path in _list(fs, root)]
+
+
+def latest_checkpoint(checkpoint_dir: str) -> str | None:
+    """The URL of the checkpoint with the highest step, or None when there is none."""
+    checkpoints = list_checkpoints(checkpoint_dir)
+    return checkpoints[-1] if checkpoints else None
+
+
+def load_checkpoint(uri: str) -> Checkpoint:
+    """Read one checkpoint file written by :func:`save_checkpoint`, tensors on the CPU."""
+    with fsspec.open(uri, "rb") as stream:
+        data = stream.read()
+    # weights_only=False: the numpy RNG state and ``extra`` are arbitrary pickles.
+    # Only files this module wrote into the job's own folder come here.
+    payload = torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
+    return Checkpoint(
+        uri=uri,
+        step=int(payload["step"]),
+        epoch=int(payload["epoch"]),
+        step_in_epoch=int(payload["step_in_epoch"]),
+        model=payload["model"],
+        optimizer=payload["optimizer"],
+        scheduler=payload["scheduler"],
+        rng=payload["rng"],
+        extra=payload["extra"],
+    )
+
+
+def load_latest_checkpoint(checkpoint_dir: str) -> Checkpoint | None:
+    """The newest checkpoint that loads, or None when the folder holds none.
+
+    A file that fails to load (say, one copied in by hand and cut short) is
+    logged and skipped for the next older one.
+    """
+    for uri in reversed(list_checkpoints(checkpoint_dir)):
+        try:
+            return load_checkpoint(uri)
+        except (
+            EOFError,
+            KeyError,
+            OSError,
+            RuntimeError,
+            ValueError,
+            pickle.UnpicklingError,
+        ) as error:
+            log.warning("skipping unreadable checkpoint %s: %s", uri, error)
+    return None
+
+
+def _list(fs: fsspec.AbstractFileSystem, root: str) -> list[tuple[int, str]]:
+    """(step, path) of each complete checkpoint under ``root``, by step."""
+    # gcsfs caches listings; another attempt or process may have written since.
+    fs.invalidate_cache(root)
+    try:
+        paths = fs.ls(root, detail=False)
+    except FileNotFoundError:
+        return []
+    found = []
+    for path in paths:
+        match = CHECKPOINT_PATTERN.match(str(path).rstrip("/").rsplit("/", 1)[-1])
+        if match:
+            found.append((int(match.group(1)), str(path)))
+    return sorted(found)
+
+
+class PreemptionFlag:
+    """Turns SIGUSR1 and SIGTERM into flags that a training loop polls.
+
+    SIGUSR1 asks for a checkpoint after which training goes on; SIGTERM asks for
+    a checkpoint and then an exit. The handlers only set attributes: a signal
+    may arrive in the middle of a tensor op or a file write, so the loop does
+    the I/O at its next step boundary. Use as a context manager, or call
+    :meth:`install` and :meth:`uninstall`.
+    """
+
+    def __init__(self) -> None:
+        self.checkpoint_requested = False
+        self.exit_requested = False
+        self._previous: dict[int, Any] = {}
+
+    @property
+    def pending(self) -> bool:
+        """Whether the loop should checkpoint now."""
+        return self.checkpoint_requested or self.exit_requested
+
+    @property
+    def reason(self) -> str | None:
+        """``"sigterm"``, ``"sigusr1"`` or None: why a checkpoint is pending."""
+        if self.exit_requested:
+            return "sigterm"
+        if self.checkpoint_requested:
+            return "sigusr1"
+        return None
+
+    def clear_checkpoint_request(self) -> None:
+        """Mark a SIGUSR1 request served; a pending exit stays."""
+        self.checkpoint_requested = False
+
+    def install(self) -> PreemptionFlag:
+        """Install the handlers (main thread only), remembering the ones replaced."""
+        for signum in (signal.SIGUSR1, signal.SIGTERM):
+            self._previous[signum] = signal.signal(signum, self._on_signal)
+        return self
+
+    def uninstall(self) -> None:
+        """Put back the handlers that :meth:`install` replaced."""
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous.clear()
+
+    def __enter__(self) -> PreemptionFlag:
+        return self.install()
+
+    def __exit__(self, *exc: object) -> None:
+        self.uninstall()
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if signum == signal.SIGTERM:
+            self.exit_requested = True
+        else:
+            self.checkpoint_requested = True
