@@ -15,8 +15,15 @@ from shared.assignment import Assignment
 from shared.catalog import load_catalog
 from shared.compute.port import CapacityError, Vm
 from shared.documents import InstanceDoc, JobDoc, QueueEntry
-from shared.lifecycle import advance
-from shared.placement import Option, build_vm_request, option_of, options, vm_name
+from shared.lifecycle import advance, vm_recorded
+from shared.placement import (
+    Option,
+    build_vm_request,
+    effective_machine_ids,
+    option_of,
+    options,
+    vm_name,
+)
 from shared.states import JobSubstatus
 
 _BACKOFF_BASE_S = 15
@@ -55,12 +62,9 @@ def launch(job: JobDoc, now: datetime) -> JobDoc:
     )
     recorded = deps.store().update_job(
         job.job_id,
-        lambda current: advance(
-            current, JobSubstatus.CONNECTING_SERVER, now, note=f"{vm.name} in {vm.zone}"
-        ).model_copy(
-            update={"instance": vm.name, "zone": vm.zone, "machine_id": option.machine_id}
-        ),
+        lambda current: vm_recorded(current, vm.name, vm.zone, option.machine_id, now),
     )
+    deps.store().delete_queue(job.job_id)
     return recorded or job
 
 
@@ -77,7 +81,10 @@ def _create_vm(job: JobDoc, tried: list[str]) -> tuple[Vm, Option] | None:
     settings = deps.settings()
     assignment = assignment_for(job)
     zones = job.spec.zones or list(settings.zones)
-    for option in options(job.spec.machine_ids, zones, load_catalog()):
+    machine_ids = effective_machine_ids(
+        job.spec.machine_ids, job.avoid_machine_ids, job.spec.on_demand_fallback
+    )
+    for option in options(machine_ids, zones, load_catalog()):
         request = build_vm_request(
             option, assignment, settings.image, job.user, settings.service_account
         )

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 
 from functions import deps
 from functions.envelope import Message, pubsub_handler
+from functions.release import release_instance
 from shared import lifecycle, logs
 from shared.errors import PermanentError
 from shared.events import JobFinished
@@ -28,20 +29,5 @@ def on_job_finished(message: Message) -> None:
         job_id=job.job_id,
         status=job.status,
     )
-    release_instance(event.instance, now, note=f"job {job.status.lower()}")
-
-
-def release_instance(name: str, now: datetime, note: str) -> None:
-    """Close the instance: CLOSING/TERMINATING, delete the VM, CLOSED/TERMINATED.
-
-    The Firestore write comes before the delete, so a crash in between leaves
-    an instance the reaper sees CLOSING and finishes closing.
-    """
-    store = deps.store()
-    instance = store.update_instance(
-        name, lambda current: lifecycle.instance_closing(current, now, note)
-    )
-    if instance is None:
-        raise PermanentError(f"no instance document for {name}")
-    deps.compute().delete(instance.zone, instance.name)
-    store.update_instance(name, lambda current: lifecycle.instance_closed(current, now))
+    if job.instance == event.instance:
+        release_instance(event.instance, now, note=f"job {job.status.lower()}")

@@ -1,44 +1,170 @@
 """spotline-reaper-tick -> reaper: the sweep Cloud Scheduler starts every minute.
 
-Level-triggered and idempotent (Scheduler may fire twice): it looks at what is
-due now and converges. This first version drains the queue of jobs waiting for
-capacity and ends those past their ``wait_request_s``; reconciliation with
-Compute Engine (missed preemptions, stalls, orphans) comes with spot recovery.
+Level-triggered and idempotent (Scheduler may fire twice): it compares what
+Firestore believes with what Compute Engine says exists, and converges:
+
+1. instances Firestore thinks live: a vanished VM is a missed preemption
+   (requeue); a silent one is stalled (delete, requeue); one its job no longer
+   owns is released; a CLOSING one is finished closing;
+2. spotline-labelled VMs no live instance owns: orphans, deleted;
+3. active jobs: past ``max_runtime_s`` -> CANCELED; stuck in REQUESTING_SERVER
+   (the placing function died) -> placed again;
+4. the queue, in ``not_before`` order: placed again, or CANCELED after
+   ``wait_request_s``.
+
+It reads only active documents: terminal jobs and closed instances cost nothing.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 
 from functions import deps
+from functions.cancel_job import cancel
 from functions.envelope import Message, pubsub_handler
 from functions.launch import launch
+from functions.recovery import recover
+from functions.release import release_instance
 from shared import logs
-from shared.documents import JobDoc, QueueEntry
+from shared.compute.port import MANAGED_LABEL, Vm, VmState
+from shared.config import Settings
+from shared.documents import InstanceDoc, JobDoc, QueueEntry
 from shared.errors import PermanentError
 from shared.lifecycle import advance
-from shared.states import JobStatus, JobSubstatus
+from shared.states import InstanceStatus, JobStatus, JobSubstatus
 from shared.transitions import fail_job
 
 
 @pubsub_handler
 def reaper(message: Message) -> None:
-    now = datetime.now(UTC)
-    due = deps.store().due_queue(now)
-    for entry in due:
-        try:
-            _drain(entry, now)
-        except PermanentError as err:
-            logs.warning(f"reaper: job {entry.job_id}: {err}", job_id=entry.job_id)
-    logs.info(f"reaper: swept {len(due)} queued job(s)", queued=len(due))
+    counts = sweep(datetime.now(UTC))
+    logs.info(f"reaper: {dict(counts) or 'nothing to do'}", **counts)
 
 
-def _drain(entry: QueueEntry, now: datetime) -> None:
+def sweep(now: datetime) -> Counter[str]:
+    store, compute = deps.store(), deps.compute()
+    counts: Counter[str] = Counter()
+    # Instances first, then VMs: an instance document is written after its VM
+    # is created, so every instance listed here has its VM in the VM listing.
+    instances = store.list_instances(InstanceStatus.live())
+    vms = {vm.name: vm for vm in compute.list({MANAGED_LABEL: "true"})}
+    for instance in instances:
+        _each(counts, partial(_check_instance, instance, vms.get(instance.name), now))
+    owned = {instance.name for instance in instances}
+    for vm in vms.values():
+        if vm.name not in owned:
+            _each(counts, partial(_check_orphan, vm, now))
+    for job in store.list_jobs(JobStatus.active()):
+        _each(counts, partial(_check_job, job, now))
+    for entry in store.due_queue(now):
+        _each(counts, partial(_drain, entry, now))
+    return counts
+
+
+def _each(counts: Counter[str], check: Callable[[], str | None]) -> None:
+    """One document at a time: a failure is logged and the sweep goes on (the
+    next tick retries it)."""
+    try:
+        outcome = check()
+    except PermanentError as err:
+        logs.warning(f"reaper: {err}")
+        outcome = "skipped"
+    except Exception as err:
+        logs.error(f"reaper: {type(err).__name__}: {err}")
+        outcome = "errors"
+    if outcome:
+        counts[outcome] += 1
+
+
+def _check_instance(instance: InstanceDoc, vm: Vm | None, now: datetime) -> str | None:
+    settings = deps.settings()
+    if instance.status == InstanceStatus.CLOSING:
+        release_instance(instance.name, now, note="closed by the reaper")
+        return "closed"
+    job = deps.store().get_job(instance.job_id)
+    if job is not None and job.attempt == instance.attempt:
+        if job.substatus == JobSubstatus.REQUESTING_SERVER:
+            return None  # being placed right now: its job update is on the way
+        if job.instance == instance.name and job.status in JobStatus.active():
+            if vm is None:
+                recover(
+                    instance,
+                    JobSubstatus.PREEMPTED,
+                    now,
+                    note=f"{instance.name} vanished without a notice (missed preemption)",
+                )
+                return "missed_preemptions"
+            if _silent_s(instance, now) > _allowed_s(instance, settings):
+                booted = instance.booted_at is not None
+                what = "no heartbeat" if booted else "not booted"
+                recover(
+                    instance,
+                    JobSubstatus.STALLED,
+                    now,
+                    note=f"{instance.name}: {what} for {_silent_s(instance, now):.0f} s",
+                )
+                return "stalled"
+            return None
+    # Not (or no longer) the VM of a live job: release it.
+    release_instance(instance.name, now, note="no live job owns it")
+    return "released"
+
+
+def _silent_s(instance: InstanceDoc, now: datetime) -> float:
+    last = instance.last_heartbeat_at or instance.booted_at or instance.created_at
+    return (now - last).total_seconds()
+
+
+def _allowed_s(instance: InstanceDoc, settings: Settings) -> float:
+    return settings.stall_timeout_s if instance.booted_at else settings.boot_timeout_s
+
+
+def _check_orphan(vm: Vm, now: datetime) -> str | None:
+    store = deps.store()
+    job = store.get_job(vm.labels.get("spotline-job", ""))
+    attempt = vm.labels.get("spotline-attempt", "")
+    if (
+        job is not None
+        and job.status in JobStatus.active()
+        and str(job.attempt) == attempt
+        and job.substatus == JobSubstatus.REQUESTING_SERVER
+    ):
+        return None  # its job is being placed: the VM will be adopted
+    if vm.state == VmState.STOPPING:
+        return None  # already going
+    deps.compute().delete(vm.zone, vm.name)
+    logs.warning(f"reaper: deleted orphan VM {vm.name} in {vm.zone}", instance=vm.name)
+    return "orphans_deleted"
+
+
+def _check_job(job: JobDoc, now: datetime) -> str | None:
+    limit = job.spec.max_runtime_s
+    if limit is not None and (now - job.created_at).total_seconds() > limit:
+        cancel(job.job_id, f"max_runtime_s={limit} s reached", now)
+        return "over_max_runtime"
+    stuck_s = (now - job.updated_at).total_seconds()
+    if (
+        job.substatus == JobSubstatus.REQUESTING_SERVER
+        and stuck_s > deps.settings().request_timeout_s
+        and deps.store().get_queue(job.job_id) is None
+    ):
+        launch(job, now)
+        return "replaced"
+    return None
+
+
+def _drain(entry: QueueEntry, now: datetime) -> str | None:
     store = deps.store()
     job = store.get_job(entry.job_id)
     if job is None or job.status in JobStatus.terminal() or job.attempt != entry.attempt:
         store.delete_queue(entry.job_id)
-        return
+        return "queue_dropped"
+    if job.substatus not in (JobSubstatus.REQUESTING_SERVER, JobSubstatus.WAITING_FOR_CAPACITY):
+        store.delete_queue(entry.job_id)  # placed meanwhile
+        return "queue_dropped"
     waited_s = (now - entry.enqueued_at).total_seconds()
     if waited_s > job.spec.wait_request_s:
         reason = (
@@ -49,17 +175,10 @@ def _drain(entry: QueueEntry, now: datetime) -> None:
             job.job_id, lambda current: fail_job(current, JobSubstatus.CANCELED, now, reason)
         )
         store.delete_queue(entry.job_id)
-        return
-    job = _requesting(job, now)
-    if job.substatus == JobSubstatus.REQUESTING_SERVER:
-        launched = launch(job, now)
-        if launched.substatus != JobSubstatus.WAITING_FOR_CAPACITY:
-            store.delete_queue(entry.job_id)
-
-
-def _requesting(job: JobDoc, now: datetime) -> JobDoc:
-    moved = deps.store().update_job(
+        return "gave_up"
+    moved = store.update_job(
         job.job_id,
         lambda current: advance(current, JobSubstatus.REQUESTING_SERVER, now, note="retrying"),
     )
-    return moved or job
+    launch(moved or job, now)
+    return "placed"

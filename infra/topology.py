@@ -55,6 +55,9 @@ FUNCTIONS: tuple[Function, ...] = (
     Function("on_vm_booted", "vm_booted"),
     Function("on_epoch_done", "epoch_done"),
     Function("on_job_finished", "job_finished", timeout_s=300, ack_deadline_s=300),
+    # Places the next attempt at once: room for a VM insert.
+    Function("on_spot_preempted", "spot_preempted", timeout_s=300, ack_deadline_s=300),
+    Function("cancel_job", "cancel", timeout_s=300, ack_deadline_s=300),
     # A tick missed is the next tick: retry little, never pile up sweeps.
     Function(
         "reaper",

@@ -40,6 +40,12 @@ class Settings:
     service_account: str | None = None
     heartbeat_s: float = 30.0
     max_event_age_s: float = 3600.0  # older deliveries are dropped with a log line
+    # The reaper's limits: a booted VM silent for stall_timeout_s, or a VM not
+    # booted after boot_timeout_s, is stalled; a job left in REQUESTING_SERVER
+    # for request_timeout_s (its function died) is placed again.
+    stall_timeout_s: float = 300.0
+    boot_timeout_s: float = 600.0
+    request_timeout_s: float = 120.0
     topics: dict[str, str] = field(default_factory=lambda: dict(TOPICS))
 
     @classmethod
@@ -65,6 +71,9 @@ class Settings:
             service_account=env.get("SPOTLINE_SERVICE_ACCOUNT") or None,
             heartbeat_s=float(env.get("SPOTLINE_HEARTBEAT_S", cls.heartbeat_s)),
             max_event_age_s=float(env.get("SPOTLINE_MAX_EVENT_AGE_S", cls.max_event_age_s)),
+            stall_timeout_s=float(env.get("SPOTLINE_STALL_TIMEOUT_S", cls.stall_timeout_s)),
+            boot_timeout_s=float(env.get("SPOTLINE_BOOT_TIMEOUT_S", cls.boot_timeout_s)),
+            request_timeout_s=float(env.get("SPOTLINE_REQUEST_TIMEOUT_S", cls.request_timeout_s)),
         )
 
     def topic_path(self, key: str) -> str:

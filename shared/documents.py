@@ -30,6 +30,20 @@ class HistoryEntry(_Doc):
     note: str = ""
 
 
+class AttemptRecord(_Doc):
+    """One VM's part in a job: where it ran and how it ended."""
+
+    attempt: int
+    instance: str
+    zone: str
+    machine_id: str
+    started_at: datetime
+    ended_at: datetime | None = None
+    outcome: str | None = None  # completed, failed, preempted, stalled, canceled
+    resumed_from_step: int | None = None  # where the trainer picked up
+    checkpoint_step: int | None = None  # the step saved when the VM went away
+
+
 class JobDoc(_Doc):
     """jobs/{job_id}"""
 
@@ -57,6 +71,8 @@ class JobDoc(_Doc):
     created_at: datetime
     updated_at: datetime
     history: list[HistoryEntry] = Field(default_factory=list)
+    attempts: list[AttemptRecord] = Field(default_factory=list)
+    avoid_machine_ids: list[str] = Field(default_factory=list)  # after repeated preemptions
 
 
 class EpochDoc(_Doc):

@@ -42,6 +42,7 @@ class Heartbeat(VmEvent):
     kind: Literal["heartbeat"] = "heartbeat"
     phase: JobSubstatus | None = None
     step: int | None = None
+    resumed_from_step: int | None = None  # the trainer resumed from this step
 
 
 class EpochDone(VmEvent):
@@ -85,3 +86,48 @@ class ReaperTick(_Event):
     """spotline-reaper-tick: Cloud Scheduler's body; its content does not matter."""
 
     sent_at: datetime | None = None
+
+
+class PreemptionNotice(_Event):
+    """A preemption, whoever reported it: the agent (with the state it saved)
+    or a Cloud Logging sink on ``compute.instances.preempted`` (VM name only)."""
+
+    instance: str
+    zone: str = ""
+    attempt: int | None = None
+    step: int | None = None
+    checkpoint_uri: str | None = None
+    source: Literal["agent", "log-sink"] = "agent"
+
+
+PREEMPTED_METHOD = "compute.instances.preempted"
+
+
+def parse_preemption(data: bytes) -> PreemptionNotice:
+    """Either message shape on spotline-spot-preempted, as one notice.
+
+    Raises:
+        ValueError: neither a SpotPreempted event nor a preemption log entry.
+    """
+    import json
+
+    raw = json.loads(data)
+    if not isinstance(raw, dict):
+        raise ValueError("the message must be a JSON object")
+    payload = raw.get("protoPayload")
+    if isinstance(payload, dict):
+        method = payload.get("methodName")
+        if method != PREEMPTED_METHOD:
+            raise ValueError(f"log entry for {method!r}, not {PREEMPTED_METHOD}")
+        # resourceName: projects/P/zones/Z/instances/NAME
+        parts = str(payload.get("resourceName", "")).split("/")
+        if len(parts) < 6 or parts[-2] != "instances":
+            raise ValueError(f"no instance in resourceName {payload.get('resourceName')!r}")
+        return PreemptionNotice(instance=parts[-1], zone=parts[-3], source="log-sink")
+    event = SpotPreempted.model_validate(raw)
+    return PreemptionNotice(
+        instance=event.instance,
+        attempt=event.attempt,
+        step=event.step,
+        checkpoint_uri=event.checkpoint_uri,
+    )

@@ -10,12 +10,14 @@ from __future__ import annotations
 import hashlib
 from datetime import datetime
 
-from shared.documents import EpochDoc, HistoryEntry, InstanceDoc, JobDoc
+from shared.documents import AttemptRecord, EpochDoc, HistoryEntry, InstanceDoc, JobDoc
 from shared.errors import IllegalTransition, PermanentError
 from shared.events import EpochDone, Heartbeat, JobFinished, VmBooted, VmEvent
 from shared.spec import JobSpec
-from shared.states import InstanceStatus, InstanceSubstatus, JobSubstatus
-from shared.transitions import fail_job, move_instance, move_job
+from shared.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
+from shared.transitions import fail_job, move_instance, move_job, next_attempt
+
+S_ON_VM = JobSubstatus.on_vm()
 
 _LOG_TAIL_CHARS = 2000
 
@@ -100,6 +102,8 @@ def booted(job: JobDoc, event: VmBooted, now: datetime) -> JobDoc:
 def heartbeat(job: JobDoc, event: Heartbeat, now: datetime) -> JobDoc:
     check_current(job, event)
     job = catch_up(job, event, now)
+    if event.resumed_from_step is not None:
+        job = _update_attempt(job, resumed_from_step=event.resumed_from_step)
     return advance(job, event.phase, now) if event.phase else job
 
 
@@ -138,6 +142,10 @@ def finished(job: JobDoc, event: JobFinished, now: datetime) -> JobDoc:
     """COMPLETED on exit code 0, else FAILED with a reason a person can act on."""
     check_current(job, event)
     job = catch_up(job, event, now)
+    if job.status in JobStatus.terminal():
+        return job
+    outcome = "completed" if event.exit_code == 0 else "failed"
+    job = _update_attempt(job, ended_at=now, outcome=outcome)
     if event.exit_code == 0:
         job = advance(job, JobSubstatus.RETURNING, now)
         return advance(job, JobSubstatus.COMPLETED, now, note=f"{event.instance} exited 0")
@@ -149,6 +157,81 @@ def finished(job: JobDoc, event: JobFinished, now: datetime) -> JobDoc:
         return fail_job(job, JobSubstatus.FAILED, now, reason)
     except IllegalTransition:
         return job
+
+
+def vm_recorded(job: JobDoc, instance: str, zone: str, machine_id: str, now: datetime) -> JobDoc:
+    """The attempt's VM exists: CONNECTING_SERVER, and a new attempt record."""
+    job = advance(job, JobSubstatus.CONNECTING_SERVER, now, note=f"{instance} in {zone}")
+    if job.instance == instance:
+        return job
+    record = AttemptRecord(
+        attempt=job.attempt, instance=instance, zone=zone, machine_id=machine_id, started_at=now
+    )
+    kept = [r for r in job.attempts if r.attempt != job.attempt]
+    return job.model_copy(
+        update={
+            "instance": instance,
+            "zone": zone,
+            "machine_id": machine_id,
+            "attempts": [*kept, record],
+        }
+    )
+
+
+def vm_lost(
+    job: JobDoc,
+    instance: str,
+    attempt: int,
+    cause: JobSubstatus,
+    now: datetime,
+    note: str,
+    step: int | None = None,
+    checkpoint_uri: str | None = None,
+) -> JobDoc:
+    """The attempt's VM is gone (PREEMPTED or STALLED): close the attempt and
+    start the next one, or fail the job after ``max_attempts``.
+
+    Raises:
+        StaleEvent: the VM is not the job's current one, or the job is not on a VM
+            (a second report of the same loss, or a late one).
+    """
+    if attempt != job.attempt or instance != job.instance or job.substatus not in S_ON_VM:
+        raise StaleEvent(
+            f"job {job.job_id}: loss of {instance} (attempt {attempt}) ignored; the job is "
+            f"{job.status}/{job.substatus} on attempt {job.attempt} ({job.instance})"
+        )
+    outcome = cause.lower()
+    job = _update_attempt(job, ended_at=now, outcome=outcome, checkpoint_step=step)
+    if checkpoint_uri:
+        job = job.model_copy(update={"checkpoint_uri": checkpoint_uri})
+    if step is not None:
+        note = f"{note}; state saved at step {step}"
+    if cause == JobSubstatus.PREEMPTED:
+        job = _avoid_after_preemptions(job)
+    return next_attempt(job, cause, now, note, job.spec.max_attempts)
+
+
+def _avoid_after_preemptions(job: JobDoc) -> JobDoc:
+    limit = job.spec.fallback_after_preemptions
+    machine_id = job.machine_id
+    if not limit or machine_id is None or machine_id in job.avoid_machine_ids:
+        return job
+    lost_here = sum(
+        1 for r in job.attempts if r.machine_id == machine_id and r.outcome == "preempted"
+    )
+    if lost_here < limit:
+        return job
+    return job.model_copy(update={"avoid_machine_ids": [*job.avoid_machine_ids, machine_id]})
+
+
+def _update_attempt(job: JobDoc, **changes: object) -> JobDoc:
+    """Change the current attempt's record (none yet: nothing to change)."""
+    records = list(job.attempts)
+    for i, record in enumerate(records):
+        if record.attempt == job.attempt:
+            records[i] = record.model_copy(update=changes)
+            return job.model_copy(update={"attempts": records})
+    return job
 
 
 def instance_seen(
@@ -177,11 +260,15 @@ def instance_closing(instance: InstanceDoc, now: datetime, note: str) -> Instanc
     )
 
 
-def instance_closed(instance: InstanceDoc, now: datetime, note: str = "deleted") -> InstanceDoc:
+def instance_closed(
+    instance: InstanceDoc,
+    now: datetime,
+    note: str = "deleted",
+    substatus: InstanceSubstatus = InstanceSubstatus.TERMINATED,
+) -> InstanceDoc:
+    """CLOSED (TERMINATED, or PREEMPTED), with the VM's cost up to now."""
     if instance.status == InstanceStatus.CLOSED:
         return instance
-    closed = move_instance(
-        instance, InstanceStatus.CLOSED, now, InstanceSubstatus.TERMINATED, note=note
-    )
+    closed = move_instance(instance, InstanceStatus.CLOSED, now, substatus, note=note)
     hours = max((now - instance.created_at).total_seconds(), 0.0) / 3600
     return closed.model_copy(update={"cost_usd": round(instance.price_per_hour * hours, 6)})

@@ -53,10 +53,27 @@ def parse_machine_id(machine_id: str) -> tuple[str, Provisioning]:
     return machine_id, Provisioning.SPOT
 
 
+def effective_machine_ids(
+    machine_ids: list[str], avoid: list[str], on_demand_fallback: bool
+) -> list[str]:
+    """The user's machine ids less those to avoid after repeated preemptions;
+    with ``on_demand_fallback`` an avoided Spot id gives way to its ``.od`` twin.
+    When that would leave nothing, the user's list stands: better to try again
+    than to give up."""
+    chosen: list[str] = []
+    for machine_id in machine_ids:
+        if machine_id not in avoid:
+            chosen.append(machine_id)
+        elif on_demand_fallback and not machine_id.endswith(ON_DEMAND_SUFFIX):
+            chosen.append(machine_id + ON_DEMAND_SUFFIX)
+    unique = list(dict.fromkeys(chosen))
+    return unique or list(machine_ids)
+
+
 def options(
     machine_ids: list[str], zones: list[str] | tuple[str, ...], catalog: dict[str, Machine]
 ) -> Iterator[Option]:
-    """Each machine id in the user's order, each across the allowed zones.
+    """Each machine id in the given order, each across the allowed zones.
 
     Raises:
         PermanentError: a machine id is not in the catalog.

@@ -56,7 +56,20 @@ class JobSpec(BaseModel):
     wait_request_s: int = Field(default=600, ge=0)
     wait_new_job_create_s: int = -1
     wait_new_job_create_interval: int = Field(default=10, ge=1)
-    max_runtime_s: int | None = Field(default=None, ge=1)
+    max_runtime_s: int | None = Field(
+        default=None, ge=1, description="CANCELED when the job has run this long in all."
+    )
+    max_attempts: int = Field(
+        default=10, ge=1, description="VMs tried across preemptions and stalls, then FAILED."
+    )
+    fallback_after_preemptions: int = Field(
+        default=0,
+        ge=0,
+        description="After this many preemptions of a Spot machine id, skip it (0: never).",
+    )
+    on_demand_fallback: bool = Field(
+        default=False, description="A skipped Spot machine id is replaced by its .od twin."
+    )
     env: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")

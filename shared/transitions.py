@@ -55,6 +55,28 @@ def fail_job(job: JobDoc, to: JobSubstatus, now: datetime, error: str) -> JobDoc
     return moved.model_copy(update={"error": error}) if moved is not job else job
 
 
+def next_attempt(
+    job: JobDoc, cause: JobSubstatus, now: datetime, note: str, max_attempts: int
+) -> JobDoc:
+    """The VM is lost (PREEMPTED or STALLED): record it, then start the next
+    attempt in REQUESTING_SERVER, or FAIL once ``max_attempts`` VMs were tried.
+    Both moves land in one write, so no reader sees a job half-way."""
+    lost = move_job(job, cause, now, note)
+    lost = lost.model_copy(
+        update={"preemptions": job.preemptions + (cause == JobSubstatus.PREEMPTED)}
+    )
+    if job.attempt >= max_attempts:
+        reason = (
+            f"gave up after {job.attempt} attempt(s) (max_attempts={max_attempts}); "
+            f"the last one was {cause.lower()}: {note}"
+        )
+        return fail_job(lost, JobSubstatus.FAILED, now, reason)
+    bumped = lost.model_copy(
+        update={"attempt": job.attempt + 1, "instance": None, "zone": None, "machine_id": None}
+    )
+    return move_job(bumped, JobSubstatus.REQUESTING_SERVER, now, note=f"attempt {job.attempt + 1}")
+
+
 def move_instance(
     instance: InstanceDoc,
     to: InstanceStatus,

@@ -85,6 +85,17 @@ class Agent:
                 checkpoint_uri=record.get("checkpoint_uri"),
             )
             self.bus.publish("epoch_done", event)
+        elif kind == "resumed":
+            self.step = int(record.get("step", 0))
+            self.bus.publish(
+                "epoch_done",
+                Heartbeat(
+                    **self._common(),
+                    phase=self.phase,
+                    step=self.step,
+                    resumed_from_step=self.step,
+                ),
+            )
         elif kind == "checkpoint":
             self.step = int(record.get("step", 0))
             self.checkpoint_uri = record.get("uri") or self.checkpoint_uri

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from vm_image.trainers.report import report_checkpoint, report_epoch
+from vm_image.trainers.report import report_checkpoint, report_epoch, report_resumed
 from vm_image.trainers.torch_checkpoint import (
     PreemptionFlag,
     load_latest_checkpoint,
@@ -182,6 +182,7 @@ def train(settings: Settings, flag: PreemptionFlag) -> int:
             f"from {checkpoint.uri}",
             flush=True,
         )
+        report_resumed(step, checkpoint.uri)
 
     def save(done_epochs: int, done_in_epoch: int) -> str:
         return save_checkpoint(

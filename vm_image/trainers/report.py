@@ -58,6 +58,11 @@ def report_checkpoint(step: int, uri: str, reason: str) -> None:
     )
 
 
+def report_resumed(step: int, checkpoint_uri: str) -> None:
+    """Record that this attempt picked up from ``step`` of an earlier one."""
+    _write({"type": "resumed", "step": step, "checkpoint_uri": checkpoint_uri, "time": time.time()})
+
+
 def _write(record: dict[str, Any]) -> None:
     line = json.dumps(record, separators=(",", ":")) + "\n"
     path = os.environ.get(EVENTS_ENV)

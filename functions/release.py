@@ -1,0 +1,35 @@
+"""Letting a VM go: shared by job finished, cancel, recovery and the reaper."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from functions import deps
+from shared import lifecycle
+from shared.documents import InstanceDoc
+from shared.errors import PermanentError
+from shared.states import InstanceSubstatus
+
+
+def release_instance(
+    name: str,
+    now: datetime,
+    note: str,
+    substatus: InstanceSubstatus = InstanceSubstatus.TERMINATED,
+) -> InstanceDoc:
+    """Close the instance: CLOSING/TERMINATING, delete the VM, then CLOSED.
+
+    The Firestore write comes before the delete, so a crash in between leaves
+    an instance the reaper sees CLOSING and finishes closing. Re-entrant.
+    """
+    store = deps.store()
+    instance = store.update_instance(
+        name, lambda current: lifecycle.instance_closing(current, now, note)
+    )
+    if instance is None:
+        raise PermanentError(f"no instance document for {name}")
+    deps.compute().delete(instance.zone, instance.name)
+    closed = store.update_instance(
+        name, lambda current: lifecycle.instance_closed(current, now, note, substatus)
+    )
+    return closed or instance
