@@ -9,13 +9,18 @@ from __future__ import annotations
 import os
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import functions_framework
 import pytest
 
+from functions import deps
 from infra.emulators import Emulator, emulators_available, start_firestore, start_pubsub
+from infra.vm_host import VmHost
+from tests.pubsub_events import post
 
 _MISSING = emulators_available()
 
@@ -73,3 +78,58 @@ def _no_leaked_env() -> Iterator[None]:
     yield
     os.environ.clear()
     os.environ.update(before)
+
+
+# -- handlers through the functions framework, with VMs that only sleep --
+
+SPEC = {
+    "user": "alice",
+    "machine_ids": ["g2-standard-4", "n1-standard-8-t4.od"],
+    "trainer": "digits_mlp",
+    "epochs": 3,
+    "job_id": "job1",
+}
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
+
+
+@pytest.fixture
+def host(project: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[VmHost]:
+    vm_host = VmHost(tmp_path, project, SLEEPER, capacity_errors={})
+    vm_host.start()
+    monkeypatch.setenv("SPOTLINE_COMPUTE", "local")
+    monkeypatch.setenv("SPOTLINE_LOCAL_COMPUTE_URL", vm_host.url)
+    monkeypatch.setenv("SPOTLINE_ZONES", "local-a,local-b")
+    monkeypatch.setenv("SPOTLINE_STORAGE_ROOT", f"file://{tmp_path}/storage")
+    deps.reset()
+    try:
+        yield vm_host
+    finally:
+        vm_host.close()
+        deps.reset()
+
+
+@pytest.fixture
+def call(host: VmHost, project: str, repo_root: Path) -> Callable[..., Any]:
+    clients: dict[str, Any] = {}
+
+    def send(
+        target: str,
+        topic_key: str,
+        payload: Any,
+        message_id: str = "1",
+        mode: str = "push",
+        **kw: Any,
+    ) -> Any:
+        if target not in clients:
+            app = functions_framework.create_app(
+                target=target, source=str(repo_root / "main.py"), signature_type="cloudevent"
+            )
+            clients[target] = app.test_client()
+        return post(clients[target], project, topic_key, payload, message_id, mode, **kw)
+
+    return send
+
+
+def vm_event(cls: type, **fields: Any) -> Any:
+    base = {"job_id": "job1", "attempt": 1, "instance": "sl-job1-a1", "sent_at": datetime.now(UTC)}
+    return cls(**{**base, **fields})

@@ -3,13 +3,10 @@ emulator, with VMs from the local VM host (processes that only sleep)."""
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
-import functions_framework
 import pytest
 
 from functions import deps
@@ -17,60 +14,9 @@ from infra.vm_host import VmHost
 from shared.events import EpochDone, Heartbeat, JobFinished, ReaperTick, VmBooted
 from shared.states import InstanceStatus, JobStatus, JobSubstatus
 from shared.store import Store
-from tests.pubsub_events import post
+from tests.conftest import SPEC, vm_event
 
 pytestmark = pytest.mark.emulators
-SPEC = {
-    "user": "alice",
-    "machine_ids": ["g2-standard-4", "n1-standard-8-t4.od"],
-    "trainer": "digits_mlp",
-    "epochs": 3,
-    "job_id": "job1",
-}
-SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
-
-
-@pytest.fixture
-def host(project: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[VmHost]:
-    vm_host = VmHost(tmp_path, project, SLEEPER, capacity_errors={})
-    vm_host.start()
-    monkeypatch.setenv("SPOTLINE_COMPUTE", "local")
-    monkeypatch.setenv("SPOTLINE_LOCAL_COMPUTE_URL", vm_host.url)
-    monkeypatch.setenv("SPOTLINE_ZONES", "local-a,local-b")
-    monkeypatch.setenv("SPOTLINE_STORAGE_ROOT", f"file://{tmp_path}/storage")
-    deps.reset()
-    try:
-        yield vm_host
-    finally:
-        vm_host.close()
-        deps.reset()
-
-
-@pytest.fixture
-def call(host: VmHost, project: str, repo_root: Path) -> Callable[..., Any]:
-    clients: dict[str, Any] = {}
-
-    def send(
-        target: str,
-        topic_key: str,
-        payload: Any,
-        message_id: str = "1",
-        mode: str = "push",
-        **kw: Any,
-    ) -> Any:
-        if target not in clients:
-            app = functions_framework.create_app(
-                target=target, source=str(repo_root / "main.py"), signature_type="cloudevent"
-            )
-            clients[target] = app.test_client()
-        return post(clients[target], project, topic_key, payload, message_id, mode, **kw)
-
-    return send
-
-
-def vm_event(cls: type, **fields: Any) -> Any:
-    base = {"job_id": "job1", "attempt": 1, "instance": "sl-job1-a1", "sent_at": datetime.now(UTC)}
-    return cls(**{**base, **fields})
 
 
 @pytest.mark.parametrize("mode", ["push", "binary"])
