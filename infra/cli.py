@@ -33,7 +33,32 @@ def _parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="run the whole system locally until Ctrl-C")
     up.add_argument("--tick-s", type=float, default=10.0, help="reaper tick period")
     up.add_argument("--heartbeat-s", type=float, default=5.0)
+    up.add_argument(
+        "--preempt-rate", type=float, default=0.0, help="chaos: random preemptions per Spot VM-hour"
+    )
+    up.add_argument("--chaos-seed", type=int, default=None)
+    up.add_argument("--notice-s", type=float, default=30.0, help="preemption notice")
     up.set_defaults(run=_up)
+
+    cancel = sub.add_parser("cancel", help="cancel a job: its VM is deleted")
+    cancel.add_argument("job")
+    cancel.add_argument("--reason", default="canceled by the user")
+    cancel.set_defaults(run=_cancel)
+
+    preempt = sub.add_parser("preempt", help="local chaos: preempt a job's VM (or a VM)")
+    preempt.add_argument("target", help="job id or VM name")
+    preempt.add_argument("--notice-s", type=float, default=30.0)
+    preempt.add_argument(
+        "--no-notice",
+        action="store_true",
+        help="kill it outright: a preemption the agent never sees",
+    )
+    preempt.add_argument(
+        "--hang",
+        action="store_true",
+        help="freeze it instead: a hung VM that stops sending heartbeats",
+    )
+    preempt.set_defaults(run=_preempt)
 
     submit = sub.add_parser("submit", help="publish a job spec to spotline-submit")
     submit.add_argument("file", type=Path)
@@ -46,6 +71,12 @@ def _parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="start the local stack, run the digits job, stop")
     demo.add_argument("--spec", type=Path, default=Path("examples/digits.json"))
     demo.add_argument("--timeout-s", type=float, default=300.0)
+    demo.add_argument(
+        "--preempt-after-epoch",
+        type=int,
+        default=2,
+        help="preempt the first VM after this epoch (0: never)",
+    )
     demo.set_defaults(run=_demo)
 
     schema = sub.add_parser("schema", help="print the job spec's JSON Schema")
@@ -72,7 +103,13 @@ def _connect(workdir: Path) -> None:
 def _up(args: argparse.Namespace) -> int:
     from infra.local_stack import LocalStack, StackOptions
 
-    options = StackOptions(tick_s=args.tick_s, heartbeat_s=args.heartbeat_s)
+    options = StackOptions(
+        tick_s=args.tick_s,
+        heartbeat_s=args.heartbeat_s,
+        preempt_rate_per_vm_hour=args.preempt_rate,
+        chaos_seed=args.chaos_seed,
+        notice_s=args.notice_s,
+    )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with LocalStack(args.workdir, options) as stack:
@@ -112,6 +149,52 @@ def _job_id(data: bytes, message_id: str) -> str | None:
         return None
 
 
+def _cancel(args: argparse.Namespace) -> int:
+    from shared.bus import Bus
+    from shared.config import Settings
+    from shared.events import CancelRequest
+
+    _connect(args.workdir)
+    request = CancelRequest(job_id=args.job, reason=args.reason)
+    message_id = Bus(Settings.from_env().project).publish("cancel", request)
+    print(f"cancel of {args.job} published (message {message_id})")
+    return 0
+
+
+def _preempt(args: argparse.Namespace) -> int:
+    from shared.compute.local import LocalCompute
+    from shared.config import Settings
+    from shared.store import Store
+
+    _connect(args.workdir)
+    settings = Settings.from_env()
+    if settings.compute != "local":
+        print(
+            "preempt is a local chaos tool; on Compute Engine use "
+            "`gcloud compute instances simulate-maintenance-event VM --zone Z`",
+            file=sys.stderr,
+        )
+        return 2
+    store = Store(settings.project)
+    job = store.get_job(args.target)
+    name = job.instance if job is not None else args.target
+    instance = store.get_instance(name or "")
+    if instance is None:
+        print(f"no job or VM named {args.target} (or it has no VM now)", file=sys.stderr)
+        return 1
+    compute = LocalCompute(settings.local_compute_url)
+    if args.hang:
+        compute.freeze(instance.zone, instance.name)
+        print(f"froze {instance.name}: no more heartbeats")
+    elif args.no_notice:
+        compute.kill(instance.zone, instance.name)
+        print(f"killed {instance.name} with no notice")
+    else:
+        compute.preempt(instance.zone, instance.name, args.notice_s)
+        print(f"preempting {instance.name} with a {args.notice_s:g} s notice")
+    return 0
+
+
 def _status(args: argparse.Namespace) -> int:
     from infra.report import job_detail, jobs_table
     from shared.config import Settings
@@ -136,7 +219,7 @@ def _demo(args: argparse.Namespace) -> int:
     workdir = args.workdir / "demo"
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
-    return run_demo(workdir, args.spec, args.timeout_s)
+    return run_demo(workdir, args.spec, args.timeout_s, args.preempt_after_epoch)
 
 
 def _schema(args: argparse.Namespace) -> int:

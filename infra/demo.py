@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from infra.local_stack import LocalStack, StackOptions
@@ -15,7 +16,13 @@ from shared.states import JobStatus
 from shared.store import Store
 
 
-def wait_for_job(store: Store, job_id: str, timeout_s: float, echo: bool = True) -> JobDoc:
+def wait_for_job(
+    store: Store,
+    job_id: str,
+    timeout_s: float,
+    echo: bool = True,
+    on_update: Callable[[JobDoc], None] | None = None,
+) -> JobDoc:
     """Poll the job until it ends, printing each new history line."""
     deadline = time.monotonic() + timeout_s
     shown = 0
@@ -34,6 +41,8 @@ def wait_for_job(store: Store, job_id: str, timeout_s: float, echo: bool = True)
             shown = len(job.history)
             if job.status in JobStatus.terminal():
                 return job
+            if on_update is not None:
+                on_update(job)
         time.sleep(0.2)
     raise TimeoutError(
         f"job {job_id} did not end within {timeout_s} s (last: "
@@ -41,7 +50,15 @@ def wait_for_job(store: Store, job_id: str, timeout_s: float, echo: bool = True)
     )
 
 
-def run_demo(workdir: Path, spec_path: Path, timeout_s: float) -> int:
+def run_demo(
+    workdir: Path,
+    spec_path: Path,
+    timeout_s: float,
+    preempt_after_epoch: int = 2,
+    notice_s: float = 10.0,
+) -> int:
+    """Run one job on a fresh local stack; preempt its first VM after
+    ``preempt_after_epoch`` epochs (0: never) to show the recovery."""
     started = time.monotonic()
     options = StackOptions(tick_s=5.0, heartbeat_s=2.0)
     with LocalStack(workdir, options) as stack:
@@ -55,7 +72,26 @@ def run_demo(workdir: Path, spec_path: Path, timeout_s: float) -> int:
         job_id = job_id_for(spec, message_id)
         print(f"submitted {spec_path} as job {job_id}")
         store = Store(options.project)
-        job = wait_for_job(store, job_id, timeout_s)
+        preempted: list[str] = []
+
+        def chaos(job: JobDoc) -> None:
+            if (
+                preempt_after_epoch
+                and not preempted
+                and job.attempt == 1
+                and job.epoch >= preempt_after_epoch
+                and job.instance
+            ):
+                assert stack.vm_host is not None
+                print(
+                    f"  -- preempting {job.instance} after epoch {job.epoch} "
+                    f"({notice_s:g} s notice) --",
+                    flush=True,
+                )
+                stack.vm_host.preempt(job.instance, notice_s)
+                preempted.append(job.instance)
+
+        job = wait_for_job(store, job_id, timeout_s, on_update=chaos)
         print()
         print(job_detail(job, store.list_epochs(job_id)))
         assert stack.vm_host is not None

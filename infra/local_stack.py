@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from infra.chaos import RandomPreemptions
 from infra.emulators import Emulator, start_firestore, start_pubsub
 from infra.local_pubsub import apply_topology
 from infra.processes import ManagedProcess, free_port, http_ok
@@ -44,6 +45,14 @@ class StackOptions:
     heartbeat_s: float = 5.0
     zones: tuple[str, ...] = ("local-a", "local-b")
     capacity_errors: dict[str, str] = field(default_factory=dict)
+    # The reaper's limits (production: 300 s, 600 s, 120 s); locally shorter.
+    stall_timeout_s: float = 60.0
+    boot_timeout_s: float = 120.0
+    request_timeout_s: float = 30.0
+    # Chaos: random Spot preemptions per VM-hour (0: none), replayable by seed.
+    preempt_rate_per_vm_hour: float = 0.0
+    chaos_seed: int | None = None
+    notice_s: float = 30.0
 
 
 class LocalStack:
@@ -53,6 +62,7 @@ class LocalStack:
         self.firestore: Emulator | None = None
         self.pubsub: Emulator | None = None
         self.vm_host: VmHost | None = None
+        self.chaos: RandomPreemptions | None = None
         self.functions: dict[str, ManagedProcess] = {}
         self.endpoints: dict[str, str] = {}
         self.timings: dict[str, float] = {}
@@ -81,6 +91,12 @@ class LocalStack:
                 capacity_errors=self.options.capacity_errors or None,
             )
             self.vm_host.start()
+            self.chaos = RandomPreemptions(
+                self.vm_host,
+                self.options.preempt_rate_per_vm_hour,
+                self.options.chaos_seed,
+                self.options.notice_s,
+            ).start()
             self._start_functions(logs_dir)
             # The Google clients in this process (topology, ticks) find the
             # emulators through these variables; close() puts them back.
@@ -98,6 +114,8 @@ class LocalStack:
 
     def close(self) -> None:
         self._stop_ticks.set()
+        if self.chaos is not None:
+            self.chaos.stop()
         if self._ticker is not None:
             self._ticker.join(timeout=5)
         if self.vm_host is not None:
@@ -135,6 +153,9 @@ class LocalStack:
             "SPOTLINE_STORAGE_ROOT": f"file://{self.workdir / 'storage'}",
             "SPOTLINE_ZONES": ",".join(self.options.zones),
             "SPOTLINE_HEARTBEAT_S": str(self.options.heartbeat_s),
+            "SPOTLINE_STALL_TIMEOUT_S": str(self.options.stall_timeout_s),
+            "SPOTLINE_BOOT_TIMEOUT_S": str(self.options.boot_timeout_s),
+            "SPOTLINE_REQUEST_TIMEOUT_S": str(self.options.request_timeout_s),
         }
 
     def _vm_env(self) -> dict[str, str]:

@@ -64,6 +64,29 @@ def job_detail(job: JobDoc, epochs: Sequence[EpochDoc]) -> str:
         )
     if job.error:
         parts += ["", f"error: {job.error}"]
+    if job.attempts:
+        rows = [
+            [
+                a.attempt,
+                a.instance,
+                a.machine_id,
+                a.zone,
+                a.outcome or "running",
+                a.resumed_from_step,
+                a.checkpoint_step,
+            ]
+            for a in job.attempts
+        ]
+        headers = [
+            "ATTEMPT",
+            "INSTANCE",
+            "MACHINE",
+            "ZONE",
+            "OUTCOME",
+            "RESUMED_FROM_STEP",
+            "SAVED_AT_STEP",
+        ]
+        parts += ["", "attempts:", table(headers, rows)]
     if epochs:
         names = sorted({name for epoch in epochs for name in epoch.metrics})
         rows = [

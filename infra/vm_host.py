@@ -17,6 +17,7 @@ The same operations are served as JSON on 127.0.0.1 for ``LocalCompute``::
     POST   /vms/NAME/metadata        {"items": {k: v}} -> vm
     POST   /vms/NAME/preempt         {"notice_s": 30.0} -> vm
     POST   /vms/NAME/kill            -> {}
+    POST   /vms/NAME/freeze          -> vm  (SIGSTOP: a hung VM)
 
 Errors answer a Compute Engine error body,
 ``{"error": {"code", "message", "errors": [{"reason", "message", "domain"}]}}``:
@@ -248,6 +249,23 @@ class VmHost:
             vm = self._begin_removal(name, zone)
         vm.signal(signal.SIGKILL)
         vm.exited.wait(KILL_WAIT_S)
+
+    def freeze(self, name: str, zone: str | None = None) -> dict[str, Any]:
+        """SIGSTOP the VM's processes: a hung VM that stays RUNNING but sends no
+        heartbeat, until the reaper deletes it (SIGKILL ends stopped processes)."""
+        with self._lock:
+            vm = self._get_or_404(name, zone)
+            answer = vm.to_dict()
+        vm.signal(signal.SIGSTOP)
+        return answer
+
+    def running_spot_vms(self) -> tuple[str, ...]:
+        with self._lock:
+            return tuple(
+                vm.name
+                for vm in self._vms.values()
+                if vm.state == VmState.RUNNING and vm.provisioning == "SPOT" and not vm.removing
+            )
 
     def _stop(self, vms: Sequence[_Vm]) -> None:
         for vm in vms:

@@ -103,6 +103,8 @@ def _route(
             return host.set_metadata(name, str_map(body.get("items"), "items"), zone)
         case "POST", ["vms", name, "preempt"]:
             return host.preempt(name, float(body.get("notice_s", 30.0)), zone)
+        case "POST", ["vms", name, "freeze"]:
+            return host.freeze(name, zone)
         case "POST", ["vms", name, "kill"]:
             host.kill(name, zone)
             return {}

@@ -19,6 +19,7 @@ import pytest
 
 from functions import deps
 from infra.emulators import Emulator, emulators_available, start_firestore, start_pubsub
+from infra.local_stack import LocalStack, StackOptions
 from infra.vm_host import VmHost
 from tests.pubsub_events import post
 
@@ -53,6 +54,23 @@ def emulators(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Emulat
     finally:
         pubsub.stop()
         firestore.stop()
+
+
+@pytest.fixture(scope="session")
+def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    """The whole system, once per session, with short timeouts for chaos tests."""
+    if _MISSING:
+        pytest.skip(f"emulators unavailable: {_MISSING}")
+    options = StackOptions(
+        project="spotline-e2e",
+        tick_s=1.0,
+        heartbeat_s=0.5,
+        stall_timeout_s=8.0,
+        boot_timeout_s=60.0,
+        request_timeout_s=10.0,
+    )
+    with LocalStack(tmp_path_factory.mktemp("stack"), options) as stack:
+        yield stack
 
 
 @pytest.fixture

@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from infra.cli import main as cli
 from infra.demo import wait_for_job
-from infra.emulators import emulators_available
-from infra.local_stack import LocalStack, StackOptions
+from infra.local_stack import LocalStack
 from shared.bus import Bus
 from shared.lifecycle import job_id_for
 from shared.spec import parse_spec
@@ -24,23 +22,14 @@ from shared.store import Store
 pytestmark = [pytest.mark.emulators, pytest.mark.e2e]
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    if missing := emulators_available():
-        pytest.skip(f"emulators unavailable: {missing}")
-    options = StackOptions(project="spotline-e2e", tick_s=2.0, heartbeat_s=1.0)
-    with LocalStack(tmp_path_factory.mktemp("stack"), options) as running:
-        yield running
-
-
 def test_a_published_job_runs_to_completion(
-    stack: LocalStack, repo_root: Path, capsys: pytest.CaptureFixture[str]
+    local_stack: LocalStack, repo_root: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     spec = json.loads((repo_root / "examples" / "digits.json").read_text())
     data = json.dumps({**spec, "epochs": 3}).encode()
-    message_id = Bus(stack.options.project).publish("submit", data)
+    message_id = Bus(local_stack.options.project).publish("submit", data)
     job_id = job_id_for(parse_spec(data), message_id)
-    store = Store(stack.options.project)
+    store = Store(local_stack.options.project)
 
     job = wait_for_job(store, job_id, timeout_s=180, echo=False)
 
@@ -58,11 +47,15 @@ def test_a_published_job_runs_to_completion(
     assert [e.epoch for e in epochs] == [1, 2, 3]
     assert epochs[-1].metrics["val_accuracy"] > 0.8
     assert job.progress == "3/3" and job.checkpoint_uri
-    assert stack.vm_host is not None
+    assert local_stack.vm_host is not None
     deadline = time.monotonic() + 15  # the VM is released just after the job is recorded
     while time.monotonic() < deadline:
         instance = store.get_instance(job.instance or "")
-        if instance and instance.status == "CLOSED" and not stack.vm_host.list():
+        if (
+            instance
+            and instance.status == "CLOSED"
+            and not local_stack.vm_host.list({"spotline-job": job_id})
+        ):
             break
         time.sleep(0.1)
     assert instance is not None and (instance.status, instance.substatus) == (
@@ -70,10 +63,10 @@ def test_a_published_job_runs_to_completion(
         "TERMINATED",
     )
     assert instance.booted_at is not None and instance.last_heartbeat_at is not None
-    assert stack.vm_host.list() == []  # deleted, its process gone
+    assert local_stack.vm_host.list({"spotline-job": job_id}) == []  # deleted, its process gone
 
-    assert cli(["--workdir", str(stack.workdir), "status", job_id]) == 0
+    assert cli(["--workdir", str(local_stack.workdir), "status", job_id]) == 0
     shown = capsys.readouterr().out
     assert "COMPLETED" in shown and "val_accuracy" in shown
-    assert cli(["--workdir", str(stack.workdir), "status"]) == 0
+    assert cli(["--workdir", str(local_stack.workdir), "status"]) == 0
     assert job_id in capsys.readouterr().out

@@ -78,6 +78,10 @@ class LocalCompute:
         """Chaos: kill the VM with no notice, a preemption its agent never sees."""
         self._call("POST", _vm_path(zone, name, "kill"), {})
 
+    def freeze(self, zone: str, name: str) -> Vm:
+        """Chaos: stop the VM's processes, a hung agent that sends no heartbeat."""
+        return _to_vm(self._call("POST", _vm_path(zone, name, "freeze"), {}))
+
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         data = None if body is None else json.dumps(body).encode()
         headers = {} if data is None else {"Content-Type": "application/json"}

@@ -49,6 +49,8 @@ class Agent:
         self.trainer: TrainerProcess | None = None
         self.preempted = threading.Event()
         self.finished = threading.Event()
+        self._preemption_reported = False
+        self._report_lock = threading.Lock()
 
     # -- events -----------------------------------------------------------
 
@@ -99,6 +101,10 @@ class Agent:
         elif kind == "checkpoint":
             self.step = int(record.get("step", 0))
             self.checkpoint_uri = record.get("uri") or self.checkpoint_uri
+            if self.preempted.is_set():
+                # The state is durable once reported: tell spotline now rather
+                # than after the trainer (and torch) finish exiting.
+                self._report_preempted()
 
     # -- background watchers ------------------------------------------------
 
@@ -169,8 +175,15 @@ class Agent:
         return 0
 
     def _report_preempted(self) -> None:
-        event = SpotPreempted(**self._common(), checkpoint_uri=self.checkpoint_uri, step=self.step)
-        self.bus.publish("spot_preempted", event)
+        """Publish spot-preempted once, with the newest saved state."""
+        with self._report_lock:
+            if self._preemption_reported:
+                return
+            self._preemption_reported = True
+            event = SpotPreempted(
+                **self._common(), checkpoint_uri=self.checkpoint_uri, step=self.step
+            )
+            self.bus.publish("spot_preempted", event)
         logs.warning(f"preempted at step {self.step}; checkpoint {self.checkpoint_uri}")
 
     def _fetch_code(self) -> Path:

@@ -62,6 +62,9 @@ class Settings:
     lr: float
     hidden: int
     checkpoint_dir: str
+    # Extra seconds per step, standing in for a model that takes real compute:
+    # digits trains in a blink, too fast to watch a preemption land mid-epoch.
+    step_time_s: float = 0.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
@@ -86,11 +89,14 @@ class Settings:
                 lr=float(hyper.get("lr", DEFAULT_LR)),
                 hidden=int(hyper.get("hidden", DEFAULT_HIDDEN)),
                 checkpoint_dir=env["SPOTLINE_CHECKPOINT_DIR"],
+                step_time_s=float(hyper.get("step_time_s", 0.0)),
             )
         except KeyError as missing:
             raise SettingsError(f"{missing.args[0]} is not set") from None
         except (TypeError, ValueError) as error:
             raise SettingsError(str(error)) from None
+        if settings.step_time_s < 0:
+            raise SettingsError("step_time_s must not be negative")
         if settings.epochs < 1 or settings.batch_size < 1 or settings.hidden < 1:
             raise SettingsError("epochs, batch size and hidden must be at least 1")
         if not 0.0 <= settings.validation_split < 1.0:
@@ -207,6 +213,8 @@ def train(settings: Settings, flag: PreemptionFlag) -> int:
             loss_fn(model(data.x_train[rows]), data.y_train[rows]).backward()
             optimizer.step()
             step += 1
+            if settings.step_time_s:
+                time.sleep(settings.step_time_s)
         epoch, step_in_epoch = epoch + 1, 0
         trained = time.perf_counter()
 

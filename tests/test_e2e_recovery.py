@@ -1,0 +1,181 @@
+"""Spot recovery on the whole local stack: real agent, real trainer, real
+preemption notices, kills and hangs of the local "VMs"."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from infra.demo import wait_for_job
+from infra.local_stack import LocalStack
+from shared.bus import Bus
+from shared.documents import JobDoc
+from shared.lifecycle import job_id_for
+from shared.spec import parse_spec
+from shared.states import JobStatus
+from shared.store import Store
+
+pytestmark = [pytest.mark.emulators, pytest.mark.e2e]
+HYPER = {"lr": 0.01, "hidden": 64}
+
+
+def submit(stack: LocalStack, **fields: Any) -> str:
+    spec = {
+        "user": "bob",
+        "machine_ids": ["g2-standard-4"],
+        "trainer": "digits_mlp",
+        "epochs": 4,
+        "batch_size": 32,
+        "seed": 3,
+        "hyperparameters": {**HYPER, "step_time_s": 0.02},
+        **fields,
+    }
+    data = json.dumps(spec).encode()
+    message_id = Bus(stack.options.project).publish("submit", data)
+    return job_id_for(parse_spec(data), message_id)
+
+
+def once(
+    action: Callable[[JobDoc], None], when: Callable[[JobDoc], bool]
+) -> Callable[[JobDoc], None]:
+    """Call ``action`` the first time a polled job satisfies ``when``."""
+    done: list[str] = []
+
+    def check(job: JobDoc) -> None:
+        if not done and job.instance and when(job):
+            done.append(job.instance)
+            action(job)
+
+    return check
+
+
+def vms_of(stack: LocalStack, job_id: str) -> list[dict[str, Any]]:
+    assert stack.vm_host is not None
+    return stack.vm_host.list({"spotline-job": job_id})
+
+
+def wait_no_vms(stack: LocalStack, job_id: str, timeout_s: float = 20) -> None:
+    deadline = time.monotonic() + timeout_s
+    while vms_of(stack, job_id) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert vms_of(stack, job_id) == []
+
+
+def uninterrupted_final_metrics(tmp_path: Path, epochs: int, seed: int) -> dict[str, float]:
+    """The same training in one go, straight through the trainer."""
+    events = tmp_path / "events.jsonl"
+    env = {
+        **os.environ,
+        "SPOTLINE_CHECKPOINT_DIR": str(tmp_path / "ckpt"),
+        "SPOTLINE_EVENTS": str(events),
+        "SPOTLINE_EPOCHS": str(epochs),
+        "SPOTLINE_BATCH_SIZE": "32",
+        "SPOTLINE_SEED": str(seed),
+        "SPOTLINE_HYPERPARAMETERS": json.dumps(HYPER),
+    }
+    subprocess.run(
+        [sys.executable, "-m", "vm_image.trainers.digits_mlp"],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    lines = [json.loads(line) for line in events.read_text().splitlines()]
+    return [line for line in lines if line["type"] == "epoch"][-1]["metrics"]
+
+
+def test_a_preemption_mid_epoch_loses_nothing(local_stack: LocalStack, tmp_path: Path) -> None:
+    assert local_stack.vm_host is not None
+    host = local_stack.vm_host
+    job_id = submit(local_stack)
+    preempt = once(
+        lambda job: host.preempt(job.instance or "", 10.0),
+        when=lambda job: job.attempt == 1 and job.epoch >= 1,
+    )
+    store = Store(local_stack.options.project)
+
+    job = wait_for_job(store, job_id, 180, echo=False, on_update=preempt)
+
+    assert job.status == JobStatus.COMPLETED, job.error
+    assert (job.attempt, job.preemptions) == (2, 1)
+    first, second = job.attempts
+    assert first.outcome == "preempted" and first.checkpoint_step is not None
+    assert first.checkpoint_step > 45  # saved on the notice, after epoch 1's checkpoint
+    steps_recomputed = first.checkpoint_step - (second.resumed_from_step or 0)
+    assert steps_recomputed == 0  # resumed from the very step saved on the notice
+    expected = uninterrupted_final_metrics(tmp_path, epochs=4, seed=3)
+    assert job.metrics == pytest.approx(expected, abs=1e-6)
+    assert [e.epoch for e in store.list_epochs(job_id)] == [1, 2, 3, 4]
+    wait_no_vms(local_stack, job_id)
+
+
+def test_a_vm_killed_without_notice_is_requeued_by_the_reaper(local_stack: LocalStack) -> None:
+    assert local_stack.vm_host is not None
+    host = local_stack.vm_host
+    job_id = submit(local_stack, epochs=3)
+    kill = once(
+        lambda job: host.kill(job.instance or ""),
+        when=lambda job: job.attempt == 1 and job.epoch >= 1,
+    )
+    store = Store(local_stack.options.project)
+
+    job = wait_for_job(store, job_id, 180, echo=False, on_update=kill)
+
+    assert job.status == JobStatus.COMPLETED, job.error
+    assert job.attempt == 2
+    lost = next(h for h in job.history if h.substatus == "PREEMPTED")
+    assert "missed preemption" in lost.note
+    # Detected by a sweep, not by an event: within about a tick of the kill.
+    placed = next(h for h in job.history if h.attempt == 2 and h.substatus == "CONNECTING_SERVER")
+    assert (placed.at - lost.at).total_seconds() < 5
+    wait_no_vms(local_stack, job_id)
+
+
+def test_a_hung_vm_is_replaced_and_the_job_fails_after_max_attempts(
+    local_stack: LocalStack,
+) -> None:
+    assert local_stack.vm_host is not None
+    host = local_stack.vm_host
+    frozen: set[str] = set()
+
+    def hang(job: JobDoc) -> None:
+        if job.instance and job.instance not in frozen and job.substatus == "TRAINING":
+            frozen.add(job.instance)
+            host.freeze(job.instance)
+
+    job_id = submit(local_stack, epochs=50, max_attempts=2)
+    store = Store(local_stack.options.project)
+
+    job = wait_for_job(store, job_id, 180, echo=False, on_update=hang)
+
+    assert job.status == JobStatus.FAILED
+    assert job.error is not None and "gave up after 2 attempt(s)" in job.error
+    assert "no heartbeat" in job.error
+    assert [a.outcome for a in job.attempts] == ["stalled", "stalled"]
+    wait_no_vms(local_stack, job_id)
+
+
+def test_an_orphan_vm_is_deleted_within_a_sweep(local_stack: LocalStack) -> None:
+    assert local_stack.vm_host is not None
+    host = local_stack.vm_host
+    labels = {"spotline": "true", "spotline-job": "ghost", "spotline-attempt": "1"}
+    host.insert(
+        {
+            "name": "sl-ghost-a1",
+            "zone": "local-a",
+            "machine_type": "e2-standard-4",
+            "labels": labels,
+        }
+    )
+    started = time.monotonic()
+    while host.get("sl-ghost-a1") is not None and time.monotonic() - started < 10:
+        time.sleep(0.1)
+    assert host.get("sl-ghost-a1") is None
+    assert time.monotonic() - started < 2 * local_stack.options.tick_s + 3
