@@ -44,7 +44,7 @@ def submit(stack: LocalStack, **fields: Any) -> str:
 
 
 def once(
-    action: Callable[[JobDoc], None], when: Callable[[JobDoc], bool]
+    action: Callable[[JobDoc], object], when: Callable[[JobDoc], bool]
 ) -> Callable[[JobDoc], None]:
     """Call ``action`` the first time a polled job satisfies ``when``."""
     done: list[str] = []
