@@ -23,7 +23,6 @@ import io
 import logging
 import pickle
 import random
-import re
 import signal
 import uuid
 from dataclasses import dataclass, field
@@ -35,9 +34,28 @@ import numpy as np
 import torch
 from fsspec.core import url_to_fs
 
+from vm_image.trainers.checkpoint_files import (
+    CHECKPOINT_PATTERN,
+    checkpoint_name,
+    checkpoint_paths,
+    latest_checkpoint,
+    list_checkpoints,
+)
+
+__all__ = [
+    "CHECKPOINT_PATTERN",
+    "Checkpoint",
+    "PreemptionFlag",
+    "checkpoint_name",
+    "latest_checkpoint",
+    "list_checkpoints",
+    "load_checkpoint",
+    "load_latest_checkpoint",
+    "save_checkpoint",
+]
+
 log = logging.getLogger(__name__)
 
-CHECKPOINT_PATTERN = re.compile(r"^ckpt-(\d{12})\.pt$")
 DEFAULT_KEEP = 2
 FORMAT_VERSION = 1
 
@@ -47,13 +65,6 @@ class SchedulerLike(Protocol):
 
     def state_dict(self) -> dict[str, Any]: ...
     def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...
-
-
-def checkpoint_name(step: int) -> str:
-    """The file name of the checkpoint taken after ``step`` optimizer steps."""
-    if not 0 <= step < 10**12:
-        raise ValueError(f"step {step} does not fit a checkpoint name")
-    return f"ckpt-{step:012d}.pt"
 
 
 @dataclass
@@ -161,9 +172,6 @@ def save_checkpoint(
         "rng": capture_rng_state(),
         "extra": dict(extra or {}),
     }
-    buffer = io.BytesIO()
-    torch.save(payload, buffer)
-
     fs, root = url_to_fs(checkpoint_dir)
     fs.makedirs(root, exist_ok=True)
     final = f"{root.rstrip('/')}/{checkpoint_name(step)}"
@@ -172,28 +180,19 @@ def save_checkpoint(
     # becomes visible once complete, so the final name never shows a partial file.
     temporary = f"{root.rstrip('/')}/.tmp-{uuid.uuid4().hex}-{checkpoint_name(step)}"
     try:
-        fs.pipe_file(temporary, buffer.getvalue())
+        # Straight into the file: a serialized copy in memory first doubled the
+        # peak memory and took 3-6x longer for a 3 GB state (bench_checkpoint).
+        with fs.open(temporary, "wb") as stream:
+            torch.save(payload, stream)
         fs.mv(temporary, final)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             fs.rm(temporary)
         raise
-    others = [path for _, path in _list(fs, root) if path != final]
+    others = [path for _, path in checkpoint_paths(fs, root) if path != final]
     for old in others[: max(len(others) - (keep - 1), 0)]:
         fs.rm(old)
     return str(fs.unstrip_protocol(final))
-
-
-def list_checkpoints(checkpoint_dir: str) -> list[str]:
-    """URLs of the complete checkpoints in ``checkpoint_dir``, oldest step first."""
-    fs, root = url_to_fs(checkpoint_dir)
-    return [str(fs.unstrip_protocol(path)) for _, path in _list(fs, root)]
-
-
-def latest_checkpoint(checkpoint_dir: str) -> str | None:
-    """The URL of the checkpoint with the highest step, or None when there is none."""
-    checkpoints = list_checkpoints(checkpoint_dir)
-    return checkpoints[-1] if checkpoints else None
 
 
 def load_checkpoint(uri: str) -> Checkpoint:
@@ -235,22 +234,6 @@ def load_latest_checkpoint(checkpoint_dir: str) -> Checkpoint | None:
         ) as error:
             log.warning("skipping unreadable checkpoint %s: %s", uri, error)
     return None
-
-
-def _list(fs: fsspec.AbstractFileSystem, root: str) -> list[tuple[int, str]]:
-    """(step, path) of each complete checkpoint under ``root``, by step."""
-    # gcsfs caches listings; another attempt or process may have written since.
-    fs.invalidate_cache(root)
-    try:
-        paths = fs.ls(root, detail=False)
-    except FileNotFoundError:
-        return []
-    found = []
-    for path in paths:
-        match = CHECKPOINT_PATTERN.match(str(path).rstrip("/").rsplit("/", 1)[-1])
-        if match:
-            found.append((int(match.group(1)), str(path)))
-    return sorted(found)
 
 
 class PreemptionFlag:

@@ -1,0 +1,228 @@
+"""The shutdown-script fallback, run as the shutdown script runs it.
+
+The module runs in a subprocess against a real per-VM metadata server and the
+Pub/Sub emulator; a pull subscription on spot-preempted shows what it sent.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from infra.metadata_server import Identity, MetadataServer
+from shared.assignment import Assignment
+from shared.compute.port import JOB_METADATA_KEY
+from shared.config import TOPICS
+from shared.events import SpotPreempted
+from shared.spec import JobSpec
+from vm_image.agent.metadata import Metadata
+from vm_image.agent.shutdown_notice import NoticeError, publish, report
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPTS = REPO / "vm_image" / "scripts"
+INSTANCE = "sl-j1-a3"
+
+
+def _assignment(project: str, checkpoint_dir: str) -> Assignment:
+    spec = JobSpec(user="alice", machine_ids=["g2-standard-4"], trainer="digits_mlp")
+    return Assignment(
+        job_id="j1",
+        attempt=3,
+        project=project,
+        spec=spec,
+        checkpoint_dir=checkpoint_dir,
+        output_dir="file:///nowhere",
+    )
+
+
+def _metadata_server(assignment: Assignment) -> MetadataServer:
+    identity = Identity(
+        INSTANCE, "1234567890123456789", "us-central1-a", "g2-standard-4", assignment.project, "42"
+    )
+    server = MetadataServer(identity, {JOB_METADATA_KEY: assignment.model_dump_json()})
+    server.start()
+    return server
+
+
+def _save_checkpoints(checkpoint_dir: str, steps: list[int]) -> list[str]:
+    import torch
+
+    from vm_image.trainers.torch_checkpoint import save_checkpoint
+
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    return [
+        save_checkpoint(
+            checkpoint_dir,
+            model=model,
+            optimizer=optimizer,
+            epoch=0,
+            step=step,
+            step_in_epoch=step,
+            keep=len(steps),
+        )
+        for step in steps
+    ]
+
+
+class Subscription:
+    """A pull subscription on spot-preempted in the test's project."""
+
+    def __init__(self, project: str) -> None:
+        from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
+
+        self.publisher = PublisherClient()
+        self.subscriber = SubscriberClient()
+        topic = self.publisher.topic_path(project, TOPICS["spot_preempted"])
+        self.publisher.create_topic(name=topic)
+        self.path = self.subscriber.subscription_path(project, "shutdown-notice-test")
+        self.subscriber.create_subscription(name=self.path, topic=topic)
+
+    def pull(self, wait_s: float) -> list[SpotPreempted]:
+        """Every message that arrives within ``wait_s``, acknowledged."""
+        from google.api_core.exceptions import DeadlineExceeded
+
+        events: list[SpotPreempted] = []
+        deadline = time.monotonic() + wait_s
+        while (remaining := deadline - time.monotonic()) > 0:
+            try:
+                response = self.subscriber.pull(
+                    subscription=self.path, max_messages=10, timeout=max(remaining, 0.1)
+                )
+            except DeadlineExceeded:
+                break
+            if not response.received_messages:
+                time.sleep(0.1)
+                continue
+            events += [
+                SpotPreempted.model_validate_json(received.message.data)
+                for received in response.received_messages
+            ]
+            self.subscriber.acknowledge(
+                subscription=self.path,
+                ack_ids=[received.ack_id for received in response.received_messages],
+            )
+        return events
+
+    def close(self) -> None:
+        self.subscriber.close()
+
+
+@pytest.fixture
+def subscription(project: str) -> Iterator[Subscription]:
+    subscription = Subscription(project)
+    yield subscription
+    subscription.close()
+
+
+def _run_notice(server: MetadataServer) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "GCE_METADATA_HOST": server.host}
+    return subprocess.run(
+        [sys.executable, "-m", "vm_image.agent.shutdown_notice"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.emulators
+def test_an_ordinary_shutdown_publishes_nothing(
+    project: str, subscription: Subscription, tmp_path: Path
+) -> None:
+    checkpoint_dir = tmp_path.as_uri()
+    _save_checkpoints(checkpoint_dir, [5])
+    server = _metadata_server(_assignment(project, checkpoint_dir))
+    try:
+        done = _run_notice(server)
+    finally:
+        server.close()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "not preempted" in done.stdout
+    assert subscription.pull(wait_s=1.5) == []
+
+
+@pytest.mark.emulators
+def test_a_preemption_publishes_the_newest_checkpoint(
+    project: str, subscription: Subscription, tmp_path: Path
+) -> None:
+    checkpoint_dir = tmp_path.joinpath("ckpt").as_uri()
+    uris = _save_checkpoints(checkpoint_dir, [40, 120])
+    server = _metadata_server(_assignment(project, checkpoint_dir))
+    server.set_preempted()
+    try:
+        done = _run_notice(server)
+    finally:
+        server.close()
+    assert done.returncode == 0, done.stdout + done.stderr
+    events = subscription.pull(wait_s=2.0)
+    assert len(events) == 1, events
+    event = events[0]
+    assert (event.job_id, event.attempt, event.instance) == ("j1", 3, INSTANCE)
+    assert event.checkpoint_uri == uris[-1]
+    assert event.checkpoint_uri.endswith("/ckpt-000000000120.pt")
+    assert event.step == 120
+
+
+@pytest.mark.emulators
+def test_a_preemption_without_a_checkpoint_still_publishes(
+    project: str, subscription: Subscription, tmp_path: Path
+) -> None:
+    server = _metadata_server(_assignment(project, tmp_path.joinpath("none-yet").as_uri()))
+    server.set_preempted()
+    try:
+        done = _run_notice(server)
+    finally:
+        server.close()
+    assert done.returncode == 0, done.stdout + done.stderr
+    events = subscription.pull(wait_s=2.0)
+    assert len(events) == 1, events
+    assert (events[0].job_id, events[0].attempt, events[0].instance) == ("j1", 3, INSTANCE)
+    assert events[0].checkpoint_uri is None
+    assert events[0].step is None
+
+
+@pytest.fixture
+def silent_host() -> Iterator[str]:
+    """HOST:PORT of a socket that accepts connections and never answers."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        yield f"127.0.0.1:{listener.getsockname()[1]}"
+
+
+def test_a_silent_metadata_server_fails_within_the_timeout(silent_host: str) -> None:
+    started = time.monotonic()
+    assert report(Metadata(silent_host, timeout_s=0.5), started + 5.0) == 1
+    assert time.monotonic() - started < 3.0
+
+
+def test_an_unreachable_pubsub_fails_within_the_timeout(
+    silent_host: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from datetime import UTC, datetime
+
+    from shared.bus import Bus
+
+    monkeypatch.setenv("PUBSUB_EMULATOR_HOST", silent_host)
+    event = SpotPreempted(job_id="j1", attempt=3, instance=INSTANCE, sent_at=datetime.now(UTC))
+    started = time.monotonic()
+    with pytest.raises(NoticeError):
+        publish(Bus("p"), event, timeout_s=1.0)
+    assert time.monotonic() - started < 5.0
+
+
+@pytest.mark.parametrize("script", ["shutdown.sh", "startup.sh"])
+def test_the_instance_scripts_parse(script: str) -> None:
+    done = subprocess.run(
+        ["bash", "-n", str(SCRIPTS / script)], capture_output=True, text=True, timeout=10
+    )
+    assert done.returncode == 0, done.stderr
