@@ -8,10 +8,11 @@ from pydantic import ValidationError
 
 from functions import deps
 from functions.envelope import Message, pubsub_handler
+from functions.vm_events import apply_to_job
 from shared import lifecycle
 from shared.documents import InstanceDoc
-from shared.errors import InvalidMessage, PermanentError
-from shared.events import EpochDone, Heartbeat, progress_adapter
+from shared.errors import InvalidMessage
+from shared.events import EpochDone, progress_adapter
 from shared.spec import describe_validation_error
 from shared.states import JobSubstatus
 
@@ -25,27 +26,17 @@ def on_epoch_done(message: Message) -> None:
     now = datetime.now(UTC)
     store = deps.store()
     if isinstance(event, EpochDone):
-        job = store.update_job(
-            event.job_id, lambda current: lifecycle.epoch_done(current, event, now)
-        )
-        if job is None:
-            raise PermanentError(f"epoch from {event.instance} for unknown job {event.job_id}")
-        store.put_epoch(event.job_id, lifecycle.epoch_doc(event, now))
+        epoch = event
+        apply_to_job(epoch, lambda current: lifecycle.epoch_done(current, epoch, now))
+        store.put_epoch(epoch.job_id, lifecycle.epoch_doc(epoch, now))
         training = True
     else:
-        _heartbeat(event, now)
-        training = event.phase in (JobSubstatus.TRAINING, JobSubstatus.RETURNING)
+        beat = event
+        apply_to_job(beat, lambda current: lifecycle.heartbeat(current, beat, now))
+        training = beat.phase in (JobSubstatus.TRAINING, JobSubstatus.RETURNING)
 
     def seen(instance: InstanceDoc) -> InstanceDoc:
         alive = lifecycle.instance_seen(instance, now)
         return lifecycle.instance_executing(alive, now) if training else alive
 
     store.update_instance(event.instance, seen)
-
-
-def _heartbeat(event: Heartbeat, now: datetime) -> None:
-    job = deps.store().update_job(
-        event.job_id, lambda current: lifecycle.heartbeat(current, event, now)
-    )
-    if job is None:
-        raise PermanentError(f"heartbeat from {event.instance} for unknown job {event.job_id}")

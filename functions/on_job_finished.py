@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from functions import deps
 from functions.envelope import Message, pubsub_handler
 from functions.release import release_instance
+from functions.vm_events import apply_to_job
 from shared import lifecycle, logs
-from shared.errors import PermanentError
 from shared.events import JobFinished
 
 
@@ -20,10 +19,7 @@ from shared.events import JobFinished
 def on_job_finished(message: Message) -> None:
     event = message.parse(JobFinished)
     now = datetime.now(UTC)
-    store = deps.store()
-    job = store.update_job(event.job_id, lambda current: lifecycle.finished(current, event, now))
-    if job is None:
-        raise PermanentError(f"{event.instance} finished unknown job {event.job_id}")
+    job = apply_to_job(event, lambda current: lifecycle.finished(current, event, now))
     logs.info(
         f"job {job.job_id}: {job.status} (exit code {event.exit_code})",
         job_id=job.job_id,

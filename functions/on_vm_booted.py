@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 
 from functions import deps
 from functions.envelope import Message, pubsub_handler
+from functions.vm_events import apply_to_job
 from shared import lifecycle
-from shared.errors import PermanentError
 from shared.events import VmBooted
 
 
@@ -16,9 +16,7 @@ def on_vm_booted(message: Message) -> None:
     event = message.parse(VmBooted)
     now = datetime.now(UTC)
     store = deps.store()
-    job = store.update_job(event.job_id, lambda current: lifecycle.booted(current, event, now))
-    if job is None:
-        raise PermanentError(f"{event.instance} booted for unknown job {event.job_id}")
+    apply_to_job(event, lambda current: lifecycle.booted(current, event, now))
     store.update_instance(
         event.instance,
         lambda instance: lifecycle.instance_seen(

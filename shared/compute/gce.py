@@ -120,13 +120,7 @@ class GceCompute:
         """The VM, or ``None`` when it does not exist."""
         with _translated_errors(f"get {name} in {zone}"):
             try:
-                instance = self._instances.get(
-                    project=self._project,
-                    zone=zone,
-                    instance=name,
-                    retry=self._read_retry,
-                    timeout=self._request_timeout_s,
-                )
+                instance = self._read(zone, name)
             except api_exceptions.NotFound:
                 return None
         return gce_requests.vm_from_instance(instance)
@@ -168,13 +162,7 @@ class GceCompute:
         retry re-reads the fingerprint.
         """
         with _translated_errors(f"set metadata of {name} in {zone}"):
-            instance = self._instances.get(
-                project=self._project,
-                zone=zone,
-                instance=name,
-                retry=self._read_retry,
-                timeout=self._request_timeout_s,
-            )
+            instance = self._read(zone, name)
             metadata = gce_requests.merged_metadata(instance.metadata, items)
             operation = self._instances.set_metadata_unary(
                 request=gce_requests.set_metadata_request(self._project, zone, name, metadata),
@@ -182,6 +170,15 @@ class GceCompute:
             )
             operation = self._wait(zone, operation)
         _raise_for_operation(operation)
+
+    def _read(self, zone: str, name: str) -> compute_v1.Instance:
+        return self._instances.get(
+            project=self._project,
+            zone=zone,
+            instance=name,
+            retry=self._read_retry,
+            timeout=self._request_timeout_s,
+        )
 
     def _wait(self, zone: str, operation: compute_v1.Operation) -> compute_v1.Operation:
         deadline = time.monotonic() + self._operation_timeout_s
