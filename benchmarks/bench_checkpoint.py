@@ -6,7 +6,8 @@ sends SIGUSR1 at a random point of a training loop; the loop, polling a
 PreemptionFlag at each step boundary as the trainers do, then calls
 torch_checkpoint.save_checkpoint into a local folder (file://, same disk as the
 repo). Reported, 3 runs each, median and max: notice -> step boundary, the
-save split into torch.save-to-buffer / write / rename / the rest, notice ->
+save split into torch.save (straight into the temporary file) / rename / the
+rest, notice ->
 checkpoint written, an fsync afterwards (not in the total) and read-back.
 Then the step-boundary delay alone, for a loop of ~10 ms steps.
 
@@ -147,7 +148,6 @@ def checkpoint_on_notice(
         timer.join()
         with (
             timing(torch, "save", run.parts, "serialize"),
-            timing(LocalFileSystem, "pipe_file", run.parts, "write"),
             timing(LocalFileSystem, "mv", run.parts, "rename"),
         ):
             uri = save_checkpoint(
@@ -215,10 +215,9 @@ def scratch_parent() -> str | None:
 
 ROWS = [
     ("boundary", "notice -> step boundary"),
-    ("serialize", "torch.save to buffer"),
-    ("write", "write temporary (pipe_file)"),
+    ("serialize", "torch.save into the temporary file"),
     ("rename", "rename into place (mv)"),
-    ("other", "rest (state_dict, bytes copy, prune)"),
+    ("other", "rest (state_dict, RNG, listing, prune)"),
     ("save", "save_checkpoint total"),
     ("total", "notice -> checkpoint written"),
     ("fsync", "fsync afterwards (not in total)"),
@@ -230,9 +229,9 @@ ROWS = [
 def bench_size(target_mb: int, runs: int) -> None:
     width = 2048 if target_mb < 500 else 4096
     model, optimizer = build(target_mb * MB, width)
-    # Peak: parameters, gradients, two Adam moments, then the serialized buffer
-    # and save_checkpoint's bytes copy of it (3x each): about 10x the parameters.
-    needed = 10 * tensor_bytes(model.state_dict())
+    # Peak: parameters, gradients, two Adam moments and load_checkpoint's read
+    # of the 3x file: about 8x the parameters.
+    needed = 8 * tensor_bytes(model.state_dict())
     if available_bytes() < needed + 2 * 1024**3:
         print(f"\nskipping {target_mb} MB: needs ~{needed / 2**30:.1f} GiB free")
         return

@@ -19,7 +19,6 @@ first and then moved into place.
 from __future__ import annotations
 
 import contextlib
-import io
 import logging
 import pickle
 import random
@@ -197,11 +196,11 @@ def save_checkpoint(
 
 def load_checkpoint(uri: str) -> Checkpoint:
     """Read one checkpoint file written by :func:`save_checkpoint`, tensors on the CPU."""
-    with fsspec.open(uri, "rb") as stream:
-        data = stream.read()
+    # Straight from the (seekable) file: no second copy of the state in memory.
     # weights_only=False: the numpy RNG state and ``extra`` are arbitrary pickles.
     # Only files this module wrote into the job's own folder come here.
-    payload = torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
+    with fsspec.open(uri, "rb") as stream:
+        payload = torch.load(stream, map_location="cpu", weights_only=False)
     return Checkpoint(
         uri=uri,
         step=int(payload["step"]),
