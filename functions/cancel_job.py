@@ -11,6 +11,7 @@ from shared import logs
 from shared.documents import JobDoc
 from shared.errors import IllegalTransition, PermanentError
 from shared.events import CancelRequest
+from shared.lifecycle import end_attempt
 from shared.states import InstanceStatus, JobStatus, JobSubstatus
 from shared.transitions import fail_job
 
@@ -30,7 +31,7 @@ def cancel(job_id: str, reason: str, now: datetime) -> JobDoc:
         if job.status in JobStatus.terminal():
             return job
         try:
-            return fail_job(job, JobSubstatus.CANCELED, now, reason)
+            return end_attempt(fail_job(job, JobSubstatus.CANCELED, now, reason), now, "canceled")
         except IllegalTransition:
             return job
 

@@ -62,7 +62,15 @@ def launch(job: JobDoc, now: datetime) -> JobDoc:
     )
     recorded = deps.store().update_job(
         job.job_id,
-        lambda current: vm_recorded(current, vm.name, vm.zone, option.machine_id, now),
+        lambda current: vm_recorded(
+            current,
+            vm.name,
+            vm.zone,
+            option.machine_id,
+            now,
+            option.price_per_hour,
+            option.machine.on_demand_usd_per_hour,
+        ),
     )
     deps.store().delete_queue(job.job_id)
     return recorded or job

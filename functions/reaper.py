@@ -33,7 +33,7 @@ from shared.compute.port import MANAGED_LABEL, Vm, VmState
 from shared.config import Settings
 from shared.documents import InstanceDoc, JobDoc, QueueEntry
 from shared.errors import PermanentError
-from shared.lifecycle import advance
+from shared.lifecycle import accrue, advance
 from shared.states import InstanceStatus, JobStatus, JobSubstatus
 from shared.transitions import fail_job
 
@@ -141,6 +141,9 @@ def _check_orphan(vm: Vm, now: datetime) -> str | None:
 
 
 def _check_job(job: JobDoc, now: datetime) -> str | None:
+    if job.substatus in JobSubstatus.on_vm():
+        # The running attempt's cost so far, for a person watching the job.
+        deps.store().update_job(job.job_id, lambda current: accrue(current, now))
     limit = job.spec.max_runtime_s
     if limit is not None and (now - job.created_at).total_seconds() > limit:
         cancel(job.job_id, f"max_runtime_s={limit} s reached", now)

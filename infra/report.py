@@ -32,6 +32,9 @@ def jobs_table(jobs: Sequence[JobDoc]) -> str:
         "ATTEMPT",
         "MACHINE",
         "INSTANCE",
+        "COST_USD",
+        "ON_DEMAND_USD",
+        "SAVED",
         "METRICS",
         "DESCRIPTION",
     ]
@@ -45,6 +48,9 @@ def jobs_table(jobs: Sequence[JobDoc]) -> str:
             job.attempt,
             job.machine_id,
             job.instance,
+            f"{job.cost_usd:.4f}",
+            f"{job.on_demand_cost_usd:.4f}",
+            "" if job.savings_percent is None else f"{job.savings_percent:.0f}%",
             _metrics(job.metrics),
             job.description[:40],
         ]
@@ -74,6 +80,7 @@ def job_detail(job: JobDoc, epochs: Sequence[EpochDoc]) -> str:
                 a.outcome or "running",
                 a.resumed_from_step,
                 a.checkpoint_step,
+                f"{a.cost_usd:.6f}",
             ]
             for a in job.attempts
         ]
@@ -85,6 +92,7 @@ def job_detail(job: JobDoc, epochs: Sequence[EpochDoc]) -> str:
             "OUTCOME",
             "RESUMED_FROM_STEP",
             "SAVED_AT_STEP",
+            "COST_USD",
         ]
         parts += ["", "attempts:", table(headers, rows)]
     if epochs:

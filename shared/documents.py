@@ -42,6 +42,10 @@ class AttemptRecord(_Doc):
     outcome: str | None = None  # completed, failed, preempted, stalled, canceled
     resumed_from_step: int | None = None  # where the trainer picked up
     checkpoint_step: int | None = None  # the step saved when the VM went away
+    price_per_hour: float = 0.0  # what the VM cost (Spot or on demand)
+    on_demand_price_per_hour: float = 0.0  # what the same VM costs on demand
+    cost_usd: float = 0.0  # up to ended_at, or up to the last sweep while it runs
+    on_demand_cost_usd: float = 0.0
 
 
 class JobDoc(_Doc):
@@ -64,8 +68,10 @@ class JobDoc(_Doc):
     step: int = 0
     metrics: dict[str, float] = Field(default_factory=dict)
     checkpoint_uri: str | None = None
-    cost_usd: float = 0.0
-    on_demand_cost_usd: float = 0.0
+    cost_usd: float = 0.0  # every attempt's VM time at its price, cooling included
+    on_demand_cost_usd: float = 0.0  # the same VM time at on-demand prices
+    savings_percent: float | None = None
+    cooling_cost_usd: float = 0.0  # holding its VM idle afterwards, for the next job
     error: str | None = None
     message_id: str | None = None
     created_at: datetime

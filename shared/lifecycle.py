@@ -13,6 +13,7 @@ from datetime import datetime
 from shared.documents import AttemptRecord, EpochDoc, HistoryEntry, InstanceDoc, JobDoc
 from shared.errors import IllegalTransition, PermanentError
 from shared.events import EpochDone, Heartbeat, JobFinished, VmBooted, VmEvent
+from shared.pricing import savings_percent, vm_cost
 from shared.spec import JobSpec
 from shared.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
 from shared.transitions import fail_job, move_instance, move_job, next_attempt
@@ -145,7 +146,7 @@ def finished(job: JobDoc, event: JobFinished, now: datetime) -> JobDoc:
     if job.status in JobStatus.terminal():
         return job
     outcome = "completed" if event.exit_code == 0 else "failed"
-    job = _update_attempt(job, ended_at=now, outcome=outcome)
+    job = end_attempt(job, now, outcome)
     if event.exit_code == 0:
         job = advance(job, JobSubstatus.RETURNING, now)
         return advance(job, JobSubstatus.COMPLETED, now, note=f"{event.instance} exited 0")
@@ -159,13 +160,27 @@ def finished(job: JobDoc, event: JobFinished, now: datetime) -> JobDoc:
         return job
 
 
-def vm_recorded(job: JobDoc, instance: str, zone: str, machine_id: str, now: datetime) -> JobDoc:
+def vm_recorded(
+    job: JobDoc,
+    instance: str,
+    zone: str,
+    machine_id: str,
+    now: datetime,
+    price_per_hour: float = 0.0,
+    on_demand_price_per_hour: float = 0.0,
+) -> JobDoc:
     """The attempt's VM exists: CONNECTING_SERVER, and a new attempt record."""
     job = advance(job, JobSubstatus.CONNECTING_SERVER, now, note=f"{instance} in {zone}")
     if job.instance == instance:
         return job
     record = AttemptRecord(
-        attempt=job.attempt, instance=instance, zone=zone, machine_id=machine_id, started_at=now
+        attempt=job.attempt,
+        instance=instance,
+        zone=zone,
+        machine_id=machine_id,
+        started_at=now,
+        price_per_hour=price_per_hour,
+        on_demand_price_per_hour=on_demand_price_per_hour,
     )
     kept = [r for r in job.attempts if r.attempt != job.attempt]
     return job.model_copy(
@@ -201,7 +216,7 @@ def vm_lost(
             f"{job.status}/{job.substatus} on attempt {job.attempt} ({job.instance})"
         )
     outcome = cause.lower()
-    job = _update_attempt(job, ended_at=now, outcome=outcome, checkpoint_step=step)
+    job = end_attempt(job, now, outcome, checkpoint_step=step)
     if checkpoint_uri:
         job = job.model_copy(update={"checkpoint_uri": checkpoint_uri})
     if step is not None:
@@ -222,6 +237,42 @@ def _avoid_after_preemptions(job: JobDoc) -> JobDoc:
     if lost_here < limit:
         return job
     return job.model_copy(update={"avoid_machine_ids": [*job.avoid_machine_ids, machine_id]})
+
+
+def end_attempt(
+    job: JobDoc, now: datetime, outcome: str, checkpoint_step: int | None = None
+) -> JobDoc:
+    """Close the current attempt's record: how it ended, and what it cost."""
+    job = _update_attempt(job, ended_at=now, outcome=outcome, checkpoint_step=checkpoint_step)
+    return accrue(job, now)
+
+
+def accrue(job: JobDoc, now: datetime) -> JobDoc:
+    """Price every attempt up to its end (a running one up to ``now``) and sum
+    them on the job, with what the same VM time would cost on demand."""
+    records = []
+    for record in job.attempts:
+        seconds = ((record.ended_at or now) - record.started_at).total_seconds()
+        records.append(
+            record.model_copy(
+                update={
+                    "cost_usd": round(vm_cost(record.price_per_hour, seconds), 6),
+                    "on_demand_cost_usd": round(
+                        vm_cost(record.on_demand_price_per_hour, seconds), 6
+                    ),
+                }
+            )
+        )
+    cost = round(sum(r.cost_usd for r in records) + job.cooling_cost_usd, 6)
+    on_demand = round(sum(r.on_demand_cost_usd for r in records), 6)
+    return job.model_copy(
+        update={
+            "attempts": records,
+            "cost_usd": cost,
+            "on_demand_cost_usd": on_demand,
+            "savings_percent": savings_percent(cost, on_demand),
+        }
+    )
 
 
 def _update_attempt(job: JobDoc, **changes: object) -> JobDoc:

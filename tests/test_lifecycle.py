@@ -5,7 +5,16 @@ import pytest
 
 from shared.documents import JobDoc
 from shared.events import EpochDone, Heartbeat, JobFinished, VmBooted
-from shared.lifecycle import StaleEvent, booted, epoch_done, finished, heartbeat, new_job
+from shared.lifecycle import (
+    StaleEvent,
+    booted,
+    epoch_done,
+    finished,
+    heartbeat,
+    new_job,
+    vm_lost,
+    vm_recorded,
+)
 from shared.spec import JobSpec
 from shared.states import JobStatus, JobSubstatus
 from shared.transitions import move_job
@@ -67,3 +76,34 @@ def test_finishing_from_any_step() -> None:
     done = finished(placed(), JobFinished(**COMMON, sent_at=at(9), exit_code=0), now=at(9))
     assert done.status == JobStatus.COMPLETED
     assert finished(done, JobFinished(**COMMON, sent_at=at(9), exit_code=1), now=at(10)) == done
+
+
+def test_a_job_with_two_preemptions_costs_the_sum_of_its_pieces() -> None:
+    spec = JobSpec(user="alice", machine_ids=["g2-standard-4"], trainer="digits_mlp")
+    job = new_job(spec, "job1", "m1", T0)
+    pieces = [(0, 600, 0.28), (700, 2500, 0.28), (2600, 4000, 0.71)]  # start, end, $/h
+    for attempt, (start, end, price) in enumerate(pieces, start=1):
+        instance = f"vm-{attempt}"
+        job = vm_recorded(job, instance, "z", "g2-standard-4", at(start), price, 0.71)
+        if attempt < len(pieces):
+            job = vm_lost(job, instance, attempt, S.PREEMPTED, at(end), "preempted")
+        else:
+            done = JobFinished(
+                job_id="job1",
+                attempt=attempt,
+                instance=instance,
+                sent_at=at(end),
+                exit_code=0,
+                phases={S.TRAINING: at(start + 1)},
+            )
+            job = finished(job, done, at(end))
+    expected = sum((end - start) / 3600 * price for start, end, price in pieces)
+    assert job.status == JobStatus.COMPLETED and job.preemptions == 2
+    assert job.cost_usd == pytest.approx(expected, abs=1e-5)
+    assert [a.cost_usd for a in job.attempts] == pytest.approx(
+        [(e - s) / 3600 * p for s, e, p in pieces], abs=1e-5
+    )
+    assert job.on_demand_cost_usd == pytest.approx(3800 / 3600 * 0.71, abs=1e-5)
+    assert job.savings_percent == pytest.approx(
+        100 * (1 - expected / (3800 / 3600 * 0.71)), abs=0.1
+    )
