@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 
 from functions import deps
 from functions.envelope import Message, pubsub_handler
+from functions.quota import settle
 from functions.release import release_instance
 from shared import logs
 from shared.documents import JobDoc
@@ -46,5 +47,6 @@ def cancel(job_id: str, reason: str, now: datetime) -> JobDoc:
         instance = store.get_instance(job.instance)
         if instance is not None and instance.status in InstanceStatus.live():
             release_instance(job.instance, now, note=f"job canceled: {reason}")
+    settle(job, now)
     logs.info(f"job {job_id}: canceled ({reason})", job_id=job_id)
     return job

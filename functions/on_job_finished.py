@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from functions.envelope import Message, pubsub_handler
+from functions.quota import settle
 from functions.release import release_instance
 from functions.vm_events import apply_to_job
 from shared import lifecycle, logs
@@ -27,3 +28,4 @@ def on_job_finished(message: Message) -> None:
     )
     if job.instance == event.instance:
         release_instance(event.instance, now, note=f"job {job.status.lower()}")
+    settle(job, now)

@@ -26,12 +26,13 @@ from functions import deps
 from functions.cancel_job import cancel
 from functions.envelope import Message, pubsub_handler
 from functions.launch import launch
+from functions.quota import release_job, retry_waiting, settle
 from functions.recovery import recover
 from functions.release import release_instance
 from shared import logs
 from shared.compute.port import MANAGED_LABEL, Vm, VmState
 from shared.config import Settings
-from shared.documents import InstanceDoc, JobDoc, QueueEntry
+from shared.documents import InstanceDoc, JobDoc, QueueEntry, UserDoc
 from shared.errors import PermanentError
 from shared.lifecycle import accrue, advance
 from shared.states import InstanceStatus, JobStatus, JobSubstatus
@@ -61,6 +62,8 @@ def sweep(now: datetime) -> Counter[str]:
         _each(counts, partial(_check_job, job, now))
     for entry in store.due_queue(now):
         _each(counts, partial(_drain, entry, now))
+    for user in store.list_users():
+        _each(counts, partial(_check_user, user, now))
     return counts
 
 
@@ -159,7 +162,20 @@ def _check_job(job: JobDoc, now: datetime) -> str | None:
     return None
 
 
+def _check_user(user: UserDoc, now: datetime) -> str | None:
+    """Free the slots of jobs that ended without freeing them (a crash)."""
+    freed = 0
+    for job_id in user.active_jobs:
+        job = deps.store().get_job(job_id)
+        if job is None or job.status in JobStatus.terminal():
+            release_job(user.user, job_id, now)
+            freed += 1
+    return "slots_freed" if freed else None
+
+
 def _drain(entry: QueueEntry, now: datetime) -> str | None:
+    if entry.reason == "quota":
+        return retry_waiting(entry, now)
     store = deps.store()
     job = store.get_job(entry.job_id)
     if job is None or job.status in JobStatus.terminal() or job.attempt != entry.attempt:
@@ -174,10 +190,11 @@ def _drain(entry: QueueEntry, now: datetime) -> str | None:
             f"no capacity within wait_request_s={job.spec.wait_request_s} s; "
             f"tried {entry.tries} time(s), last: {entry.last_error}"
         )
-        store.update_job(
+        ended = store.update_job(
             job.job_id, lambda current: fail_job(current, JobSubstatus.CANCELED, now, reason)
         )
         store.delete_queue(entry.job_id)
+        settle(ended, now)
         return "gave_up"
     moved = store.update_job(
         job.job_id,

@@ -11,6 +11,7 @@ from datetime import datetime
 
 from functions import deps
 from functions.launch import launch
+from functions.quota import settle
 from functions.release import release_instance
 from shared import lifecycle, logs
 from shared.documents import InstanceDoc, JobDoc, QueueEntry, QueueReason
@@ -65,6 +66,7 @@ def recover(
         job_id=job.job_id,
         instance=instance.name,
     )
+    settle(job, now)
     if job.substatus == JobSubstatus.REQUESTING_SERVER:
         reason: QueueReason = "preempted" if cause == JobSubstatus.PREEMPTED else "stalled"
         return relaunch(job, reason, now)

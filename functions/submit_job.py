@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from functions import deps
 from functions.envelope import Message, pubsub_handler
 from functions.launch import launch
+from functions.quota import take_job_slot, wait_for_quota
 from shared import logs
 from shared.documents import Rejection
 from shared.errors import InvalidMessage, PermanentError
@@ -39,6 +40,10 @@ def submit_job(message: Message) -> None:
         job = existing  # a redelivery: carry on from where the first delivery got
     if job.substatus != JobSubstatus.REQUESTING_SERVER:
         logs.info(f"job {job_id}: already {job.substatus}, nothing to do", job_id=job_id)
+        return
+    over_quota = take_job_slot(job, now)
+    if over_quota is not None:
+        wait_for_quota(job, now, over_quota)
         return
     launch(job, now)
 

@@ -46,6 +46,8 @@ class Settings:
     stall_timeout_s: float = 300.0
     boot_timeout_s: float = 600.0
     request_timeout_s: float = 120.0
+    max_active_jobs: int = 5  # per user, as the seed
+    max_active_instances: int = 5
     topics: dict[str, str] = field(default_factory=lambda: dict(TOPICS))
 
     @classmethod
@@ -74,6 +76,10 @@ class Settings:
             stall_timeout_s=float(env.get("SPOTLINE_STALL_TIMEOUT_S", cls.stall_timeout_s)),
             boot_timeout_s=float(env.get("SPOTLINE_BOOT_TIMEOUT_S", cls.boot_timeout_s)),
             request_timeout_s=float(env.get("SPOTLINE_REQUEST_TIMEOUT_S", cls.request_timeout_s)),
+            max_active_jobs=int(env.get("SPOTLINE_MAX_ACTIVE_JOBS", cls.max_active_jobs)),
+            max_active_instances=int(
+                env.get("SPOTLINE_MAX_ACTIVE_INSTANCES", cls.max_active_instances)
+            ),
         )
 
     def topic_path(self, key: str) -> str:

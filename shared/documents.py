@@ -131,6 +131,20 @@ class QueueEntry(_Doc):
     enqueued_at: datetime
     tries: int = 0
     last_error: str | None = None
+    user: str | None = None
+
+
+class UserDoc(_Doc):
+    """users/{user}: what holds the user's quota slots.
+
+    Lists of ids, not counters: taking a slot twice (a redelivered event) or
+    freeing one twice changes nothing, and each list is bounded by its quota.
+    """
+
+    user: str
+    active_jobs: list[str] = Field(default_factory=list)
+    active_instances: list[str] = Field(default_factory=list)
+    updated_at: datetime | None = None
 
 
 class Rejection(_Doc):

@@ -10,6 +10,8 @@ and a transaction may run its function again, so none are used here.
 from __future__ import annotations
 
 import logging
+import random
+import time
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from functools import cached_property
@@ -23,6 +25,7 @@ from shared.documents import (
     JobDoc,
     QueueEntry,
     Rejection,
+    UserDoc,
     to_firestore,
 )
 from shared.errors import TransientError
@@ -33,7 +36,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Doc = TypeVar("Doc", bound=BaseModel)
-JOBS, INSTANCES, QUEUE, REJECTED, EPOCHS = "jobs", "instances", "queue", "rejected", "epochs"
+JOBS, INSTANCES, QUEUE, REJECTED, EPOCHS, USERS = (
+    "jobs",
+    "instances",
+    "queue",
+    "rejected",
+    "epochs",
+    "users",
+)
 _UPDATE_ATTEMPTS = 20
 
 
@@ -125,6 +135,32 @@ class Store:
     def delete_queue(self, job_id: str) -> None:
         self.client.collection(QUEUE).document(job_id).delete()
 
+    def queue_of_user(self, user: str) -> list[QueueEntry]:
+        """The user's queue entries, oldest first (one equality filter: no
+        composite index needed)."""
+        from google.cloud.firestore_v1.base_query import FieldFilter
+
+        query = self.client.collection(QUEUE).where(filter=FieldFilter("user", "==", user))
+        entries = [QueueEntry.model_validate(snap.to_dict()) for snap in query.stream()]
+        return sorted(entries, key=lambda entry: entry.enqueued_at)
+
+    # -- users --------------------------------------------------------------
+
+    def get_user(self, user: str) -> UserDoc | None:
+        return self._get(USERS, user, UserDoc)
+
+    def update_user(self, user: str, change: Callable[[UserDoc], UserDoc]) -> UserDoc:
+        """Apply ``change`` to ``users/{user}``, creating it on first use."""
+        updated = self._update(USERS, user, UserDoc, change)
+        if updated is None:
+            self._create(USERS, user, UserDoc(user=user))
+            updated = self._update(USERS, user, UserDoc, change)
+        assert updated is not None  # created just above; users are never deleted
+        return updated
+
+    def list_users(self, limit: int = 1000) -> list[UserDoc]:
+        return self._list(USERS, UserDoc, "user", None, limit)
+
     # -- rejected messages ------------------------------------------------
 
     def record_rejection(self, rejection: Rejection) -> bool:
@@ -154,7 +190,7 @@ class Store:
         from google.api_core.exceptions import FailedPrecondition
 
         ref = self.client.collection(collection).document(key)
-        for _ in range(_UPDATE_ATTEMPTS):
+        for attempt in range(_UPDATE_ATTEMPTS):
             snap = ref.get()
             if not snap.exists:
                 return None
@@ -167,6 +203,8 @@ class Store:
                 ref.update(to_firestore(changed), option=guard)
             except FailedPrecondition:
                 log.info("%s/%s changed under us; re-reading", collection, key)
+                # Jitter, so that writers racing for one document spread out.
+                time.sleep(random.uniform(0, 0.02 * (attempt + 1)))
                 continue
             return changed
         raise TransientError(f"{collection}/{key}: too much write contention, try again")

@@ -1,0 +1,99 @@
+"""Holding and freeing a user's job slots, and the jobs that wait for one.
+
+A job takes a slot before its first VM is requested and frees it when it ends;
+over quota it waits in WAITING_FOR_QUOTA for up to ``wait_new_job_create_s``
+(non-positive: for ever), retried every ``wait_new_job_create_interval`` by
+the reaper, and at once when another job of the user ends.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from functions import deps
+from functions.launch import launch
+from shared import logs
+from shared.documents import JobDoc, QueueEntry
+from shared.lifecycle import advance
+from shared.quotas import free_slot, holds, over_quota_reason, take_slot
+from shared.states import JobStatus, JobSubstatus
+from shared.transitions import fail_job
+
+
+def take_job_slot(job: JobDoc, now: datetime) -> str | None:
+    """None when the job holds a slot (now or already); else why not."""
+    limit = deps.settings().max_active_jobs
+    user = deps.store().update_user(
+        job.user, lambda current: take_slot(current, "active_jobs", job.job_id, limit, now)
+    )
+    if holds(user, "active_jobs", job.job_id):
+        return None
+    return over_quota_reason(user, "active_jobs", limit)
+
+
+def wait_for_quota(job: JobDoc, now: datetime, reason: str) -> JobDoc:
+    store = deps.store()
+    previous = store.get_queue(job.job_id)
+    store.put_queue(
+        QueueEntry(
+            job_id=job.job_id,
+            reason="quota",
+            attempt=job.attempt,
+            not_before=now + timedelta(seconds=job.spec.wait_new_job_create_interval),
+            enqueued_at=previous.enqueued_at if previous else now,
+            tries=previous.tries + 1 if previous else 1,
+            last_error=reason,
+            user=job.user,
+        )
+    )
+    moved = store.update_job(
+        job.job_id,
+        lambda current: advance(current, JobSubstatus.WAITING_FOR_QUOTA, now, note=reason),
+    )
+    return moved or job
+
+
+def release_job(user: str, job_id: str, now: datetime) -> None:
+    """The job ended: free its slot, then let the user's oldest waiting job try."""
+    deps.store().update_user(user, lambda current: free_slot(current, "active_jobs", job_id, now))
+    for entry in deps.store().queue_of_user(user):
+        if entry.reason == "quota" and entry.job_id != job_id:
+            retry_waiting(entry, now)
+            return
+
+
+def retry_waiting(entry: QueueEntry, now: datetime) -> str:
+    """One more try for a job waiting for quota: placed, still waiting, or
+    CANCELED once ``wait_new_job_create_s`` has passed."""
+    store = deps.store()
+    job = store.get_job(entry.job_id)
+    if job is None or job.substatus != JobSubstatus.WAITING_FOR_QUOTA:
+        store.delete_queue(entry.job_id)
+        return "queue_dropped"
+    reason = take_job_slot(job, now)
+    if reason is None:
+        store.delete_queue(entry.job_id)
+        moved = store.update_job(
+            job.job_id,
+            lambda current: advance(current, JobSubstatus.REQUESTING_SERVER, now, "slot free"),
+        )
+        launch(moved or job, now)
+        return "placed"
+    limit_s = job.spec.wait_new_job_create_s
+    waited_s = (now - entry.enqueued_at).total_seconds()
+    if limit_s > 0 and waited_s > limit_s:
+        message = f"over quota for wait_new_job_create_s={limit_s} s: {reason}"
+        store.update_job(
+            job.job_id, lambda current: fail_job(current, JobSubstatus.CANCELED, now, message)
+        )
+        store.delete_queue(entry.job_id)
+        logs.warning(f"job {job.job_id}: {message}", job_id=job.job_id)
+        return "gave_up"
+    wait_for_quota(job, now, reason)
+    return "waiting"
+
+
+def settle(job: JobDoc | None, now: datetime) -> None:
+    """Free the slot of a job that has ended (no-op otherwise)."""
+    if job is not None and job.status in JobStatus.terminal():
+        release_job(job.user, job.job_id, now)
