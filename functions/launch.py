@@ -10,8 +10,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from functions import deps
+from functions.assignments import assignment_for
+from functions.cooling import claim_cooling
 from shared import logs
-from shared.assignment import Assignment
 from shared.catalog import load_catalog
 from shared.compute.port import CapacityError, Vm
 from shared.documents import InstanceDoc, JobDoc, QueueEntry
@@ -30,24 +31,10 @@ _BACKOFF_BASE_S = 15
 _BACKOFF_MAX_S = 300
 
 
-def assignment_for(job: JobDoc) -> Assignment:
-    settings = deps.settings()
-    prefix = f"{settings.storage_root.rstrip('/')}/jobs/{job.job_id}"
-    return Assignment(
-        job_id=job.job_id,
-        attempt=job.attempt,
-        project=settings.project,
-        spec=job.spec,
-        checkpoint_dir=f"{prefix}/checkpoints",
-        output_dir=f"{prefix}/outputs",
-        heartbeat_s=settings.heartbeat_s,
-    )
-
-
 def launch(job: JobDoc, now: datetime) -> JobDoc:
     """Create (or adopt) the attempt's VM and record it; queue the job when no
     option has capacity. The job must be in REQUESTING_SERVER."""
-    found = _existing_vm(job)
+    found = _existing_vm(job) or claim_cooling(job, _machine_ids(job), now)
     tried: list[str] = []
     if found is None:
         found = _create_vm(job, tried)
@@ -89,10 +76,7 @@ def _create_vm(job: JobDoc, tried: list[str]) -> tuple[Vm, Option] | None:
     settings = deps.settings()
     assignment = assignment_for(job)
     zones = job.spec.zones or list(settings.zones)
-    machine_ids = effective_machine_ids(
-        job.spec.machine_ids, job.avoid_machine_ids, job.spec.on_demand_fallback
-    )
-    for option in options(machine_ids, zones, load_catalog()):
+    for option in options(_machine_ids(job), zones, load_catalog()):
         request = build_vm_request(
             option, assignment, settings.image, job.user, settings.service_account
         )
@@ -101,6 +85,12 @@ def _create_vm(job: JobDoc, tried: list[str]) -> tuple[Vm, Option] | None:
         except CapacityError as err:
             tried.append(f"{option.machine_id} in {option.zone}: {err.reason}")
     return None
+
+
+def _machine_ids(job: JobDoc) -> list[str]:
+    return effective_machine_ids(
+        job.spec.machine_ids, job.avoid_machine_ids, job.spec.on_demand_fallback
+    )
 
 
 def _record_instance(job: JobDoc, vm: Vm, option: Option, now: datetime) -> None:
@@ -116,6 +106,8 @@ def _record_instance(job: JobDoc, vm: Vm, option: Option, now: datetime) -> None
             provisioning=option.provisioning,
             instance_id=vm.id or None,
             price_per_hour=option.price_per_hour,
+            base_price_per_hour=option.price_per_hour,
+            on_demand_price_per_hour=option.machine.on_demand_usd_per_hour,
             created_at=now,
             updated_at=now,
         )

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from functions import deps
 from functions.envelope import Message, pubsub_handler
 from functions.quota import settle
 from functions.release import release_instance
 from functions.vm_events import apply_to_job
 from shared import lifecycle, logs
+from shared.cooling import start_cooling
 from shared.events import JobFinished
 
 
@@ -27,5 +29,13 @@ def on_job_finished(message: Message) -> None:
         status=job.status,
     )
     if job.instance == event.instance:
-        release_instance(event.instance, now, note=f"job {job.status.lower()}")
+        period = job.spec.cool_down_period_s
+        if period > 0:
+            # Kept for the user's next job; the reaper ends it when the period ends.
+            deps.store().update_instance(
+                event.instance,
+                lambda current: start_cooling(current, now, period, deps.settings().cooling_rule),
+            )
+        else:
+            release_instance(event.instance, now, note=f"job {job.status.lower()}")
     settle(job, now)

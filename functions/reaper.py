@@ -24,6 +24,7 @@ from functools import partial
 
 from functions import deps
 from functions.cancel_job import cancel
+from functions.cooling import charge_cooling
 from functions.envelope import Message, pubsub_handler
 from functions.launch import launch
 from functions.quota import release_job, retry_waiting, settle
@@ -32,10 +33,11 @@ from functions.release import release_instance
 from shared import logs
 from shared.compute.port import MANAGED_LABEL, Vm, VmState
 from shared.config import Settings
+from shared.cooling import while_cooling
 from shared.documents import InstanceDoc, JobDoc, QueueEntry, UserDoc
 from shared.errors import PermanentError
-from shared.lifecycle import accrue, advance
-from shared.states import InstanceStatus, JobStatus, JobSubstatus
+from shared.lifecycle import accrue, advance, instance_closed
+from shared.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
 from shared.transitions import fail_job
 
 
@@ -84,6 +86,8 @@ def _each(counts: Counter[str], check: Callable[[], str | None]) -> None:
 
 def _check_instance(instance: InstanceDoc, vm: Vm | None, now: datetime) -> str | None:
     settings = deps.settings()
+    if instance.status == InstanceStatus.COOLING:
+        return _check_cooling(instance, vm, now)
     if instance.status == InstanceStatus.CLOSING:
         release_instance(instance.name, now, note="closed by the reaper")
         return "closed"
@@ -114,6 +118,27 @@ def _check_instance(instance: InstanceDoc, vm: Vm | None, now: datetime) -> str 
     # Not (or no longer) the VM of a live job: release it.
     release_instance(instance.name, now, note="no live job owns it")
     return "released"
+
+
+def _check_cooling(instance: InstanceDoc, vm: Vm | None, now: datetime) -> str:
+    """Price the cooling period so far; end it when it runs out or the VM is gone."""
+    store, rule = deps.store(), deps.settings().cooling_rule
+    priced = store.update_instance(instance.name, lambda current: while_cooling(current, now, rule))
+    if priced is None or priced.status != InstanceStatus.COOLING:
+        return "cooling"  # claimed meanwhile
+    expired = priced.cooling_until is not None and now >= priced.cooling_until
+    if vm is not None and not expired:
+        return "cooling"
+    gone = InstanceSubstatus.PREEMPTED if vm is None else InstanceSubstatus.TERMINATED
+    note = "cooling period over" if vm is not None else "lost while cooling"
+    if vm is not None:
+        deps.compute().delete(priced.zone, priced.name)
+    closed = store.update_instance(
+        priced.name, lambda current: instance_closed(current, now, note, gone, rule)
+    )
+    if closed is not None and closed.status == InstanceStatus.CLOSED:
+        charge_cooling(priced.job_id, priced.cooling_cost_usd, now)
+    return "cooling_ended"
 
 
 def _silent_s(instance: InstanceDoc, now: datetime) -> float:

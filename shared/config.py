@@ -10,6 +10,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Literal
 
+from shared.pricing import CoolingRule
+
 TOPICS = {
     "submit": "spotline-submit",
     "cancel": "spotline-cancel",
@@ -47,6 +49,9 @@ class Settings:
     boot_timeout_s: float = 600.0
     request_timeout_s: float = 120.0
     max_active_jobs: int = 5  # per user, as the seed
+    # Cooling price escalation: the seed's BASELINE and UNIT_PERCENTAGE.
+    cooling_baseline_min: int = 10
+    cooling_unit: float = 0.01
     max_active_instances: int = 5
     topics: dict[str, str] = field(default_factory=lambda: dict(TOPICS))
 
@@ -77,10 +82,18 @@ class Settings:
             boot_timeout_s=float(env.get("SPOTLINE_BOOT_TIMEOUT_S", cls.boot_timeout_s)),
             request_timeout_s=float(env.get("SPOTLINE_REQUEST_TIMEOUT_S", cls.request_timeout_s)),
             max_active_jobs=int(env.get("SPOTLINE_MAX_ACTIVE_JOBS", cls.max_active_jobs)),
+            cooling_baseline_min=int(
+                env.get("SPOTLINE_COOLING_BASELINE_MIN", cls.cooling_baseline_min)
+            ),
+            cooling_unit=float(env.get("SPOTLINE_COOLING_UNIT", cls.cooling_unit)),
             max_active_instances=int(
                 env.get("SPOTLINE_MAX_ACTIVE_INSTANCES", cls.max_active_instances)
             ),
         )
+
+    @property
+    def cooling_rule(self) -> CoolingRule:
+        return CoolingRule(self.cooling_baseline_min, self.cooling_unit)
 
     def topic_path(self, key: str) -> str:
         return f"projects/{self.project}/topics/{self.topics[key]}"

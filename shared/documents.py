@@ -108,8 +108,14 @@ class InstanceDoc(_Doc):
     status: InstanceStatus = InstanceStatus.LAUNCHING
     substatus: InstanceSubstatus | None = None
     instance_id: str | None = None
-    price_per_hour: float = 0.0
-    cost_usd: float = 0.0
+    price_per_hour: float = 0.0  # in force now: escalated while a Spot VM cools
+    base_price_per_hour: float = 0.0  # its own rate, Spot or on demand
+    on_demand_price_per_hour: float = 0.0
+    cost_usd: float = 0.0  # closed segments (running, cooling) so far
+    segment_started_at: datetime | None = None  # the current segment; None: created_at
+    cooling_since: datetime | None = None
+    cooling_until: datetime | None = None
+    cooling_cost_usd: float = 0.0  # the current cooling period, so far
     created_at: datetime
     booted_at: datetime | None = None
     last_heartbeat_at: datetime | None = None

@@ -10,10 +10,11 @@ from __future__ import annotations
 import hashlib
 from datetime import datetime
 
+from shared.cooling import segment_cost
 from shared.documents import AttemptRecord, EpochDoc, HistoryEntry, InstanceDoc, JobDoc
 from shared.errors import IllegalTransition, PermanentError
 from shared.events import EpochDone, Heartbeat, JobFinished, VmBooted, VmEvent
-from shared.pricing import savings_percent, vm_cost
+from shared.pricing import CoolingRule, savings_percent, vm_cost
 from shared.spec import JobSpec
 from shared.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
 from shared.transitions import fail_job, move_instance, move_job, next_attempt
@@ -316,10 +317,15 @@ def instance_closed(
     now: datetime,
     note: str = "deleted",
     substatus: InstanceSubstatus = InstanceSubstatus.TERMINATED,
+    rule: CoolingRule | None = None,
 ) -> InstanceDoc:
-    """CLOSED (TERMINATED, or PREEMPTED), with the VM's cost up to now."""
+    """CLOSED (TERMINATED, or PREEMPTED), with the VM's cost up to now.
+
+    A CLOSING instance was running or cooling until it began closing: the
+    segment is priced as running (the reaper closes cooling ones directly).
+    """
     if instance.status == InstanceStatus.CLOSED:
         return instance
+    last = segment_cost(instance, now, rule or CoolingRule())
     closed = move_instance(instance, InstanceStatus.CLOSED, now, substatus, note=note)
-    hours = max((now - instance.created_at).total_seconds(), 0.0) / 3600
-    return closed.model_copy(update={"cost_usd": round(instance.price_per_hour * hours, 6)})
+    return closed.model_copy(update={"cost_usd": round(instance.cost_usd + last, 6)})

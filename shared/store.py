@@ -106,6 +106,12 @@ class Store:
     ) -> InstanceDoc | None:
         return self._update(INSTANCES, name, InstanceDoc, change)
 
+    def instances_of_job(self, job_id: str) -> list[InstanceDoc]:
+        from google.cloud.firestore_v1.base_query import FieldFilter
+
+        query = self.client.collection(INSTANCES).where(filter=FieldFilter("job_id", "==", job_id))
+        return [InstanceDoc.model_validate(snap.to_dict()) for snap in query.stream()]
+
     def list_instances(
         self, statuses: Iterable[str] | None = None, limit: int = 500
     ) -> list[InstanceDoc]:

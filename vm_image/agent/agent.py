@@ -16,6 +16,7 @@ import os
 import signal
 import tempfile
 import threading
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,10 @@ from vm_image.agent.metadata import Metadata, MetadataError
 from vm_image.agent.trainer_process import TrainerProcess, trainer_command, trainer_env
 
 PREEMPTED_EXIT_CODE = 143  # the trainer's exit code after a SIGTERM checkpoint
+JOB_ATTRIBUTE = f"instance/attributes/{JOB_METADATA_KEY}"
+# A cooling agent idles a little past the period: the reaper deletes the VM at
+# its end, and a claim racing the end must still find the agent listening.
+COOLING_GRACE_S = 60
 
 
 class Agent:
@@ -39,18 +44,26 @@ class Agent:
         self.name = metadata.get("instance/name")
         self.zone = metadata.get("instance/zone").rsplit("/", 1)[-1]
         self.instance_id = metadata.get("instance/id")
-        raw = metadata.get(f"instance/attributes/{JOB_METADATA_KEY}")
-        self.assignment = Assignment.model_validate_json(raw)
+        self._job_raw, self._job_etag = metadata.get_with_etag(JOB_ATTRIBUTE)
+        self.assignment = Assignment.model_validate_json(self._job_raw)
         self.bus = bus or Bus(self.assignment.project)
-        self.phase = JobSubstatus.GEARING_UP_ENV
-        self.phases: dict[JobSubstatus, datetime] = {self.phase: datetime.now(UTC)}
+        self.preempted = threading.Event()
+        self.stopped = threading.Event()  # the agent is exiting
+        self._report_lock = threading.Lock()
+        self._start(self.assignment, reused=False)
+
+    def _start(self, assignment: Assignment, reused: bool) -> None:
+        """Reset the per-job state; a reused (cooling) VM skips gearing up."""
+        self.assignment = assignment
+        self.phase = JobSubstatus.SENDING_MODEL_AND_DATA if reused else JobSubstatus.GEARING_UP_ENV
+        self.phases: dict[JobSubstatus, datetime] = {}
+        if not reused:
+            self.phases[self.phase] = datetime.now(UTC)
         self.step: int | None = None
         self.checkpoint_uri: str | None = None
         self.trainer: TrainerProcess | None = None
-        self.preempted = threading.Event()
-        self.finished = threading.Event()
+        self.job_done = threading.Event()
         self._preemption_reported = False
-        self._report_lock = threading.Lock()
 
     # -- events -----------------------------------------------------------
 
@@ -108,8 +121,8 @@ class Agent:
 
     # -- background watchers ------------------------------------------------
 
-    def _beat(self) -> None:
-        while not self.finished.wait(self.assignment.heartbeat_s):
+    def _beat(self, done: threading.Event) -> None:
+        while not done.wait(self.assignment.heartbeat_s):
             try:
                 self._heartbeat()
             except Exception as err:  # a missed heartbeat must not kill the agent
@@ -117,11 +130,11 @@ class Agent:
 
     def _watch_preemption(self) -> None:
         etag: str | None = None
-        while not self.finished.is_set():
+        while not self.stopped.is_set():
             try:
                 value, etag = self.metadata.wait_for_change("instance/preempted", etag, 60)
             except MetadataError:
-                if self.finished.wait(1.0):
+                if self.stopped.wait(1.0):
                     return
                 continue
             if value.strip().upper() == "TRUE":
@@ -139,12 +152,49 @@ class Agent:
     # -- the run ------------------------------------------------------------
 
     def run(self) -> int:
+        """Run the VM's job; with a cooling period, idle for the next one and
+        run it too, until the period ends or the VM is taken away."""
         signal.signal(signal.SIGTERM, lambda *_: self._on_notice("SIGTERM"))
+        threading.Thread(target=self._watch_preemption, daemon=True).start()
         self.bus.publish(
             "vm_booted", VmBooted(**self._common(), zone=self.zone, instance_id=self.instance_id)
         )
-        threading.Thread(target=self._beat, daemon=True).start()
-        threading.Thread(target=self._watch_preemption, daemon=True).start()
+        try:
+            while True:
+                self._run_job()
+                period = self.assignment.spec.cool_down_period_s
+                if self.preempted.is_set() or period <= 0:
+                    return 0
+                following = self._wait_for_next_job(period + COOLING_GRACE_S)
+                if following is None:
+                    return 0
+                self._start(following, reused=True)
+        finally:
+            self.stopped.set()
+
+    def _wait_for_next_job(self, timeout_s: float) -> Assignment | None:
+        """Idle until spotline hands this VM a new job through its metadata
+        (``wait_for_change``: no polling), or ``timeout_s`` passes."""
+        logs.info(f"cooling: waiting up to {timeout_s:.0f} s for the next job", instance=self.name)
+        deadline = time.monotonic() + timeout_s
+        while not self.preempted.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            try:
+                raw, self._job_etag = self.metadata.wait_for_change(
+                    JOB_ATTRIBUTE, self._job_etag, min(remaining, 60)
+                )
+            except MetadataError:
+                time.sleep(1.0)
+                continue
+            if raw != self._job_raw:
+                self._job_raw = raw
+                return Assignment.model_validate_json(raw)
+        return None
+
+    def _run_job(self) -> None:
+        threading.Thread(target=self._beat, args=(self.job_done,), daemon=True).start()
         self._enter(JobSubstatus.SENDING_MODEL_AND_DATA)
         code_dir = self._fetch_code()
         self._enter(JobSubstatus.TRAINING)
@@ -159,8 +209,8 @@ class Agent:
         exit_code = self.trainer.wait()
         if self.preempted.is_set():
             self._report_preempted()
-            self.finished.set()
-            return 0
+            self.job_done.set()
+            return
         self._enter(JobSubstatus.RETURNING)
         self.bus.publish(
             "job_finished",
@@ -171,8 +221,7 @@ class Agent:
                 checkpoint_uri=self.checkpoint_uri,
             ),
         )
-        self.finished.set()
-        return 0
+        self.job_done.set()
 
     def _report_preempted(self) -> None:
         """Publish spot-preempted once, with the newest saved state."""

@@ -28,6 +28,9 @@ class Metadata:
         value, _ = self._fetch(path, {})
         return value
 
+    def get_with_etag(self, path: str) -> tuple[str, str]:
+        return self._fetch(path, {})
+
     def wait_for_change(
         self, path: str, last_etag: str | None = None, timeout_s: float = 60.0
     ) -> tuple[str, str]:

@@ -32,6 +32,7 @@ import fsspec
 import numpy as np
 import torch
 from fsspec.core import url_to_fs
+from fsspec.implementations.local import LocalFileSystem
 
 from vm_image.trainers.checkpoint_files import (
     CHECKPOINT_PATTERN,
@@ -179,10 +180,14 @@ def save_checkpoint(
     # becomes visible once complete, so the final name never shows a partial file.
     temporary = f"{root.rstrip('/')}/.tmp-{uuid.uuid4().hex}-{checkpoint_name(step)}"
     try:
-        # Straight into the file: a serialized copy in memory first doubled the
-        # peak memory and took 3-6x longer for a 3 GB state (bench_checkpoint).
-        with fs.open(temporary, "wb") as stream:
-            torch.save(payload, stream)
+        # Straight into the file: a serialized copy in memory first doubles the
+        # peak memory. On a local disk torch's own writer, given the path, is
+        # 2-3x faster than writing through a Python file object (bench_checkpoint).
+        if isinstance(fs, LocalFileSystem):
+            torch.save(payload, temporary)
+        else:
+            with fs.open(temporary, "wb") as stream:
+                torch.save(payload, stream)
         fs.mv(temporary, final)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

@@ -1,0 +1,136 @@
+"""Cooling instances through the handlers: kept after a job, claimed by the
+same user's next job (one winner), priced while held, ended by the reaper."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from functions import deps
+from functions.cooling import claim_cooling
+from infra.vm_host import VmHost
+from shared.documents import JobDoc
+from shared.events import Heartbeat, JobFinished, ReaperTick
+from shared.lifecycle import new_job
+from shared.spec import JobSpec
+from shared.states import InstanceStatus, JobSubstatus
+from shared.store import Store
+from tests.conftest import SPEC, vm_event
+
+pytestmark = pytest.mark.emulators
+COOL = {**SPEC, "cool_down_period_s": 600}
+
+
+def finish_first_job(call: Callable[..., Any]) -> None:
+    call("submit_job", "submit", COOL, message_id="s1")
+    call("on_epoch_done", "epoch_done", vm_event(Heartbeat, phase="TRAINING"), message_id="h1")
+    call("on_job_finished", "job_finished", vm_event(JobFinished, exit_code=0), message_id="f1")
+
+
+def test_a_finished_job_leaves_its_vm_cooling(
+    call: Callable[..., Any], host: VmHost, project: str
+) -> None:
+    finish_first_job(call)
+    instance = Store(project).get_instance("sl-job1-a1")
+    assert instance is not None and instance.status == InstanceStatus.COOLING
+    assert instance.cooling_until is not None and instance.cooling_since is not None
+    assert (instance.cooling_until - instance.cooling_since).total_seconds() == 600
+    assert [vm["name"] for vm in host.list()] == ["sl-job1-a1"]
+    user = Store(project).get_user("alice")
+    assert user is not None and user.active_jobs == []  # the job's slot is free
+
+
+def test_the_next_job_of_the_user_reuses_it(
+    call: Callable[..., Any], host: VmHost, project: str
+) -> None:
+    finish_first_job(call)
+    call("submit_job", "submit", {**COOL, "job_id": "job2"}, message_id="s2")
+    store = Store(project)
+    job = store.get_job("job2")
+    assert job is not None and job.instance == "sl-job1-a1"
+    assert job.substatus == JobSubstatus.CONNECTING_SERVER
+    assert [vm["name"] for vm in host.list()] == ["sl-job1-a1"]  # no new VM
+    vm = host.get("sl-job1-a1")
+    assert vm is not None and '"job_id":"job2"' in vm["metadata"]["spotline-job"]
+    instance = store.get_instance("sl-job1-a1")
+    assert instance is not None and (instance.status, instance.job_id) == ("EXECUTING", "job2")
+    # A redelivered submit adopts the claimed VM again: still one VM.
+    call("submit_job", "submit", {**COOL, "job_id": "job2"}, message_id="s2")
+    assert len(host.list()) == 1
+
+
+def test_another_user_or_machine_gets_a_new_vm(
+    call: Callable[..., Any], host: VmHost, project: str
+) -> None:
+    finish_first_job(call)
+    call("submit_job", "submit", {**COOL, "job_id": "job2", "user": "bob"}, message_id="s2")
+    other = {**COOL, "job_id": "job3", "machine_ids": ["n1-standard-8-t4"]}
+    call("submit_job", "submit", other, message_id="s3")
+    assert sorted(vm["name"] for vm in host.list()) == ["sl-job1-a1", "sl-job2-a1", "sl-job3-a1"]
+
+
+def test_one_cooling_vm_has_one_winner(call: Callable[..., Any], project: str) -> None:
+    finish_first_job(call)
+    store = Store(project)
+    spec = JobSpec.model_validate({**COOL, "job_id": None})
+    racers = [new_job(spec, f"racer{n}", f"m{n}", datetime.now(UTC)) for n in (1, 2)]
+    winners: list[str] = []
+
+    def race(job: JobDoc) -> None:
+        if claim_cooling(job, ["g2-standard-4"], datetime.now(UTC)) is not None:
+            winners.append(job.job_id)
+
+    threads = [threading.Thread(target=race, args=(job,)) for job in racers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(winners) == 1
+    instance = store.get_instance("sl-job1-a1")
+    assert instance is not None and instance.job_id == winners[0]
+
+
+def test_the_reaper_prices_the_cooling_vm_then_ends_it(
+    call: Callable[..., Any], host: VmHost, project: str
+) -> None:
+    finish_first_job(call)
+    store = Store(project)
+    an_hour_ago = datetime.now(UTC) - timedelta(minutes=60, seconds=5)
+    store.update_instance(
+        "sl-job1-a1",
+        lambda i: i.model_copy(
+            update={"cooling_since": an_hour_ago, "segment_started_at": an_hour_ago}
+        ),
+    )
+    call("reaper", "reaper_tick", ReaperTick(), message_id="t1")
+    instance = store.get_instance("sl-job1-a1")
+    assert instance is not None and instance.status == InstanceStatus.COOLING
+    spot, od = instance.base_price_per_hour, instance.on_demand_price_per_hour
+    assert instance.price_per_hour == pytest.approx(spot + 0.5 * (od - spot))  # minute 60
+    assert instance.cooling_cost_usd > spot  # an hour, partly escalated
+
+    store.update_instance(
+        "sl-job1-a1",
+        lambda i: i.model_copy(update={"cooling_until": datetime.now(UTC) - timedelta(seconds=1)}),
+    )
+    call("reaper", "reaper_tick", ReaperTick(), message_id="t2")
+    instance = store.get_instance("sl-job1-a1")
+    assert instance is not None and (instance.status, instance.substatus) == (
+        "CLOSED",
+        "TERMINATED",
+    )
+    assert host.list() == []
+    job = store.get_job("job1")
+    assert job is not None and job.cooling_cost_usd == pytest.approx(instance.cooling_cost_usd)
+    assert job.cost_usd >= job.cooling_cost_usd
+
+
+def test_cooling_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPOTLINE_COOLING_BASELINE_MIN", "5")
+    deps.reset()
+    assert deps.settings().cooling_rule.baseline_min == 5
+    deps.reset()
