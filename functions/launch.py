@@ -7,7 +7,7 @@ attempt, so even a racing second caller gets the same VM back.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from functions import deps
 from functions.assignments import assignment_for
@@ -81,10 +81,22 @@ def _create_vm(job: JobDoc, tried: list[str]) -> tuple[Vm, Option] | None:
             option, assignment, settings.image, job.user, settings.service_account
         )
         try:
-            return deps.compute().insert(request), option
+            vm = deps.compute().insert(request)
         except CapacityError as err:
             tried.append(f"{option.machine_id} in {option.zone}: {err.reason}")
+            _record_request(option.machine_id, ok=False)
+            continue
+        _record_request(option.machine_id, ok=True)
+        return vm, option
     return None
+
+
+def _record_request(machine_id: str, ok: bool) -> None:
+    """Availability statistics: a failure to record them must not fail a placement."""
+    try:
+        deps.store().record_request(machine_id, ok, datetime.now(UTC))
+    except Exception as err:
+        logs.warning(f"could not record a request of {machine_id}: {err}")
 
 
 def _machine_ids(job: JobDoc) -> list[str]:

@@ -79,6 +79,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     demo.set_defaults(run=_demo)
 
+    machines = sub.add_parser("machines", help="the machine catalog, prices and availability")
+    machines.set_defaults(run=_machines)
+
     schema = sub.add_parser("schema", help="print the job spec's JSON Schema")
     schema.set_defaults(run=_schema)
     return parser
@@ -220,6 +223,33 @@ def _demo(args: argparse.Namespace) -> int:
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
     return run_demo(workdir, args.spec, args.timeout_s, args.preempt_after_epoch)
+
+
+def _machines(args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime, timedelta
+
+    from infra.report import MachineRow, machines_table
+    from shared.catalog import load_catalog
+    from shared.config import Settings
+    from shared.states import InstanceStatus
+    from shared.store import Store
+
+    _connect(args.workdir)
+    store = Store(Settings.from_env().project)
+    since = datetime.now(UTC) - timedelta(hours=24)
+    live = [i.machine_id for i in store.list_instances(InstanceStatus.live())]
+    rows = []
+    for machine in load_catalog().values():
+        for machine_id, price in (
+            (machine.machine_id, machine.spot_usd_per_hour),
+            (f"{machine.machine_id}.od", machine.on_demand_usd_per_hour),
+        ):
+            requests, successes = store.availability(machine_id, since)
+            rows.append(
+                MachineRow(machine_id, machine, price, live.count(machine_id), requests, successes)
+            )
+    print(machines_table(rows))
+    return 0
 
 
 def _schema(args: argparse.Namespace) -> int:

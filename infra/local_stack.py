@@ -32,7 +32,9 @@ from infra.topology import FUNCTIONS
 from infra.vm_host import VmHost
 from shared import logs
 from shared.bus import Bus
+from shared.catalog import load_catalog
 from shared.events import ReaperTick
+from shared.store import Store
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 STACK_FILE = "stack.json"
@@ -103,6 +105,7 @@ class LocalStack:
             self._saved_env = {name: os.environ.get(name) for name in self.client_env()}
             os.environ.update(self.client_env())
             apply_topology(self.options.project, self.endpoints)
+            Store(self.options.project).seed_machines(load_catalog())
             self._ticker = threading.Thread(target=self._tick, daemon=True)
             self._ticker.start()
         except BaseException:

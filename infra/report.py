@@ -3,8 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
+from shared.catalog import Machine
 from shared.documents import EpochDoc, JobDoc
+
+
+@dataclass(frozen=True)
+class MachineRow:
+    machine_id: str  # NAME (Spot) or NAME.od
+    machine: Machine
+    price: float
+    in_use: int  # live instances of this machine id
+    requests: int  # VM requests in the window
+    successes: int
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -57,6 +69,23 @@ def jobs_table(jobs: Sequence[JobDoc]) -> str:
         for job in sorted(jobs, key=lambda j: j.created_at)
     ]
     return table(headers, rows)
+
+
+def machines_table(rows: Sequence[MachineRow]) -> str:
+    """The catalog as the seed's ``available_machines()`` prints it."""
+    headers = ["MACHINE_ID", "GPUS", "VCPUS", "USD_PER_HOUR", "IN_USE", "AVAILABILITY_24H"]
+    lines = []
+    for row in rows:
+        gpus = f"{row.machine.gpu_count}x{row.machine.gpu_type}" if row.machine.gpu_type else "-"
+        rate = (
+            "-"
+            if not row.requests
+            else f"{100 * row.successes / row.requests:.0f}% of {row.requests}"
+        )
+        lines.append(
+            [row.machine_id, gpus, row.machine.vcpus, f"{row.price:.3f}", row.in_use, rate]
+        )
+    return table(headers, lines)
 
 
 def job_detail(job: JobDoc, epochs: Sequence[EpochDoc]) -> str:

@@ -13,12 +13,14 @@ import logging
 import random
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import asdict
 from datetime import datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel
 
+from shared.catalog import Machine
 from shared.documents import (
     EpochDoc,
     InstanceDoc,
@@ -36,13 +38,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Doc = TypeVar("Doc", bound=BaseModel)
-JOBS, INSTANCES, QUEUE, REJECTED, EPOCHS, USERS = (
+JOBS, INSTANCES, QUEUE, REJECTED, EPOCHS, USERS, MACHINES = (
     "jobs",
     "instances",
     "queue",
     "rejected",
     "epochs",
     "users",
+    "machines",
 )
 _UPDATE_ATTEMPTS = 20
 
@@ -166,6 +169,48 @@ class Store:
 
     def list_users(self, limit: int = 1000) -> list[UserDoc]:
         return self._list(USERS, UserDoc, "user", None, limit)
+
+    # -- machines -------------------------------------------------------------
+
+    def seed_machines(self, catalog: dict[str, Machine]) -> None:
+        """Write the catalog into ``machines/`` (idempotent: same ids, same fields)."""
+        for machine in catalog.values():
+            self.client.collection(MACHINES).document(machine.machine_id).set(asdict(machine))
+
+    def record_request(self, machine_id: str, ok: bool, now: datetime) -> None:
+        """Count one VM request of ``machine_id`` (Spot or ``.od``) in its hour.
+
+        Server-side increments on an hourly document: concurrent placements
+        never contend, and "recent" is a sum over the last hours.
+        """
+        from google.cloud import firestore
+
+        hour = self._hours(machine_id).document(now.strftime("%Y%m%d%H"))
+        hour.set(
+            {
+                "machine_id": machine_id,
+                "hour": now.replace(minute=0, second=0, microsecond=0),
+                "requests": firestore.Increment(1),
+                "successes": firestore.Increment(1 if ok else 0),
+            },
+            merge=True,
+        )
+
+    def availability(self, machine_id: str, since: datetime) -> tuple[int, int]:
+        """(requests, successes) of ``machine_id`` since ``since``."""
+        from google.cloud.firestore_v1.base_query import FieldFilter
+
+        query = self._hours(machine_id).where(filter=FieldFilter("hour", ">=", since))
+        requests = successes = 0
+        for snap in query.stream():
+            data = snap.to_dict() or {}
+            requests += int(data.get("requests", 0))
+            successes += int(data.get("successes", 0))
+        return requests, successes
+
+    def _hours(self, machine_id: str) -> Any:
+        # Spot and on-demand requests of one machine are counted apart.
+        return self.client.collection(MACHINES).document(machine_id).collection("hours")
 
     # -- rejected messages ------------------------------------------------
 

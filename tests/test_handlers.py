@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 
 from functions import deps
+from infra.cli import main as cli
 from infra.vm_host import VmHost
+from shared.catalog import load_catalog
 from shared.events import EpochDone, Heartbeat, JobFinished, ReaperTick, VmBooted
 from shared.states import InstanceStatus, JobStatus, JobSubstatus
 from shared.store import Store
@@ -194,3 +196,18 @@ def test_a_too_old_message_is_dropped(call: Callable[..., Any], project: str) ->
     old = datetime.now(UTC) - timedelta(days=2)
     assert call("submit_job", "submit", SPEC, published=old).status_code == 200
     assert Store(project).list_jobs() == []
+
+
+def test_placement_records_availability_for_spotline_machines(
+    call: Callable[..., Any], host: VmHost, project: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    host.capacity_errors.update({"local-a": "ZONE_RESOURCE_POOL_EXHAUSTED"})
+    call("submit_job", "submit", SPEC)  # g2-standard-4: local-a fails, local-b succeeds
+    since = datetime.now(UTC) - timedelta(hours=1)
+    assert Store(project).availability("g2-standard-4", since) == (2, 1)
+    assert Store(project).availability("g2-standard-4.od", since) == (0, 0)
+    Store(project).seed_machines(load_catalog())
+    assert cli(["machines"]) == 0
+    shown = capsys.readouterr().out
+    row = next(line for line in shown.splitlines() if line.startswith("g2-standard-4 "))
+    assert "1x nvidia-l4".replace(" ", "") in row and "50% of 2" in row and " 1 " in row
