@@ -22,6 +22,12 @@ from shared.compute.port import (
 from shared.errors import PermanentError
 
 ON_DEMAND_SUFFIX = ".od"
+# Compute Engine runs these metadata values as scripts. They are constants that
+# call the image's static scripts: no user string is ever pasted into a script.
+BOOT_SCRIPTS = {
+    "startup-script": "#!/bin/bash\nexec /opt/spotline/scripts/startup.sh\n",
+    "shutdown-script": "#!/bin/bash\nexec /opt/spotline/scripts/shutdown.sh\n",
+}
 # A fixed namespace, so the same job attempt always yields the same requestId.
 _REQUEST_NAMESPACE = uuid.UUID("6f1b3a52-5d0e-4c1a-9a57-0b7f3f2d8e11")
 
@@ -147,7 +153,7 @@ def build_vm_request(
         request_id=request_id(assignment.job_id, assignment.attempt),
         image=image,
         labels=vm_labels(assignment.job_id, assignment.attempt, user) | option_labels(option),
-        metadata={JOB_METADATA_KEY: assignment.model_dump_json()},
+        metadata={**BOOT_SCRIPTS, JOB_METADATA_KEY: assignment.model_dump_json()},
         accelerators=accelerators,
         service_account=service_account,
     )

@@ -59,6 +59,7 @@ def test_the_request_carries_the_job_and_labels() -> None:
     request = build_vm_request(option, assignment, "img", "alice")
     assert request.accelerators[0].type == "nvidia-tesla-t4"
     assert json.loads(request.metadata[JOB_METADATA_KEY])["job_id"] == "j1"
+    assert request.metadata["shutdown-script"].endswith("exec /opt/spotline/scripts/shutdown.sh\n")
     assert request.labels["spotline-job"] == "j1" and request.labels["spotline-attempt"] == "1"
     assert option_of(request.labels, "z-a", load_catalog()) == option
 

@@ -1,0 +1,72 @@
+"""The VM image: the Packer template validates, the scripts parse, the
+service gives the trainer the preemption notice to save its state."""
+
+from __future__ import annotations
+
+import configparser
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+IMAGE = Path(__file__).resolve().parent.parent / "vm_image"
+PACKER = shutil.which("packer")
+needs_packer = pytest.mark.skipif(PACKER is None, reason="packer is not installed")
+if PACKER is None:
+    print("\n!!! packer is not installed: the image template is NOT validated !!!", file=sys.stderr)
+
+
+def packer(*args: str) -> subprocess.CompletedProcess[str]:
+    assert PACKER is not None
+    return subprocess.run([PACKER, *args], capture_output=True, text=True, cwd=IMAGE)
+
+
+@needs_packer
+@pytest.mark.parametrize("machine_type", ["g2-standard-4", "n1-standard-8"])
+def test_the_template_validates(machine_type: str, tmp_path: Path) -> None:
+    wheel = tmp_path / "spotline-0.1.0-py3-none-any.whl"  # the file provisioner checks it exists
+    wheel.write_bytes(b"")
+    result = packer(
+        "validate", "-var", "project_id=my-project", "-var", f"spotline_wheel={wheel}",
+        "-var", f"machine_type={machine_type}", "spotline.pkr.hcl",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@needs_packer
+def test_a_missing_variable_is_named() -> None:
+    result = packer("validate", "-var", "spotline_wheel=/tmp/x.whl", "spotline.pkr.hcl")
+    assert result.returncode != 0
+    assert 'Unset variable "project_id"' in result.stdout + result.stderr
+
+
+@needs_packer
+def test_the_template_is_formatted() -> None:
+    result = packer("fmt", "-check", ".")
+    assert result.returncode == 0, f"run `packer fmt vm_image`: {result.stdout}"
+
+
+@pytest.mark.parametrize(
+    "script", ["scripts/install.sh", "scripts/startup.sh", "scripts/shutdown.sh", "build_image.sh"]
+)
+def test_the_scripts_parse(script: str) -> None:
+    shell = "sh" if script == "build_image.sh" else "bash"
+    result = subprocess.run([shell, "-n", str(IMAGE / script)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_the_service_leaves_the_notice_to_the_trainer() -> None:
+    unit = configparser.ConfigParser(strict=False, interpolation=None)
+    unit.read(IMAGE / "systemd" / "spotline-agent.service")
+    service = unit["Service"]
+    assert service["ExecStart"] == "/opt/spotline/venv/bin/python -m vm_image.agent"
+    assert service["KillMode"] == "control-group"  # SIGTERM to agent and trainer alike
+    assert int(service["TimeoutStopSec"]) < 30  # inside the Spot notice
+    assert unit["Install"]["WantedBy"] == "multi-user.target"
+
+
+def test_plugins_are_pinned() -> None:
+    versions = (IMAGE / "versions.pkr.hcl").read_text()
+    assert 'version = "= ' in versions and "github.com/hashicorp/googlecompute" in versions

@@ -1,0 +1,26 @@
+#!/bin/bash
+# Runs once, at image build time, as root (Packer's shell provisioner).
+set -euxo pipefail
+
+# 1. The NVIDIA driver: the Deep Learning VM installs it on first boot when
+#    asked (install-nvidia-driver=True); wait for it so that it is baked in.
+for _ in $(seq 1 60); do
+  nvidia-smi && break
+  sleep 10
+done
+nvidia-smi
+
+# 2. The agent, in its own virtual environment.
+python3 -m venv /opt/spotline/venv
+/opt/spotline/venv/bin/pip install --upgrade pip
+/opt/spotline/venv/bin/pip install "$(ls /tmp/spotline-*.whl)[torch]"
+
+# 3. Static startup and shutdown scripts (no user string is ever pasted in).
+install -d /opt/spotline/scripts
+install -m 0755 /tmp/spotline-scripts/startup.sh /tmp/spotline-scripts/shutdown.sh /opt/spotline/scripts/
+
+# 4. The service: enabled, so it starts on every boot of a VM from this image.
+install -d /var/lib/spotline
+install -m 0644 /tmp/spotline-agent.service /etc/systemd/system/spotline-agent.service
+systemctl daemon-reload
+systemctl enable spotline-agent.service
