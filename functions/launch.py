@@ -57,6 +57,7 @@ def launch(job: JobDoc, now: datetime) -> JobDoc:
             now,
             option.price_per_hour,
             option.machine.on_demand_usd_per_hour,
+            vm.id or None,
         ),
     )
     deps.store().delete_queue(job.job_id)

@@ -79,6 +79,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     demo.set_defaults(run=_demo)
 
+    logs = sub.add_parser("logs", help="a job's output, attempt by attempt")
+    logs.add_argument("job")
+    logs.add_argument("--attempt", type=int, default=None)
+    logs.set_defaults(run=_logs)
+
+    replay = sub.add_parser("replay", help="submit a copy of a job's recorded spec")
+    replay.add_argument("job")
+    replay.add_argument("--description", default=None)
+    replay.set_defaults(run=_replay)
+
     machines = sub.add_parser("machines", help="the machine catalog, prices and availability")
     machines.set_defaults(run=_machines)
 
@@ -223,6 +233,70 @@ def _demo(args: argparse.Namespace) -> int:
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
     return run_demo(workdir, args.spec, args.timeout_s, args.preempt_after_epoch)
+
+
+def _logs(args: argparse.Namespace) -> int:
+    from infra.local_stack import read_stack_workdir
+    from shared.config import Settings
+    from shared.store import Store
+
+    _connect(args.workdir)
+    settings = Settings.from_env()
+    job = Store(settings.project).get_job(args.job)
+    if job is None:
+        print(f"no job {args.job}", file=sys.stderr)
+        return 1
+    vms = read_stack_workdir(args.workdir) / "vms" if settings.compute == "local" else None
+    attempts = [a for a in job.attempts if args.attempt in (None, a.attempt)]
+    if not attempts:
+        print(f"job {args.job} has no attempt {args.attempt or ''} with a VM yet", file=sys.stderr)
+        return 1
+    for attempt in attempts:
+        print(
+            f"== attempt {attempt.attempt} on {attempt.instance} ({attempt.outcome or 'running'})"
+        )
+        local = vms / f"{attempt.instance}.log" if vms else None
+        if local is not None and local.exists():
+            print(_messages(local.read_text(errors="replace"), job.job_id, attempt.attempt))
+        else:
+            print(f"  gcloud logging read '{attempt.logs_query}' --project {settings.project}")
+    return 0
+
+
+def _messages(text: str, job_id: str, attempt: int) -> str:
+    """The messages of one job attempt's lines (a cooling VM runs several jobs)."""
+    shown = []
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            shown.append(line)
+            continue
+        if not isinstance(record, dict):
+            shown.append(line)
+        elif record.get("job_id", job_id) == job_id and record.get("attempt", attempt) == attempt:
+            shown.append(str(record.get("message", line)))
+    return "\n".join(shown)
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from shared.bus import Bus
+    from shared.config import Settings
+    from shared.lifecycle import job_id_for
+    from shared.store import Store
+
+    _connect(args.workdir)
+    settings = Settings.from_env()
+    job = Store(settings.project).get_job(args.job)
+    if job is None:
+        print(f"no job {args.job}", file=sys.stderr)
+        return 1
+    description = args.description or f"replay of {job.job_id}: {job.spec.description}"[:500]
+    spec = job.spec.model_copy(update={"job_id": None, "description": description})
+    data = spec.model_dump_json(exclude_none=True).encode()
+    message_id = Bus(settings.project).publish("submit", data)
+    print(f"replaying {job.job_id} as job {job_id_for(spec, message_id)} (message {message_id})")
+    return 0
 
 
 def _machines(args: argparse.Namespace) -> int:

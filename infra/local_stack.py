@@ -205,6 +205,14 @@ class LocalStack:
         (self.workdir / STACK_FILE).write_text(json.dumps(stack, indent=2))
 
 
+def read_stack_workdir(workdir: Path) -> Path:
+    """Where the running stack keeps its files (the demo uses a folder below)."""
+    path = workdir / STACK_FILE
+    if not path.exists():
+        return workdir
+    return Path(json.loads(path.read_text())["workdir"])
+
+
 def read_stack_env(workdir: Path) -> dict[str, str] | None:
     """The client environment of a running ``spotline up`` in ``workdir``."""
     path = workdir / STACK_FILE

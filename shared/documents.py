@@ -42,6 +42,8 @@ class AttemptRecord(_Doc):
     outcome: str | None = None  # completed, failed, preempted, stalled, canceled
     resumed_from_step: int | None = None  # where the trainer picked up
     checkpoint_step: int | None = None  # the step saved when the VM went away
+    instance_id: str | None = None  # Compute Engine's numeric id: logs outlive the VM
+    logs_query: str | None = None  # for Logs Explorer / `gcloud logging read`
     price_per_hour: float = 0.0  # what the VM cost (Spot or on demand)
     on_demand_price_per_hour: float = 0.0  # what the same VM costs on demand
     cost_usd: float = 0.0  # up to ended_at, or up to the last sweep while it runs

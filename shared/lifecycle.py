@@ -169,6 +169,7 @@ def vm_recorded(
     now: datetime,
     price_per_hour: float = 0.0,
     on_demand_price_per_hour: float = 0.0,
+    instance_id: str | None = None,
 ) -> JobDoc:
     """The attempt's VM exists: CONNECTING_SERVER, and a new attempt record."""
     job = advance(job, JobSubstatus.CONNECTING_SERVER, now, note=f"{instance} in {zone}")
@@ -182,6 +183,8 @@ def vm_recorded(
         started_at=now,
         price_per_hour=price_per_hour,
         on_demand_price_per_hour=on_demand_price_per_hour,
+        instance_id=instance_id,
+        logs_query=logs_query(instance_id, job.job_id, job.attempt),
     )
     kept = [r for r in job.attempts if r.attempt != job.attempt]
     return job.model_copy(
@@ -192,6 +195,15 @@ def vm_recorded(
             "attempts": [*kept, record],
         }
     )
+
+
+def logs_query(instance_id: str | None, job_id: str, attempt: int) -> str:
+    """A Cloud Logging query for one attempt's output, valid after the VM is gone
+    (the instance id is never reused; the agent labels its lines with the job)."""
+    where = f'jsonPayload.job_id="{job_id}" AND jsonPayload.attempt={attempt}'
+    if instance_id:
+        where = f'resource.labels.instance_id="{instance_id}" AND {where}'
+    return f'resource.type="gce_instance" AND {where}'
 
 
 def vm_lost(

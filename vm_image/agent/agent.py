@@ -205,6 +205,7 @@ class Agent:
             code_dir,
             events_path,
             self._on_report,
+            labels={"job_id": self.assignment.job_id, "attempt": self.assignment.attempt},
         )
         exit_code = self.trainer.wait()
         if self.preempted.is_set():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -11,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from shared import logs
 from shared.assignment import Assignment
 
 _TAIL_LINES = 40
@@ -26,8 +28,12 @@ def trainer_command(assignment: Assignment) -> list[str]:
 def trainer_env(assignment: Assignment, events_path: Path, base: dict[str, str]) -> dict[str, str]:
     """The environment contract every trainer gets (see vm_image/trainers/report.py)."""
     spec = assignment.spec
+    # The agent's own Python environment comes first on PATH: a command's
+    # `python` has spotline, torch and fsspec, as the image installs them.
+    path = os.pathsep.join([os.path.dirname(sys.executable), base.get("PATH", os.defpath)])
     return {
         **base,
+        "PATH": path,
         **spec.env,
         "SPOTLINE_JOB_ID": assignment.job_id,
         "SPOTLINE_ATTEMPT": str(assignment.attempt),
@@ -55,8 +61,10 @@ class TrainerProcess:
         workdir: Path,
         events_path: Path,
         on_report: Callable[[dict[str, Any]], None],
+        labels: dict[str, Any] | None = None,
     ) -> None:
         self.events_path = events_path
+        self.labels = dict(labels or {})
         self.on_report = on_report
         self.tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
         self._offset = 0
@@ -96,11 +104,13 @@ class TrainerProcess:
         return "".join(self.tail)
 
     def _copy(self, stream: IO[str]) -> None:
+        # One JSON object a line on our stdout: Cloud Logging (through the
+        # journal) keeps each as a structured entry labelled with the job and
+        # attempt, findable after the VM is gone. trainer.log keeps raw lines.
         for line in stream:
             self.tail.append(line)
             self._log.write(line)
-            sys.stdout.write(line)
-        sys.stdout.flush()
+            logs.emit("INFO", line.rstrip("\n"), stream="trainer", **self.labels)
 
     def _follow_reports(self) -> None:
         while not self._done.wait(0.1):

@@ -1,0 +1,89 @@
+"""Any command as a trainer, on the whole local stack: code fetched from
+code_uri, epochs reported as JSON lines, state saved on the preemption notice
+and resumed; then its logs per attempt, and a replay of the job."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from infra.cli import main as cli
+from infra.demo import wait_for_job
+from infra.local_stack import LocalStack
+from shared.states import JobStatus
+from shared.store import Store
+from tests.test_e2e_recovery import once, submit, wait_no_vms
+
+pytestmark = [pytest.mark.emulators, pytest.mark.e2e]
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "command_job"
+
+
+def straight_through(tmp_path: Path, epochs: int, seed: int) -> dict[str, float]:
+    events = tmp_path / "events.jsonl"
+    env = {
+        **os.environ,
+        "SPOTLINE_CHECKPOINT_DIR": str(tmp_path / "state"),
+        "SPOTLINE_EVENTS": str(events),
+        "SPOTLINE_EPOCHS": str(epochs),
+        "SPOTLINE_SEED": str(seed),
+        "SPOTLINE_HYPERPARAMETERS": "{}",
+    }
+    subprocess.run(
+        [sys.executable, str(EXAMPLE / "train.py")], env=env, check=True, capture_output=True
+    )
+    lines = [json.loads(line) for line in events.read_text().splitlines()]
+    return [line for line in lines if line["type"] == "epoch"][-1]["metrics"]
+
+
+def test_a_command_job_survives_a_preemption(
+    local_stack: LocalStack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert local_stack.vm_host is not None
+    host = local_stack.vm_host
+    code = tmp_path / "code"
+    shutil.copytree(EXAMPLE, code)
+    job_id = submit(
+        local_stack, trainer=None, command=["python", "train.py"], code_uri=f"file://{code}",
+        epochs=4, seed=5, hyperparameters={"step_time_s": 0.02},
+    )  # fmt: skip
+    preempt = once(
+        lambda job: host.preempt(job.instance or "", 10.0),
+        when=lambda job: job.attempt == 1 and job.epoch >= 1,
+    )
+    store = Store(local_stack.options.project)
+
+    job = wait_for_job(store, job_id, 180, echo=False, on_update=preempt)
+
+    assert job.status == JobStatus.COMPLETED, job.error
+    first, second = job.attempts
+    assert first.outcome == "preempted" and first.checkpoint_step is not None
+    assert second.resumed_from_step == first.checkpoint_step  # nothing lost
+    assert job.metrics == pytest.approx(straight_through(tmp_path, 4, 5), abs=1e-9)
+    assert [e.epoch for e in store.list_epochs(job_id)] == [1, 2, 3, 4]
+    assert first.logs_query and f'jsonPayload.job_id="{job_id}"' in first.logs_query
+
+    capsys.readouterr()
+    assert cli(["--workdir", str(local_stack.workdir), "logs", job_id]) == 0
+    shown = capsys.readouterr().out
+    assert f"== attempt 1 on {first.instance} (preempted)" in shown
+    assert f"stopped at step {first.checkpoint_step}" in shown
+    assert f"resumed at step {first.checkpoint_step}" in shown and "epoch 4/4" in shown
+
+    assert cli(["--workdir", str(local_stack.workdir), "replay", job_id]) == 0
+    replay_id = capsys.readouterr().out.split(" as job ")[1].split()[0]
+    replay = wait_for_job(store, replay_id, 180, echo=False)
+    assert replay.status == JobStatus.COMPLETED and replay.spec.command == job.spec.command
+    assert replay.description.startswith(f"replay of {job_id}")
+    # The replay shares nothing with the original: it trained from scratch.
+    assert replay.attempts[0].resumed_from_step is None
+    wait_no_vms(local_stack, job_id)
+    deadline = time.monotonic() + 20
+    while host.list({"spotline-job": replay_id}) and time.monotonic() < deadline:
+        time.sleep(0.2)
