@@ -12,6 +12,7 @@ on; SIGTERM saves one and exits with 143.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -20,6 +21,7 @@ import sys
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from datetime import timedelta
 from typing import Any
 
 import numpy as np
@@ -159,6 +161,10 @@ def train(settings: Settings, flag: PreemptionFlag) -> int:
     np.random.seed(settings.seed)
     random.seed(settings.seed)
 
+    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    if settings.batch_size < world:
+        print(f"batch size {settings.batch_size} < {world} nodes", file=sys.stderr)
+        return EXIT_BAD_SETTINGS
     data = load_digits_split(settings.seed, settings.validation_split)
     model = build_model(settings.hidden)
     optimizer = torch.optim.Adam(model.parameters(), lr=settings.lr)
@@ -188,9 +194,13 @@ def train(settings: Settings, flag: PreemptionFlag) -> int:
             f"from {checkpoint.uri}",
             flush=True,
         )
-        report_resumed(step, checkpoint.uri)
+        if rank == 0:
+            report_resumed(step, checkpoint.uri)
+    net = _distributed(model, rank, world)
 
     def save(done_epochs: int, done_in_epoch: int) -> str:
+        if rank != 0:
+            return ""  # one writer: rank 0 holds the same weights as every rank
         return save_checkpoint(
             settings.checkpoint_dir,
             model=model,
@@ -206,11 +216,13 @@ def train(settings: Settings, flag: PreemptionFlag) -> int:
         order = batch_order(settings.seed, epoch, n_train)
         model.train()
         for batch in range(step_in_epoch, steps_per_epoch):
-            if flag.pending and _serve_signal(flag, step, save(epoch, batch)):
+            if flag.pending and _serve_signal(flag, step, save(epoch, batch), rank):
                 return EXIT_PREEMPTED
             rows = order[batch * settings.batch_size : (batch + 1) * settings.batch_size]
+            # Each node takes its share of the batch; DDP averages the gradients.
+            rows = rows[rank::world]
             optimizer.zero_grad(set_to_none=True)
-            loss_fn(model(data.x_train[rows]), data.y_train[rows]).backward()
+            loss_fn(net(data.x_train[rows]), data.y_train[rows]).backward()
             optimizer.step()
             step += 1
             if settings.step_time_s:
@@ -218,6 +230,8 @@ def train(settings: Settings, flag: PreemptionFlag) -> int:
         epoch, step_in_epoch = epoch + 1, 0
         trained = time.perf_counter()
 
+        if rank != 0:
+            continue  # node 0 evaluates, checkpoints and reports for the gang
         metrics = _epoch_metrics(model, data)
         uri = save(epoch, 0)
         saved = time.perf_counter()
@@ -230,15 +244,46 @@ def train(settings: Settings, flag: PreemptionFlag) -> int:
         )
         # A signal that came during the epoch's last step or its evaluation is
         # served by the checkpoint just written.
-        if flag.pending and epoch < settings.epochs and _serve_signal(flag, step, uri):
+        if flag.pending and epoch < settings.epochs and _serve_signal(flag, step, uri, rank):
             return EXIT_PREEMPTED
 
     print(f"all {settings.epochs} epochs done at step {step}", flush=True)
+    print(f"rank {rank} final weights sha256={weights_digest(model)}", flush=True)
+    if world > 1:
+        torch.distributed.destroy_process_group()
     return 0
 
 
-def _serve_signal(flag: PreemptionFlag, step: int, uri: str) -> bool:
+def _distributed(model: nn.Module, rank: int, world: int) -> nn.Module:
+    """The model wrapped for data-parallel training over the job's nodes
+    (MASTER_ADDR/MASTER_PORT from the agent), or as it is on one node."""
+    if world == 1:
+        return model
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.distributed.init_process_group(
+        "gloo", init_method="env://", rank=rank, world_size=world,
+        timeout=timedelta(minutes=5),
+    )  # fmt: skip
+    return DistributedDataParallel(model)
+
+
+def weights_digest(model: nn.Module) -> str:
+    """A fingerprint of the weights, to compare nodes and runs."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def _serve_signal(flag: PreemptionFlag, step: int, uri: str, rank: int = 0) -> bool:
     """Report the checkpoint a signal asked for; True when the run must stop now."""
+    if rank != 0:  # nodes other than 0 save nothing: stop, or carry on
+        if flag.exit_requested:
+            return True
+        flag.clear_checkpoint_request()
+        return False
     report_checkpoint(step, uri, flag.reason or "")
     if flag.exit_requested:
         print(f"stopped by SIGTERM at step {step}, state in {uri}", flush=True)

@@ -1,0 +1,56 @@
+"""The environment each framework expects on each node of a multi-node job.
+
+The names follow what each framework reads (and the seed's AIchor operators):
+PyTorch's env:// rendezvous, TensorFlow's TF_CONFIG, XGBoost's tracker
+variables, JAX's coordinator. One process per node: a node's rank is its
+index in the job's node list; node 0 is the master/coordinator.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+
+
+def master_port(job_id: str, attempt: int) -> int:
+    """A port from the job and attempt, so two gangs sharing a host (locally)
+    do not collide, and a new attempt never meets a stale rendezvous."""
+    # Below Linux's ephemeral range (32768+), where other programs' ports come from.
+    return 20000 + zlib.crc32(f"{job_id}/{attempt}".encode()) % 12000
+
+
+def cluster_env(framework: str, hosts: list[str], rank: int, port: int) -> dict[str, str]:
+    """Variables for the node of ``rank`` among ``hosts`` (index = rank)."""
+    if not 0 <= rank < len(hosts):
+        raise ValueError(f"rank {rank} is not in a cluster of {len(hosts)}")
+    world = str(len(hosts))
+    master = hosts[0]
+    env = {
+        # Every framework gets the basics, so a plain command can use them too.
+        "SPOTLINE_NODE_RANK": str(rank),
+        "SPOTLINE_NUM_NODES": world,
+        "SPOTLINE_NODE_HOSTS": ",".join(hosts),
+        "MASTER_ADDR": master,
+        "MASTER_PORT": str(port),
+        "WORLD_SIZE": world,
+        "RANK": str(rank),
+    }
+    if framework in ("pytorch", "command"):
+        env |= {"LOCAL_RANK": "0", "NODE_RANK": str(rank)}
+    elif framework == "tensorflow":
+        workers = [f"{host}:{port + i}" for i, host in enumerate(hosts)]
+        env["TF_CONFIG"] = json.dumps(
+            {"cluster": {"worker": workers}, "task": {"type": "worker", "index": rank}}
+        )
+    elif framework == "xgboost":
+        env |= {
+            "WORKER_PORT": str(port),
+            "WORKER_ADDRS": ",".join(hosts[1:]),
+        }
+    elif framework == "jax":
+        env |= {
+            "JAX_COORDINATOR_ADDRESS": f"{master}:{port}",
+            "JAX_NUM_PROCESSES": world,
+            "JAX_PROCESS_ID": str(rank),
+        }
+    return env
