@@ -155,7 +155,9 @@ def test_insert_waits_for_the_operation(double: ComputeDouble) -> None:
 def test_an_operation_that_never_finishes_is_transient(double: ComputeDouble) -> None:
     double.operation_polls = 10**9
 
-    with pytest.raises(TransientError, match="not done"):
+    # Under load the last, short wait may time out in the HTTP client rather
+    # than in our loop: either way the insert is transient, to be retried.
+    with pytest.raises(TransientError, match="not done|timed out"):
         client(double, operation_timeout_s=0.3).insert(vm_request())
 
 
