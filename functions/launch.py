@@ -7,6 +7,7 @@ attempt, so even a racing second caller gets the same VM back.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from functions import deps
@@ -19,8 +20,10 @@ from shared.documents import InstanceDoc, JobDoc, QueueEntry
 from shared.lifecycle import advance, vm_recorded
 from shared.placement import (
     Option,
+    build_gang_request,
     build_vm_request,
     effective_machine_ids,
+    node_names,
     option_of,
     options,
     vm_name,
@@ -34,30 +37,39 @@ _BACKOFF_MAX_S = 300
 def launch(job: JobDoc, now: datetime) -> JobDoc:
     """Create (or adopt) the attempt's VM and record it; queue the job when no
     option has capacity. The job must be in REQUESTING_SERVER."""
-    found = _existing_vm(job) or claim_cooling(job, _machine_ids(job), now)
     tried: list[str] = []
-    if found is None:
-        found = _create_vm(job, tried)
+    found: tuple[list[Vm], Option] | None
+    if job.spec.nodes > 1:
+        found = _existing_gang(job) or _create_gang(job, tried)
+    else:
+        single = _existing_vm(job) or claim_cooling(job, _machine_ids(job), now)
+        single = single or _create_vm(job, tried)
+        found = ([single[0]], single[1]) if single else None
     if found is None:
         return _wait_for_capacity(job, now, tried)
-    vm, option = found
-    _record_instance(job, vm, option, now)
+    vms, option = found
+    for vm in vms:
+        _record_instance(job, vm, option, now)
+    leader = vms[0]
+    names = [vm.name for vm in vms] if len(vms) > 1 else None
     logs.info(
-        f"job {job.job_id}: attempt {job.attempt} on {vm.name} ({option.machine_id}, {vm.zone})",
+        f"job {job.job_id}: attempt {job.attempt} on {', '.join(vm.name for vm in vms)} "
+        f"({option.machine_id}, {leader.zone})",
         job_id=job.job_id,
-        instance=vm.name,
+        instance=leader.name,
     )
     recorded = deps.store().update_job(
         job.job_id,
         lambda current: vm_recorded(
             current,
-            vm.name,
-            vm.zone,
+            leader.name,
+            leader.zone,
             option.machine_id,
             now,
             option.price_per_hour,
             option.machine.on_demand_usd_per_hour,
-            vm.id or None,
+            leader.id or None,
+            nodes=names,
         ),
     )
     deps.store().delete_queue(job.job_id)
@@ -98,6 +110,39 @@ def _record_request(machine_id: str, ok: bool) -> None:
         deps.store().record_request(machine_id, ok, datetime.now(UTC))
     except Exception as err:
         logs.warning(f"could not record a request of {machine_id}: {err}")
+
+
+def _existing_gang(job: JobDoc) -> tuple[list[Vm], Option] | None:
+    labels = {"spotline-job": job.job_id, "spotline-attempt": str(job.attempt)}
+    found = {vm.name: vm for vm in deps.compute().list(labels)}
+    names = node_names(job.job_id, job.attempt, job.spec.nodes)
+    if not all(name in found for name in names):
+        return None
+    vms = [found[name] for name in names]
+    option = option_of(vms[0].labels, vms[0].zone, load_catalog())
+    return (vms, option) if option is not None else None
+
+
+def _create_gang(job: JobDoc, tried: list[str]) -> tuple[list[Vm], Option] | None:
+    """One bulk insert per machine id, in the user's order; the provider picks
+    the one allowed zone that holds every node."""
+    settings = deps.settings()
+    assignment = assignment_for(job)
+    zones = job.spec.zones or list(settings.zones)
+    for option in options(_machine_ids(job), zones[:1], load_catalog()):
+        gang = build_gang_request(
+            option, assignment, settings.image, job.user, settings.region, zones,
+            settings.service_account,
+        )  # fmt: skip
+        try:
+            vms = deps.compute().insert_gang(gang)
+        except CapacityError as err:
+            tried.append(f"{job.spec.nodes} x {option.machine_id} in {zones}: {err.reason}")
+            _record_request(option.machine_id, ok=False)
+            continue
+        _record_request(option.machine_id, ok=True)
+        return vms, replace(option, zone=vms[0].zone)
+    return None
 
 
 def _machine_ids(job: JobDoc) -> list[str]:

@@ -28,9 +28,9 @@ def on_job_finished(message: Message) -> None:
         job_id=job.job_id,
         status=job.status,
     )
-    if job.instance == event.instance:
+    if event.instance in lifecycle.current_vms(job):
         period = job.spec.cool_down_period_s
-        if period > 0:
+        if period > 0 and not job.nodes:
             # Kept for the user's next job; the reaper ends it when the period ends.
             deps.store().update_instance(
                 event.instance,

@@ -36,7 +36,7 @@ from shared.config import Settings
 from shared.cooling import while_cooling
 from shared.documents import InstanceDoc, JobDoc, QueueEntry, UserDoc
 from shared.errors import PermanentError
-from shared.lifecycle import accrue, advance, instance_closed
+from shared.lifecycle import accrue, advance, current_vms, instance_closed
 from shared.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
 from shared.transitions import fail_job
 
@@ -95,7 +95,7 @@ def _check_instance(instance: InstanceDoc, vm: Vm | None, now: datetime) -> str 
     if job is not None and job.attempt == instance.attempt:
         if job.substatus == JobSubstatus.REQUESTING_SERVER:
             return None  # being placed right now: its job update is on the way
-        if job.instance == instance.name and job.status in JobStatus.active():
+        if instance.name in current_vms(job) and job.status in JobStatus.active():
             if vm is None:
                 recover(
                     instance,

@@ -16,7 +16,7 @@ from functions.release import release_instance
 from shared import lifecycle, logs
 from shared.documents import InstanceDoc, JobDoc, QueueEntry, QueueReason
 from shared.errors import PermanentError
-from shared.states import InstanceSubstatus, JobSubstatus
+from shared.states import InstanceStatus, InstanceSubstatus, JobSubstatus
 
 
 def recover(
@@ -60,6 +60,14 @@ def recover(
     )
     if job is None:
         raise PermanentError(f"instance {instance.name} belongs to unknown job {instance.job_id}")
+    # A gang restarts whole: the other nodes of the lost attempt go too.
+    for node in store.instances_of_job(instance.job_id):
+        if (
+            node.attempt == instance.attempt
+            and node.name != instance.name
+            and node.status in InstanceStatus.live()
+        ):
+            release_instance(node.name, now, note=f"its gang lost {instance.name}")
     logs.warning(
         f"job {job.job_id}: {instance.name} {cause.lower()} ({note}); now {job.status}/"
         f"{job.substatus}, attempt {job.attempt}",

@@ -11,6 +11,7 @@ and the VM is deleted (``instanceTerminationAction: DELETE``).
 The same operations are served as JSON on 127.0.0.1 for ``LocalCompute``::
 
     POST   /vms                      VmRequest fields -> vm
+    POST   /gangs                    {"nodes": [VmRequest fields], "zones": [...]} -> {"items"}
     GET    /vms?label=k=v[&label=..] -> {"items": [vm, ...]}
     GET    /vms/NAME[?zone=Z]        -> vm
     DELETE /vms/NAME[?zone=Z]        -> {}
@@ -192,6 +193,30 @@ class VmHost:
             self._vms[name] = vm
         threading.Thread(target=self._reap, args=(vm,), name=f"reap-{name}", daemon=True).start()
         return vm.to_dict()
+
+    def insert_gang(self, nodes: Sequence[Mapping[str, Any]], zones: Sequence[str]) -> Any:
+        """Create every node in the first of ``zones`` with capacity for them
+        all (all or nothing, as a bulk insert with minCount = count); nodes
+        that exist already are answered as they are."""
+        if not nodes or not zones:
+            raise HostError(400, "invalid", "A gang needs nodes and zones.")
+        existing = self.get(str(nodes[0].get("name")))
+        if existing is not None:
+            zone = existing["zone"]
+        else:
+            machine_type = str(nodes[0].get("machine_type"))
+            for zone in zones:
+                try:
+                    self._check_capacity(machine_type, zone)
+                    break
+                except HostError:
+                    continue
+            else:
+                raise HostError(
+                    503, "ZONE_RESOURCE_POOL_EXHAUSTED",
+                    f"No zone of {list(zones)} holds {len(nodes)} x {machine_type}.",
+                )  # fmt: skip
+        return [self.insert({**node, "zone": zone}) for node in nodes]
 
     def get(self, name: str, zone: str | None = None) -> dict[str, Any] | None:
         """The VM, or None when it does not exist (in ``zone``, when given)."""

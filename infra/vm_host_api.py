@@ -86,6 +86,8 @@ def _route(
     match method, parts:
         case "POST", ["vms"]:
             return host.insert(body)
+        case "POST", ["gangs"]:
+            return {"items": host.insert_gang(body.get("nodes") or [], body.get("zones") or [])}
         case "GET", ["vms"]:
             pairs = (label.partition("=") for label in query.get("label", []))
             labels = {key: value for key, _, value in pairs}

@@ -21,3 +21,8 @@ class Assignment(BaseModel):
     checkpoint_dir: str  # fsspec URL shared by every attempt of the job
     output_dir: str
     heartbeat_s: float = 30.0
+    # Multi-node jobs: every node's VM name (index = rank), the address others
+    # reach it at, and the rendezvous port. Empty for a single node.
+    nodes: list[str] = []
+    hosts: list[str] = []
+    master_port: int = 0

@@ -46,6 +46,7 @@ class AttemptRecord(_Doc):
     logs_query: str | None = None  # for Logs Explorer / `gcloud logging read`
     price_per_hour: float = 0.0  # what the VM cost (Spot or on demand)
     on_demand_price_per_hour: float = 0.0  # what the same VM costs on demand
+    nodes: int = 1  # VMs in the attempt, each at price_per_hour
     cost_usd: float = 0.0  # up to ended_at, or up to the last sweep while it runs
     on_demand_cost_usd: float = 0.0
 
@@ -61,7 +62,8 @@ class JobDoc(_Doc):
     substatus: JobSubstatus = JobSubstatus.REQUESTING_SERVER
     attempt: int = 1
     preemptions: int = 0
-    instance: str | None = None  # the current attempt's VM name
+    instance: str | None = None  # the current attempt's VM name (node 0 of a gang)
+    nodes: list[str] = Field(default_factory=list)  # a multi-node attempt's VMs, by rank
     zone: str | None = None
     machine_id: str | None = None
     progress: str = "0/0"  # "epoch/epochs", for the console

@@ -58,9 +58,16 @@ def new_job(spec: JobSpec, job_id: str, message_id: str, now: datetime) -> JobDo
     )
 
 
+def current_vms(job: JobDoc) -> list[str]:
+    """The VMs of the job's current attempt: its nodes, or its one VM."""
+    if job.nodes:
+        return list(job.nodes)
+    return [job.instance] if job.instance else []
+
+
 def check_current(job: JobDoc, event: VmEvent) -> None:
-    """Raises StaleEvent unless the event comes from the job's current VM."""
-    if event.attempt != job.attempt or event.instance != job.instance:
+    """Raises StaleEvent unless the event comes from a VM of the current attempt."""
+    if event.attempt != job.attempt or event.instance not in current_vms(job):
         raise StaleEvent(
             f"job {job.job_id}: event from {event.instance} (attempt {event.attempt}) "
             f"ignored; the current attempt is {job.attempt} on {job.instance}"
@@ -146,6 +153,8 @@ def finished(job: JobDoc, event: JobFinished, now: datetime) -> JobDoc:
     job = catch_up(job, event, now)
     if job.status in JobStatus.terminal():
         return job
+    if event.exit_code == 0 and event.instance != job.instance:
+        return job  # a worker node is done: the job ends with node 0
     outcome = "completed" if event.exit_code == 0 else "failed"
     job = end_attempt(job, now, outcome)
     if event.exit_code == 0:
@@ -170,9 +179,12 @@ def vm_recorded(
     price_per_hour: float = 0.0,
     on_demand_price_per_hour: float = 0.0,
     instance_id: str | None = None,
+    nodes: list[str] | None = None,
 ) -> JobDoc:
-    """The attempt's VM exists: CONNECTING_SERVER, and a new attempt record."""
-    job = advance(job, JobSubstatus.CONNECTING_SERVER, now, note=f"{instance} in {zone}")
+    """The attempt's VM (or the gang's node 0) exists: CONNECTING_SERVER, and a
+    new attempt record."""
+    where = f"{instance} in {zone}" if not nodes else f"{len(nodes)} nodes in {zone}"
+    job = advance(job, JobSubstatus.CONNECTING_SERVER, now, note=where)
     if job.instance == instance:
         return job
     record = AttemptRecord(
@@ -185,11 +197,13 @@ def vm_recorded(
         on_demand_price_per_hour=on_demand_price_per_hour,
         instance_id=instance_id,
         logs_query=logs_query(instance_id, job.job_id, job.attempt),
+        nodes=len(nodes or [instance]),
     )
     kept = [r for r in job.attempts if r.attempt != job.attempt]
     return job.model_copy(
         update={
             "instance": instance,
+            "nodes": list(nodes or []),
             "zone": zone,
             "machine_id": machine_id,
             "attempts": [*kept, record],
@@ -223,7 +237,7 @@ def vm_lost(
         StaleEvent: the VM is not the job's current one, or the job is not on a VM
             (a second report of the same loss, or a late one).
     """
-    if attempt != job.attempt or instance != job.instance or job.substatus not in S_ON_VM:
+    if attempt != job.attempt or instance not in current_vms(job) or job.substatus not in S_ON_VM:
         raise StaleEvent(
             f"job {job.job_id}: loss of {instance} (attempt {attempt}) ignored; the job is "
             f"{job.status}/{job.substatus} on attempt {job.attempt} ({job.instance})"
@@ -265,7 +279,7 @@ def accrue(job: JobDoc, now: datetime) -> JobDoc:
     them on the job, with what the same VM time would cost on demand."""
     records = []
     for record in job.attempts:
-        seconds = ((record.ended_at or now) - record.started_at).total_seconds()
+        seconds = record.nodes * ((record.ended_at or now) - record.started_at).total_seconds()
         records.append(
             record.model_copy(
                 update={

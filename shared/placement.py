@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from shared.assignment import Assignment
 from shared.catalog import Machine
@@ -16,6 +16,7 @@ from shared.compute.port import (
     JOB_METADATA_KEY,
     MANAGED_LABEL,
     Accelerator,
+    GangRequest,
     Provisioning,
     VmRequest,
 )
@@ -96,9 +97,17 @@ def options(
             yield Option(machine=machine, provisioning=provisioning, zone=zone)
 
 
-def vm_name(job_id: str, attempt: int) -> str:
-    """Deterministic per attempt: a redelivered submit finds the same VM."""
-    return f"sl-{job_id}-a{attempt}"
+def vm_name(job_id: str, attempt: int, rank: int | None = None) -> str:
+    """Deterministic per attempt (and node): a redelivered submit finds the same VM."""
+    base = f"sl-{job_id}-a{attempt}"
+    return base if rank is None else f"{base}-n{rank}"
+
+
+def node_names(job_id: str, attempt: int, nodes: int) -> list[str]:
+    """The attempt's VM names, index = rank; a single node keeps the plain name."""
+    if nodes == 1:
+        return [vm_name(job_id, attempt)]
+    return [vm_name(job_id, attempt, rank) for rank in range(nodes)]
 
 
 def request_id(job_id: str, attempt: int) -> str:
@@ -131,6 +140,30 @@ def option_of(labels: dict[str, str], zone: str, catalog: dict[str, Machine]) ->
     if machine is None or provisioning not in Provisioning.__members__:
         return None
     return Option(machine=machine, provisioning=Provisioning(provisioning), zone=zone)
+
+
+def build_gang_request(
+    option: Option,
+    assignment: Assignment,
+    image: str,
+    user: str,
+    region: str,
+    zones: list[str] | tuple[str, ...],
+    service_account: str | None = None,
+) -> GangRequest:
+    """The nodes of a multi-node attempt: one bulk insert, all in one zone.
+
+    The nodes differ in their names only (a bulk insert gives every instance
+    the same properties); a node's rank is its name's ``-n{rank}`` suffix.
+    """
+    base = build_vm_request(option, assignment, image, user, service_account)
+    nodes = tuple(replace(base, name=name) for name in assignment.nodes)
+    return GangRequest(
+        nodes=nodes,
+        region=region,
+        zones=tuple(zones),
+        request_id=request_id(assignment.job_id, assignment.attempt),
+    )
 
 
 def build_vm_request(

@@ -38,7 +38,9 @@ class JobSpec(BaseModel):
         description="Tried in order; NAME is Spot, NAME.od is on demand.",
     )
     zones: list[str] = Field(default_factory=list, description="Allowed zones; empty: defaults.")
-    framework: Literal["pytorch", "tensorflow", "command"] = "pytorch"
+    framework: Literal["pytorch", "tensorflow", "xgboost", "jax", "command"] = Field(
+        default="pytorch", description="Which distributed environment multi-node jobs get."
+    )
     trainer: str | None = Field(default=None, description=f"Built-in: {BUILTIN_TRAINERS}.")
     command: list[str] | None = Field(
         default=None, min_length=1, description="argv to run instead of a built-in trainer."
@@ -51,7 +53,9 @@ class JobSpec(BaseModel):
     fit_kwargs: dict[str, Any] = Field(default_factory=dict)
     validation_split: float = Field(default=0.2, ge=0.0, lt=1.0)
     seed: int = 0
-    nodes: int = Field(default=1, ge=1, le=64)
+    nodes: int = Field(
+        default=1, ge=1, le=64, description="VMs that train together, created in one zone."
+    )
     cool_down_period_s: int = Field(default=0, ge=0)
     wait_request_s: int = Field(default=600, ge=0)
     wait_new_job_create_s: int = -1
@@ -81,9 +85,6 @@ class JobSpec(BaseModel):
             raise ValueError("give exactly one of 'trainer' (built-in) or 'command'")
         if self.trainer is not None and self.trainer not in BUILTIN_TRAINERS:
             raise ValueError(f"trainer: {self.trainer!r} is not one of {BUILTIN_TRAINERS}")
-        if self.nodes > 1:
-            # Refused rather than silently run on one node.
-            raise ValueError("nodes: multi-node jobs are not supported yet; use nodes=1")
         return self
 
 

@@ -72,7 +72,13 @@ def next_attempt(
         )
         return fail_job(lost, JobSubstatus.FAILED, now, reason)
     bumped = lost.model_copy(
-        update={"attempt": job.attempt + 1, "instance": None, "zone": None, "machine_id": None}
+        update={
+            "attempt": job.attempt + 1,
+            "instance": None,
+            "nodes": [],
+            "zone": None,
+            "machine_id": None,
+        }
     )
     return move_job(bumped, JobSubstatus.REQUESTING_SERVER, now, note=f"attempt {job.attempt + 1}")
 

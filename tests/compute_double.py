@@ -9,28 +9,41 @@ Engine answers, and records every request so tests can check the wire format::
         compute.insert(request)
         assert gce.requests_to("POST", "/instances")[0].query["requestId"] == ...
 
-Like Compute Engine it dedupes inserts by ``requestId``, answers 409 to a second
-insert of a name, checks the metadata fingerprint, and can be told to fail
-inserts with a capacity error, either in the HTTP answer or in the operation.
+Like Compute Engine it dedupes inserts and bulk inserts by ``requestId``,
+answers 409 to a second insert of a name, checks the metadata fingerprint, and
+can be told to fail inserts with a capacity error, either in the HTTP answer or
+in the operation. A regional bulk insert puts all its VMs in the first allowed
+zone, by name, that has capacity for them.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import itertools
-import json
 import re
 import threading
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+
+from tests.compute_double_wire import (
+    ApiError,
+    Handler,
+    JsonDict,
+    RecordedRequest,
+    check_bulk_insert,
+    instance_path,
+    metadata,
+    parse_label_filter,
+)
+
+__all__ = ["ApiError", "ComputeDouble", "RecordedRequest"]
 
 SELF_LINK_BASE = "https://www.googleapis.com/compute/v1"
 _PREFIX = r"^/compute/v1/projects/(?P<project>[^/]+)"
 _ZONE = _PREFIX + r"/zones/(?P<zone>[^/]+)"
+_REGION = _PREFIX + r"/regions/(?P<region>[^/]+)"
 _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
     ("POST", re.compile(_ZONE + r"/instances$"), "_insert"),
     ("GET", re.compile(_ZONE + r"/instances/(?P<name>[^/]+)$"), "_get"),
@@ -38,21 +51,9 @@ _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
     ("POST", re.compile(_ZONE + r"/instances/(?P<name>[^/]+)/setMetadata$"), "_set_metadata"),
     ("GET", re.compile(_PREFIX + r"/aggregated/instances$"), "_aggregated_list"),
     ("POST", re.compile(_ZONE + r"/operations/(?P<op>[^/]+)/wait$"), "_wait"),
+    ("POST", re.compile(_REGION + r"/instances/bulkInsert$"), "_bulk_insert"),
+    ("POST", re.compile(_REGION + r"/operations/(?P<op>[^/]+)/wait$"), "_region_wait"),
 ]
-_LABEL_TERM = re.compile(r'\(?\s*labels\.(?P<key>[\w-]+)\s*=\s*"(?P<value>[^"]*)"\s*\)?')
-
-JsonDict = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class RecordedRequest:
-    """One request as it reached the double."""
-
-    method: str
-    path: str
-    query: dict[str, str]  # the last value of each parameter
-    body: Any  # the parsed JSON body, or None
-    headers: dict[str, str]
 
 
 @dataclass
@@ -69,21 +70,6 @@ class _Failure:
     status: int
     reason: str
     times: int
-
-
-class ApiError(Exception):
-    """An error answer, in Compute Engine's error body format."""
-
-    def __init__(self, status: int, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.body = {
-            "error": {
-                "code": status,
-                "message": message,
-                "errors": [{"message": message, "domain": "global", "reason": reason}],
-            }
-        }
 
 
 class ComputeDouble:
@@ -105,6 +91,7 @@ class ComputeDouble:
         self.instances: dict[tuple[str, str], JsonDict] = {}
         self._requests: list[RecordedRequest] = []
         self._operations: dict[str, JsonDict] = {}
+        self._operation_scopes: dict[str, str] = {}  # zones/Z or regions/R
         self._pending_polls: dict[str, int] = {}
         self._by_request_id: dict[str, str] = {}
         self._insert_failures: dict[tuple[str, str], _InsertFailure] = {}
@@ -116,10 +103,10 @@ class ComputeDouble:
     def start(self) -> ComputeDouble:
         double = self
 
-        class Handler(_Handler):
+        class DoubleHandler(Handler):
             owner = double
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), DoubleHandler)
         self._server.daemon_threads = True
         serve = functools.partial(self._server.serve_forever, poll_interval=0.05)
         threading.Thread(target=serve, daemon=True).start()
@@ -156,7 +143,8 @@ class ComputeDouble:
 
         With ``status`` the insert call itself fails with that HTTP status and
         ``reason``; without, the insert is accepted and its operation finishes
-        with ``reason`` as ``error.errors[].code``.
+        with ``reason`` as ``error.errors[].code``. A bulk insert passes over the
+        zone, and fails so only when every allowed zone fails (with the first's).
         """
         text = message or (
             f"The zone 'projects/{self.project}/zones/{zone}' does not have enough "
@@ -244,14 +232,14 @@ class ComputeDouble:
             if not re.fullmatch(rf"zones/{zone}/(machineTypes|acceleratorTypes)/[\w-]+", url):
                 raise ApiError(400, "invalid", f"Invalid value for a type of {name!r}: {url!r}")
         if (zone, name) in self.instances:
-            path = _instance_path(self.project, zone, name)
+            path = instance_path(self.project, zone, name)
             raise ApiError(409, "alreadyExists", f"The resource '{path}' already exists")
         failure = self._insert_failures.get((zone, types[0].rsplit("/", 1)[-1]))
         if failure is not None and failure.status is not None:
             raise ApiError(failure.status, failure.reason, failure.message)
         if failure is None:
             self._new_instance(zone, body)
-        operation = self._new_operation(zone, "insert", name, failure)
+        operation = self._new_operation(f"zones/{zone}", "insert", name, failure)
         if request_id:
             self._by_request_id[request_id] = operation["name"]
         return operation
@@ -262,7 +250,7 @@ class ComputeDouble:
     def _delete(self, zone: str, name: str, query: dict[str, str], body: Any) -> JsonDict:
         self._instance(zone, name)
         del self.instances[(zone, name)]
-        return self._new_operation(zone, "delete", name)
+        return self._new_operation(f"zones/{zone}", "delete", name)
 
     def _set_metadata(self, zone: str, name: str, query: dict[str, str], body: Any) -> JsonDict:
         instance = self._instance(zone, name)
@@ -272,11 +260,11 @@ class ComputeDouble:
                 "conditionNotMet",
                 "Supplied fingerprint does not match current metadata fingerprint.",
             )
-        instance["metadata"] = _metadata(body.get("items", []))
-        return self._new_operation(zone, "setMetadata", name)
+        instance["metadata"] = metadata(body.get("items", []))
+        return self._new_operation(f"zones/{zone}", "setMetadata", name)
 
     def _aggregated_list(self, query: dict[str, str], body: Any) -> JsonDict:
-        wanted = _parse_label_filter(query.get("filter", ""))
+        wanted = parse_label_filter(query.get("filter", ""))
         by_zone: dict[str, list[JsonDict]] = {}
         for (zone, _), instance in sorted(self.instances.items()):
             if wanted.items() <= instance.get("labels", {}).items():
@@ -288,15 +276,46 @@ class ComputeDouble:
             "selfLink": f"{SELF_LINK_BASE}/projects/{self.project}/aggregated/instances",
         }
 
+    def _bulk_insert(self, region: str, query: dict[str, str], body: Any) -> JsonDict:
+        request_id = query.get("requestId")
+        if request_id in self._by_request_id:
+            return self._operations[self._by_request_id[request_id]]
+        names = list(body.get("perInstanceProperties", {}))
+        properties = body.get("instanceProperties", {})
+        locations = body.get("locationPolicy", {}).get("locations", {})
+        zones = sorted(
+            key.removeprefix("zones/")
+            for key, location in locations.items()
+            if location.get("preference") == "ALLOW"
+        )
+        check_bulk_insert(region, body, names, zones)
+        taken = [(zone, name) for zone in zones for name in names if (zone, name) in self.instances]
+        if taken:
+            path = instance_path(self.project, *taken[0])
+            raise ApiError(409, "alreadyExists", f"The resource '{path}' already exists")
+        failures = [self._insert_failures.get((zone, properties["machineType"])) for zone in zones]
+        free = [zone for zone, failure in zip(zones, failures, strict=True) if failure is None]
+        failure = None if free else failures[0]
+        if failure is not None and failure.status is not None:
+            raise ApiError(failure.status, failure.reason, failure.message)
+        for name in names if free else []:
+            self._new_instance(free[0], _zonal_instance(free[0], name, properties))
+        operation = self._new_operation(f"regions/{region}", "bulkInsert", None, failure)
+        if request_id:
+            self._by_request_id[request_id] = operation["name"]
+        return operation
+
     def _wait(self, zone: str, op: str, query: dict[str, str], body: Any) -> JsonDict:
+        return self._poll(f"zones/{zone}", op)
+
+    def _region_wait(self, region: str, op: str, query: dict[str, str], body: Any) -> JsonDict:
+        return self._poll(f"regions/{region}", op)
+
+    def _poll(self, scope: str, op: str) -> JsonDict:
         operation = self._operations.get(op)
-        if operation is None or not operation["zone"].endswith(f"/zones/{zone}"):
-            raise ApiError(
-                404,
-                "notFound",
-                f"The resource 'projects/{self.project}/zones/{zone}/operations/{op}' "
-                "was not found",
-            )
+        if operation is None or self._operation_scopes[op] != scope:
+            path = f"projects/{self.project}/{scope}/operations/{op}"
+            raise ApiError(404, "notFound", f"The resource '{path}' was not found")
         self._pending_polls[op] -= 1
         if self._pending_polls[op] > 0:
             return {**operation, "status": "RUNNING", "progress": 50}
@@ -305,7 +324,7 @@ class ComputeDouble:
     def _instance(self, zone: str, name: str) -> JsonDict:
         instance = self.instances.get((zone, name))
         if instance is None:
-            path = _instance_path(self.project, zone, name)
+            path = instance_path(self.project, zone, name)
             raise ApiError(404, "notFound", f"The resource '{path}' was not found")
         return instance
 
@@ -320,86 +339,60 @@ class ComputeDouble:
             "zone": zone_url,
             "machineType": f"{SELF_LINK_BASE}/projects/{self.project}/{body['machineType']}",
             "labels": body.get("labels", {}),
-            "metadata": _metadata(body.get("metadata", {}).get("items", [])),
+            "metadata": metadata(body.get("metadata", {}).get("items", [])),
             "selfLink": f"{zone_url}/instances/{body['name']}",
         }
         self.instances[(zone, body["name"])] = instance
         return instance
 
     def _new_operation(
-        self, zone: str, operation_type: str, name: str, failure: _InsertFailure | None = None
+        self,
+        scope: str,
+        operation_type: str,
+        name: str | None,
+        failure: _InsertFailure | None = None,
     ) -> JsonDict:
+        """An operation in ``scope`` (``zones/Z`` or ``regions/R``) on VM ``name``."""
         number = next(self._ids)
         suffix = hashlib.sha1(str(number).encode()).hexdigest()[:8]
         op_name = f"operation-{1714590000000 + number}-{suffix}"
-        zone_url = f"{SELF_LINK_BASE}/projects/{self.project}/zones/{zone}"
+        scope_url = f"{SELF_LINK_BASE}/projects/{self.project}/{scope}"
         operation = {
             "kind": "compute#operation",
             "id": str(number),
             "name": op_name,
-            "zone": zone_url,
+            scope.split("/")[0].removesuffix("s"): scope_url,  # "zone" or "region"
             "operationType": operation_type,
-            "targetLink": f"{zone_url}/instances/{name}",
             "status": "DONE",
             "progress": 100,
             "insertTime": "2024-05-01T12:00:00.000-07:00",
-            "selfLink": f"{zone_url}/operations/{op_name}",
+            "selfLink": f"{scope_url}/operations/{op_name}",
         }
+        if name is not None:
+            operation["targetLink"] = f"{scope_url}/instances/{name}"
         if failure is not None:
             operation["error"] = {"errors": [{"code": failure.reason, "message": failure.message}]}
             operation.update(httpErrorStatusCode=503, httpErrorMessage="SERVICE UNAVAILABLE")
         self._operations[op_name] = operation
+        self._operation_scopes[op_name] = scope
         self._pending_polls[op_name] = self.operation_polls
         if self.operation_polls:
             return {**operation, "status": "RUNNING", "progress": 0}
         return operation
 
 
-class _Handler(BaseHTTPRequestHandler):
-    owner: ComputeDouble
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def do_GET(self) -> None:
-        method = self.command
-        url = urlsplit(self.path)
-        query = {key: values[-1] for key, values in parse_qs(url.query).items()}
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        body = json.loads(raw) if raw else None
-        headers = {key.lower(): value for key, value in self.headers.items()}
-        request = RecordedRequest(method, url.path, query, body, headers)
-        status, answer = self.owner.handle(request)
-        payload = json.dumps(answer).encode()
-        # A client whose timeout ran out has gone; that is its business.
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json; charset=UTF-8")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-    do_POST = do_DELETE = do_GET
-
-
-def _instance_path(project: str, zone: str, name: str) -> str:
-    return f"projects/{project}/zones/{zone}/instances/{name}"
-
-
-def _metadata(items: list[JsonDict]) -> JsonDict:
-    digest = hashlib.sha256(json.dumps(items, sort_keys=True).encode()).hexdigest()[:11]
-    return {"kind": "compute#metadata", "fingerprint": digest + "=", "items": items}
-
-
-def _parse_label_filter(text: str) -> dict[str, str]:
-    """Labels a filter like ``(labels.a = "x") AND (labels.b = "y")`` requires."""
-    if not text.strip():
-        return {}
-    wanted = {}
-    for term in re.split(r"\s+AND\s+", text.strip()):
-        match = _LABEL_TERM.fullmatch(term.strip())
-        if match is None:
-            raise ApiError(400, "invalid", f"Invalid value for field 'filter': {text!r}")
-        wanted[match["key"]] = match["value"]
-    return wanted
+def _zonal_instance(zone: str, name: str, properties: JsonDict) -> JsonDict:
+    """The ``instances.insert`` body that bulk insert's ``properties`` make in ``zone``."""
+    accelerators = [
+        {
+            **accelerator,
+            "acceleratorType": f"zones/{zone}/acceleratorTypes/{accelerator['acceleratorType']}",
+        }
+        for accelerator in properties.get("guestAccelerators", [])
+    ]
+    return {
+        **properties,
+        "name": name,
+        "machineType": f"zones/{zone}/machineTypes/{properties['machineType']}",
+        "guestAccelerators": accelerators,
+    }

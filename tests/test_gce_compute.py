@@ -157,7 +157,7 @@ def test_an_operation_that_never_finishes_is_transient(double: ComputeDouble) ->
 
     # Under load the last, short wait may time out in the HTTP client rather
     # than in our loop: either way the insert is transient, to be retried.
-    with pytest.raises(TransientError, match="not done|timed out"):
+    with pytest.raises(TransientError, match=r"not done|timed out"):
         client(double, operation_timeout_s=0.3).insert(vm_request())
 
 

@@ -7,7 +7,9 @@ from shared.catalog import load_catalog
 from shared.compute.port import JOB_METADATA_KEY, Provisioning
 from shared.errors import PermanentError
 from shared.placement import (
+    build_gang_request,
     build_vm_request,
+    node_names,
     option_of,
     options,
     parse_machine_id,
@@ -71,3 +73,25 @@ def test_built_in_gpus_are_not_attached_twice() -> None:
         job_id="j1", attempt=1, project="p", spec=spec, checkpoint_dir="c", output_dir="o"
     )
     assert build_vm_request(option, assignment, "img", "alice").accelerators == ()
+
+
+def test_a_gang_is_one_request_of_identical_nodes() -> None:
+    spec = JobSpec(user="alice", machine_ids=["g2-standard-4"], trainer="digits_mlp", nodes=3)
+    names = node_names("j1", 2, 3)
+    assignment = Assignment(
+        job_id="j1",
+        attempt=2,
+        project="p",
+        spec=spec,
+        checkpoint_dir="c",
+        output_dir="o",
+        nodes=names,
+        hosts=names,
+        master_port=20001,
+    )
+    option = next(options(spec.machine_ids, ["z-a"], load_catalog()))
+    gang = build_gang_request(option, assignment, "img", "alice", "r", ["z-a", "z-b"])
+    assert [node.name for node in gang.nodes] == ["sl-j1-a2-n0", "sl-j1-a2-n1", "sl-j1-a2-n2"]
+    assert len({(n.labels["spotline-job"], n.metadata[JOB_METADATA_KEY]) for n in gang.nodes}) == 1
+    assert gang.zones == ("z-a", "z-b") and gang.request_id == request_id("j1", 2)
+    assert node_names("j1", 1, 1) == ["sl-j1-a1"]  # one node keeps the plain name

@@ -1,14 +1,15 @@
 """The compute port over Compute Engine, through google-cloud-compute's REST client.
 
-Requests are built by the pure functions of ``gce_requests``; this module sends
-them, waits for the zone operations they start, and turns every failure into
-the port's ``CapacityError``, ``TransientError`` or ``PermanentError``.
+Requests are built by the pure functions of ``gce_requests`` and ``gce_gang``;
+this module sends them, waits for the zone and region operations they start, and
+turns every failure into the port's ``CapacityError``, ``TransientError`` or
+``PermanentError``.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -16,9 +17,9 @@ import requests
 from google.api_core import exceptions as api_exceptions
 from google.auth import exceptions as auth_exceptions
 
-from shared.compute import gce_requests
+from shared.compute import gce_gang, gce_requests
 from shared.compute.gce_requests import ErrorKind
-from shared.compute.port import CapacityError, Vm, VmRequest, VmState
+from shared.compute.port import CapacityError, GangRequest, Vm, VmRequest, VmState
 from shared.errors import PermanentError, SpotlineError, TransientError
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ class GceCompute:
         api_endpoint: overrides ``compute.googleapis.com``, e.g.
             ``http://127.0.0.1:8089`` for a local double.
         credentials: defaults to Application Default Credentials.
-        operation_timeout_s: how long a call waits for its zone operation before
+        operation_timeout_s: how long a call waits for its operation before
             raising ``TransientError`` (the operation carries on regardless).
         request_timeout_s: the HTTP timeout of each call that is not a wait.
         read_retry_s: how long reads retry 503s and timeouts before giving up.
@@ -65,9 +66,15 @@ class GceCompute:
         self._instances = compute_v1.InstancesClient(
             credentials=credentials, client_options=options
         )
-        # The operations client must share the endpoint: ExtendedOperation's own
+        self._region_instances = compute_v1.RegionInstancesClient(
+            credentials=credentials, client_options=options
+        )
+        # The operations clients must share the endpoint: ExtendedOperation's own
         # polling ignores api_endpoint, hence the *_unary calls plus wait().
         self._operations = compute_v1.ZoneOperationsClient(
+            credentials=credentials, client_options=options
+        )
+        self._region_operations = compute_v1.RegionOperationsClient(
             credentials=credentials, client_options=options
         )
         self._operation_timeout_s = operation_timeout_s
@@ -115,6 +122,42 @@ class GceCompute:
                 machine_type=request.machine_type,
             )
         return vm
+
+    def insert_gang(self, gang: GangRequest) -> list[Vm]:
+        """Create every node of ``gang`` in one of ``gang.zones``, or none of them.
+
+        One ``regionInstances.bulkInsert``: Compute Engine picks a zone that can
+        hold all the nodes and dedupes a retried call by ``gang.request_id``.
+        Nodes that already exist (a redelivered request) are returned as they are.
+
+        Returns:
+            The VMs in ``gang.nodes`` order, all in one zone.
+
+        Raises:
+            CapacityError: no allowed zone has the capacity or quota for every node.
+            TransientError: the call may pass later.
+            PermanentError: Compute Engine will never accept this request.
+        """
+        request = gce_gang.bulk_insert_request(self._project, gang)
+        with _translated_errors(f"bulk insert {len(gang.nodes)} VMs in {gang.region}"):
+            try:
+                operation = self._region_instances.bulk_insert_unary(
+                    request=request, timeout=self._request_timeout_s
+                )
+            except api_exceptions.Conflict:
+                return self._existing_gang(gang)
+            operation = self._wait_region(gang.region, operation)
+        if _error_codes(operation) != {_ALREADY_EXISTS}:
+            _raise_for_operation(operation)
+        return self._existing_gang(gang)
+
+    def _existing_gang(self, gang: GangRequest) -> list[Vm]:
+        vms = gce_gang.gang_vms(gang, self.list(gce_gang.shared_labels(gang.nodes)))
+        if vms is None:
+            raise TransientError(
+                f"gang {gang.request_id}: created, but none of its VMs is listed yet"
+            )
+        return vms
 
     def get(self, zone: str, name: str) -> Vm | None:
         """The VM, or ``None`` when it does not exist."""
@@ -181,24 +224,43 @@ class GceCompute:
         )
 
     def _wait(self, zone: str, operation: compute_v1.Operation) -> compute_v1.Operation:
+        def poll(timeout: float) -> compute_v1.Operation:
+            return self._operations.wait(
+                project=self._project, zone=zone, operation=operation.name, timeout=timeout
+            )
+
+        return self._wait_until_done(operation, poll, zone)
+
+    def _wait_region(self, region: str, operation: compute_v1.Operation) -> compute_v1.Operation:
+        def poll(timeout: float) -> compute_v1.Operation:
+            return self._region_operations.wait(
+                project=self._project, region=region, operation=operation.name, timeout=timeout
+            )
+
+        return self._wait_until_done(operation, poll, region)
+
+    def _wait_until_done(
+        self,
+        operation: compute_v1.Operation,
+        poll: Callable[[float], compute_v1.Operation],
+        where: str,
+    ) -> compute_v1.Operation:
         deadline = time.monotonic() + self._operation_timeout_s
         while operation.status != operation.Status.DONE:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise self._not_done(zone, operation)
+                raise self._not_done(where, operation)
             try:
-                # zoneOperations.wait answers when the operation is done or after
+                # operations.wait answers when the operation is done or after
                 # about two minutes, whichever comes first.
-                operation = self._operations.wait(
-                    project=self._project, zone=zone, operation=operation.name, timeout=remaining
-                )
+                operation = poll(remaining)
             except requests.Timeout as exc:
-                raise self._not_done(zone, operation) from exc
+                raise self._not_done(where, operation) from exc
         return operation
 
-    def _not_done(self, zone: str, operation: compute_v1.Operation) -> TransientError:
+    def _not_done(self, where: str, operation: compute_v1.Operation) -> TransientError:
         return TransientError(
-            f"operation {operation.name} in {zone} not done after "
+            f"operation {operation.name} in {where} not done after "
             f"{self._operation_timeout_s:g} s; it carries on, and a retry finds its result"
         )
 

@@ -3,7 +3,8 @@
 Nothing here talks to the network: ``instance_resource`` builds the typed
 ``compute_v1.Instance`` that ``GceCompute.insert`` sends, ``vm_from_instance``
 reads one back, and ``classify_error`` sorts Compute Engine's error reasons into
-the port's three outcomes.
+the port's three outcomes. ``gce_gang`` builds a gang's bulk insert from the
+same pieces.
 
 ``google.cloud.compute_v1`` takes over 2 s to import and every Cloud Functions
 cold start would pay it, so the builders import it when first called.
@@ -39,6 +40,8 @@ _KIND_BY_REASON: dict[str, ErrorKind] = {
     "ZONE_RESOURCE_POOL_EXHAUSTED": ErrorKind.CAPACITY,
     "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS": ErrorKind.CAPACITY,
     "QUOTA_EXCEEDED": ErrorKind.CAPACITY,
+    # bulkInsert checks capacity up front and refuses with 503 insufficientCapacity.
+    "insufficientCapacity": ErrorKind.CAPACITY,
     "quotaExceeded": ErrorKind.CAPACITY,
     "rateLimitExceeded": ErrorKind.TRANSIENT,  # API rate limit, not machine quota
     "RESOURCE_OPERATION_RATE_EXCEEDED": ErrorKind.TRANSIENT,
@@ -120,11 +123,11 @@ def scheduling(request: VmRequest) -> compute_v1.Scheduling:
     )
 
 
-def instance_resource(request: VmRequest) -> compute_v1.Instance:
-    """The ``Instance`` body of an ``instances.insert`` call for ``request``."""
+def boot_disk(request: VmRequest) -> compute_v1.AttachedDisk:
+    """A boot disk made from ``request.image``, deleted with its VM."""
     from google.cloud import compute_v1
 
-    boot_disk = compute_v1.AttachedDisk(
+    return compute_v1.AttachedDisk(
         boot=True,
         auto_delete=True,
         initialize_params=compute_v1.AttachedDiskInitializeParams(
@@ -132,15 +135,32 @@ def instance_resource(request: VmRequest) -> compute_v1.Instance:
             disk_size_gb=request.disk_gb,
         ),
     )
-    network_interface = compute_v1.NetworkInterface(
-        network=DEFAULT_NETWORK,
-        access_configs=[
-            compute_v1.AccessConfig(
-                name="External NAT",
-                type_="ONE_TO_ONE_NAT",
-            )
-        ],
-    )
+
+
+def network_interfaces() -> list[compute_v1.NetworkInterface]:
+    """The default network, with an external IP to reach the buckets and the API."""
+    from google.cloud import compute_v1
+
+    return [
+        compute_v1.NetworkInterface(
+            network=DEFAULT_NETWORK,
+            access_configs=[compute_v1.AccessConfig(name="External NAT", type_="ONE_TO_ONE_NAT")],
+        )
+    ]
+
+
+def service_accounts(request: VmRequest) -> list[compute_v1.ServiceAccount]:
+    from google.cloud import compute_v1
+
+    if not request.service_account:
+        return []
+    return [compute_v1.ServiceAccount(email=request.service_account, scopes=[CLOUD_PLATFORM_SCOPE])]
+
+
+def instance_resource(request: VmRequest) -> compute_v1.Instance:
+    """The ``Instance`` body of an ``instances.insert`` call for ``request``."""
+    from google.cloud import compute_v1
+
     accelerators = [
         compute_v1.AcceleratorConfig(
             accelerator_type=accelerator_type_url(request.zone, accelerator.type),
@@ -148,20 +168,15 @@ def instance_resource(request: VmRequest) -> compute_v1.Instance:
         )
         for accelerator in request.accelerators
     ]
-    service_accounts = (
-        [compute_v1.ServiceAccount(email=request.service_account, scopes=[CLOUD_PLATFORM_SCOPE])]
-        if request.service_account
-        else []
-    )
     return compute_v1.Instance(
         name=request.name,
         machine_type=machine_type_url(request.zone, request.machine_type),
-        disks=[boot_disk],
-        network_interfaces=[network_interface],
+        disks=[boot_disk(request)],
+        network_interfaces=network_interfaces(),
         labels=dict(request.labels),
         metadata=compute_v1.Metadata(items=metadata_items(request.metadata)),
         guest_accelerators=accelerators,
-        service_accounts=service_accounts,
+        service_accounts=service_accounts(request),
         scheduling=scheduling(request),
     )
 

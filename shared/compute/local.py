@@ -6,6 +6,7 @@ Cloud Functions code imports this module, so it uses only the standard library
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import json
 import urllib.error
@@ -14,7 +15,7 @@ import urllib.request
 from dataclasses import asdict
 from typing import Any
 
-from shared.compute.port import CapacityError, Vm, VmRequest, VmState
+from shared.compute.port import CapacityError, GangRequest, Vm, VmRequest, VmState
 from shared.errors import PermanentError, TransientError
 
 # Reasons Compute Engine gives when a zone has no room or the project no quota:
@@ -49,6 +50,11 @@ class LocalCompute:
     def insert(self, request: VmRequest) -> Vm:
         """Create the VM; an existing name answers the existing VM."""
         return _to_vm(self._call("POST", "/vms", asdict(request)))
+
+    def insert_gang(self, gang: GangRequest) -> builtins.list[Vm]:
+        """All the nodes in one zone, or none (CapacityError)."""
+        body = {"nodes": [asdict(node) for node in gang.nodes], "zones": list(gang.zones)}
+        return [_to_vm(item) for item in self._call("POST", "/gangs", body)["items"]]
 
     def get(self, zone: str, name: str) -> Vm | None:
         try:

@@ -16,10 +16,15 @@ Contract, for every adapter:
 * ``list(labels)`` returns every VM carrying all the given labels.
 * ``delete(zone, name)`` removes the VM; deleting a missing VM succeeds.
 * ``set_metadata(zone, name, items)`` replaces the VM's custom metadata items.
+* ``insert_gang(gang)`` creates every node of the gang in one zone, all or
+  nothing, and returns them in ``gang.nodes`` order. When they already exist
+  (a redelivered request), it returns them. ``CapacityError`` when no allowed
+  zone can hold them all; other errors as ``insert``.
 """
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
@@ -73,6 +78,21 @@ class VmRequest:
 
 
 @dataclass(frozen=True)
+class GangRequest:
+    """Several identical VMs that must run together in one zone (a multi-node
+    job): all are created, or none.
+
+    ``nodes`` share everything but their names; their ``zone`` fields are
+    ignored: the provider picks one of ``zones`` that can hold them all.
+    """
+
+    nodes: tuple[VmRequest, ...]
+    region: str
+    zones: tuple[str, ...]
+    request_id: str  # one id for the whole gang: a retried bulk insert is a no-op
+
+
+@dataclass(frozen=True)
 class Vm:
     name: str
     zone: str
@@ -100,3 +120,5 @@ class Compute(Protocol):
     def delete(self, zone: str, name: str) -> None: ...
 
     def set_metadata(self, zone: str, name: str, items: dict[str, str]) -> None: ...
+
+    def insert_gang(self, gang: GangRequest) -> builtins.list[Vm]: ...

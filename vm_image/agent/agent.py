@@ -201,7 +201,7 @@ class Agent:
         events_path = self.workdir / "events.jsonl"
         self.trainer = TrainerProcess(
             trainer_command(self.assignment),
-            trainer_env(self.assignment, events_path, dict(os.environ)),
+            trainer_env(self.assignment, events_path, dict(os.environ), self.name),
             code_dir,
             events_path,
             self._on_report,

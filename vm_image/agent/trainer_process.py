@@ -14,6 +14,7 @@ from typing import IO, Any
 
 from shared import logs
 from shared.assignment import Assignment
+from shared.cluster import cluster_env
 
 _TAIL_LINES = 40
 
@@ -25,9 +26,16 @@ def trainer_command(assignment: Assignment) -> list[str]:
     return [sys.executable, "-m", f"vm_image.trainers.{spec.trainer}"]
 
 
-def trainer_env(assignment: Assignment, events_path: Path, base: dict[str, str]) -> dict[str, str]:
-    """The environment contract every trainer gets (see vm_image/trainers/report.py)."""
+def trainer_env(
+    assignment: Assignment, events_path: Path, base: dict[str, str], instance: str = ""
+) -> dict[str, str]:
+    """The environment contract every trainer gets (see vm_image/trainers/report.py),
+    with its framework's cluster variables on a node of a multi-node job."""
     spec = assignment.spec
+    cluster: dict[str, str] = {}
+    if assignment.nodes:
+        rank = assignment.nodes.index(instance)
+        cluster = cluster_env(spec.framework, assignment.hosts, rank, assignment.master_port)
     # The agent's own Python environment comes first on PATH: a command's
     # `python` has spotline, torch and fsspec, as the image installs them.
     path = os.pathsep.join([os.path.dirname(sys.executable), base.get("PATH", os.defpath)])
@@ -47,6 +55,7 @@ def trainer_env(assignment: Assignment, events_path: Path, base: dict[str, str])
         "SPOTLINE_OUTPUT_DIR": assignment.output_dir,
         "SPOTLINE_EVENTS": str(events_path),
         "PYTHONUNBUFFERED": "1",
+        **cluster,
     }
 
 

@@ -1,0 +1,94 @@
+"""Multi-node jobs through the handlers: one all-or-nothing gang in one zone,
+node events, a gang restarted whole when any node is lost."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from infra.vm_host import VmHost
+from shared.events import Heartbeat, JobFinished, SpotPreempted
+from shared.states import JobStatus, JobSubstatus
+from shared.store import Store
+from tests.conftest import SPEC, vm_event
+
+pytestmark = pytest.mark.emulators
+GANG = {**SPEC, "nodes": 2}
+N0, N1 = "sl-job1-a1-n0", "sl-job1-a1-n1"
+
+
+def names(host: VmHost) -> list[str]:
+    return sorted(vm["name"] for vm in host.list())
+
+
+def node(cls: type, name: str, **fields: Any) -> Any:
+    return vm_event(cls, instance=name, **fields)
+
+
+def test_a_gang_is_placed_whole_in_one_zone(
+    call: Callable[..., Any], host: VmHost, project: str
+) -> None:
+    host.capacity_errors["local-a"] = "ZONE_RESOURCE_POOL_EXHAUSTED"
+    for _ in range(2):  # redelivered: still one gang
+        call("submit_job", "submit", GANG, message_id="s1")
+    assert names(host) == [N0, N1]
+    assert {vm["zone"] for vm in host.list()} == {"local-b"}
+    job = Store(project).get_job("job1")
+    assert job is not None and (job.instance, job.nodes) == (N0, [N0, N1])
+    assert job.attempts[0].nodes == 2
+    vm = host.get(N1)
+    assert vm is not None
+    assignment = json.loads(vm["metadata"]["spotline-job"])
+    assert assignment["nodes"] == [N0, N1] and assignment["hosts"] == ["127.0.0.1"] * 2
+    assert assignment["master_port"] > 0
+    assert {i.name for i in Store(project).list_instances()} == {N0, N1}
+
+
+def test_no_zone_for_the_whole_gang_waits(
+    call: Callable[..., Any], host: VmHost, project: str
+) -> None:
+    host.capacity_errors.update(
+        {"local-a": "ZONE_RESOURCE_POOL_EXHAUSTED", "local-b": "ZONE_RESOURCE_POOL_EXHAUSTED"}
+    )
+    call("submit_job", "submit", GANG, message_id="s1")
+    job = Store(project).get_job("job1")
+    assert job is not None and job.substatus == JobSubstatus.WAITING_FOR_CAPACITY
+    assert host.list() == []
+
+
+def test_the_job_ends_with_node_zero(call: Callable[..., Any], host: VmHost, project: str) -> None:
+    call("submit_job", "submit", GANG, message_id="s1")
+    call("on_epoch_done", "epoch_done", node(Heartbeat, N1, phase="TRAINING"), message_id="h1")
+    call("on_job_finished", "job_finished", node(JobFinished, N1, exit_code=0), message_id="f1")
+    job = Store(project).get_job("job1")
+    assert job is not None and job.status == JobStatus.TRAINING
+    assert names(host) == [N0]  # the worker's VM is released
+    call("on_job_finished", "job_finished", node(JobFinished, N0, exit_code=0), message_id="f0")
+    job = Store(project).get_job("job1")
+    assert job is not None and job.status == JobStatus.COMPLETED
+    assert host.list() == []
+
+
+def test_a_failed_worker_fails_the_job(call: Callable[..., Any], project: str) -> None:
+    call("submit_job", "submit", GANG, message_id="s1")
+    call("on_job_finished", "job_finished", node(JobFinished, N1, exit_code=1), message_id="f1")
+    job = Store(project).get_job("job1")
+    assert job is not None and job.status == JobStatus.FAILED
+    assert job.error is not None and N1 in job.error
+
+
+def test_losing_any_node_restarts_the_whole_gang(
+    call: Callable[..., Any], host: VmHost, project: str
+) -> None:
+    call("submit_job", "submit", GANG, message_id="s1")
+    call("on_epoch_done", "epoch_done", node(Heartbeat, N0, phase="TRAINING"), message_id="h0")
+    notice = node(SpotPreempted, N1)
+    call("on_spot_preempted", "spot_preempted", notice, message_id="p1")
+    call("on_spot_preempted", "spot_preempted", notice, message_id="p1")
+    job = Store(project).get_job("job1")
+    assert job is not None and (job.attempt, job.preemptions) == (2, 1)
+    assert job.nodes == ["sl-job1-a2-n0", "sl-job1-a2-n1"]
+    assert names(host) == ["sl-job1-a2-n0", "sl-job1-a2-n1"]  # both old nodes gone

@@ -1,0 +1,216 @@
+"""The built-in Keras trainer: the seed's feed-forward network on scikit-learn's digits.
+
+Run as ``python -m vm_image.trainers.keras_ffnn`` with the ``SPOTLINE_*``
+variables the agent sets. The model is the seed example's (Dense 256 ReLU,
+Dense 256 ReLU, Dense 10 logits; Adam; sparse cross-entropy from logits;
+sparse categorical accuracy) on 8x8 digits scaled to [0, 1], and training is a
+plain ``model.fit`` with :func:`~vm_image.trainers.keras_callbacks.spotline_callbacks`.
+
+Resuming follows Keras' ``BackupAndRestore``: from the last epoch end, or after
+a SIGTERM in the middle of an epoch, from the start of that epoch with the
+weights and optimizer state saved at the signal (see ``keras_callbacks``).
+
+Exit status: 0 when all epochs are done, 143 after a SIGTERM save, 2 for
+settings it cannot run, 3 without the ``tensorflow`` extra.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+EXIT_BAD_SETTINGS = 2
+EXIT_MISSING_EXTRA = 3
+
+DEFAULT_EPOCHS = 5
+DEFAULT_BATCH_SIZE = 32
+DEFAULT_VALIDATION_SPLIT = 0.2
+DEFAULT_LR = 1e-3  # Keras' Adam default, which the seed example uses
+HIDDEN = 256
+# fit() arguments that the spec's own fields or the trainer set.
+RESERVED_FIT_KWARGS = frozenset(
+    {
+        "x",
+        "y",
+        "batch_size",
+        "epochs",
+        "initial_epoch",
+        "validation_data",
+        "validation_split",
+        "callbacks",
+    }
+)
+
+
+class SettingsError(ValueError):
+    """The environment does not describe a run this trainer can do."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The run as the agent describes it in ``SPOTLINE_*`` variables."""
+
+    job_id: str
+    attempt: int
+    epochs: int
+    batch_size: int
+    seed: int
+    validation_split: float
+    lr: float
+    checkpoint_dir: str
+    output_dir: str | None
+    fit_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Settings:
+        """Read the settings; only ``SPOTLINE_CHECKPOINT_DIR`` is required.
+
+        Raises:
+            SettingsError: a value is missing, malformed or out of range, or
+                ``SPOTLINE_FIT_KWARGS`` sets an argument the trainer owns.
+        """
+        try:
+            hyper = json.loads(env.get("SPOTLINE_HYPERPARAMETERS") or "{}")
+            fit_kwargs = json.loads(env.get("SPOTLINE_FIT_KWARGS") or "{}")
+            if not isinstance(hyper, dict) or not isinstance(fit_kwargs, dict):
+                raise SettingsError(
+                    "SPOTLINE_HYPERPARAMETERS and SPOTLINE_FIT_KWARGS must be JSON objects"
+                )
+            settings = cls(
+                job_id=env.get("SPOTLINE_JOB_ID", "local"),
+                attempt=int(env.get("SPOTLINE_ATTEMPT", "1")),
+                epochs=int(env.get("SPOTLINE_EPOCHS", DEFAULT_EPOCHS)),
+                batch_size=int(env.get("SPOTLINE_BATCH_SIZE", DEFAULT_BATCH_SIZE)),
+                seed=int(env.get("SPOTLINE_SEED", "0")),
+                validation_split=float(
+                    env.get("SPOTLINE_VALIDATION_SPLIT", DEFAULT_VALIDATION_SPLIT)
+                ),
+                lr=float(hyper.get("lr", DEFAULT_LR)),
+                checkpoint_dir=env["SPOTLINE_CHECKPOINT_DIR"],
+                output_dir=env.get("SPOTLINE_OUTPUT_DIR") or None,
+                fit_kwargs=fit_kwargs,
+            )
+        except KeyError as missing:
+            raise SettingsError(f"{missing.args[0]} is not set") from None
+        except (TypeError, ValueError) as error:
+            raise SettingsError(str(error)) from None
+        if settings.epochs < 1 or settings.batch_size < 1:
+            raise SettingsError("epochs and batch size must be at least 1")
+        if not 0.0 <= settings.validation_split < 1.0:
+            raise SettingsError("SPOTLINE_VALIDATION_SPLIT must be in [0, 1)")
+        if settings.lr <= 0:
+            raise SettingsError("lr must be positive")
+        reserved = sorted(RESERVED_FIT_KWARGS & settings.fit_kwargs.keys())
+        if reserved:
+            raise SettingsError(
+                f"SPOTLINE_FIT_KWARGS may not set {reserved}: the job spec's fields set them"
+            )
+        return settings
+
+
+@dataclass(frozen=True)
+class Digits:
+    """Features scaled to [0, 1] and labels, split into train and validation."""
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_val: np.ndarray
+    y_val: np.ndarray
+
+
+def load_digits_split(seed: int, validation_split: float) -> Digits:
+    """The 1797 digits, shuffled by ``seed`` and split into train and validation.
+
+    The same split as ``digits_mlp`` for the same seed and fraction.
+    """
+    from sklearn.datasets import load_digits
+
+    features, labels = load_digits(return_X_y=True)
+    x = (features / 16.0).astype(np.float32)
+    y = labels.astype(np.int64)
+    order = np.random.default_rng(seed).permutation(len(y))
+    n_val = round(len(y) * validation_split)
+    val, train = order[:n_val], order[n_val:]
+    return Digits(x[train], y[train], x[val], y[val])
+
+
+def build_model(keras: Any, lr: float) -> Any:
+    """The seed's network, compiled: 64 pixels -> 256 -> 256 -> 10 class logits."""
+    inputs = keras.Input(shape=(64,))
+    hidden = keras.layers.Dense(HIDDEN, activation="relu")(inputs)
+    hidden = keras.layers.Dense(HIDDEN, activation="relu")(hidden)
+    model = keras.Model(inputs, keras.layers.Dense(10)(hidden))
+    model.compile(
+        optimizer=keras.optimizers.Adam(learning_rate=lr),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+    )
+    return model
+
+
+def train(settings: Settings) -> int:
+    """Fit to ``settings.epochs`` from the last backup; return the exit code."""
+    import keras
+
+    from vm_image.trainers.keras_callbacks import exit_code, spotline_callbacks, stopped_by_sigterm
+
+    # First: from here on a SIGTERM is a flag, served at a batch end.
+    callbacks = spotline_callbacks(settings.checkpoint_dir, settings.output_dir)
+    keras.utils.set_random_seed(settings.seed)
+    data = load_digits_split(settings.seed, settings.validation_split)
+    model = build_model(keras, settings.lr)
+    validation = (data.x_val, data.y_val) if len(data.y_val) else None
+    steps_per_epoch = -(-len(data.y_train) // settings.batch_size)
+    print(
+        f"job {settings.job_id} attempt {settings.attempt}: {settings.epochs} epochs of "
+        f"{steps_per_epoch} steps ({len(data.y_train)} samples, batch {settings.batch_size}), "
+        f"keras {keras.__version__}",
+        flush=True,
+    )
+    started = time.perf_counter()
+    model.fit(
+        data.x_train,
+        data.y_train,
+        batch_size=settings.batch_size,
+        epochs=settings.epochs,
+        validation_data=validation,
+        callbacks=callbacks,
+        **{"verbose": 2, **settings.fit_kwargs},
+    )
+    took = time.perf_counter() - started
+    if stopped_by_sigterm(callbacks):
+        print(f"fit returned {took:.3f}s after start, stopped by SIGTERM", flush=True)
+    else:
+        print(f"all {settings.epochs} epochs done in {took:.3f}s", flush=True)
+    return exit_code(callbacks)
+
+
+def main(env: Mapping[str, str] | None = None) -> int:
+    """Entry point: read the settings from ``env`` (default: the process's) and train."""
+    try:
+        settings = Settings.from_env(os.environ if env is None else env)
+    except SettingsError as error:
+        print(f"keras_ffnn: {error}", file=sys.stderr)
+        return EXIT_BAD_SETTINGS
+    try:
+        import keras  # noqa: F401
+        import tensorflow  # noqa: F401
+    except ImportError as missing:
+        print(
+            f"keras_ffnn: TensorFlow is not installed ({missing}): "
+            "install the extra, pip install 'spotline[tensorflow]'",
+            file=sys.stderr,
+        )
+        return EXIT_MISSING_EXTRA
+    return train(settings)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
