@@ -11,6 +11,11 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from shared.config import Settings
+    from shared.documents import JobDoc
 
 DEFAULT_WORKDIR = Path(".spotline")
 
@@ -235,8 +240,8 @@ def _demo(args: argparse.Namespace) -> int:
     return run_demo(workdir, args.spec, args.timeout_s, args.preempt_after_epoch)
 
 
-def _logs(args: argparse.Namespace) -> int:
-    from infra.local_stack import read_stack_workdir
+def _job(args: argparse.Namespace) -> tuple[Settings, JobDoc]:
+    """The settings and the job named on the command line; exits if there is none."""
     from shared.config import Settings
     from shared.store import Store
 
@@ -244,8 +249,14 @@ def _logs(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     job = Store(settings.project).get_job(args.job)
     if job is None:
-        print(f"no job {args.job}", file=sys.stderr)
-        return 1
+        raise SystemExit(f"no job {args.job}")
+    return settings, job
+
+
+def _logs(args: argparse.Namespace) -> int:
+    from infra.local_stack import read_stack_workdir
+
+    settings, job = _job(args)
     vms = read_stack_workdir(args.workdir) / "vms" if settings.compute == "local" else None
     attempts = [a for a in job.attempts if args.attempt in (None, a.attempt)]
     if not attempts:
@@ -281,16 +292,9 @@ def _messages(text: str, job_id: str, attempt: int) -> str:
 
 def _replay(args: argparse.Namespace) -> int:
     from shared.bus import Bus
-    from shared.config import Settings
     from shared.lifecycle import job_id_for
-    from shared.store import Store
 
-    _connect(args.workdir)
-    settings = Settings.from_env()
-    job = Store(settings.project).get_job(args.job)
-    if job is None:
-        print(f"no job {args.job}", file=sys.stderr)
-        return 1
+    settings, job = _job(args)
     description = args.description or f"replay of {job.job_id}: {job.spec.description}"[:500]
     spec = job.spec.model_copy(update={"job_id": None, "description": description})
     data = spec.model_dump_json(exclude_none=True).encode()

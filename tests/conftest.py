@@ -24,6 +24,8 @@ from infra.vm_host import VmHost
 from tests.pubsub_events import post
 
 _MISSING = emulators_available()
+# The Compute Engine client against the wire double: `double`, `compute`.
+pytest_plugins = ["tests.gce_client"]
 
 
 def pytest_report_header() -> list[str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,6 +24,7 @@ from shared.compute.port import (
 )
 from shared.errors import PermanentError, TransientError
 from tests.compute_double import ComputeDouble
+from tests.gce_client import client
 
 ZONE = "us-central1-a"
 IMAGE = "projects/spotline-test/global/images/family/spotline-gpu"
@@ -53,27 +53,6 @@ def vm_request(
         disk_gb=150,
         service_account="spotline-vm@spotline-test.iam.gserviceaccount.com",
     )
-
-
-@pytest.fixture
-def double() -> Iterator[ComputeDouble]:
-    with ComputeDouble(project="spotline-test") as running:
-        yield running
-
-
-def client(double: ComputeDouble, operation_timeout_s: float = 5.0) -> GceCompute:
-    return GceCompute(
-        double.project,
-        api_endpoint=double.endpoint,
-        credentials=AnonymousCredentials(),
-        operation_timeout_s=operation_timeout_s,
-        read_retry_s=1.0,
-    )
-
-
-@pytest.fixture
-def compute(double: ComputeDouble) -> GceCompute:
-    return client(double)
 
 
 def test_insert_sends_a_spot_gpu_instance(compute: GceCompute, double: ComputeDouble) -> None:

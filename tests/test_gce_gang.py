@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator
 
 import pytest
-from google.auth.credentials import AnonymousCredentials
 
 from shared.compute import gce_gang
 from shared.compute.gce import GceCompute
@@ -24,6 +22,7 @@ from shared.compute.port import (
 )
 from shared.errors import PermanentError, TransientError
 from tests.compute_double import ComputeDouble
+from tests.gce_client import client
 
 REGION = "us-central1"
 ZONE_A, ZONE_B, ZONE_C = "us-central1-a", "us-central1-b", "us-central1-c"
@@ -58,27 +57,6 @@ def gang(zones: tuple[str, ...] = (ZONE_A, ZONE_B), request_id: str = REQUEST_ID
         zones=zones,
         request_id=request_id,
     )
-
-
-@pytest.fixture
-def double() -> Iterator[ComputeDouble]:
-    with ComputeDouble(project="spotline-test") as running:
-        yield running
-
-
-def client(double: ComputeDouble, operation_timeout_s: float = 5.0) -> GceCompute:
-    return GceCompute(
-        double.project,
-        api_endpoint=double.endpoint,
-        credentials=AnonymousCredentials(),
-        operation_timeout_s=operation_timeout_s,
-        read_retry_s=1.0,
-    )
-
-
-@pytest.fixture
-def compute(double: ComputeDouble) -> GceCompute:
-    return client(double)
 
 
 def test_one_bulk_insert_creates_all_or_nothing(compute: GceCompute, double: ComputeDouble) -> None:

@@ -77,7 +77,7 @@ def local_path(uri: str) -> str:
 
 def global_step(model: Any) -> int:
     """The optimizer steps ``model`` has taken: its optimizer's ``iterations``."""
-    return int(keras.ops.convert_to_numpy(model.optimizer.iterations))
+    return int(model.optimizer.iterations)
 
 
 class SigtermFlag:
