@@ -8,13 +8,16 @@ import os
 import re
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
-from infra.processes import free_port
+from shared.cluster import master_port
 
 
 def test_two_ranks_train_to_identical_weights(tmp_path: Path) -> None:
-    port = free_port()
+    # As the agent does: below the ephemeral range, where a port freed by
+    # free_port() may be taken by another program before rank 0 binds it.
+    port = master_port(uuid.uuid4().hex, 1)
     procs = []
     for rank in (0, 1):
         env = {
