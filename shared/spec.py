@@ -18,7 +18,7 @@ from shared.errors import InvalidMessage
 # Names end up in VM names and labels: lowercase letters, digits and hyphens.
 NAME_PATTERN = r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$"
 MACHINE_ID_PATTERN = r"^[a-z0-9][-a-z0-9]*(\.od)?$"
-BUILTIN_TRAINERS = ("digits_mlp",)
+BUILTIN_TRAINERS = ("digits_mlp", "keras_ffnn")
 
 
 class JobSpec(BaseModel):

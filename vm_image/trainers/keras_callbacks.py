@@ -19,7 +19,10 @@ were at the save. Keras resumes at an epoch boundary only: after a save in the
 middle of epoch ``e`` the new run starts epoch ``e`` again from its first batch,
 on top of the saved weights, so the batches already done in that epoch are
 trained once more and the global step ends higher than in a run never stopped.
-The order in which an epoch visits the samples is not saved either.
+The order in which an epoch visits the samples is not saved; with NumPy inputs
+and ``keras.utils.set_random_seed``, Keras on TensorFlow (2.21) visits them in
+the same order in every epoch and every process, so a resume from an epoch end
+repeats the uninterrupted run's steps exactly.
 
 Needs the ``tensorflow`` extra: ``pip install 'spotline[tensorflow]'``.
 """
@@ -129,7 +132,7 @@ class PreemptibleBackupAndRestore(keras.callbacks.BackupAndRestore):
         checkpoint_dir: a local folder, a ``file://`` URL, or a ``gs://`` URL,
             which needs TensorFlow's own GCS filesystem (``tf.io.gfile``).
         flag: the SIGTERM flag to poll; installed when training begins and
-            uninstalled when it ends.
+            uninstalled when it ends, unless a SIGTERM came.
     """
 
     def __init__(self, checkpoint_dir: str, flag: SigtermFlag) -> None:
@@ -183,7 +186,11 @@ class PreemptibleBackupAndRestore(keras.callbacks.BackupAndRestore):
 
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
         super().on_train_end(logs)
-        self.flag.uninstall()
+        # A preempted VM's shutdown signals every process and the agent passes
+        # its notice on too: a second SIGTERM must not kill the process before
+        # it exits with its own status.
+        if not self.flag.requested:
+            self.flag.uninstall()
 
     def _epochs(self) -> int:
         return int(self.params.get("epochs") or 0)
@@ -192,13 +199,10 @@ class PreemptibleBackupAndRestore(keras.callbacks.BackupAndRestore):
         started = time.perf_counter()
         if not saved:
             self._save_model()
+            where += f", saved in {time.perf_counter() - started:.3f}s"
         step = global_step(self.model)
         report_checkpoint(step, self.checkpoint_uri, "sigterm")
-        print(
-            f"stopped by SIGTERM at step {step} ({where}), state in {self.checkpoint_uri} "
-            f"(saved in {time.perf_counter() - started:.3f}s)",
-            flush=True,
-        )
+        print(f"stopped by SIGTERM at step {step} ({where}): {self.checkpoint_uri}", flush=True)
         self.stopped_at_step = step
         self.model.stop_training = True
 

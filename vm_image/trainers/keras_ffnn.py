@@ -162,7 +162,7 @@ def train(settings: Settings) -> int:
     from vm_image.trainers.keras_callbacks import exit_code, spotline_callbacks, stopped_by_sigterm
 
     # First: from here on a SIGTERM is a flag, served at a batch end.
-    callbacks = spotline_callbacks(settings.checkpoint_dir, settings.output_dir)
+    callbacks = spotline_callbacks(settings.checkpoint_dir, settings.output_dir, env={})
     keras.utils.set_random_seed(settings.seed)
     data = load_digits_split(settings.seed, settings.validation_split)
     model = build_model(keras, settings.lr)
@@ -182,11 +182,12 @@ def train(settings: Settings) -> int:
         epochs=settings.epochs,
         validation_data=validation,
         callbacks=callbacks,
+        # One line an epoch: the job log is a file, where a progress bar is noise.
         **{"verbose": 2, **settings.fit_kwargs},
     )
     took = time.perf_counter() - started
     if stopped_by_sigterm(callbacks):
-        print(f"fit returned {took:.3f}s after start, stopped by SIGTERM", flush=True)
+        print(f"stopped by SIGTERM after {took:.3f}s of fit", flush=True)
     else:
         print(f"all {settings.epochs} epochs done in {took:.3f}s", flush=True)
     return exit_code(callbacks)
