@@ -89,6 +89,11 @@ def _parser() -> argparse.ArgumentParser:
     logs.add_argument("--attempt", type=int, default=None)
     logs.set_defaults(run=_logs)
 
+    board = sub.add_parser("tensorboard", help="download a job's TensorBoard logs")
+    board.add_argument("job")
+    board.add_argument("directory", type=Path, nargs="?", default=Path("."))
+    board.set_defaults(run=_tensorboard)
+
     replay = sub.add_parser("replay", help="submit a copy of a job's recorded spec")
     replay.add_argument("job")
     replay.add_argument("--description", default=None)
@@ -288,6 +293,23 @@ def _messages(text: str, job_id: str, attempt: int) -> str:
         elif record.get("job_id", job_id) == job_id and record.get("attempt", attempt) == attempt:
             shown.append(str(record.get("message", line)))
     return "\n".join(shown)
+
+
+def _tensorboard(args: argparse.Namespace) -> int:
+    """The seed's get_tensorboard_logs: into DIRECTORY/logs/JOB/."""
+    import fsspec
+
+    settings, job = _job(args)
+    source = f"{settings.job_prefix(job.job_id)}/outputs/tensorboard"
+    fs, path = fsspec.core.url_to_fs(source)
+    if not fs.exists(path):
+        print(f"job {job.job_id} has no TensorBoard logs (yet) in {source}", file=sys.stderr)
+        return 1
+    target = args.directory / "logs" / job.job_id
+    target.mkdir(parents=True, exist_ok=True)
+    fs.get(f"{path}/", f"{target}/", recursive=True)
+    print(f"TensorBoard logs of {job.job_id} in {target}: tensorboard --logdir {target}")
+    return 0
 
 
 def _replay(args: argparse.Namespace) -> int:

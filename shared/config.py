@@ -91,6 +91,10 @@ class Settings:
             ),
         )
 
+    def job_prefix(self, job_id: str) -> str:
+        """Where a job's checkpoints and outputs live (an fsspec URL)."""
+        return f"{self.storage_root.rstrip('/')}/jobs/{job_id}"
+
     @property
     def cooling_rule(self) -> CoolingRule:
         return CoolingRule(self.cooling_baseline_min, self.cooling_unit)

@@ -23,7 +23,10 @@ pytestmark = [pytest.mark.emulators, pytest.mark.e2e]
 
 
 def test_a_published_job_runs_to_completion(
-    local_stack: LocalStack, repo_root: Path, capsys: pytest.CaptureFixture[str]
+    local_stack: LocalStack,
+    repo_root: Path,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
 ) -> None:
     spec = json.loads((repo_root / "examples" / "digits.json").read_text())
     data = json.dumps({**spec, "epochs": 3}).encode()
@@ -70,3 +73,8 @@ def test_a_published_job_runs_to_completion(
     assert "COMPLETED" in shown and "val_accuracy" in shown
     assert cli(["--workdir", str(local_stack.workdir), "status"]) == 0
     assert job_id in capsys.readouterr().out
+
+    # TensorBoard logs, uploaded by the agent, downloaded as the seed's
+    # get_tensorboard_logs does: into DIR/logs/JOB/.
+    assert cli(["--workdir", str(local_stack.workdir), "tensorboard", job_id, str(tmp_path)]) == 0
+    assert list((tmp_path / "logs" / job_id).glob("events.out.tfevents.*"))

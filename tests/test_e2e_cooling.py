@@ -37,13 +37,17 @@ def test_the_next_job_runs_on_the_cooling_vm(local_stack: LocalStack) -> None:
         assert time.monotonic() < deadline, "the VM never started cooling"
         time.sleep(0.1)
 
-    second_id = submit(local_stack, **cooling)
+    second_id = submit(local_stack, **cooling, seed=11)
     second = wait_for_job(store, second_id, 180, echo=False)
 
     assert second.status == JobStatus.COMPLETED, second.error
     assert second.instance == first.instance  # the same VM, no new one
     steps = [h.substatus for h in second.history]
     assert "GEARING_UP_ENV" not in steps  # no gear-up on a cooling VM
+    # Its metrics are its own, not the previous job's reports replayed (a
+    # replayed last epoch would block its own from the job document).
+    assert second.metrics == store.list_epochs(second_id)[-1].metrics
+    assert second.metrics != first.metrics
     assert steps[:3] == ["REQUESTING_SERVER", "CONNECTING_SERVER", "SENDING_MODEL_AND_DATA"]
     new_vm_s, cooling_vm_s = first_epoch_s(store, first_id), first_epoch_s(store, second_id)
     # A measurement, not a check (timings on a shared machine are noise):

@@ -28,7 +28,12 @@ from shared.compute.port import JOB_METADATA_KEY
 from shared.events import EpochDone, Heartbeat, JobFinished, SpotPreempted, VmBooted
 from shared.states import JobSubstatus
 from vm_image.agent.metadata import Metadata, MetadataError
-from vm_image.agent.trainer_process import TrainerProcess, trainer_command, trainer_env
+from vm_image.agent.trainer_process import (
+    TENSORBOARD_DIR,
+    TrainerProcess,
+    trainer_command,
+    trainer_env,
+)
 
 PREEMPTED_EXIT_CODE = 143  # the trainer's exit code after a SIGTERM checkpoint
 JOB_ATTRIBUTE = f"instance/attributes/{JOB_METADATA_KEY}"
@@ -64,6 +69,10 @@ class Agent:
         self.trainer: TrainerProcess | None = None
         self.job_done = threading.Event()
         self._preemption_reported = False
+        # Each job its own folder: a cooling VM runs several, and must not
+        # replay one job's reports or upload its logs for the next.
+        self.job_dir = self.workdir / f"{assignment.job_id}-a{assignment.attempt}"
+        self.job_dir.mkdir(parents=True, exist_ok=True)
 
     # -- events -----------------------------------------------------------
 
@@ -100,6 +109,7 @@ class Agent:
                 checkpoint_uri=record.get("checkpoint_uri"),
             )
             self.bus.publish("epoch_done", event)
+            self._upload_tensorboard()
         elif kind == "resumed":
             self.step = int(record.get("step", 0))
             self.bus.publish(
@@ -198,7 +208,7 @@ class Agent:
         self._enter(JobSubstatus.SENDING_MODEL_AND_DATA)
         code_dir = self._fetch_code()
         self._enter(JobSubstatus.TRAINING)
-        events_path = self.workdir / "events.jsonl"
+        events_path = self.job_dir / "events.jsonl"
         self.trainer = TrainerProcess(
             trainer_command(self.assignment),
             trainer_env(self.assignment, events_path, dict(os.environ), self.name),
@@ -208,6 +218,7 @@ class Agent:
             labels={"job_id": self.assignment.job_id, "attempt": self.assignment.attempt},
         )
         exit_code = self.trainer.wait()
+        self._upload_tensorboard()
         if self.preempted.is_set():
             self._report_preempted()
             self.job_done.set()
@@ -236,9 +247,26 @@ class Agent:
             self.bus.publish("spot_preempted", event)
         logs.warning(f"preempted at step {self.step}; checkpoint {self.checkpoint_uri}")
 
+    def _upload_tensorboard(self) -> None:
+        """Copy the trainer's TensorBoard logs to ``{output_dir}/tensorboard``:
+        one folder for every attempt (event files are named per host and time,
+        so TensorBoard joins the attempts into one curve)."""
+        local = self.job_dir / TENSORBOARD_DIR
+        if not local.is_dir() or not any(local.iterdir()):
+            return
+        try:
+            import fsspec
+
+            remote = f"{self.assignment.output_dir.rstrip('/')}/{TENSORBOARD_DIR}"
+            fs, path = fsspec.core.url_to_fs(remote)
+            fs.makedirs(path, exist_ok=True)
+            fs.put(f"{local}/", f"{path}/", recursive=True)
+        except Exception as err:  # logs must never stop a job
+            logs.warning(f"could not upload TensorBoard logs: {err}")
+
     def _fetch_code(self) -> Path:
         """Copy ``code_uri`` (any fsspec URL) into the workdir; run there."""
-        code_dir = self.workdir / "code"
+        code_dir = self.job_dir / "code"
         code_dir.mkdir(parents=True, exist_ok=True)
         uri = self.assignment.spec.code_uri
         if uri:

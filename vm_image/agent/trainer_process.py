@@ -17,6 +17,7 @@ from shared.assignment import Assignment
 from shared.cluster import cluster_env
 
 _TAIL_LINES = 40
+TENSORBOARD_DIR = "tensorboard"
 
 
 def trainer_command(assignment: Assignment) -> list[str]:
@@ -54,6 +55,8 @@ def trainer_env(
         "SPOTLINE_CHECKPOINT_DIR": assignment.checkpoint_dir,
         "SPOTLINE_OUTPUT_DIR": assignment.output_dir,
         "SPOTLINE_EVENTS": str(events_path),
+        # Written locally; the agent uploads it to the job's outputs.
+        "SPOTLINE_TENSORBOARD_DIR": str(events_path.parent / TENSORBOARD_DIR),
         "PYTHONUNBUFFERED": "1",
         **cluster,
     }

@@ -197,6 +197,7 @@ def train(settings: Settings, flag: PreemptionFlag) -> int:
         if rank == 0:
             report_resumed(step, checkpoint.uri)
     net = _distributed(model, rank, world)
+    board = _tensorboard(rank)
 
     def save(done_epochs: int, done_in_epoch: int) -> str:
         if rank != 0:
@@ -235,6 +236,10 @@ def train(settings: Settings, flag: PreemptionFlag) -> int:
         metrics = _epoch_metrics(model, data)
         uri = save(epoch, 0)
         saved = time.perf_counter()
+        if board is not None:
+            for name, value in metrics.items():
+                board.add_scalar(name, value, step)
+            board.flush()  # before the report: the agent uploads the logs on it
         report_epoch(epoch, settings.epochs, step, metrics, uri)
         print(
             f"epoch {epoch}/{settings.epochs} step {step} "
@@ -252,6 +257,19 @@ def train(settings: Settings, flag: PreemptionFlag) -> int:
     if world > 1:
         torch.distributed.destroy_process_group()
     return 0
+
+
+def _tensorboard(rank: int) -> Any:
+    """A TensorBoard writer into SPOTLINE_TENSORBOARD_DIR (node 0 only), or None."""
+    folder = os.environ.get("SPOTLINE_TENSORBOARD_DIR")
+    if not folder or rank != 0:
+        return None
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        print("tensorboard is not installed: no TensorBoard logs", flush=True)
+        return None
+    return SummaryWriter(log_dir=folder)
 
 
 def _distributed(model: nn.Module, rank: int, world: int) -> nn.Module:
