@@ -13,7 +13,6 @@ on; SIGTERM saves one and exits with 143.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 import random
@@ -28,6 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from vm_image.trainers.contract import RunSettings, SettingsError, digits_split
 from vm_image.trainers.report import report_checkpoint, report_epoch, report_resumed
 from vm_image.trainers.torch_checkpoint import (
     PreemptionFlag,
@@ -42,13 +42,8 @@ EXIT_BAD_SETTINGS = 2
 
 DEFAULT_EPOCHS = 5
 DEFAULT_BATCH_SIZE = 32
-DEFAULT_VALIDATION_SPLIT = 0.2
 DEFAULT_LR = 0.01
 DEFAULT_HIDDEN = 64
-
-
-class SettingsError(ValueError):
-    """The environment does not describe a run this trainer can do."""
 
 
 @dataclass(frozen=True)
@@ -75,34 +70,27 @@ class Settings:
         Raises:
             SettingsError: a value is missing, malformed or out of range.
         """
+        run = RunSettings.from_env(env, DEFAULT_EPOCHS, DEFAULT_BATCH_SIZE)
+        hyper = run.hyperparameters
         try:
-            hyper = json.loads(env.get("SPOTLINE_HYPERPARAMETERS") or "{}")
-            if not isinstance(hyper, dict):
-                raise SettingsError("SPOTLINE_HYPERPARAMETERS must be a JSON object")
             settings = cls(
-                job_id=env.get("SPOTLINE_JOB_ID", "local"),
-                attempt=int(env.get("SPOTLINE_ATTEMPT", "1")),
-                epochs=int(env.get("SPOTLINE_EPOCHS", DEFAULT_EPOCHS)),
-                batch_size=int(env.get("SPOTLINE_BATCH_SIZE", DEFAULT_BATCH_SIZE)),
-                seed=int(env.get("SPOTLINE_SEED", "0")),
-                validation_split=float(
-                    env.get("SPOTLINE_VALIDATION_SPLIT", DEFAULT_VALIDATION_SPLIT)
-                ),
+                job_id=run.job_id,
+                attempt=run.attempt,
+                epochs=run.epochs,
+                batch_size=run.batch_size,
+                seed=run.seed,
+                validation_split=run.validation_split,
                 lr=float(hyper.get("lr", DEFAULT_LR)),
                 hidden=int(hyper.get("hidden", DEFAULT_HIDDEN)),
-                checkpoint_dir=env["SPOTLINE_CHECKPOINT_DIR"],
+                checkpoint_dir=run.checkpoint_dir,
                 step_time_s=float(hyper.get("step_time_s", 0.0)),
             )
-        except KeyError as missing:
-            raise SettingsError(f"{missing.args[0]} is not set") from None
         except (TypeError, ValueError) as error:
-            raise SettingsError(str(error)) from None
+            raise SettingsError(f"SPOTLINE_HYPERPARAMETERS: {error}") from None
         if settings.step_time_s < 0:
             raise SettingsError("step_time_s must not be negative")
-        if settings.epochs < 1 or settings.batch_size < 1 or settings.hidden < 1:
-            raise SettingsError("epochs, batch size and hidden must be at least 1")
-        if not 0.0 <= settings.validation_split < 1.0:
-            raise SettingsError("SPOTLINE_VALIDATION_SPLIT must be in [0, 1)")
+        if settings.hidden < 1:
+            raise SettingsError("hidden must be at least 1")
         return settings
 
     def fingerprint(self) -> dict[str, Any]:
@@ -123,15 +111,13 @@ class Digits:
 
 def load_digits_split(seed: int, validation_split: float) -> Digits:
     """The 1797 digits, shuffled by ``seed`` and split into train and validation."""
-    from sklearn.datasets import load_digits
-
-    features, labels = load_digits(return_X_y=True)
-    x = torch.from_numpy((features / 16.0).astype(np.float32))
-    y = torch.from_numpy(labels.astype(np.int64))
-    order = torch.from_numpy(np.random.default_rng(seed).permutation(len(y)))
-    n_val = round(len(y) * validation_split)
-    val, train = order[:n_val], order[n_val:]
-    return Digits(x[train], y[train], x[val], y[val])
+    split = digits_split(seed, validation_split)
+    return Digits(
+        *(
+            torch.from_numpy(part)
+            for part in (split.x_train, split.y_train, split.x_val, split.y_val)
+        )
+    )
 
 
 def build_model(hidden: int) -> nn.Sequential:

@@ -16,7 +16,6 @@ settings it cannot run, 3 without the ``tensorflow`` extra.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -24,14 +23,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
+from vm_image.trainers.contract import DigitsSplit, RunSettings, SettingsError, digits_split
 
 EXIT_BAD_SETTINGS = 2
 EXIT_MISSING_EXTRA = 3
 
 DEFAULT_EPOCHS = 5
 DEFAULT_BATCH_SIZE = 32
-DEFAULT_VALIDATION_SPLIT = 0.2
 DEFAULT_LR = 1e-3  # Keras' Adam default, which the seed example uses
 HIDDEN = 256
 # fit() arguments that the spec's own fields or the trainer set.
@@ -47,10 +45,6 @@ RESERVED_FIT_KWARGS = frozenset(
         "callbacks",
     }
 )
-
-
-class SettingsError(ValueError):
-    """The environment does not describe a run this trainer can do."""
 
 
 @dataclass(frozen=True)
@@ -76,35 +70,23 @@ class Settings:
             SettingsError: a value is missing, malformed or out of range, or
                 ``SPOTLINE_FIT_KWARGS`` sets an argument the trainer owns.
         """
+        run = RunSettings.from_env(env, DEFAULT_EPOCHS, DEFAULT_BATCH_SIZE)
         try:
-            hyper = json.loads(env.get("SPOTLINE_HYPERPARAMETERS") or "{}")
-            fit_kwargs = json.loads(env.get("SPOTLINE_FIT_KWARGS") or "{}")
-            if not isinstance(hyper, dict) or not isinstance(fit_kwargs, dict):
-                raise SettingsError(
-                    "SPOTLINE_HYPERPARAMETERS and SPOTLINE_FIT_KWARGS must be JSON objects"
-                )
-            settings = cls(
-                job_id=env.get("SPOTLINE_JOB_ID", "local"),
-                attempt=int(env.get("SPOTLINE_ATTEMPT", "1")),
-                epochs=int(env.get("SPOTLINE_EPOCHS", DEFAULT_EPOCHS)),
-                batch_size=int(env.get("SPOTLINE_BATCH_SIZE", DEFAULT_BATCH_SIZE)),
-                seed=int(env.get("SPOTLINE_SEED", "0")),
-                validation_split=float(
-                    env.get("SPOTLINE_VALIDATION_SPLIT", DEFAULT_VALIDATION_SPLIT)
-                ),
-                lr=float(hyper.get("lr", DEFAULT_LR)),
-                checkpoint_dir=env["SPOTLINE_CHECKPOINT_DIR"],
-                output_dir=env.get("SPOTLINE_OUTPUT_DIR") or None,
-                fit_kwargs=fit_kwargs,
-            )
-        except KeyError as missing:
-            raise SettingsError(f"{missing.args[0]} is not set") from None
+            lr = float(run.hyperparameters.get("lr", DEFAULT_LR))
         except (TypeError, ValueError) as error:
-            raise SettingsError(str(error)) from None
-        if settings.epochs < 1 or settings.batch_size < 1:
-            raise SettingsError("epochs and batch size must be at least 1")
-        if not 0.0 <= settings.validation_split < 1.0:
-            raise SettingsError("SPOTLINE_VALIDATION_SPLIT must be in [0, 1)")
+            raise SettingsError(f"SPOTLINE_HYPERPARAMETERS: {error}") from None
+        settings = cls(
+            job_id=run.job_id,
+            attempt=run.attempt,
+            epochs=run.epochs,
+            batch_size=run.batch_size,
+            seed=run.seed,
+            validation_split=run.validation_split,
+            lr=lr,
+            checkpoint_dir=run.checkpoint_dir,
+            output_dir=run.output_dir,
+            fit_kwargs=run.fit_kwargs,
+        )
         if settings.lr <= 0:
             raise SettingsError("lr must be positive")
         reserved = sorted(RESERVED_FIT_KWARGS & settings.fit_kwargs.keys())
@@ -115,30 +97,9 @@ class Settings:
         return settings
 
 
-@dataclass(frozen=True)
-class Digits:
-    """Features scaled to [0, 1] and labels, split into train and validation."""
-
-    x_train: np.ndarray
-    y_train: np.ndarray
-    x_val: np.ndarray
-    y_val: np.ndarray
-
-
-def load_digits_split(seed: int, validation_split: float) -> Digits:
-    """The 1797 digits, shuffled by ``seed`` and split into train and validation.
-
-    The same split as ``digits_mlp`` for the same seed and fraction.
-    """
-    from sklearn.datasets import load_digits
-
-    features, labels = load_digits(return_X_y=True)
-    x = (features / 16.0).astype(np.float32)
-    y = labels.astype(np.int64)
-    order = np.random.default_rng(seed).permutation(len(y))
-    n_val = round(len(y) * validation_split)
-    val, train = order[:n_val], order[n_val:]
-    return Digits(x[train], y[train], x[val], y[val])
+def load_digits_split(seed: int, validation_split: float) -> DigitsSplit:
+    """The same split as ``digits_mlp`` for the same seed and fraction."""
+    return digits_split(seed, validation_split)
 
 
 def build_model(keras: Any, lr: float) -> Any:

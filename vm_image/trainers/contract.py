@@ -1,0 +1,89 @@
+"""What every built-in trainer reads from the agent, and the digits data they
+share: one parser for the ``SPOTLINE_*`` contract, one seeded split."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+class SettingsError(ValueError):
+    """The environment does not describe a run this trainer can do."""
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """The run as the agent describes it; only SPOTLINE_CHECKPOINT_DIR is required."""
+
+    job_id: str
+    attempt: int
+    epochs: int
+    batch_size: int
+    seed: int
+    validation_split: float
+    checkpoint_dir: str
+    output_dir: str | None
+    hyperparameters: dict[str, Any] = field(default_factory=dict)
+    fit_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_env(
+        cls, env: Mapping[str, str], default_epochs: int = 5, default_batch_size: int = 32
+    ) -> RunSettings:
+        """Raises SettingsError naming the variable that is missing or wrong."""
+        try:
+            hyper = json.loads(env.get("SPOTLINE_HYPERPARAMETERS") or "{}")
+            fit_kwargs = json.loads(env.get("SPOTLINE_FIT_KWARGS") or "{}")
+            if not isinstance(hyper, dict) or not isinstance(fit_kwargs, dict):
+                raise SettingsError(
+                    "SPOTLINE_HYPERPARAMETERS and SPOTLINE_FIT_KWARGS must be JSON objects"
+                )
+            settings = cls(
+                job_id=env.get("SPOTLINE_JOB_ID", "local"),
+                attempt=int(env.get("SPOTLINE_ATTEMPT", "1")),
+                epochs=int(env.get("SPOTLINE_EPOCHS", default_epochs)),
+                batch_size=int(env.get("SPOTLINE_BATCH_SIZE", default_batch_size)),
+                seed=int(env.get("SPOTLINE_SEED", "0")),
+                validation_split=float(env.get("SPOTLINE_VALIDATION_SPLIT", 0.2)),
+                checkpoint_dir=env["SPOTLINE_CHECKPOINT_DIR"],
+                output_dir=env.get("SPOTLINE_OUTPUT_DIR") or None,
+                hyperparameters=hyper,
+                fit_kwargs=fit_kwargs,
+            )
+        except KeyError as missing:
+            raise SettingsError(f"{missing.args[0]} is not set") from None
+        except (TypeError, ValueError) as error:
+            raise SettingsError(str(error)) from None
+        if settings.epochs < 1 or settings.batch_size < 1:
+            raise SettingsError("epochs and batch size must be at least 1")
+        if not 0.0 <= settings.validation_split < 1.0:
+            raise SettingsError("SPOTLINE_VALIDATION_SPLIT must be in [0, 1)")
+        return settings
+
+
+@dataclass(frozen=True)
+class DigitsSplit:
+    """Features scaled to [0, 1] and labels, split into train and validation."""
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_val: np.ndarray
+    y_val: np.ndarray
+
+
+def digits_split(seed: int, validation_split: float) -> DigitsSplit:
+    """scikit-learn's 1797 bundled digits (nothing downloads), shuffled by
+    ``seed`` and split: every built-in trainer sees the same split."""
+    from sklearn.datasets import load_digits
+
+    features, labels = load_digits(return_X_y=True)
+    x = (features / 16.0).astype(np.float32)
+    y = labels.astype(np.int64)
+    order = np.random.default_rng(seed).permutation(len(y))
+    n_val = round(len(y) * validation_split)
+    val, train = order[:n_val], order[n_val:]
+    return DigitsSplit(x[train], y[train], x[val], y[val])
