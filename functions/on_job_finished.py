@@ -23,6 +23,8 @@ def on_job_finished(message: Message) -> None:
     event = message.parse(JobFinished)
     now = datetime.now(UTC)
     job = apply_to_job(event, lambda current: lifecycle.finished(current, event, now))
+    if event.last_epoch is not None:
+        deps.store().put_epoch(job.job_id, lifecycle.epoch_doc(event.last_epoch, now))
     logs.info(
         f"job {job.job_id}: {job.status} (exit code {event.exit_code})",
         job_id=job.job_id,

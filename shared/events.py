@@ -66,6 +66,10 @@ class JobFinished(VmEvent):
     exit_code: int
     log_tail: str = ""
     checkpoint_uri: str | None = None
+    # The last epoch reported, again: it travels on another subscription and
+    # may arrive after this event; with it here, a finished job always shows
+    # its final progress and metrics.
+    last_epoch: EpochDone | None = None
 
 
 class SpotPreempted(VmEvent):

@@ -118,7 +118,13 @@ def heartbeat(job: JobDoc, event: Heartbeat, now: datetime) -> JobDoc:
 
 def epoch_done(job: JobDoc, event: EpochDone, now: datetime) -> JobDoc:
     check_current(job, event)
-    job = advance(catch_up(job, event, now), JobSubstatus.TRAINING, now)
+    return record_progress(
+        advance(catch_up(job, event, now), JobSubstatus.TRAINING, now), event, now
+    )
+
+
+def record_progress(job: JobDoc, event: EpochDone, now: datetime) -> JobDoc:
+    """The epoch's progress and metrics on the job, when newer than what it shows."""
     if event.epoch <= job.epoch:
         return job  # a redelivery, or an epoch replayed after a resume
     return job.model_copy(
@@ -151,6 +157,8 @@ def finished(job: JobDoc, event: JobFinished, now: datetime) -> JobDoc:
     """COMPLETED on exit code 0, else FAILED with a reason a person can act on."""
     check_current(job, event)
     job = catch_up(job, event, now)
+    if event.last_epoch is not None:
+        job = record_progress(job, event.last_epoch, now)
     if job.status in JobStatus.terminal():
         return job
     if event.exit_code == 0 and event.instance != job.instance:

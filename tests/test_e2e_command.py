@@ -19,7 +19,7 @@ from infra.demo import wait_for_job
 from infra.local_stack import LocalStack
 from shared.states import JobStatus
 from shared.store import Store
-from tests.test_e2e_recovery import once, submit, wait_no_vms
+from tests.test_e2e_recovery import epochs_of, once, submit, wait_no_vms
 
 pytestmark = [pytest.mark.emulators, pytest.mark.e2e]
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "command_job"
@@ -66,7 +66,7 @@ def test_a_command_job_survives_a_preemption(
     assert first.outcome == "preempted" and first.checkpoint_step is not None
     assert second.resumed_from_step == first.checkpoint_step  # nothing lost
     assert job.metrics == pytest.approx(straight_through(tmp_path, 4, 5), abs=1e-9)
-    assert [e.epoch for e in store.list_epochs(job_id)] == [1, 2, 3, 4]
+    assert epochs_of(store, job_id, 4) == [1, 2, 3, 4]
     assert first.logs_query and f'jsonPayload.job_id="{job_id}"' in first.logs_query
 
     capsys.readouterr()

@@ -12,7 +12,7 @@ from infra.demo import wait_for_job
 from infra.local_stack import LocalStack
 from shared.states import JobStatus
 from shared.store import Store
-from tests.test_e2e_recovery import once, submit, wait_no_vms
+from tests.test_e2e_recovery import epochs_of, once, submit, wait_no_vms
 
 try:
     import tensorflow  # noqa: F401
@@ -47,7 +47,7 @@ def test_a_keras_job_survives_a_preemption(local_stack: LocalStack) -> None:
     assert first.outcome == "preempted" and first.checkpoint_step is not None
     # Keras restores the optimizer's step exactly, and restarts the epoch.
     assert second.resumed_from_step == first.checkpoint_step
-    assert [e.epoch for e in store.list_epochs(job_id)] == [1, 2, 3]
+    assert epochs_of(store, job_id, 3) == [1, 2, 3]
     accuracy = next(v for k, v in job.metrics.items() if k.startswith("val_") and "acc" in k)
     assert accuracy > 0.9, job.metrics
     wait_no_vms(local_stack, job_id)

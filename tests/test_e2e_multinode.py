@@ -13,7 +13,7 @@ from infra.demo import wait_for_job
 from infra.local_stack import LocalStack
 from shared.states import JobStatus
 from shared.store import Store
-from tests.test_e2e_recovery import submit, wait_no_vms
+from tests.test_e2e_recovery import epochs_of, submit, wait_no_vms
 
 pytestmark = [pytest.mark.emulators, pytest.mark.e2e]
 
@@ -26,7 +26,7 @@ def test_two_nodes_train_to_identical_weights(local_stack: LocalStack) -> None:
 
     assert job.status == JobStatus.COMPLETED, job.error
     assert len(job.nodes) == 2 and job.instance == job.nodes[0]
-    assert [e.epoch for e in store.list_epochs(job_id)] == [1, 2, 3]  # node 0 reports
+    assert epochs_of(store, job_id, 3) == [1, 2, 3]  # node 0 reports
     wait_no_vms(local_stack, job_id)
     digests = []
     for rank, name in enumerate(job.nodes):

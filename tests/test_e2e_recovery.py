@@ -57,6 +57,17 @@ def once(
     return check
 
 
+def epochs_of(store: Store, job_id: str, count: int, timeout_s: float = 10) -> list[int]:
+    """The job's epoch numbers once ``count`` are recorded: events of earlier
+    epochs travel on their own subscription and may land after the finish."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        epochs = [e.epoch for e in store.list_epochs(job_id)]
+        if len(epochs) >= count or time.monotonic() > deadline:
+            return epochs
+        time.sleep(0.2)
+
+
 def vms_of(stack: LocalStack, job_id: str) -> list[dict[str, Any]]:
     assert stack.vm_host is not None
     return stack.vm_host.list({"spotline-job": job_id})
@@ -112,7 +123,7 @@ def test_a_preemption_mid_epoch_loses_nothing(local_stack: LocalStack, tmp_path:
     assert steps_recomputed == 0  # resumed from the very step saved on the notice
     expected = uninterrupted_final_metrics(tmp_path, epochs=4, seed=3)
     assert job.metrics == pytest.approx(expected, abs=1e-6)
-    assert [e.epoch for e in store.list_epochs(job_id)] == [1, 2, 3, 4]
+    assert epochs_of(store, job_id, 4) == [1, 2, 3, 4]
     wait_no_vms(local_stack, job_id)
 
 

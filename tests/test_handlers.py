@@ -211,3 +211,19 @@ def test_placement_records_availability_for_spotline_machines(
     shown = capsys.readouterr().out
     row = next(line for line in shown.splitlines() if line.startswith("g2-standard-4 "))
     assert "1x nvidia-l4".replace(" ", "") in row and "50% of 2" in row and " 1 " in row
+
+
+def test_a_finished_job_shows_its_last_epoch_even_if_that_event_is_late(
+    call: Callable[..., Any], project: str
+) -> None:
+    call("submit_job", "submit", SPEC)
+    last = vm_event(EpochDone, epoch=3, epochs=3, step=135, metrics={"val_acc": 0.97})
+    finished = vm_event(JobFinished, exit_code=0, last_epoch=last)
+    call("on_job_finished", "job_finished", finished, message_id="f")  # before the epoch event
+    store = Store(project)
+    job = store.get_job("job1")
+    assert job is not None and job.status == JobStatus.COMPLETED
+    assert (job.progress, job.metrics) == ("3/3", {"val_acc": 0.97})
+    assert [e.epoch for e in store.list_epochs("job1")] == [3]
+    call("on_epoch_done", "epoch_done", last, message_id="late")  # then it comes: no change
+    assert store.get_job("job1") == job

@@ -67,6 +67,7 @@ class Agent:
         self.step: int | None = None
         self.checkpoint_uri: str | None = None
         self.trainer: TrainerProcess | None = None
+        self.last_epoch: EpochDone | None = None
         self.job_done = threading.Event()
         self._preemption_reported = False
         # Each job its own folder: a cooling VM runs several, and must not
@@ -109,6 +110,7 @@ class Agent:
                 checkpoint_uri=record.get("checkpoint_uri"),
             )
             self.bus.publish("epoch_done", event)
+            self.last_epoch = event
             self._upload_tensorboard()
         elif kind == "resumed":
             self.step = int(record.get("step", 0))
@@ -231,6 +233,7 @@ class Agent:
                 exit_code=exit_code,
                 log_tail=self.trainer.log_tail(),
                 checkpoint_uri=self.checkpoint_uri,
+                last_epoch=self.last_epoch,
             ),
         )
         self.job_done.set()
