@@ -42,6 +42,17 @@ def epoch_times(text: str) -> list[float]:
     return [float(m.group(1)) for m in EPOCH_LINE.finditer(text)]
 
 
+def messages(text: str) -> str:
+    """The message of each JSON log line (the agent's output), other lines as they are."""
+    lines = []
+    for line in text.splitlines():
+        try:
+            lines.append(str(json.loads(line).get("message", "")))
+        except (json.JSONDecodeError, AttributeError):
+            lines.append(line)
+    return "\n".join(lines)
+
+
 def alone(tmp: Path, epochs: int, run: int) -> list[float]:
     env = {
         **os.environ,
@@ -74,13 +85,7 @@ def under_agent(stack: LocalStack, epochs: int, run: int) -> list[float]:
     job_id = job_id_for(parse_spec(data), Bus(stack.options.project).publish("submit", data))
     job = wait_for_job(Store(stack.options.project), job_id, 600, echo=False)
     log = Path(stack.workdir, "vms", f"{job.instance}.log").read_text()
-    messages = []
-    for line in log.splitlines():
-        try:
-            messages.append(str(json.loads(line).get("message", "")))
-        except (json.JSONDecodeError, AttributeError):
-            messages.append(line)
-    return epoch_times("\n".join(messages))
+    return epoch_times(messages(log))
 
 
 def agent_only(tmp: Path, pubsub_host: str, epochs: int, run: int) -> list[float]:
@@ -126,13 +131,7 @@ def agent_only(tmp: Path, pubsub_host: str, epochs: int, run: int) -> list[float
         )
     finally:
         server.close()
-    messages = []
-    for line in out.stdout.splitlines():
-        try:
-            messages.append(str(json.loads(line).get("message", "")))
-        except (json.JSONDecodeError, AttributeError):
-            messages.append(line)
-    return epoch_times("\n".join(messages))
+    return epoch_times(messages(out.stdout))
 
 
 def report(label: str, solo: list[float], other: list[float]) -> None:

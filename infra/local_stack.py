@@ -28,7 +28,7 @@ from infra.chaos import RandomPreemptions
 from infra.emulators import Emulator, start_firestore, start_pubsub
 from infra.local_pubsub import apply_topology
 from infra.processes import ManagedProcess, free_port, http_ok
-from infra.topology import FUNCTIONS
+from infra.topology import FUNCTIONS, REAPER_SCHEDULE
 from infra.vm_host import VmHost
 from shared import logs
 from shared.bus import Bus
@@ -196,7 +196,7 @@ class LocalStack:
         bus = Bus(self.options.project)
         while not self._stop_ticks.wait(self.options.tick_s):
             try:
-                bus.publish("reaper_tick", ReaperTick(sent_at=datetime.now(UTC)))
+                bus.publish(REAPER_SCHEDULE.topic, ReaperTick(sent_at=datetime.now(UTC)))
             except Exception as err:  # the next tick will do
                 logs.warning(f"tick failed: {err}")
 

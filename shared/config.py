@@ -98,6 +98,3 @@ class Settings:
     @property
     def cooling_rule(self) -> CoolingRule:
         return CoolingRule(self.cooling_baseline_min, self.cooling_unit)
-
-    def topic_path(self, key: str) -> str:
-        return f"projects/{self.project}/topics/{self.topics[key]}"

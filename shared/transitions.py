@@ -18,7 +18,6 @@ from shared.states import (
     JOB_TRANSITIONS,
     InstanceStatus,
     InstanceSubstatus,
-    JobStatus,
     JobSubstatus,
     job_status_for,
 )
@@ -115,7 +114,3 @@ def move_instance(
     if to == InstanceStatus.CLOSED:
         update["closed_at"] = now
     return instance.model_copy(update=update)
-
-
-def is_terminal(job: JobDoc) -> bool:
-    return job.status in JobStatus.terminal()

@@ -35,7 +35,6 @@ from vm_image.agent.trainer_process import (
     trainer_env,
 )
 
-PREEMPTED_EXIT_CODE = 143  # the trainer's exit code after a SIGTERM checkpoint
 JOB_ATTRIBUTE = f"instance/attributes/{JOB_METADATA_KEY}"
 # A cooling agent idles a little past the period: the reaper deletes the VM at
 # its end, and a claim racing the end must still find the agent listening.
