@@ -9,7 +9,7 @@ from functions.assignments import assignment_for
 from shared import logs
 from shared.catalog import load_catalog
 from shared.compute.port import JOB_METADATA_KEY, Vm, VmState
-from shared.cooling import claim, claimable
+from shared.cooling import charge, claim, claimable
 from shared.documents import InstanceDoc, JobDoc
 from shared.lifecycle import accrue
 from shared.placement import Option, parse_machine_id
@@ -22,7 +22,9 @@ def claim_cooling(job: JobDoc, machine_ids: list[str], now: datetime) -> tuple[V
     store, settings = deps.store(), deps.settings()
     for instance in store.instances_of_job(job.job_id):
         if instance.attempt == job.attempt and instance.status == InstanceStatus.EXECUTING:
-            # Claimed already (a redelivery): hand it the job again, idempotently.
+            # Claimed already (a redelivery): charge and hand it the job again,
+            # both idempotent.
+            _charge_claimed(instance, now)
             _assign(job, instance)
             return _as_vm(instance), _option(instance)
     zones = set(job.spec.zones or settings.zones)
@@ -37,24 +39,30 @@ def claim_cooling(job: JobDoc, machine_ids: list[str], now: datetime) -> tuple[V
             )
             if won is None or won.job_id != job.job_id or won.attempt != job.attempt:
                 continue  # another job claimed it first
-            charge_cooling(instance.job_id, won.cooling_cost_usd, now)
+            _charge_claimed(won, now)
             _assign(job, won)
             logs.info(f"job {job.job_id}: reusing cooling instance {won.name}", job_id=job.job_id)
             return _as_vm(won), _option(won)
     return None
 
 
-def charge_cooling(job_id: str, cost_usd: float, now: datetime) -> None:
-    """Charge a cooling period to the job that left the VM cooling."""
+def charge_cooling(instance: InstanceDoc, now: datetime) -> None:
+    """Charge a cooling instance's period so far to the job that left it cooling
+    (before the instance closes: a crash in between leaves it cooling, and the
+    next sweep charges again, idempotently)."""
+    _charge(instance.job_id, instance.name, instance.cooling_cost_usd, now)
+
+
+def _charge_claimed(instance: InstanceDoc, now: datetime) -> None:
+    """A claim closed the period: charge it to the job the VM cooled for."""
+    if instance.cooled_for_job:
+        _charge(instance.cooled_for_job, instance.name, instance.cooling_cost_usd, now)
+
+
+def _charge(job_id: str, instance_name: str, cost_usd: float, now: datetime) -> None:
     if cost_usd <= 0:
         return
-    deps.store().update_job(
-        job_id,
-        lambda job: accrue(
-            job.model_copy(update={"cooling_cost_usd": round(job.cooling_cost_usd + cost_usd, 6)}),
-            now,
-        ),
-    )
+    deps.store().update_job(job_id, lambda job: accrue(charge(job, instance_name, cost_usd), now))
 
 
 def _assign(job: JobDoc, instance: InstanceDoc) -> None:

@@ -131,13 +131,12 @@ def _check_cooling(instance: InstanceDoc, vm: Vm | None, now: datetime) -> str:
         return "cooling"
     gone = InstanceSubstatus.PREEMPTED if vm is None else InstanceSubstatus.TERMINATED
     note = "cooling period over" if vm is not None else "lost while cooling"
+    charge_cooling(priced, now)
     if vm is not None:
         deps.compute().delete(priced.zone, priced.name)
-    closed = store.update_instance(
+    store.update_instance(
         priced.name, lambda current: instance_closed(current, now, note, gone, rule)
     )
-    if closed is not None and closed.status == InstanceStatus.CLOSED:
-        charge_cooling(priced.job_id, priced.cooling_cost_usd, now)
     return "cooling_ended"
 
 

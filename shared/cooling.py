@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from shared.compute.port import Provisioning
-from shared.documents import InstanceDoc
+from shared.documents import InstanceDoc, JobDoc
 from shared.pricing import CoolingRule, cooling_cost, cooling_price, vm_cost
 from shared.states import InstanceStatus
 from shared.transitions import move_instance
@@ -97,5 +97,22 @@ def claim(
             "cooling_since": None,
             "cooling_until": None,
             "cooling_cost_usd": round(cooled, 6),  # what the previous job is charged
+            "cooled_for_job": instance.job_id,
+        }
+    )
+
+
+def charge(job: JobDoc, instance_name: str, cost_usd: float) -> JobDoc:
+    """Charge ``job`` the cooling period it left on ``instance_name``.
+
+    Idempotent: the charge for that instance is set, not added to, and a
+    period's cost only grows, so a repeated or stale charge changes nothing."""
+    if cost_usd <= job.cooling_charges.get(instance_name, 0.0):
+        return job
+    charges = {**job.cooling_charges, instance_name: round(cost_usd, 6)}
+    return job.model_copy(
+        update={
+            "cooling_charges": charges,
+            "cooling_cost_usd": round(sum(charges.values()), 6),
         }
     )

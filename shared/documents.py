@@ -76,6 +76,9 @@ class JobDoc(_Doc):
     on_demand_cost_usd: float = 0.0  # the same VM time at on-demand prices
     savings_percent: float | None = None
     cooling_cost_usd: float = 0.0  # holding its VM idle afterwards, for the next job
+    # The cooling period it left, by instance name: set, never added to, so a
+    # redelivered or repeated charge changes nothing.
+    cooling_charges: dict[str, float] = Field(default_factory=dict)
     error: str | None = None
     message_id: str | None = None
     created_at: datetime
@@ -120,6 +123,7 @@ class InstanceDoc(_Doc):
     cooling_since: datetime | None = None
     cooling_until: datetime | None = None
     cooling_cost_usd: float = 0.0  # the current cooling period, so far
+    cooled_for_job: str | None = None  # whose cooling period the last claim closed
     created_at: datetime
     booted_at: datetime | None = None
     last_heartbeat_at: datetime | None = None

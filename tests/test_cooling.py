@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from functions import deps
-from functions.cooling import claim_cooling
+from functions.cooling import charge_cooling, claim_cooling
 from infra.vm_host import VmHost
+from shared.cooling import charge
 from shared.documents import JobDoc
 from shared.events import Heartbeat, JobFinished, ReaperTick
 from shared.lifecycle import new_job
@@ -113,10 +114,14 @@ def test_the_reaper_prices_the_cooling_vm_then_ends_it(
     assert instance.price_per_hour == pytest.approx(spot + 0.5 * (od - spot))  # minute 60
     assert instance.cooling_cost_usd > spot  # an hour, partly escalated
 
-    store.update_instance(
+    ended = store.update_instance(
         "sl-job1-a1",
         lambda i: i.model_copy(update={"cooling_until": datetime.now(UTC) - timedelta(seconds=1)}),
     )
+    assert ended is not None
+    # A sweep that charged the job and crashed before closing the instance:
+    # the next sweep charges it again, which must not add up.
+    charge_cooling(ended, datetime.now(UTC))
     call("reaper", "reaper_tick", ReaperTick(), message_id="t2")
     instance = store.get_instance("sl-job1-a1")
     assert instance is not None and (instance.status, instance.substatus) == (
@@ -126,7 +131,41 @@ def test_the_reaper_prices_the_cooling_vm_then_ends_it(
     assert host.list() == []
     job = store.get_job("job1")
     assert job is not None and job.cooling_cost_usd == pytest.approx(instance.cooling_cost_usd)
+    assert job.cooling_charges == {"sl-job1-a1": job.cooling_cost_usd}
     assert job.cost_usd >= job.cooling_cost_usd
+
+
+def test_a_claimed_cooling_period_is_charged_once(call: Callable[..., Any], project: str) -> None:
+    finish_first_job(call)
+    store = Store(project)
+    an_hour_ago = datetime.now(UTC) - timedelta(hours=1)
+    store.update_instance(
+        "sl-job1-a1",
+        lambda i: i.model_copy(
+            update={"cooling_since": an_hour_ago, "segment_started_at": an_hour_ago}
+        ),
+    )
+    call("submit_job", "submit", {**COOL, "job_id": "job2"}, message_id="s2")
+    instance = store.get_instance("sl-job1-a1")
+    first = store.get_job("job1")
+    assert instance is not None and first is not None
+    assert instance.cooled_for_job == "job1" and instance.cooling_cost_usd > 0
+    assert first.cooling_charges == {"sl-job1-a1": instance.cooling_cost_usd}
+    # A redelivered submit finds the VM claimed already: no second charge.
+    call("submit_job", "submit", {**COOL, "job_id": "job2"}, message_id="s2")
+    again = store.get_job("job1")
+    assert again is not None
+    assert (again.cooling_cost_usd, again.cost_usd) == (first.cooling_cost_usd, first.cost_usd)
+
+
+def test_a_charge_is_set_per_instance_and_only_grows() -> None:
+    spec = JobSpec.model_validate(COOL)
+    job = new_job(spec, "job1", "m1", datetime.now(UTC))
+    job = charge(charge(job, "vm-a", 0.5), "vm-b", 0.25)
+    assert job.cooling_cost_usd == 0.75
+    assert charge(job, "vm-a", 0.5) == job  # repeated
+    assert charge(job, "vm-a", 0.4) == job  # stale: an earlier sweep's price
+    assert charge(job, "vm-a", 0.6).cooling_cost_usd == 0.85
 
 
 def test_cooling_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
