@@ -6,7 +6,9 @@ its output in ``WORKDIR/vms/NAME.log``. A VM is RUNNING while its process lives
 and TERMINATED once it exits on its own (a VM that shut itself down). Spot
 preemption is mimicked as Compute Engine does it: ``instance/preempted`` turns
 TRUE, the process group gets SIGTERM at once and SIGKILL when the notice ends,
-and the VM is deleted (``instanceTerminationAction: DELETE``).
+and the VM is deleted (``instanceTerminationAction: DELETE``). A stopped VM
+(an on-demand VM kept for later) stays listed TERMINATED with its metadata and
+its instance id, and ``boot`` runs its agent again.
 
 The same operations are served as JSON on 127.0.0.1 for ``LocalCompute``::
 
@@ -18,6 +20,8 @@ The same operations are served as JSON on 127.0.0.1 for ``LocalCompute``::
     POST   /vms/NAME/metadata        {"items": {k: v}} -> vm
     POST   /vms/NAME/preempt         {"notice_s": 30.0} -> vm
     POST   /vms/NAME/kill            -> {}
+    POST   /vms/NAME/stop            -> vm  (SIGTERM, as a shutdown; kept TERMINATED)
+    POST   /vms/NAME/start           -> vm  (a stopped VM boots again, same metadata)
     POST   /vms/NAME/freeze          -> vm  (SIGSTOP: a hung VM)
 
 Errors answer a Compute Engine error body,
@@ -284,6 +288,39 @@ class VmHost:
         vm.signal(signal.SIGSTOP)
         return answer
 
+    def shut_down(self, name: str, zone: str | None = None) -> dict[str, Any]:
+        """Shut the VM down as Compute Engine stops one: SIGTERM (the ACPI
+        shutdown), SIGKILL after the grace; it stays, TERMINATED. Returns once
+        it is down; stopping a stopped VM answers it as it is."""
+        with self._lock:
+            vm = self._get_or_404(name, zone)
+            if vm.removing:
+                raise HostError(409, "resourceNotReady", f"VM {name} is being deleted.")
+            if vm.state == VmState.RUNNING:
+                vm.state = VmState.STOPPING
+        self._stop([vm])
+        with self._lock:
+            return vm.to_dict()
+
+    def boot(self, name: str, zone: str | None = None) -> dict[str, Any]:
+        """Boot a stopped VM: the same name, instance id and metadata, a new
+        agent process. Starting a running VM answers it as it is."""
+        with self._lock:
+            vm = self._get_or_404(name, zone)
+            if vm.state == VmState.RUNNING:
+                return vm.to_dict()
+            if vm.state != VmState.TERMINATED or vm.removing:
+                raise HostError(409, "resourceNotReady", f"VM {name} is {vm.state.value}.")
+            self._check_capacity(vm.machine_type, vm.zone)
+            metadata = MetadataServer(vm.metadata.identity, vm.metadata.attributes)
+            vm.metadata = metadata
+            vm.process = self._spawn(name, metadata)
+            vm.state, vm.exit_code, vm.reaped = VmState.RUNNING, None, False
+            vm.exited = threading.Event()
+            answer = vm.to_dict()
+        threading.Thread(target=self._reap, args=(vm,), name=f"reap-{name}", daemon=True).start()
+        return answer
+
     def running_spot_vms(self) -> tuple[str, ...]:
         with self._lock:
             return tuple(
@@ -317,12 +354,28 @@ class VmHost:
         )
         labels = str_map(request.get("labels"), "labels")
         metadata = MetadataServer(identity, str_map(request.get("metadata"), "metadata"))
+        return _Vm(
+            name=name,
+            zone=zone,
+            machine_type=machine_type,
+            provisioning=str(request.get("provisioning", "SPOT")),
+            image=str(request.get("image", "")),
+            labels=labels,
+            metadata=metadata,
+            process=self._spawn(name, metadata),
+            log_path=self._log_path(name),
+        )
+
+    def _log_path(self, name: str) -> Path:
+        return self.workdir / "vms" / f"{name}.log"
+
+    def _spawn(self, name: str, metadata: MetadataServer) -> subprocess.Popen[bytes]:
+        """Serve the VM's metadata and boot its agent, in its own process group."""
         metadata.start()
-        log_path = self.workdir / "vms" / f"{name}.log"
         env = {**os.environ, **self.env, "GCE_METADATA_HOST": metadata.host}
         try:
-            with log_path.open("ab") as output:
-                process = subprocess.Popen(
+            with self._log_path(name).open("ab") as output:
+                return subprocess.Popen(
                     self.agent_command,
                     stdin=subprocess.DEVNULL,
                     stdout=output,
@@ -334,35 +387,27 @@ class VmHost:
         except OSError as e:
             metadata.close()
             raise HostError(500, "internalError", f"cannot start {name}: {e}") from e
-        return _Vm(
-            name=name,
-            zone=zone,
-            machine_type=machine_type,
-            provisioning=str(request.get("provisioning", "SPOT")),
-            image=str(request.get("image", "")),
-            labels=labels,
-            metadata=metadata,
-            process=process,
-            log_path=log_path,
-        )
 
     def _reap(self, vm: _Vm) -> None:
+        # This boot's process, metadata server and event: a start after the
+        # state turns TERMINATED gives the VM new ones, which are not ours.
+        process, metadata, exited = vm.process, vm.metadata, vm.exited
         # Wait without reaping, so the leader's pid (= the group id) stays ours
         # while we SIGKILL whatever it left in its group; then reap it.
         with contextlib.suppress(ChildProcessError):
-            os.waitid(os.P_PID, vm.process.pid, os.WEXITED | os.WNOWAIT)
+            os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT)
         with vm.signal_lock:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(vm.process.pid, signal.SIGKILL)
-            code = vm.process.wait()
+                os.killpg(process.pid, signal.SIGKILL)
+            code = process.wait()
             vm.reaped = True
+        metadata.close()
         with self._lock:
             vm.exit_code = code
             vm.state = VmState.TERMINATED
             if vm.removing and self._vms.get(vm.name) is vm:
                 del self._vms[vm.name]
-        vm.metadata.close()
-        vm.exited.set()
+        exited.set()
 
     def _end_notice(self, vm: _Vm, notice_s: float) -> None:
         if not vm.exited.wait(notice_s):

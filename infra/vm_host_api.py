@@ -107,6 +107,10 @@ def _route(
             return host.preempt(name, float(body.get("notice_s", 30.0)), zone)
         case "POST", ["vms", name, "freeze"]:
             return host.freeze(name, zone)
+        case "POST", ["vms", name, "stop"]:
+            return host.shut_down(name, zone)
+        case "POST", ["vms", name, "start"]:
+            return host.boot(name, zone)
         case "POST", ["vms", name, "kill"]:
             host.kill(name, zone)
             return {}

@@ -49,6 +49,8 @@ _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
     ("GET", re.compile(_ZONE + r"/instances/(?P<name>[^/]+)$"), "_get"),
     ("DELETE", re.compile(_ZONE + r"/instances/(?P<name>[^/]+)$"), "_delete"),
     ("POST", re.compile(_ZONE + r"/instances/(?P<name>[^/]+)/setMetadata$"), "_set_metadata"),
+    ("POST", re.compile(_ZONE + r"/instances/(?P<name>[^/]+)/stop$"), "_stop"),
+    ("POST", re.compile(_ZONE + r"/instances/(?P<name>[^/]+)/start$"), "_start"),
     ("GET", re.compile(_PREFIX + r"/aggregated/instances$"), "_aggregated_list"),
     ("POST", re.compile(_ZONE + r"/operations/(?P<op>[^/]+)/wait$"), "_wait"),
     ("POST", re.compile(_REGION + r"/instances/bulkInsert$"), "_bulk_insert"),
@@ -251,6 +253,14 @@ class ComputeDouble:
         self._instance(zone, name)
         del self.instances[(zone, name)]
         return self._new_operation(f"zones/{zone}", "delete", name)
+
+    def _stop(self, zone: str, name: str, query: dict[str, str], body: Any) -> JsonDict:
+        self._instance(zone, name)["status"] = "TERMINATED"  # as a stopped VM is listed
+        return self._new_operation(f"zones/{zone}", "stop", name)
+
+    def _start(self, zone: str, name: str, query: dict[str, str], body: Any) -> JsonDict:
+        self._instance(zone, name)["status"] = "RUNNING"
+        return self._new_operation(f"zones/{zone}", "start", name)
 
     def _set_metadata(self, zone: str, name: str, query: dict[str, str], body: Any) -> JsonDict:
         instance = self._instance(zone, name)

@@ -292,6 +292,30 @@ def test_delete_removes_the_vm(compute: GceCompute, double: ComputeDouble) -> No
     )
 
 
+def test_stop_then_start_keeps_the_vm(compute: GceCompute, double: ComputeDouble) -> None:
+    double.add_instance(ZONE, "spotline-j-42-a1")
+
+    assert compute.stop(ZONE, "spotline-j-42-a1") is True
+    stopped = compute.get(ZONE, "spotline-j-42-a1")
+    assert stopped is not None and stopped.state == VmState.TERMINATED
+    compute.start(ZONE, "spotline-j-42-a1")
+    started = compute.get(ZONE, "spotline-j-42-a1")
+    assert started is not None and started.state == VmState.RUNNING
+
+    base = f"/compute/v1/projects/spotline-test/zones/{ZONE}/instances/spotline-j-42-a1"
+    [stop] = double.requests_to("POST", "/instances/spotline-j-42-a1/stop")
+    [start] = double.requests_to("POST", "/instances/spotline-j-42-a1/start")
+    assert (stop.path, start.path) == (f"{base}/stop", f"{base}/start")
+    # Each waited on its zone operation through the same endpoint.
+    assert len(double.requests_to("POST", "/wait")) >= 2
+
+
+def test_stop_of_a_missing_vm_is_false_and_start_is_permanent(compute: GceCompute) -> None:
+    assert compute.stop(ZONE, "spotline-nothing-here") is False
+    with pytest.raises(PermanentError, match="start spotline-nothing-here"):
+        compute.start(ZONE, "spotline-nothing-here")
+
+
 def test_list_finds_labelled_vms_in_every_zone(compute: GceCompute, double: ComputeDouble) -> None:
     for zone, name, job in [
         ("us-central1-a", "spotline-j-1-a1", "j-1"),

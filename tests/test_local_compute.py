@@ -19,7 +19,7 @@ import pytest
 from infra.vm_host import VmHost
 from shared.compute.local import LocalCompute
 from shared.compute.port import JOB_METADATA_KEY, CapacityError, Provisioning, VmRequest, VmState
-from shared.errors import TransientError
+from shared.errors import PermanentError, TransientError
 
 T = TypeVar("T")
 ZONE = "us-central1-a"
@@ -262,6 +262,35 @@ def test_delete_kills_the_process_group_and_is_idempotent(compute: LocalCompute,
     _wait_for(lambda: not _alive(started["child"]), timeout_s=2.0)
     assert [e["event"] for e in _events(out, "job-4-a0")][-1] == "sigterm"
     compute.delete(ZONE, "job-4-a0")
+
+
+def test_a_stopped_vm_keeps_its_identity_and_boots_with_new_metadata(
+    compute: LocalCompute, out: Path
+) -> None:
+    first = compute.insert(_request("job-9-a0"))
+    started = _event(out, "job-9-a0", "started")
+
+    assert compute.stop(ZONE, "job-9-a0") is True
+    stopped = compute.get(ZONE, "job-9-a0")
+    assert stopped is not None and stopped.state == VmState.TERMINATED
+    assert not _alive(started["pid"])
+    assert compute.stop(ZONE, "job-9-a0") is True  # stopping a stopped VM
+    compute.set_metadata(ZONE, "job-9-a0", {"spotline-job": '{"job_id": "job-10"}'})
+    compute.start(ZONE, "job-9-a0")
+    compute.start(ZONE, "job-9-a0")  # starting a running VM
+
+    booted = _wait_for(
+        lambda: next(
+            (e for e in _events(out, "job-9-a0") if e["event"] == "started" and e != started), None
+        ),
+        timeout_s=5.0,
+    )
+    again = compute.get(ZONE, "job-9-a0")
+    assert again is not None and again.state == VmState.RUNNING and again.id == first.id
+    assert json.loads(booted["job"]) == {"job_id": "job-10"}
+    assert compute.stop(ZONE, "no-such-vm") is False
+    with pytest.raises(PermanentError):
+        compute.start(ZONE, "no-such-vm")
 
 
 def test_zone_must_match(compute: LocalCompute) -> None:

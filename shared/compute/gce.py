@@ -198,6 +198,36 @@ class GceCompute:
         if _error_codes(operation) != {_NOT_FOUND}:
             _raise_for_operation(operation)
 
+    def stop(self, zone: str, name: str) -> bool:
+        """Shut the VM down, keeping its disk, and wait until it is down."""
+        with _translated_errors(f"stop {name} in {zone}"):
+            try:
+                operation = self._instances.stop_unary(
+                    project=self._project,
+                    zone=zone,
+                    instance=name,
+                    timeout=self._request_timeout_s,
+                )
+            except api_exceptions.NotFound:
+                return False
+            operation = self._wait(zone, operation)
+        if _error_codes(operation) == {_NOT_FOUND}:
+            return False
+        _raise_for_operation(operation)
+        return True
+
+    def start(self, zone: str, name: str) -> None:
+        """Boot the stopped VM; returns once Compute Engine has started it."""
+        with _translated_errors(f"start {name} in {zone}"):
+            operation = self._instances.start_unary(
+                project=self._project,
+                zone=zone,
+                instance=name,
+                timeout=self._request_timeout_s,
+            )
+            operation = self._wait(zone, operation)
+        _raise_for_operation(operation)
+
     def set_metadata(self, zone: str, name: str, items: dict[str, str]) -> None:
         """Set ``items`` on the VM's metadata, keeping its other items.
 

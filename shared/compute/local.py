@@ -76,6 +76,18 @@ class LocalCompute:
         """Replace the VM's custom metadata. Raises ``VmNotFound`` when it is missing."""
         self._call("POST", _vm_path(zone, name, "metadata"), {"items": items})
 
+    def stop(self, zone: str, name: str) -> bool:
+        """Shut the VM down (SIGTERM, as an ACPI shutdown), keeping it listed."""
+        try:
+            self._call("POST", _vm_path(zone, name, "stop"), {})
+        except VmNotFound:
+            return False
+        return True
+
+    def start(self, zone: str, name: str) -> None:
+        """Boot the stopped VM again: its agent starts with the same metadata."""
+        self._call("POST", _vm_path(zone, name, "start"), {})
+
     def preempt(self, zone: str, name: str, notice_s: float = 30.0) -> Vm:
         """Chaos: preempt the VM as Spot does (notice, SIGTERM, SIGKILL after ``notice_s``)."""
         return _to_vm(self._call("POST", _vm_path(zone, name, "preempt"), {"notice_s": notice_s}))

@@ -16,6 +16,12 @@ Contract, for every adapter:
 * ``list(labels)`` returns every VM carrying all the given labels.
 * ``delete(zone, name)`` removes the VM; deleting a missing VM succeeds.
 * ``set_metadata(zone, name, items)`` replaces the VM's custom metadata items.
+* ``stop(zone, name)`` shuts the VM down, keeping its disk (Compute Engine
+  then lists it TERMINATED), and returns once it is down; stopping a stopped
+  VM succeeds. False: the VM does not exist.
+* ``start(zone, name)`` boots a stopped VM with its disk and metadata, and
+  returns once the provider accepted it; starting a running VM succeeds. A
+  missing VM raises ``PermanentError``; no capacity, ``CapacityError``.
 * ``insert_gang(gang)`` creates every node of the gang in one zone, all or
   nothing, and returns them in ``gang.nodes`` order. When they already exist
   (a redelivered request), it returns them. ``CapacityError`` when no allowed
@@ -120,5 +126,9 @@ class Compute(Protocol):
     def delete(self, zone: str, name: str) -> None: ...
 
     def set_metadata(self, zone: str, name: str, items: dict[str, str]) -> None: ...
+
+    def stop(self, zone: str, name: str) -> bool: ...
+
+    def start(self, zone: str, name: str) -> None: ...
 
     def insert_gang(self, gang: GangRequest) -> builtins.list[Vm]: ...
