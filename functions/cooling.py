@@ -26,7 +26,7 @@ def claim_cooling(job: JobDoc, machine_ids: list[str], now: datetime) -> tuple[V
             # both idempotent.
             _charge_claimed(instance, now)
             _assign(job, instance)
-            return _as_vm(instance), _option(instance)
+            return reused_vm(instance)
     zones = set(job.spec.zones or settings.zones)
     cooling = [i for i in store.list_instances([InstanceStatus.COOLING]) if i.zone in zones]
     for machine_id in machine_ids:
@@ -42,7 +42,7 @@ def claim_cooling(job: JobDoc, machine_ids: list[str], now: datetime) -> tuple[V
             _charge_claimed(won, now)
             _assign(job, won)
             logs.info(f"job {job.job_id}: reusing cooling instance {won.name}", job_id=job.job_id)
-            return _as_vm(won), _option(won)
+            return reused_vm(won)
     return None
 
 
@@ -71,8 +71,12 @@ def _assign(job: JobDoc, instance: InstanceDoc) -> None:
     deps.compute().set_metadata(instance.zone, instance.name, {JOB_METADATA_KEY: assignment})
 
 
-def _as_vm(instance: InstanceDoc) -> Vm:
-    return Vm(
+def reused_vm(instance: InstanceDoc) -> tuple[Vm, Option]:
+    """A VM spotline already holds (cooling, or stopped and restarted), as a
+    placement answers it."""
+    name, provisioning = parse_machine_id(instance.machine_id)
+    option = Option(machine=load_catalog()[name], provisioning=provisioning, zone=instance.zone)
+    vm = Vm(
         name=instance.name,
         zone=instance.zone,
         state=VmState.RUNNING,
@@ -80,8 +84,4 @@ def _as_vm(instance: InstanceDoc) -> Vm:
         machine_type=instance.machine_type,
         id=instance.instance_id or "",
     )
-
-
-def _option(instance: InstanceDoc) -> Option:
-    name, provisioning = parse_machine_id(instance.machine_id)
-    return Option(machine=load_catalog()[name], provisioning=provisioning, zone=instance.zone)
+    return vm, option

@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from functions import deps
 from functions.assignments import assignment_for
 from functions.cooling import claim_cooling
+from functions.stopped import claim_stopped
 from shared import logs
 from shared.catalog import load_catalog
 from shared.compute.port import CapacityError, Vm
@@ -42,8 +43,9 @@ def launch(job: JobDoc, now: datetime) -> JobDoc:
     if job.spec.nodes > 1:
         found = _existing_gang(job) or _create_gang(job, tried)
     else:
-        single = _existing_vm(job) or claim_cooling(job, _machine_ids(job), now)
-        single = single or _create_vm(job, tried)
+        machine_ids = _machine_ids(job)
+        single = _existing_vm(job) or claim_cooling(job, machine_ids, now)
+        single = single or claim_stopped(job, machine_ids, now) or _create_vm(job, tried)
         found = ([single[0]], single[1]) if single else None
     if found is None:
         return _wait_for_capacity(job, now, tried)

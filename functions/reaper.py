@@ -6,7 +6,8 @@ Firestore believes with what Compute Engine says exists, and converges:
 1. instances Firestore thinks live: a vanished VM is a missed preemption
    (requeue); a silent one is stalled (delete, requeue); one its job no longer
    owns is released; a CLOSING one is finished closing;
-2. spotline-labelled VMs no live instance owns: orphans, deleted;
+2. stopped instances: deleted when their stop period is over; spotline-labelled
+   VMs no live or stopped instance owns: orphans, deleted;
 3. active jobs: past ``max_runtime_s`` -> CANCELED; stuck in REQUESTING_SERVER
    (the placing function died) -> placed again;
 4. the queue, in ``not_before`` order: placed again, or CANCELED after
@@ -30,6 +31,7 @@ from functions.launch import launch
 from functions.quota import release_job, retry_waiting, settle
 from functions.recovery import recover
 from functions.release import release_instance
+from functions.stopped import end_stopped, stop_instance, try_stop
 from shared import logs
 from shared.compute.port import MANAGED_LABEL, Vm, VmState
 from shared.config import Settings
@@ -37,8 +39,11 @@ from shared.cooling import while_cooling
 from shared.documents import InstanceDoc, JobDoc, QueueEntry, UserDoc
 from shared.errors import PermanentError
 from shared.lifecycle import accrue, advance, current_vms, instance_closed
+from shared.quotas import free_slot
 from shared.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
 from shared.transitions import fail_job
+
+_STOP_SUBSTATUSES = (InstanceSubstatus.STOPPING, InstanceSubstatus.STOPPED)
 
 
 @pubsub_handler
@@ -56,7 +61,10 @@ def sweep(now: datetime) -> Counter[str]:
     vms = {vm.name: vm for vm in compute.list({MANAGED_LABEL: "true"})}
     for instance in instances:
         _each(counts, partial(_check_instance, instance, vms.get(instance.name), now))
-    owned = {instance.name for instance in instances}
+    stopped = store.stopped_instances()
+    for instance in stopped:
+        _each(counts, partial(end_stopped, instance, vms.get(instance.name), now))
+    owned = {instance.name for instance in [*instances, *stopped]}
     for vm in vms.values():
         if vm.name not in owned:
             _each(counts, partial(_check_orphan, vm, now))
@@ -89,7 +97,7 @@ def _check_instance(instance: InstanceDoc, vm: Vm | None, now: datetime) -> str 
     if instance.status == InstanceStatus.COOLING:
         return _check_cooling(instance, vm, now)
     if instance.status == InstanceStatus.CLOSING:
-        release_instance(instance.name, now, note="closed by the reaper")
+        _finish_closing(instance, now)
         return "closed"
     job = deps.store().get_job(instance.job_id)
     if job is not None and job.attempt == instance.attempt:
@@ -132,6 +140,8 @@ def _check_cooling(instance: InstanceDoc, vm: Vm | None, now: datetime) -> str:
     gone = InstanceSubstatus.PREEMPTED if vm is None else InstanceSubstatus.TERMINATED
     note = "cooling period over" if vm is not None else "lost while cooling"
     charge_cooling(priced, now)
+    if vm is not None and try_stop(priced, now, note):
+        return "cooling_ended"
     if vm is not None:
         deps.compute().delete(priced.zone, priced.name)
     store.update_instance(
@@ -140,8 +150,23 @@ def _check_cooling(instance: InstanceDoc, vm: Vm | None, now: datetime) -> str:
     return "cooling_ended"
 
 
+def _finish_closing(instance: InstanceDoc, now: datetime) -> None:
+    """A function died while it closed the instance: stop or delete it, as it meant to."""
+    job = deps.store().get_job(instance.job_id)
+    if instance.substatus == InstanceSubstatus.STOPPING and job is not None:
+        stop_instance(instance, job.spec.stop_period_s, now, "stopped by the reaper")
+    else:
+        release_instance(instance.name, now, note="closed by the reaper")
+
+
 def _silent_s(instance: InstanceDoc, now: datetime) -> float:
-    last = instance.last_heartbeat_at or instance.booted_at or instance.created_at
+    # A restarted (stopped) VM's running segment began when it was restarted.
+    last = (
+        instance.last_heartbeat_at
+        or instance.booted_at
+        or instance.segment_started_at
+        or instance.created_at
+    )
     return (now - last).total_seconds()
 
 
@@ -187,12 +212,20 @@ def _check_job(job: JobDoc, now: datetime) -> str | None:
 
 
 def _check_user(user: UserDoc, now: datetime) -> str | None:
-    """Free the slots of jobs that ended without freeing them (a crash)."""
+    """Free the slots of jobs that ended, and of instances no longer stopped,
+    without freeing them (a crash)."""
+    store = deps.store()
     freed = 0
     for job_id in user.active_jobs:
-        job = deps.store().get_job(job_id)
+        job = store.get_job(job_id)
         if job is None or job.status in JobStatus.terminal():
             release_job(user.user, job_id, now)
+            freed += 1
+    for name in user.stopped_instances:
+        instance = store.get_instance(name)
+        if instance is None or instance.substatus not in _STOP_SUBSTATUSES:
+            free = partial(free_slot, kind="stopped_instances", key=name, now=now)
+            store.update_user(user.user, free)
             freed += 1
     return "slots_freed" if freed else None
 

@@ -53,6 +53,7 @@ class Settings:
     cooling_baseline_min: int = 10
     cooling_unit: float = 0.01
     max_active_instances: int = 5
+    max_stopped_instances: int = 4
     topics: dict[str, str] = field(default_factory=lambda: dict(TOPICS))
 
     @classmethod
@@ -88,6 +89,9 @@ class Settings:
             cooling_unit=float(env.get("SPOTLINE_COOLING_UNIT", cls.cooling_unit)),
             max_active_instances=int(
                 env.get("SPOTLINE_MAX_ACTIVE_INSTANCES", cls.max_active_instances)
+            ),
+            max_stopped_instances=int(
+                env.get("SPOTLINE_MAX_STOPPED_INSTANCES", cls.max_stopped_instances)
             ),
         )
 

@@ -124,6 +124,7 @@ class InstanceDoc(_Doc):
     cooling_until: datetime | None = None
     cooling_cost_usd: float = 0.0  # the current cooling period, so far
     cooled_for_job: str | None = None  # whose cooling period the last claim closed
+    stopped_until: datetime | None = None  # CLOSED/STOPPED: restartable until then
     created_at: datetime
     booted_at: datetime | None = None
     last_heartbeat_at: datetime | None = None
@@ -158,6 +159,7 @@ class UserDoc(_Doc):
     user: str
     active_jobs: list[str] = Field(default_factory=list)
     active_instances: list[str] = Field(default_factory=list)
+    stopped_instances: list[str] = Field(default_factory=list)
     updated_at: datetime | None = None
 
 

@@ -1,5 +1,6 @@
 """Per-user quotas (the seed's defaults: 5 active jobs, 5 active instances,
-4 stopped instances), as pure changes of a ``UserDoc``.
+4 stopped instances; the limits are ``Settings``), as pure changes of a
+``UserDoc``.
 
 The store applies them with a guarded write, so concurrent submissions of one
 user can never hold more slots than the quota.
@@ -7,23 +8,12 @@ user can never hold more slots than the quota.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
 from shared.documents import UserDoc
 
-SlotKind = Literal["active_jobs", "active_instances"]
-
-
-@dataclass(frozen=True)
-class Quotas:
-    active_jobs: int = 5
-    active_instances: int = 5
-    stopped_instances: int = 4
-
-    def limit(self, kind: SlotKind) -> int:
-        return self.active_jobs if kind == "active_jobs" else self.active_instances
+SlotKind = Literal["active_jobs", "active_instances", "stopped_instances"]
 
 
 def take_slot(user: UserDoc, kind: SlotKind, key: str, limit: int, now: datetime) -> UserDoc:
@@ -47,5 +37,5 @@ def holds(user: UserDoc, kind: SlotKind, key: str) -> bool:
 
 
 def over_quota_reason(user: UserDoc, kind: SlotKind, limit: int) -> str:
-    what = "jobs" if kind == "active_jobs" else "instances"
-    return f"user {user.user} has {len(getattr(user, kind))} active {what} (quota {limit})"
+    what = kind.replace("_", " ")
+    return f"user {user.user} has {len(getattr(user, kind))} {what} (quota {limit})"

@@ -57,6 +57,15 @@ class JobSpec(BaseModel):
         default=1, ge=1, le=64, description="VMs that train together, created in one zone."
     )
     cool_down_period_s: int = Field(default=0, ge=0)
+    stop_period_s: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "On-demand (.od) VMs: once the job (and any cooling period) ends, stop the VM, "
+            "keeping its disk, for this long; a later job of the user for the same machine id "
+            "restarts it instead of creating one. Within the stopped-instances quota. 0: delete."
+        ),
+    )
     wait_request_s: int = Field(default=600, ge=0)
     wait_new_job_create_s: int = -1
     wait_new_job_create_interval: int = Field(default=10, ge=1)
@@ -85,6 +94,12 @@ class JobSpec(BaseModel):
             raise ValueError("give exactly one of 'trainer' (built-in) or 'command'")
         if self.trainer is not None and self.trainer not in BUILTIN_TRAINERS:
             raise ValueError(f"trainer: {self.trainer!r} is not one of {BUILTIN_TRAINERS}")
+        on_demand = self.on_demand_fallback or any(m.endswith(".od") for m in self.machine_ids)
+        if self.stop_period_s > 0 and not on_demand:
+            raise ValueError(
+                "stop_period_s: only on-demand VMs can be stopped, and no machine id is "
+                "on demand (add a NAME.od id, or on_demand_fallback)"
+            )
         return self
 
 

@@ -133,5 +133,9 @@ INSTANCE_TRANSITIONS: dict[InstanceStatus, frozenset[InstanceStatus]] = {
     St.EXECUTING: frozenset({St.COOLING, St.CLOSING, St.CLOSED}),
     St.COOLING: frozenset({St.EXECUTING, St.CLOSING, St.CLOSED}),
     St.CLOSING: frozenset({St.CLOSED}),
-    St.CLOSED: frozenset(),
+    # Only a STOPPED instance leaves CLOSED: restarted for a new job, or deleted
+    # (CLOSED/TERMINATED); see REOPENABLE.
+    St.CLOSED: frozenset({St.LAUNCHING}),
 }
+# The CLOSED substatuses an instance may still move from.
+REOPENABLE: frozenset[InstanceSubstatus] = frozenset({Sub.STOPPED})

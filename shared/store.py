@@ -120,6 +120,10 @@ class Store:
     ) -> list[InstanceDoc]:
         return self._list(INSTANCES, InstanceDoc, "status", statuses, limit)
 
+    def stopped_instances(self, limit: int = 500) -> list[InstanceDoc]:
+        """CLOSED/STOPPED instances: kept, restartable, and watched by the reaper."""
+        return self._list(INSTANCES, InstanceDoc, "substatus", ["STOPPED"], limit)
+
     # -- queue ------------------------------------------------------------
 
     def put_queue(self, entry: QueueEntry) -> None:

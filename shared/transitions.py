@@ -16,6 +16,7 @@ from shared.states import (
     INSTANCE_SUBSTATUSES,
     INSTANCE_TRANSITIONS,
     JOB_TRANSITIONS,
+    REOPENABLE,
     InstanceStatus,
     InstanceSubstatus,
     JobSubstatus,
@@ -99,6 +100,10 @@ def move_instance(
         raise IllegalTransition(f"instance {instance.name}: {to} cannot carry {substatus}")
     if (to, substatus) == (instance.status, instance.substatus):
         return instance
+    if instance.status == InstanceStatus.CLOSED and instance.substatus not in REOPENABLE:
+        raise IllegalTransition(
+            f"instance {instance.name}: {instance.status}/{instance.substatus} never moves again"
+        )
     if to != instance.status and to not in INSTANCE_TRANSITIONS[instance.status]:
         raise IllegalTransition(
             f"instance {instance.name}: {instance.status}/{instance.substatus} -> {to} "

@@ -38,6 +38,7 @@ def test_a_minimal_spec_gets_the_seed_defaults() -> None:
         (spec_bytes(batchsize=3), "batchsize: Extra inputs are not permitted"),
         (spec_bytes(job_id="Bad_Id"), "job_id: String should match pattern"),
         (spec_bytes(nodes=65), "nodes: Input should be less than or equal to 64"),
+        (spec_bytes(stop_period_s=600), "stop_period_s: only on-demand VMs can be stopped"),
     ],
 )
 def test_bad_input_names_what_is_wrong(payload: bytes, names: str) -> None:

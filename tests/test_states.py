@@ -108,5 +108,17 @@ def test_instance_moves_and_substatus_must_fit_the_status() -> None:
     assert [h.status for h in closed.history] == ["EXECUTING", "CLOSING", "CLOSED"]
     with pytest.raises(IllegalTransition, match="cannot carry"):
         move_instance(running, InstanceStatus.CLOSED, T0, InstanceSubstatus.STOPPING)
-    with pytest.raises(IllegalTransition, match="not allowed"):
+    with pytest.raises(IllegalTransition, match="never moves again"):
         move_instance(closed, InstanceStatus.EXECUTING, T0)
+    with pytest.raises(IllegalTransition, match="never moves again"):
+        move_instance(closed, InstanceStatus.LAUNCHING, T0)
+
+
+def test_only_a_stopped_instance_is_restarted_or_deleted_after_closing() -> None:
+    stopping = move_instance(instance(), InstanceStatus.CLOSING, T0, InstanceSubstatus.STOPPING)
+    stopped = move_instance(stopping, InstanceStatus.CLOSED, T0, InstanceSubstatus.STOPPED)
+    assert move_instance(stopped, InstanceStatus.LAUNCHING, T0).status == "LAUNCHING"
+    deleted = move_instance(stopped, InstanceStatus.CLOSED, T0, InstanceSubstatus.TERMINATED)
+    assert deleted.substatus == "TERMINATED"
+    with pytest.raises(IllegalTransition, match="not allowed"):
+        move_instance(stopped, InstanceStatus.EXECUTING, T0)
