@@ -18,14 +18,9 @@ from tests.test_e2e_recovery import submit
 pytestmark = [pytest.mark.emulators, pytest.mark.e2e]
 
 
-def wait_for_instance(
-    store: Store, name: str, status: str, substatus: str, timeout_s: float
-) -> None:
+def wait_for_instance(store: Store, name: str, state: tuple[str, str], timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
-    while (instance := store.get_instance(name)) and (
-        instance.status,
-        instance.substatus,
-    ) != (status, substatus):
+    while (instance := store.get_instance(name)) and (instance.status, instance.substatus) != state:
         assert time.monotonic() < deadline, f"{name} still {instance.status}/{instance.substatus}"
         time.sleep(0.1)
 
