@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import pytest
 
@@ -56,3 +57,10 @@ def test_the_schema_documents_the_fields() -> None:
     schema = JobSpec.model_json_schema()
     assert {"user", "machine_ids"} <= set(schema["required"])
     assert "NAME.od is on demand" in schema["properties"]["machine_ids"]["description"]
+
+
+def test_every_example_is_a_valid_job_spec(repo_root: Path) -> None:
+    examples = sorted((repo_root / "examples").glob("*.json"))
+    assert examples
+    for example in examples:
+        parse_spec(example.read_bytes())
