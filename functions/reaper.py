@@ -176,6 +176,13 @@ def _allowed_s(instance: InstanceDoc, settings: Settings) -> float:
 
 def _check_orphan(vm: Vm, now: datetime) -> str | None:
     store = deps.store()
+    instance = store.get_instance(vm.name)
+    if instance is not None and (
+        instance.status in InstanceStatus.live() or instance.substatus in _STOP_SUBSTATUSES
+    ):
+        # Owned after all: its document moved between the sweep's listings (a
+        # stopped VM restarted for a job, a VM being stopped).
+        return None
     job = store.get_job(vm.labels.get("spotline-job", ""))
     attempt = vm.labels.get("spotline-attempt", "")
     if (

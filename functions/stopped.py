@@ -21,8 +21,16 @@ from shared.errors import PermanentError
 from shared.lifecycle import instance_closed
 from shared.placement import Option, vm_name
 from shared.quotas import free_slot, holds, take_slot
-from shared.states import InstanceStatus
-from shared.stopping import restartable, restarted, stop_ended, stoppable, stopped, stopping
+from shared.states import InstanceStatus, InstanceSubstatus
+from shared.stopping import (
+    restartable,
+    restarted,
+    stop_ended,
+    stop_expired,
+    stoppable,
+    stopped,
+    stopping,
+)
 
 
 def retire_instance(name: str, now: datetime, note: str) -> None:
@@ -89,14 +97,23 @@ def claim_stopped(job: JobDoc, machine_ids: list[str], now: datetime) -> tuple[V
 
 def end_stopped(instance: InstanceDoc, vm: Vm | None, now: datetime) -> str | None:
     """The reaper, for a stopped instance: delete it once its period is over;
-    close it when its VM is gone."""
+    close it when its VM is gone. The document is closed first, with a guarded
+    write, so a job restarting it at that moment keeps it: one of the two wins."""
     if vm is None:
         _forget(instance, now, "the stopped VM is gone")
         return "stopped_lost"
-    if instance.stopped_until is not None and now < instance.stopped_until:
+    if not stop_expired(instance, now):
         return None
+    ended = deps.store().update_instance(
+        instance.name,
+        lambda current: (
+            stop_ended(current, now, "stop period over") if stop_expired(current, now) else current
+        ),
+    )
+    if ended is None or ended.substatus != InstanceSubstatus.TERMINATED:
+        return None  # restarted (and maybe stopped again) meanwhile
     deps.compute().delete(instance.zone, instance.name)
-    _forget(instance, now, "stop period over")
+    _free_stopped_slot(instance, now)
     return "stopped_ended"
 
 

@@ -90,6 +90,15 @@ def restarted(instance: InstanceDoc, job_id: str, attempt: int, now: datetime) -
     )
 
 
+def stop_expired(instance: InstanceDoc, now: datetime) -> bool:
+    """A stopped instance whose period is over (the reaper deletes it)."""
+    return (
+        (instance.status, instance.substatus) == STOPPED
+        and instance.stopped_until is not None
+        and now >= instance.stopped_until
+    )
+
+
 def stop_ended(instance: InstanceDoc, now: datetime, note: str) -> InstanceDoc:
     """CLOSED/TERMINATED: the stopped VM was deleted (or is gone)."""
     if (instance.status, instance.substatus) != STOPPED:

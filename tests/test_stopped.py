@@ -178,3 +178,17 @@ def test_the_reaper_frees_a_stopped_slot_whose_instance_is_not_stopped(
     call("reaper", "reaper_tick", ReaperTick(), message_id="t1")
     user = store.get_user("alice")
     assert user is not None and user.stopped_instances == [VM]
+
+
+def test_a_vm_restarted_during_a_sweep_is_no_orphan(
+    call: Callable[..., Any], host: VmHost, project: str
+) -> None:
+    from functions.reaper import _check_orphan  # the sweep's step, on a stale listing
+
+    finish_first_job(call)
+    listed = deps.compute().get("local-a", VM) or deps.compute().get("local-b", VM)
+    assert listed is not None  # listed while stopped, owned by no live instance...
+    call("submit_job", "submit", {**STOP, "job_id": "job2"}, message_id="s2")  # ...then restarted
+    assert _check_orphan(listed, datetime.now(UTC)) is None
+    vm = host.get(VM)
+    assert vm is not None and vm["state"] == "RUNNING"
