@@ -35,11 +35,12 @@ from shared.lifecycle import job_id_for  # noqa: E402
 from shared.spec import parse_spec  # noqa: E402
 from shared.store import Store  # noqa: E402
 
-EPOCH_LINE = re.compile(r"epoch \d+/\d+ step \d+ .*\((\d+\.\d+)s train")
+EPOCH_LINE = re.compile(r"epoch \d+/\d+ step \d+ .*\((\d+\.\d+) ms train")
 
 
 def epoch_times(text: str) -> list[float]:
-    return [float(m.group(1)) for m in EPOCH_LINE.finditer(text)]
+    """Each epoch's training time in seconds, as the trainer prints it (to 0.01 ms)."""
+    return [float(m.group(1)) / 1000 for m in EPOCH_LINE.finditer(text)]
 
 
 def messages(text: str) -> str:
