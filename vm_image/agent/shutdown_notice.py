@@ -110,30 +110,11 @@ def find_checkpoint(checkpoint_dir: str, timeout_s: float) -> Found:
 def publish(bus: Bus, event: SpotPreempted, timeout_s: float) -> str:
     """Publish ``event`` to spot-preempted; the server's message id.
 
-    Bus.publish waits up to 30 s and the client retries for minutes; here every
-    retry and the wait end within ``timeout_s``.
-
     Raises:
-        NoticeError: not published within ``timeout_s``.
+        NoticeError: not published within ``timeout_s`` (every retry included).
     """
-    from google.api_core import exceptions, retry
-
-    transient = retry.if_exception_type(
-        exceptions.Aborted,
-        exceptions.Cancelled,
-        exceptions.DeadlineExceeded,
-        exceptions.InternalServerError,
-        exceptions.ResourceExhausted,
-        exceptions.ServiceUnavailable,
-        exceptions.Unknown,
-    )
-    policy = retry.Retry(
-        predicate=transient, initial=0.1, maximum=1.0, multiplier=2.0, timeout=timeout_s
-    )
-    data = event.model_dump_json().encode()
     try:
-        future = bus.publisher.publish(bus.topic_path(TOPIC), data, retry=policy, timeout=timeout_s)
-        return str(future.result(timeout=timeout_s))
+        return bus.publish(TOPIC, event, timeout_s=timeout_s)
     except Exception as err:
         raise NoticeError(f"publish to {bus.topic_path(TOPIC)} failed: {err!r}") from err
 
