@@ -122,10 +122,21 @@ def subscription(project: str) -> Iterator[Subscription]:
     subscription.close()
 
 
-def _run_notice(server: MetadataServer) -> subprocess.CompletedProcess[str]:
+def _save_keras_state(checkpoint_dir: Path) -> None:
+    """The files Keras' BackupAndRestore (double_checkpoint=True) leaves after
+    two epochs, as the Keras callbacks keep them; no TensorFlow needed to fake them."""
+    checkpoint_dir.mkdir(parents=True)
+    for prefix, epoch in (("_", 1), ("", 2)):
+        (checkpoint_dir / f"{prefix}latest.weights.h5").write_bytes(b"\x89HDF\r\n\x1a\n")
+        (checkpoint_dir / f"{prefix}training_metadata.json").write_text(
+            f'{{"epoch": {epoch}, "batch": 0}}'
+        )
+
+
+def _run_notice(server: MetadataServer, *python_options: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "GCE_METADATA_HOST": server.host}
     return subprocess.run(
-        [sys.executable, "-m", "vm_image.agent.shutdown_notice"],
+        [sys.executable, *python_options, "-m", "vm_image.agent.shutdown_notice"],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -170,6 +181,30 @@ def test_a_preemption_publishes_the_newest_checkpoint(
     assert event.checkpoint_uri == uris[-1]
     assert event.checkpoint_uri.endswith("/ckpt-000000000120.pt")
     assert event.step == 120
+
+
+@pytest.mark.emulators
+def test_a_preemption_publishes_the_keras_state_without_importing_a_framework(
+    project: str, subscription: Subscription, tmp_path: Path
+) -> None:
+    checkpoint_dir = tmp_path / "keras"
+    _save_keras_state(checkpoint_dir)
+    server = _metadata_server(_assignment(project, checkpoint_dir.as_uri()))
+    server.set_preempted()
+    try:
+        done = _run_notice(server, "-X", "importtime")
+    finally:
+        server.close()
+    assert done.returncode == 0, done.stdout + done.stderr
+    events = subscription.pull(wait_s=2.0)
+    assert len(events) == 1, events
+    # The URL the Keras callbacks report for the same state; its name holds no step.
+    assert events[0].checkpoint_uri == (checkpoint_dir / "latest.weights.h5").as_uri()
+    assert events[0].step is None
+    # -X importtime lists every module imported: "import time: self | cumulative | name".
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
+    heavy = {name for name in imported if name.split(".")[0] in {"torch", "tensorflow", "keras"}}
+    assert not heavy, f"the shutdown notice imported {sorted(heavy)}"
 
 
 @pytest.mark.emulators

@@ -4,12 +4,16 @@ service gives the trainer the preemption notice to save its state."""
 from __future__ import annotations
 
 import configparser
+import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
+
+from shared.spec import BUILTIN_TRAINERS
 
 IMAGE = Path(__file__).resolve().parent.parent / "vm_image"
 PACKER = shutil.which("packer")
@@ -55,6 +59,20 @@ def test_the_scripts_parse(script: str) -> None:
     shell = "sh" if script == "build_image.sh" else "bash"
     result = subprocess.run([shell, "-n", str(IMAGE / script)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+# The extra each built-in trainer's framework comes in (pyproject.toml).
+TRAINER_EXTRAS = {"digits_mlp": "torch", "keras_ffnn": "tensorflow"}
+
+
+def test_the_image_installs_what_every_built_in_trainer_needs() -> None:
+    assert set(TRAINER_EXTRAS) == set(BUILTIN_TRAINERS), "name the new trainer's extra here"
+    pyproject = tomllib.loads((IMAGE.parent / "pyproject.toml").read_text())
+    assert set(TRAINER_EXTRAS.values()) <= set(pyproject["project"]["optional-dependencies"])
+    install = (IMAGE / "scripts" / "install.sh").read_text()
+    wheel = re.search(r'pip install "\$\(ls /tmp/spotline-\*\.whl\)\[([\w,-]+)\]"', install)
+    assert wheel, "install.sh installs the spotline wheel with its extras"
+    assert set(TRAINER_EXTRAS.values()) <= set(wheel.group(1).split(","))
 
 
 def test_the_service_leaves_the_notice_to_the_trainer() -> None:

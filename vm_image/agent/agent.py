@@ -39,6 +39,10 @@ JOB_ATTRIBUTE = f"instance/attributes/{JOB_METADATA_KEY}"
 # A cooling agent idles a little past the period: the reaper deletes the VM at
 # its end, and a claim racing the end must still find the agent listening.
 COOLING_GRACE_S = 60
+# While training, TensorBoard logs go up on an epoch's report at most this
+# often (and always once the trainer exits): each upload copies every event
+# file again, which for short epochs cost the agent more than the epoch's event.
+TENSORBOARD_UPLOAD_S = 30.0
 
 
 class Agent:
@@ -67,6 +71,7 @@ class Agent:
         self.checkpoint_uri: str | None = None
         self.trainer: TrainerProcess | None = None
         self.last_epoch: EpochDone | None = None
+        self._tensorboard_uploaded_at = float("-inf")  # the first epoch's logs go up
         self.job_done = threading.Event()
         self._preemption_reported = False
         # Each job its own folder: a cooling VM runs several, and must not
@@ -110,7 +115,8 @@ class Agent:
             )
             self.bus.publish("epoch_done", event)
             self.last_epoch = event
-            self._upload_tensorboard()
+            if time.monotonic() - self._tensorboard_uploaded_at >= TENSORBOARD_UPLOAD_S:
+                self._upload_tensorboard()
         elif kind == "resumed":
             self.step = int(record.get("step", 0))
             self.bus.publish(
@@ -253,6 +259,7 @@ class Agent:
         """Copy the trainer's TensorBoard logs to ``{output_dir}/tensorboard``:
         one folder for every attempt (event files are named per host and time,
         so TensorBoard joins the attempts into one curve)."""
+        self._tensorboard_uploaded_at = time.monotonic()
         local = self.job_dir / TENSORBOARD_DIR
         if not local.is_dir() or not any(local.iterdir()):
             return

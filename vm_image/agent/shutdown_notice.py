@@ -75,19 +75,22 @@ def read_assignment(metadata: Metadata) -> tuple[str, Assignment]:
 
 
 def find_checkpoint(checkpoint_dir: str, timeout_s: float) -> Found:
-    """The newest complete checkpoint in ``checkpoint_dir``, looked up within ``timeout_s``.
+    """The newest checkpoint in ``checkpoint_dir``, looked up within ``timeout_s``:
+    a PyTorch ``ckpt-<step>.pt`` with its step, or the Keras state (no step in
+    its name, so none is sent).
 
     A listing that fails or takes too long answers no checkpoint: the event
     matters more than its details, and the next attempt finds the file anyway.
     """
-    # Imported only once preempted: it pulls in torch (~2 s).
-    from vm_image.trainers.checkpoint_files import latest_checkpoint, step_of
+    # Imported only once preempted: an ordinary shutdown needs no fsspec.
+    # Neither torch nor TensorFlow: their imports would eat the notice.
+    from vm_image.trainers.checkpoint_files import latest_saved_state, step_of
 
     answers: queue.Queue[str | Exception | None] = queue.Queue(maxsize=1)
 
     def look() -> None:
         try:
-            answers.put(latest_checkpoint(checkpoint_dir))
+            answers.put(latest_saved_state(checkpoint_dir))
         except Exception as err:  # handed to the caller, who logs it
             answers.put(err)
 
@@ -110,30 +113,11 @@ def find_checkpoint(checkpoint_dir: str, timeout_s: float) -> Found:
 def publish(bus: Bus, event: SpotPreempted, timeout_s: float) -> str:
     """Publish ``event`` to spot-preempted; the server's message id.
 
-    Bus.publish waits up to 30 s and the client retries for minutes; here every
-    retry and the wait end within ``timeout_s``.
-
     Raises:
-        NoticeError: not published within ``timeout_s``.
+        NoticeError: not published within ``timeout_s`` (every retry included).
     """
-    from google.api_core import exceptions, retry
-
-    transient = retry.if_exception_type(
-        exceptions.Aborted,
-        exceptions.Cancelled,
-        exceptions.DeadlineExceeded,
-        exceptions.InternalServerError,
-        exceptions.ResourceExhausted,
-        exceptions.ServiceUnavailable,
-        exceptions.Unknown,
-    )
-    policy = retry.Retry(
-        predicate=transient, initial=0.1, maximum=1.0, multiplier=2.0, timeout=timeout_s
-    )
-    data = event.model_dump_json().encode()
     try:
-        future = bus.publisher.publish(bus.topic_path(TOPIC), data, retry=policy, timeout=timeout_s)
-        return str(future.result(timeout=timeout_s))
+        return bus.publish(TOPIC, event, timeout_s=timeout_s)
     except Exception as err:
         raise NoticeError(f"publish to {bus.topic_path(TOPIC)} failed: {err!r}") from err
 

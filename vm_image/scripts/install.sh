@@ -10,10 +10,11 @@ for _ in $(seq 1 60); do
 done
 nvidia-smi
 
-# 2. The agent, in its own virtual environment.
+# 2. The agent, in its own virtual environment, with the extras of both
+#    built-in trainers: torch for digits_mlp, tensorflow for keras_ffnn.
 python3 -m venv /opt/spotline/venv
 /opt/spotline/venv/bin/pip install --upgrade pip
-/opt/spotline/venv/bin/pip install "$(ls /tmp/spotline-*.whl)[torch]"
+/opt/spotline/venv/bin/pip install "$(ls /tmp/spotline-*.whl)[torch,tensorflow]"
 
 # 3. Static startup and shutdown scripts (no user string is ever pasted in).
 install -d /opt/spotline/scripts

@@ -1,9 +1,11 @@
-"""Checkpoint file names and listings, without torch.
+"""Checkpoint file names and listings, without torch or TensorFlow.
 
-Kept apart from ``torch_checkpoint`` so that the shutdown script, which has
-seconds to report a preemption, does not pay torch's import (about 1.7 s).
-Files are ``ckpt-<global step, 12 digits>.pt``, so names sort by step;
-temporary files start with ``.tmp-`` and never match.
+Kept apart from ``torch_checkpoint`` and ``keras_callbacks`` so that the
+shutdown script, which has seconds to report a preemption, does not pay
+torch's import (about 1.7 s) or TensorFlow's.
+PyTorch files are ``ckpt-<global step, 12 digits>.pt``, so names sort by step;
+temporary files start with ``.tmp-`` and never match. The Keras callbacks keep
+one state, ``latest.weights.h5``, overwritten at every save.
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ import fsspec
 from fsspec.core import url_to_fs
 
 CHECKPOINT_PATTERN = re.compile(r"^ckpt-(\d{12})\.pt$")
+# The name Keras' BackupAndRestore gives the weights and optimizer state; its
+# epoch goes in training_metadata.json beside it, the step in neither name.
+KERAS_STATE_FILE = "latest.weights.h5"
 
 
 def checkpoint_name(step: int) -> str:
@@ -29,19 +34,22 @@ def step_of(uri: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def checkpoint_paths(fs: fsspec.AbstractFileSystem, root: str) -> list[tuple[int, str]]:
-    """(step, path) of each complete checkpoint under ``root``, by step."""
+def _listing(fs: fsspec.AbstractFileSystem, root: str) -> list[str]:
     # gcsfs caches listings; another attempt or process may have written since.
     fs.invalidate_cache(root)
     try:
-        paths = fs.ls(root, detail=False)
+        return [str(path) for path in fs.ls(root, detail=False)]
     except FileNotFoundError:
         return []
+
+
+def checkpoint_paths(fs: fsspec.AbstractFileSystem, root: str) -> list[tuple[int, str]]:
+    """(step, path) of each complete PyTorch checkpoint under ``root``, by step."""
     found = []
-    for path in paths:
-        step = step_of(str(path))
+    for path in _listing(fs, root):
+        step = step_of(path)
         if step is not None:
-            found.append((step, str(path)))
+            found.append((step, path))
     return sorted(found)
 
 
@@ -55,3 +63,18 @@ def latest_checkpoint(checkpoint_dir: str) -> str | None:
     """The URL of the checkpoint with the highest step, or None when there is none."""
     checkpoints = list_checkpoints(checkpoint_dir)
     return checkpoints[-1] if checkpoints else None
+
+
+def latest_saved_state(checkpoint_dir: str) -> str | None:
+    """The URL of the newest state either built-in's helpers saved in
+    ``checkpoint_dir``: the highest-step PyTorch checkpoint, else the Keras
+    state (``step_of`` gives None for it); None when there is neither."""
+    fs, root = url_to_fs(checkpoint_dir)
+    paths = _listing(fs, root)
+    steps = sorted((step, path) for path in paths if (step := step_of(path)) is not None)
+    if steps:
+        return str(fs.unstrip_protocol(steps[-1][1]))
+    for path in paths:
+        if path.rstrip("/").rsplit("/", 1)[-1] == KERAS_STATE_FILE:
+            return str(fs.unstrip_protocol(path))
+    return None

@@ -39,6 +39,7 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 from urllib.request import url2pathname
 
+from vm_image.trainers.checkpoint_files import KERAS_STATE_FILE
 from vm_image.trainers.report import report_checkpoint, report_epoch, report_resumed
 
 try:
@@ -63,7 +64,6 @@ __all__ = [
 # What a shell reports for a process ended by SIGTERM; the agent reads it as
 # "stopped on request, checkpoint saved".
 EXIT_PREEMPTED = 143
-WEIGHTS_FILE = "latest.weights.h5"
 
 
 def local_path(uri: str) -> str:
@@ -142,7 +142,7 @@ class PreemptibleBackupAndRestore(keras.callbacks.BackupAndRestore):
             double_checkpoint=True,
             delete_checkpoint=False,
         )
-        self.checkpoint_uri = checkpoint_dir.rstrip("/") + "/" + WEIGHTS_FILE
+        self.checkpoint_uri = checkpoint_dir.rstrip("/") + "/" + KERAS_STATE_FILE
         self.flag = flag
         self.stopped_at_step: int | None = None
         self.cut_short_epoch: int | None = None
