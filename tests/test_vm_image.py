@@ -61,8 +61,8 @@ def test_the_scripts_parse(script: str) -> None:
     assert result.returncode == 0, result.stderr
 
 
-# The extra each built-in trainer's framework comes in (pyproject.toml).
-TRAINER_EXTRAS = {"digits_mlp": "torch", "keras_ffnn": "tensorflow"}
+# The extra each built-in trainer's framework comes in on a GPU VM (pyproject.toml).
+TRAINER_EXTRAS = {"digits_mlp": "torch", "keras_ffnn": "tensorflow-cuda"}
 
 
 def test_the_image_installs_what_every_built_in_trainer_needs() -> None:

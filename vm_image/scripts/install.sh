@@ -11,10 +11,11 @@ done
 nvidia-smi
 
 # 2. The agent, in its own virtual environment, with the extras of both
-#    built-in trainers: torch for digits_mlp, tensorflow for keras_ffnn.
+#    built-in trainers for a GPU: torch for digits_mlp (PyPI's Linux wheel
+#    carries CUDA), tensorflow-cuda for keras_ffnn.
 python3 -m venv /opt/spotline/venv
 /opt/spotline/venv/bin/pip install --upgrade pip
-/opt/spotline/venv/bin/pip install "$(ls /tmp/spotline-*.whl)[torch,tensorflow]"
+/opt/spotline/venv/bin/pip install "$(ls /tmp/spotline-*.whl)[torch,tensorflow-cuda]"
 
 # 3. Static startup and shutdown scripts (no user string is ever pasted in).
 install -d /opt/spotline/scripts
