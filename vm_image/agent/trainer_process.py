@@ -141,4 +141,7 @@ class TrainerProcess:
                 except json.JSONDecodeError:
                     continue
                 if isinstance(record, dict):
-                    self.on_report(record)
+                    try:
+                        self.on_report(record)
+                    except Exception as err:  # e.g. Pub/Sub out of reach: keep following
+                        logs.warning(f"could not relay the trainer's report {record}: {err}")
