@@ -75,6 +75,14 @@ def test_the_image_installs_what_every_built_in_trainer_needs() -> None:
     assert set(TRAINER_EXTRAS.values()) <= set(wheel.group(1).split(","))
 
 
+def test_the_agent_venv_has_the_python_spotline_requires() -> None:
+    pyproject = tomllib.loads((IMAGE.parent / "pyproject.toml").read_text())
+    required = re.fullmatch(r">=\s*(3\.\d+)", pyproject["project"]["requires-python"])
+    assert required, "requires-python is a lower bound"
+    install = (IMAGE / "scripts" / "install.sh").read_text()
+    assert f"python{required.group(1)} -m venv /opt/spotline/venv" in install
+
+
 def test_the_service_leaves_the_notice_to_the_trainer() -> None:
     unit = configparser.ConfigParser(strict=False, interpolation=None)
     unit.read(IMAGE / "systemd" / "spotline-agent.service")

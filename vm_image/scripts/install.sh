@@ -13,7 +13,10 @@ nvidia-smi
 # 2. The agent, in its own virtual environment, with the extras of both
 #    built-in trainers for a GPU: torch for digits_mlp (PyPI's Linux wheel
 #    carries CUDA), tensorflow-cuda for keras_ffnn.
-python3 -m venv /opt/spotline/venv
+#    spotline needs Python >= 3.11; the Deep Learning VM's own is 3.10.
+apt-get update
+DEBIAN_FRONTEND=noninteractive apt-get install -y python3.11 python3.11-venv
+python3.11 -m venv /opt/spotline/venv
 /opt/spotline/venv/bin/pip install --upgrade pip
 /opt/spotline/venv/bin/pip install "$(ls /tmp/spotline-*.whl)[torch,tensorflow-cuda]"
 
