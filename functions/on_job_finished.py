@@ -11,7 +11,6 @@ from datetime import UTC, datetime
 from functions import deps
 from functions.envelope import Message, pubsub_handler
 from functions.quota import settle
-from functions.release import release_instance
 from functions.stopped import retire_instance
 from functions.vm_events import apply_to_job
 from shared import lifecycle, logs
@@ -39,8 +38,6 @@ def on_job_finished(message: Message) -> None:
                 event.instance,
                 lambda current: start_cooling(current, now, period, deps.settings().cooling_rule),
             )
-        elif job.nodes:
-            release_instance(event.instance, now, note=f"job {job.status.lower()}")
         else:
             retire_instance(event.instance, now, note=f"job {job.status.lower()}")
     settle(job, now)

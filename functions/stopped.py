@@ -41,11 +41,12 @@ def retire_instance(name: str, now: datetime, note: str) -> None:
 
 
 def try_stop(instance: InstanceDoc, now: datetime, note: str) -> bool:
-    """Stop the VM when its job asks for that (``stop_period_s``, on demand)
-    and the user's stopped-instances quota has room. False: delete it instead."""
+    """Stop the VM when its job asks for that (``stop_period_s``, on demand,
+    one node) and the user's stopped-instances quota has room. False: delete
+    it instead."""
     store = deps.store()
     job = store.get_job(instance.job_id)
-    if job is None or not stoppable(instance, job.spec.stop_period_s):
+    if job is None or job.nodes or not stoppable(instance, job.spec.stop_period_s):
         return False
     limit = deps.settings().max_stopped_instances
     user = store.update_user(

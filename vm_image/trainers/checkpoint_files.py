@@ -45,12 +45,11 @@ def _listing(fs: fsspec.AbstractFileSystem, root: str) -> list[str]:
 
 def checkpoint_paths(fs: fsspec.AbstractFileSystem, root: str) -> list[tuple[int, str]]:
     """(step, path) of each complete PyTorch checkpoint under ``root``, by step."""
-    found = []
-    for path in _listing(fs, root):
-        step = step_of(path)
-        if step is not None:
-            found.append((step, path))
-    return sorted(found)
+    return _by_step(_listing(fs, root))
+
+
+def _by_step(paths: list[str]) -> list[tuple[int, str]]:
+    return sorted((step, path) for path in paths if (step := step_of(path)) is not None)
 
 
 def list_checkpoints(checkpoint_dir: str) -> list[str]:
@@ -71,7 +70,7 @@ def latest_saved_state(checkpoint_dir: str) -> str | None:
     state (``step_of`` gives None for it); None when there is neither."""
     fs, root = url_to_fs(checkpoint_dir)
     paths = _listing(fs, root)
-    steps = sorted((step, path) for path in paths if (step := step_of(path)) is not None)
+    steps = _by_step(paths)
     if steps:
         return str(fs.unstrip_protocol(steps[-1][1]))
     for path in paths:
