@@ -161,22 +161,29 @@ def test_an_ordinary_shutdown_publishes_nothing(
     assert subscription.pull(wait_s=1.5) == []
 
 
+def _preempted_notice(
+    project: str, subscription: Subscription, checkpoint_uri: str, *python_args: str
+) -> tuple[subprocess.CompletedProcess[str], SpotPreempted]:
+    """Run the notice on a preempted VM; what it printed and the one event it sent."""
+    server = _metadata_server(_assignment(project, checkpoint_uri))
+    server.set_preempted()
+    try:
+        done = _run_notice(server, *python_args)
+    finally:
+        server.close()
+    assert done.returncode == 0, done.stdout + done.stderr
+    events = subscription.pull(wait_s=2.0)
+    assert len(events) == 1, events
+    return done, events[0]
+
+
 @pytest.mark.emulators
 def test_a_preemption_publishes_the_newest_checkpoint(
     project: str, subscription: Subscription, tmp_path: Path
 ) -> None:
     checkpoint_dir = tmp_path.joinpath("ckpt").as_uri()
     uris = _save_checkpoints(checkpoint_dir, [40, 120])
-    server = _metadata_server(_assignment(project, checkpoint_dir))
-    server.set_preempted()
-    try:
-        done = _run_notice(server)
-    finally:
-        server.close()
-    assert done.returncode == 0, done.stdout + done.stderr
-    events = subscription.pull(wait_s=2.0)
-    assert len(events) == 1, events
-    event = events[0]
+    _, event = _preempted_notice(project, subscription, checkpoint_dir)
     assert (event.job_id, event.attempt, event.instance) == ("j1", 3, INSTANCE)
     assert event.checkpoint_uri == uris[-1]
     assert event.checkpoint_uri.endswith("/ckpt-000000000120.pt")
@@ -189,18 +196,12 @@ def test_a_preemption_publishes_the_keras_state_without_importing_a_framework(
 ) -> None:
     checkpoint_dir = tmp_path / "keras"
     _save_keras_state(checkpoint_dir)
-    server = _metadata_server(_assignment(project, checkpoint_dir.as_uri()))
-    server.set_preempted()
-    try:
-        done = _run_notice(server, "-X", "importtime")
-    finally:
-        server.close()
-    assert done.returncode == 0, done.stdout + done.stderr
-    events = subscription.pull(wait_s=2.0)
-    assert len(events) == 1, events
+    done, event = _preempted_notice(
+        project, subscription, checkpoint_dir.as_uri(), "-X", "importtime"
+    )
     # The URL the Keras callbacks report for the same state; its name holds no step.
-    assert events[0].checkpoint_uri == (checkpoint_dir / "latest.weights.h5").as_uri()
-    assert events[0].step is None
+    assert event.checkpoint_uri == (checkpoint_dir / "latest.weights.h5").as_uri()
+    assert event.step is None
     # -X importtime lists every module imported: "import time: self | cumulative | name".
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
     heavy = {name for name in imported if name.split(".")[0] in {"torch", "tensorflow", "keras"}}
@@ -211,18 +212,11 @@ def test_a_preemption_publishes_the_keras_state_without_importing_a_framework(
 def test_a_preemption_without_a_checkpoint_still_publishes(
     project: str, subscription: Subscription, tmp_path: Path
 ) -> None:
-    server = _metadata_server(_assignment(project, tmp_path.joinpath("none-yet").as_uri()))
-    server.set_preempted()
-    try:
-        done = _run_notice(server)
-    finally:
-        server.close()
-    assert done.returncode == 0, done.stdout + done.stderr
-    events = subscription.pull(wait_s=2.0)
-    assert len(events) == 1, events
-    assert (events[0].job_id, events[0].attempt, events[0].instance) == ("j1", 3, INSTANCE)
-    assert events[0].checkpoint_uri is None
-    assert events[0].step is None
+    none_yet = tmp_path.joinpath("none-yet").as_uri()
+    _, event = _preempted_notice(project, subscription, none_yet)
+    assert (event.job_id, event.attempt, event.instance) == ("j1", 3, INSTANCE)
+    assert event.checkpoint_uri is None
+    assert event.step is None
 
 
 @pytest.fixture
