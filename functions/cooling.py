@@ -6,14 +6,17 @@ from datetime import datetime
 
 from functions import deps
 from functions.assignments import assignment_for
+from functions.release import release_instance
+from functions.stopped import free_stopped_slot, stop_instance, take_stop_slot
 from shared import logs
 from shared.catalog import load_catalog
-from shared.compute.port import JOB_METADATA_KEY, Vm, VmState
-from shared.cooling import charge, claim, claimable
+from shared.compute.port import JOB_METADATA_KEY, Vm
+from shared.cooling import charge, claim, claimable, close_segment, while_cooling
 from shared.documents import InstanceDoc, JobDoc
-from shared.lifecycle import accrue
-from shared.placement import Option, parse_machine_id
-from shared.states import InstanceStatus
+from shared.lifecycle import accrue, instance_closing
+from shared.placement import Option, held_vm
+from shared.states import InstanceStatus, InstanceSubstatus
+from shared.stopping import stopping
 
 
 def claim_cooling(job: JobDoc, machine_ids: list[str], now: datetime) -> tuple[Vm, Option] | None:
@@ -26,7 +29,7 @@ def claim_cooling(job: JobDoc, machine_ids: list[str], now: datetime) -> tuple[V
             # both idempotent.
             _charge_claimed(instance, now)
             _assign(job, instance)
-            return reused_vm(instance)
+            return held_vm(instance, load_catalog())
     zones = set(job.spec.zones or settings.zones)
     cooling = [i for i in store.list_instances([InstanceStatus.COOLING]) if i.zone in zones]
     for machine_id in machine_ids:
@@ -42,8 +45,40 @@ def claim_cooling(job: JobDoc, machine_ids: list[str], now: datetime) -> tuple[V
             _charge_claimed(won, now)
             _assign(job, won)
             logs.info(f"job {job.job_id}: reusing cooling instance {won.name}", job_id=job.job_id)
-            return reused_vm(won)
+            return held_vm(won, load_catalog())
     return None
+
+
+def end_cooling(instance: InstanceDoc, now: datetime, note: str) -> bool:
+    """End a cooling period before a job claims the VM: charge it to the job
+    that left the VM cooling, close the instance, then stop or delete the VM.
+
+    The instance is closed with a guarded write that only moves a COOLING one,
+    so a job claiming the VM at that moment wins or loses whole. False: a job
+    claimed it first, and it runs on.
+    """
+    store, rule = deps.store(), deps.settings().cooling_rule
+    charge_cooling(while_cooling(instance, now, rule), now)
+    period_s = take_stop_slot(instance, now)  # None: delete it
+
+    def close(current: InstanceDoc) -> InstanceDoc:
+        if current.status != InstanceStatus.COOLING:
+            return current
+        priced = close_segment(current, now, rule)  # at the cooling price, escalated
+        if period_s is None:
+            return instance_closing(priced, now, note)
+        return stopping(priced, now, note)
+
+    closing = store.update_instance(instance.name, close)
+    if closing is None or closing.status != InstanceStatus.CLOSING:
+        if period_s is not None:
+            free_stopped_slot(instance, now)
+        return False
+    if period_s is not None and closing.substatus == InstanceSubstatus.STOPPING:
+        stop_instance(closing, period_s, now, note)
+    else:
+        release_instance(instance.name, now, note)
+    return True
 
 
 def charge_cooling(instance: InstanceDoc, now: datetime) -> None:
@@ -69,19 +104,3 @@ def _assign(job: JobDoc, instance: InstanceDoc) -> None:
     """The agent idling on the VM wakes on this metadata change."""
     assignment = assignment_for(job).model_dump_json()
     deps.compute().set_metadata(instance.zone, instance.name, {JOB_METADATA_KEY: assignment})
-
-
-def reused_vm(instance: InstanceDoc) -> tuple[Vm, Option]:
-    """A VM spotline already holds (cooling, or stopped and restarted), as a
-    placement answers it."""
-    name, provisioning = parse_machine_id(instance.machine_id)
-    option = Option(machine=load_catalog()[name], provisioning=provisioning, zone=instance.zone)
-    vm = Vm(
-        name=instance.name,
-        zone=instance.zone,
-        state=VmState.RUNNING,
-        labels={},
-        machine_type=instance.machine_type,
-        id=instance.instance_id or "",
-    )
-    return vm, option

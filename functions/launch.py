@@ -8,17 +8,20 @@ attempt, so even a racing second caller gets the same VM back.
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from functions import deps
 from functions.assignments import assignment_for
 from functions.cooling import claim_cooling
-from functions.stopped import claim_stopped
+from functions.instance_slots import OverInstanceQuota, keep_instance_slot, take_instance_slots
+from functions.release import free_instance_slot
+from functions.restart import claim_stopped
+from functions.waiting import wait_for_capacity, wait_for_quota
 from shared import logs
 from shared.catalog import load_catalog
 from shared.compute.port import CapacityError, Vm
-from shared.documents import InstanceDoc, JobDoc, QueueEntry
-from shared.lifecycle import advance, vm_recorded
+from shared.documents import InstanceDoc, JobDoc
+from shared.lifecycle import vm_recorded
 from shared.placement import (
     Option,
     build_gang_request,
@@ -29,26 +32,18 @@ from shared.placement import (
     options,
     vm_name,
 )
-from shared.states import JobSubstatus
-
-_BACKOFF_BASE_S = 15
-_BACKOFF_MAX_S = 300
 
 
 def launch(job: JobDoc, now: datetime) -> JobDoc:
     """Create (or adopt) the attempt's VM and record it; queue the job when no
     option has capacity. The job must be in REQUESTING_SERVER."""
     tried: list[str] = []
-    found: tuple[list[Vm], Option] | None
-    if job.spec.nodes > 1:
-        found = _existing_gang(job) or _create_gang(job, tried)
-    else:
-        machine_ids = _machine_ids(job)
-        single = _existing_vm(job) or claim_cooling(job, machine_ids, now)
-        single = single or claim_stopped(job, machine_ids, now) or _create_vm(job, tried)
-        found = ([single[0]], single[1]) if single else None
+    try:
+        found = _find_vms(job, now, tried)
+    except OverInstanceQuota as over:
+        return wait_for_quota(job, now, str(over))
     if found is None:
-        return _wait_for_capacity(job, now, tried)
+        return wait_for_capacity(job, now, tried)
     vms, option = found
     for vm in vms:
         _record_instance(job, vm, option, now)
@@ -78,6 +73,21 @@ def launch(job: JobDoc, now: datetime) -> JobDoc:
     return recorded or job
 
 
+def _find_vms(job: JobDoc, now: datetime, tried: list[str]) -> tuple[list[Vm], Option] | None:
+    """The attempt's VMs: already there, a cooling or stopped one of the user's,
+    or new. None: no option had capacity (``tried`` says why).
+
+    Raises:
+        OverInstanceQuota: a new or restarted VM would put the user over quota.
+    """
+    if job.spec.nodes > 1:
+        return _existing_gang(job) or _create_gang(job, tried, now)
+    machine_ids = _machine_ids(job)
+    single = _existing_vm(job) or claim_cooling(job, machine_ids, now)
+    single = single or claim_stopped(job, machine_ids, now) or _create_vm(job, tried, now)
+    return ([single[0]], single[1]) if single else None
+
+
 def _existing_vm(job: JobDoc) -> tuple[Vm, Option] | None:
     labels = {"spotline-job": job.job_id, "spotline-attempt": str(job.attempt)}
     for vm in deps.compute().list(labels):
@@ -87,10 +97,12 @@ def _existing_vm(job: JobDoc) -> tuple[Vm, Option] | None:
     return None
 
 
-def _create_vm(job: JobDoc, tried: list[str]) -> tuple[Vm, Option] | None:
+def _create_vm(job: JobDoc, tried: list[str], now: datetime) -> tuple[Vm, Option] | None:
     settings = deps.settings()
     assignment = assignment_for(job)
     zones = job.spec.zones or list(settings.zones)
+    name = vm_name(job.job_id, job.attempt)
+    take_instance_slots(job, [name], now)
     for option in options(_machine_ids(job), zones, load_catalog()):
         request = build_vm_request(
             option, assignment, settings.image, job.user, settings.service_account
@@ -103,6 +115,7 @@ def _create_vm(job: JobDoc, tried: list[str]) -> tuple[Vm, Option] | None:
             continue
         _record_request(option.machine_id, ok=True)
         return vm, option
+    free_instance_slot(job.user, name, now)  # no VM: a waiting job holds no slot
     return None
 
 
@@ -125,12 +138,14 @@ def _existing_gang(job: JobDoc) -> tuple[list[Vm], Option] | None:
     return (vms, option) if option is not None else None
 
 
-def _create_gang(job: JobDoc, tried: list[str]) -> tuple[list[Vm], Option] | None:
+def _create_gang(job: JobDoc, tried: list[str], now: datetime) -> tuple[list[Vm], Option] | None:
     """One bulk insert per machine id, in the user's order; the provider picks
     the one allowed zone that holds every node."""
     settings = deps.settings()
     assignment = assignment_for(job)
     zones = job.spec.zones or list(settings.zones)
+    names = node_names(job.job_id, job.attempt, job.spec.nodes)
+    take_instance_slots(job, names, now)
     for option in options(_machine_ids(job), zones[:1], load_catalog()):
         gang = build_gang_request(
             option, assignment, settings.image, job.user, settings.region, zones,
@@ -144,6 +159,8 @@ def _create_gang(job: JobDoc, tried: list[str]) -> tuple[list[Vm], Option] | Non
             continue
         _record_request(option.machine_id, ok=True)
         return vms, replace(option, zone=vms[0].zone)
+    for name in names:
+        free_instance_slot(job.user, name, now)
     return None
 
 
@@ -154,6 +171,7 @@ def _machine_ids(job: JobDoc) -> list[str]:
 
 
 def _record_instance(job: JobDoc, vm: Vm, option: Option, now: datetime) -> None:
+    keep_instance_slot(job.user, vm.name, now)
     deps.store().create_instance(
         InstanceDoc(
             name=vm.name,
@@ -172,30 +190,3 @@ def _record_instance(job: JobDoc, vm: Vm, option: Option, now: datetime) -> None
             updated_at=now,
         )
     )
-
-
-def _wait_for_capacity(job: JobDoc, now: datetime, tried: list[str]) -> JobDoc:
-    store = deps.store()
-    previous = store.get_queue(job.job_id)
-    tries = previous.tries + 1 if previous else 1
-    delay = min(_BACKOFF_BASE_S * 2 ** (tries - 1), _BACKOFF_MAX_S)
-    summary = "; ".join(tried) or "no option"
-    store.put_queue(
-        QueueEntry(
-            job_id=job.job_id,
-            reason="no-capacity",
-            attempt=job.attempt,
-            not_before=now + timedelta(seconds=delay),
-            enqueued_at=previous.enqueued_at if previous else now,
-            tries=tries,
-            last_error=summary,
-        )
-    )
-    logs.warning(f"job {job.job_id}: no capacity ({summary}); retry in {delay} s")
-    recorded = store.update_job(
-        job.job_id,
-        lambda current: advance(
-            current, JobSubstatus.WAITING_FOR_CAPACITY, now, note=f"no capacity: {summary}"
-        ),
-    )
-    return recorded or job

@@ -8,10 +8,11 @@ the reaper, and at once when another job of the user ends.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from functions import deps
 from functions.launch import launch
+from functions.waiting import wait_for_quota
 from shared import logs
 from shared.documents import JobDoc, QueueEntry
 from shared.lifecycle import advance
@@ -31,28 +32,6 @@ def take_job_slot(job: JobDoc, now: datetime) -> str | None:
     return over_quota_reason(user, "active_jobs", limit)
 
 
-def wait_for_quota(job: JobDoc, now: datetime, reason: str) -> JobDoc:
-    store = deps.store()
-    previous = store.get_queue(job.job_id)
-    store.put_queue(
-        QueueEntry(
-            job_id=job.job_id,
-            reason="quota",
-            attempt=job.attempt,
-            not_before=now + timedelta(seconds=job.spec.wait_new_job_create_interval),
-            enqueued_at=previous.enqueued_at if previous else now,
-            tries=previous.tries + 1 if previous else 1,
-            last_error=reason,
-            user=job.user,
-        )
-    )
-    moved = store.update_job(
-        job.job_id,
-        lambda current: advance(current, JobSubstatus.WAITING_FOR_QUOTA, now, note=reason),
-    )
-    return moved or job
-
-
 def release_job(user: str, job_id: str, now: datetime) -> None:
     """The job ended: free its slot, then let the user's oldest waiting job try."""
     deps.store().update_user(user, lambda current: free_slot(current, "active_jobs", job_id, now))
@@ -63,8 +42,11 @@ def release_job(user: str, job_id: str, now: datetime) -> None:
 
 
 def retry_waiting(entry: QueueEntry, now: datetime) -> str:
-    """One more try for a job waiting for quota: placed, still waiting, or
-    CANCELED once ``wait_new_job_create_s`` has passed."""
+    """One more try for a job waiting for quota (a job slot, then slots for its
+    VMs): placed, still waiting, or CANCELED once ``wait_new_job_create_s`` has
+    passed since it began to wait. The queue entry stays until the job has its
+    VMs, so a job that gets its job slot but not its instance slots keeps its
+    place and its deadline."""
     store = deps.store()
     job = store.get_job(entry.job_id)
     if job is None or job.substatus != JobSubstatus.WAITING_FOR_QUOTA:
@@ -72,24 +54,27 @@ def retry_waiting(entry: QueueEntry, now: datetime) -> str:
         return "queue_dropped"
     reason = take_job_slot(job, now)
     if reason is None:
-        store.delete_queue(entry.job_id)
         moved = store.update_job(
             job.job_id,
             lambda current: advance(current, JobSubstatus.REQUESTING_SERVER, now, "slot free"),
         )
-        launch(moved or job, now)
-        return "placed"
+        job = launch(moved or job, now)
+        if job.substatus != JobSubstatus.WAITING_FOR_QUOTA:
+            return "placed"
+        reason = job.history[-1].note  # what launch found over quota
+    else:
+        job = wait_for_quota(job, now, reason)
     limit_s = job.spec.wait_new_job_create_s
     waited_s = (now - entry.enqueued_at).total_seconds()
     if limit_s > 0 and waited_s > limit_s:
         message = f"over quota for wait_new_job_create_s={limit_s} s: {reason}"
-        store.update_job(
+        ended = store.update_job(
             job.job_id, lambda current: fail_job(current, JobSubstatus.CANCELED, now, message)
         )
         store.delete_queue(entry.job_id)
         logs.warning(f"job {job.job_id}: {message}", job_id=job.job_id)
+        settle(ended, now)  # it may hold a job slot (it was waiting for instance slots)
         return "gave_up"
-    wait_for_quota(job, now, reason)
     return "waiting"
 
 

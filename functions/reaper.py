@@ -25,13 +25,13 @@ from functools import partial
 
 from functions import deps
 from functions.cancel_job import cancel
-from functions.cooling import charge_cooling
+from functions.cooling import charge_cooling, end_cooling
 from functions.envelope import Message, pubsub_handler
 from functions.launch import launch
 from functions.quota import release_job, retry_waiting, settle
 from functions.recovery import recover
-from functions.release import release_instance
-from functions.stopped import end_stopped, stop_instance, try_stop
+from functions.release import free_instance_slot, release_instance
+from functions.stopped import end_stopped, stop_instance
 from shared import logs
 from shared.compute.port import MANAGED_LABEL, Vm, VmState
 from shared.config import Settings
@@ -39,6 +39,7 @@ from shared.cooling import while_cooling
 from shared.documents import InstanceDoc, JobDoc, QueueEntry, UserDoc
 from shared.errors import PermanentError
 from shared.lifecycle import accrue, advance, current_vms, instance_closed
+from shared.placement import vm_attempt
 from shared.quotas import free_slot
 from shared.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
 from shared.transitions import fail_job
@@ -135,18 +136,15 @@ def _check_cooling(instance: InstanceDoc, vm: Vm | None, now: datetime) -> str:
     if priced is None or priced.status != InstanceStatus.COOLING:
         return "cooling"  # claimed meanwhile
     expired = priced.cooling_until is not None and now >= priced.cooling_until
-    if vm is not None and not expired:
-        return "cooling"
-    gone = InstanceSubstatus.PREEMPTED if vm is None else InstanceSubstatus.TERMINATED
-    note = "cooling period over" if vm is not None else "lost while cooling"
-    charge_cooling(priced, now)
-    if vm is not None and try_stop(priced, now, note):
-        return "cooling_ended"
     if vm is not None:
-        deps.compute().delete(priced.zone, priced.name)
+        ended = expired and end_cooling(priced, now, "cooling period over")
+        return "cooling_ended" if ended else "cooling"
+    charge_cooling(priced, now)
+    note, gone = "lost while cooling", InstanceSubstatus.PREEMPTED
     store.update_instance(
         priced.name, lambda current: instance_closed(current, now, note, gone, rule)
     )
+    free_instance_slot(priced.user, priced.name, now)
     return "cooling_ended"
 
 
@@ -219,14 +217,18 @@ def _check_job(job: JobDoc, now: datetime) -> str | None:
 
 
 def _check_user(user: UserDoc, now: datetime) -> str | None:
-    """Free the slots of jobs that ended, and of instances no longer stopped,
-    without freeing them (a crash)."""
+    """Free the slots of jobs that ended, of instances that closed or stopped,
+    and of VMs that were never made, when a crash left them taken."""
     store = deps.store()
     freed = 0
     for job_id in user.active_jobs:
         job = store.get_job(job_id)
         if job is None or job.status in JobStatus.terminal():
             release_job(user.user, job_id, now)
+            freed += 1
+    for name in user.active_instances:
+        if not _placing(name) and not _instance_live(name):
+            free_instance_slot(user.user, name, now)
             freed += 1
     for name in user.stopped_instances:
         instance = store.get_instance(name)
@@ -235,6 +237,28 @@ def _check_user(user: UserDoc, now: datetime) -> str | None:
             store.update_user(user.user, free)
             freed += 1
     return "slots_freed" if freed else None
+
+
+def _placing(name: str) -> bool:
+    """A placement is creating the VM ``name`` now: its slot is taken before
+    the VM exists, and its instance document is written after."""
+    made_for = vm_attempt(name)
+    if made_for is None:
+        return False
+    job_id, attempt = made_for
+    job = deps.store().get_job(job_id)
+    return (
+        job is not None
+        and job.attempt == attempt
+        and job.substatus == JobSubstatus.REQUESTING_SERVER
+    )
+
+
+def _instance_live(name: str) -> bool:
+    """Read after ``_placing``: a placement that finished in between wrote the
+    document before it moved the job on."""
+    instance = deps.store().get_instance(name)
+    return instance is not None and instance.status in InstanceStatus.live()
 
 
 def _drain(entry: QueueEntry, now: datetime) -> str | None:

@@ -12,7 +12,7 @@ from datetime import datetime
 from functions import deps
 from functions.launch import launch
 from functions.quota import settle
-from functions.release import release_instance
+from functions.release import free_instance_slot, release_instance
 from shared import lifecycle, logs
 from shared.documents import InstanceDoc, JobDoc, QueueEntry, QueueReason
 from shared.errors import PermanentError
@@ -52,6 +52,9 @@ def recover(
             instance.name,
             lambda current: lifecycle.instance_closed(current, now, note, substatus),
         )
+        # Its slot goes to the next attempt: Compute Engine takes the VM within
+        # the 30 s notice, so the user may hold one VM over the quota till then.
+        free_instance_slot(instance.user, instance.name, now)
     job = store.update_job(
         instance.job_id,
         lambda current: lifecycle.vm_lost(

@@ -8,6 +8,7 @@ from functions import deps
 from shared import lifecycle
 from shared.documents import InstanceDoc
 from shared.errors import PermanentError
+from shared.quotas import free_slot
 from shared.states import InstanceSubstatus
 
 
@@ -32,4 +33,13 @@ def release_instance(
     closed = store.update_instance(
         name, lambda current: lifecycle.instance_closed(current, now, note, substatus)
     )
+    free_instance_slot(instance.user, instance.name, now)
     return closed or instance
+
+
+def free_instance_slot(user: str, name: str, now: datetime) -> None:
+    """The VM is gone or stopped (or was never made): it no longer counts
+    against the user's active-instances quota (``functions.instance_slots``)."""
+    deps.store().update_user(
+        user, lambda current: free_slot(current, "active_instances", name, now)
+    )

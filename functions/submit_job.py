@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 from functions import deps
 from functions.envelope import Message, pubsub_handler
 from functions.launch import launch
-from functions.quota import take_job_slot, wait_for_quota
+from functions.quota import take_job_slot
+from functions.waiting import wait_for_quota
 from shared import logs
 from shared.documents import Rejection
 from shared.errors import InvalidMessage, PermanentError
@@ -27,6 +28,11 @@ def submit_job(message: Message) -> None:
     except InvalidMessage as err:
         _reject(message, f"not a valid job spec: {err}", now)
         raise
+    limit = deps.settings().max_active_instances
+    if spec.nodes > limit:
+        reason = f"nodes: {spec.nodes} VMs is over the active-instances quota of {limit}"
+        _reject(message, reason, now)
+        raise PermanentError(reason)
     job_id = job_id_for(spec, message.message_id)
     job = new_job(spec, job_id, message.message_id, now)
     if not store.create_job(job):

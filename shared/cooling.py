@@ -31,6 +31,17 @@ def segment_cost(instance: InstanceDoc, now: datetime, rule: CoolingRule) -> flo
     return vm_cost(instance.base_price_per_hour, seconds)  # on demand: no escalation
 
 
+def close_segment(instance: InstanceDoc, now: datetime, rule: CoolingRule) -> InstanceDoc:
+    """The current segment priced into ``cost_usd`` and a new one begun: before
+    a move that would price the rest of it otherwise (a cooling VM closing)."""
+    return instance.model_copy(
+        update={
+            "cost_usd": round(instance.cost_usd + segment_cost(instance, now, rule), 6),
+            "segment_started_at": now,
+        }
+    )
+
+
 def start_cooling(
     instance: InstanceDoc, now: datetime, period_s: int, rule: CoolingRule
 ) -> InstanceDoc:

@@ -6,6 +6,7 @@ compute port themselves.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -18,8 +19,11 @@ from shared.compute.port import (
     Accelerator,
     GangRequest,
     Provisioning,
+    Vm,
     VmRequest,
+    VmState,
 )
+from shared.documents import InstanceDoc
 from shared.errors import PermanentError
 
 ON_DEMAND_SUFFIX = ".od"
@@ -29,6 +33,7 @@ BOOT_SCRIPTS = {
     "startup-script": "#!/bin/bash\nexec /opt/spotline/scripts/startup.sh\n",
     "shutdown-script": "#!/bin/bash\nexec /opt/spotline/scripts/shutdown.sh\n",
 }
+_VM_NAME = re.compile(r"^sl-(?P<job>.+)-a(?P<attempt>\d+)(?:-n\d+)?$")
 # A fixed namespace, so the same job attempt always yields the same requestId.
 _REQUEST_NAMESPACE = uuid.UUID("6f1b3a52-5d0e-4c1a-9a57-0b7f3f2d8e11")
 
@@ -101,6 +106,13 @@ def vm_name(job_id: str, attempt: int, rank: int | None = None) -> str:
     """Deterministic per attempt (and node): a redelivered submit finds the same VM."""
     base = f"sl-{job_id}-a{attempt}"
     return base if rank is None else f"{base}-n{rank}"
+
+
+def vm_attempt(name: str) -> tuple[str, int] | None:
+    """The job id and attempt a VM name was made for (``vm_name`` backwards);
+    None for a name spotline did not make."""
+    found = _VM_NAME.match(name)
+    return (found["job"], int(found["attempt"])) if found else None
 
 
 def node_names(job_id: str, attempt: int, nodes: int) -> list[str]:
@@ -190,3 +202,19 @@ def build_vm_request(
         accelerators=accelerators,
         service_account=service_account,
     )
+
+
+def held_vm(instance: InstanceDoc, catalog: dict[str, Machine]) -> tuple[Vm, Option]:
+    """A VM spotline already holds (cooling, or stopped and restarted), as a
+    placement answers it."""
+    name, provisioning = parse_machine_id(instance.machine_id)
+    option = Option(machine=catalog[name], provisioning=provisioning, zone=instance.zone)
+    vm = Vm(
+        name=instance.name,
+        zone=instance.zone,
+        state=VmState.RUNNING,
+        labels={},
+        machine_type=instance.machine_type,
+        id=instance.instance_id or "",
+    )
+    return vm, option

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from functions import deps
-from functions.cooling import charge_cooling, claim_cooling
+from functions.cooling import charge_cooling, claim_cooling, end_cooling
 from infra.vm_host import VmHost
 from shared.cooling import charge
 from shared.documents import JobDoc
@@ -93,6 +93,39 @@ def test_one_cooling_vm_has_one_winner(call: Callable[..., Any], project: str) -
     assert len(winners) == 1
     instance = store.get_instance("sl-job1-a1")
     assert instance is not None and instance.job_id == winners[0]
+
+
+def test_ending_a_cooling_vm_while_a_job_claims_it_has_one_winner(
+    call: Callable[..., Any], host: VmHost, project: str
+) -> None:
+    finish_first_job(call)
+    store = Store(project)
+    cooling = store.get_instance("sl-job1-a1")
+    assert cooling is not None
+    spec = JobSpec.model_validate({**COOL, "job_id": None})
+    racer = new_job(spec, "racer", "m1", datetime.now(UTC))
+    outcome: dict[str, object] = {}
+
+    def claim() -> None:
+        outcome["claimed"] = claim_cooling(racer, ["g2-standard-4"], datetime.now(UTC))
+
+    def end() -> None:
+        outcome["ended"] = end_cooling(cooling, datetime.now(UTC), "ended early")
+
+    threads = [threading.Thread(target=claim), threading.Thread(target=end)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    instance = store.get_instance("sl-job1-a1")
+    assert instance is not None
+    if outcome["claimed"] is not None:  # the claim won: the VM runs the racer's job
+        assert outcome["ended"] is False
+        assert (instance.status, instance.job_id) == (InstanceStatus.EXECUTING, "racer")
+        assert host.get("sl-job1-a1") is not None
+    else:  # the end won: the VM is gone, and no job was handed it
+        assert outcome["ended"] is True and instance.status == InstanceStatus.CLOSED
+        assert host.get("sl-job1-a1") is None
 
 
 def test_the_reaper_prices_the_cooling_vm_then_ends_it(

@@ -14,6 +14,7 @@ from shared.placement import (
     options,
     parse_machine_id,
     request_id,
+    vm_attempt,
     vm_name,
 )
 from shared.spec import JobSpec
@@ -45,6 +46,13 @@ def test_names_and_request_ids_are_deterministic_per_attempt() -> None:
     assert vm_name("j1", 2) == vm_name("j1", 2) == "sl-j1-a2"
     assert request_id("j1", 1) == request_id("j1", 1) != request_id("j1", 2)
     assert len(vm_name("a" * 40, 999)) <= 63  # GCE's limit on instance names
+
+
+def test_a_vm_name_tells_its_job_and_attempt() -> None:
+    for job_id in ("j1", "run-a7-x", "a-a2"):
+        for name in [vm_name(job_id, 3), *node_names(job_id, 3, 4)]:
+            assert vm_attempt(name) == (job_id, 3)
+    assert vm_attempt("my-own-vm") is None and vm_attempt("sl-j1-b2") is None
 
 
 def test_the_request_carries_the_job_and_labels() -> None:

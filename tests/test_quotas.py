@@ -16,7 +16,7 @@ from functions import deps
 from infra.vm_host import VmHost
 from shared.documents import UserDoc
 from shared.events import JobFinished, ReaperTick
-from shared.quotas import free_slot, holds, take_slot
+from shared.quotas import free_slot, holds, keep_slot, take_slot, take_slots
 from shared.states import JobStatus, JobSubstatus
 from shared.store import Store
 from tests.conftest import SPEC, vm_event
@@ -33,6 +33,15 @@ def test_slots_are_taken_once_and_never_past_the_limit() -> None:
     assert not holds(take_slot(user, "active_jobs", "c", 2, T0), "active_jobs", "c")
     user = free_slot(free_slot(user, "active_jobs", "a", T0), "active_jobs", "a", T0)
     assert user.active_jobs == ["b"]
+
+
+def test_a_gang_takes_all_its_slots_or_none() -> None:
+    user = take_slots(UserDoc(user="alice"), "active_instances", ["x"], 3, T0)
+    assert take_slots(user, "active_instances", ["n0", "n1", "n2"], 3, T0) == user
+    user = take_slots(user, "active_instances", ["n0", "n1", "n1"], 3, T0)
+    assert user.active_instances == ["x", "n0", "n1"]
+    # A VM that exists is listed whatever the limit: the list must stay true.
+    assert keep_slot(user, "active_instances", "adopted", T0).active_instances[-1] == "adopted"
 
 
 def job_spec(n: int, **fields: Any) -> dict[str, Any]:
@@ -137,3 +146,4 @@ def test_twenty_concurrent_submissions_never_exceed_the_quota(
     user = store.get_user("alice")
     assert user is not None and sorted(user.active_jobs) == sorted(j.job_id for j in placed)
     assert most_vms[0] <= 5 and len(host.list()) == 5
+    assert sorted(user.active_instances) == sorted(vm["name"] for vm in host.list())
