@@ -73,6 +73,10 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("job", nargs="?")
     status.set_defaults(run=_status)
 
+    rejected = sub.add_parser("rejected", help="the newest submissions that were not jobs, and why")
+    rejected.add_argument("--limit", type=int, default=20)
+    rejected.set_defaults(run=_rejected)
+
     demo = sub.add_parser("demo", help="start the local stack, run the digits job, stop")
     demo.add_argument("--spec", type=Path, default=Path("examples/digits.json"))
     demo.add_argument("--timeout-s", type=float, default=300.0)
@@ -233,6 +237,18 @@ def _status(args: argparse.Namespace) -> int:
         print(job_detail(job, store.list_epochs(job.job_id)))
     else:
         print(jobs_table(store.list_jobs()))
+    return 0
+
+
+def _rejected(args: argparse.Namespace) -> int:
+    from infra.report import table
+    from shared.config import Settings
+    from shared.store import Store
+
+    _connect(args.workdir)
+    rejections = Store(Settings.from_env().project).recent_rejections(args.limit)
+    rows = [[r.message_id, f"{r.at:%Y-%m-%d %H:%M:%S}", r.reason] for r in rejections]
+    print(table(["MESSAGE", "AT", "REASON"], rows))
     return 0
 
 

@@ -224,6 +224,15 @@ class Store:
     def get_rejection(self, message_id: str) -> Rejection | None:
         return self._get(REJECTED, message_id, Rejection)
 
+    def recent_rejections(self, limit: int = 20) -> list[Rejection]:
+        """The newest first."""
+        from google.cloud import firestore
+
+        query = self.client.collection(REJECTED).order_by(
+            "at", direction=firestore.Query.DESCENDING
+        )
+        return [Rejection.model_validate(snap.to_dict()) for snap in query.limit(limit).stream()]
+
     # -- the guarded primitives -------------------------------------------
 
     def _create(self, collection: str, key: str, doc: BaseModel) -> bool:

@@ -113,3 +113,7 @@ def test_list_jobs_by_status_and_rejections(project: str) -> None:
     assert store.record_rejection(rejection) is True
     assert store.record_rejection(rejection) is False
     assert store.get_rejection("42") == rejection
+    later = rejection.model_copy(update={"message_id": "43", "at": T0 + timedelta(seconds=1)})
+    store.record_rejection(later)
+    assert [r.message_id for r in store.recent_rejections()] == ["43", "42"]
+    assert [r.message_id for r in store.recent_rejections(limit=1)] == ["43"]
