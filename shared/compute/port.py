@@ -108,6 +108,15 @@ class Vm:
     id: str = ""
 
 
+@dataclass(frozen=True)
+class Quota:
+    """One regional allocation quota, as Compute Engine's ``regions.get`` lists it."""
+
+    metric: str  # e.g. "CPUS", "NVIDIA_L4_GPUS", "PREEMPTIBLE_NVIDIA_L4_GPUS"
+    limit: float
+    usage: float
+
+
 class CapacityError(SpotlineError):
     """No capacity or quota for this machine in this zone: try the next option."""
 
