@@ -43,6 +43,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     up.add_argument("--chaos-seed", type=int, default=None)
     up.add_argument("--notice-s", type=float, default=30.0, help="preemption notice")
+    up.add_argument(
+        "--quota",
+        type=_quota_limit,
+        action="append",
+        default=[],
+        metavar="METRIC=LIMIT",
+        help="a regional quota limit of the local VMs, e.g. NVIDIA_L4_GPUS=1 (repeatable)",
+    )
     up.set_defaults(run=_up)
 
     cancel = sub.add_parser("cancel", help="cancel a job: its VM is deleted")
@@ -107,6 +115,15 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _quota_limit(text: str) -> tuple[str, float]:
+    """One ``up --quota METRIC=LIMIT``."""
+    metric, _, limit = text.partition("=")
+    with contextlib.suppress(ValueError):
+        if metric and float(limit) >= 0:
+            return metric, float(limit)
+    raise argparse.ArgumentTypeError(f"expected METRIC=LIMIT, e.g. NVIDIA_L4_GPUS=1: {text!r}")
+
+
 def _connect(workdir: Path) -> None:
     """Point the clients at the running local stack, unless the environment
     already names a project (then they talk to it, emulator or real)."""
@@ -132,6 +149,7 @@ def _up(args: argparse.Namespace) -> int:
         preempt_rate_per_vm_hour=args.preempt_rate,
         chaos_seed=args.chaos_seed,
         notice_s=args.notice_s,
+        quota_limits=dict(args.quota),
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
