@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from shared.compute.port import Quota
     from shared.config import Settings
     from shared.documents import JobDoc
 
@@ -43,6 +44,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     up.add_argument("--chaos-seed", type=int, default=None)
     up.add_argument("--notice-s", type=float, default=30.0, help="preemption notice")
+    up.add_argument(
+        "--quota",
+        type=_quota_limit,
+        action="append",
+        default=[],
+        metavar="METRIC=LIMIT",
+        help="a regional quota limit of the local VMs, e.g. NVIDIA_L4_GPUS=1 (repeatable)",
+    )
     up.set_defaults(run=_up)
 
     cancel = sub.add_parser("cancel", help="cancel a job: its VM is deleted")
@@ -111,6 +120,15 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _quota_limit(text: str) -> tuple[str, float]:
+    """One ``up --quota METRIC=LIMIT``."""
+    metric, _, limit = text.partition("=")
+    with contextlib.suppress(ValueError):
+        if metric and float(limit) >= 0:
+            return metric, float(limit)
+    raise argparse.ArgumentTypeError(f"expected METRIC=LIMIT, e.g. NVIDIA_L4_GPUS=1: {text!r}")
+
+
 def _connect(workdir: Path) -> None:
     """Point the clients at the running local stack, unless the environment
     already names a project (then they talk to it, emulator or real)."""
@@ -136,6 +154,7 @@ def _up(args: argparse.Namespace) -> int:
         preempt_rate_per_vm_hour=args.preempt_rate,
         chaos_seed=args.chaos_seed,
         notice_s=args.notice_s,
+        quota_limits=dict(args.quota),
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -344,28 +363,51 @@ def _replay(args: argparse.Namespace) -> int:
 def _machines(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime, timedelta
 
+    from functions import deps
     from infra.report import MachineRow, machines_table
+    from shared.capacity import capacity
     from shared.catalog import load_catalog
-    from shared.config import Settings
+    from shared.compute.port import Provisioning
     from shared.states import InstanceStatus
     from shared.store import Store
 
     _connect(args.workdir)
-    store = Store(Settings.from_env().project)
+    settings = deps.settings()
+    store = Store(settings.project)
+    quotas = _region_quotas(settings.region)
     since = datetime.now(UTC) - timedelta(hours=24)
     live = [i.machine_id for i in store.list_instances(InstanceStatus.live())]
     rows = []
     for machine in load_catalog().values():
-        for machine_id, price in (
-            (machine.machine_id, machine.spot_usd_per_hour),
-            (f"{machine.machine_id}.od", machine.on_demand_usd_per_hour),
+        for machine_id, provisioning, price in (
+            (machine.machine_id, Provisioning.SPOT, machine.spot_usd_per_hour),
+            (f"{machine.machine_id}.od", Provisioning.STANDARD, machine.on_demand_usd_per_hour),
         ):
+            room = None if quotas is None else capacity(machine, provisioning, quotas)
             requests, successes = store.availability(machine_id, since)
             rows.append(
-                MachineRow(machine_id, machine, price, live.count(machine_id), requests, successes)
+                MachineRow(
+                    machine_id, machine, price, room, live.count(machine_id), requests, successes
+                )
             )
-    print(machines_table(rows))
+    print(machines_table(rows, quotas_read=quotas is not None))
     return 0
+
+
+def _region_quotas(region: str) -> dict[str, Quota] | None:
+    """The region's quotas through the settings' compute adapter, or None (and
+    why, on stderr) when they cannot be read."""
+    from google.auth.exceptions import GoogleAuthError
+
+    from functions import deps
+    from shared.errors import SpotlineError
+
+    try:
+        return deps.compute().region_quotas(region)
+    except (SpotlineError, GoogleAuthError) as err:  # no credentials, no permission, down
+        reason = " ".join(str(err).split())
+        print(f"CAPACITY unknown: cannot read the quotas of {region}: {reason}", file=sys.stderr)
+        return None
 
 
 def _schema(args: argparse.Namespace) -> int:

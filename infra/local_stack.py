@@ -47,6 +47,8 @@ class StackOptions:
     heartbeat_s: float = 5.0
     zones: tuple[str, ...] = ("local-a", "local-b")
     capacity_errors: dict[str, str] = field(default_factory=dict)
+    # Regional quota limits by metric, over the VM host's defaults (`up --quota`).
+    quota_limits: dict[str, float] = field(default_factory=dict)
     # The reaper's limits (production: 300 s, 600 s, 120 s); locally shorter.
     stall_timeout_s: float = 60.0
     boot_timeout_s: float = 120.0
@@ -91,6 +93,7 @@ class LocalStack:
                 agent_command=[sys.executable, "-m", "vm_image.agent"],
                 env=self._vm_env(),
                 capacity_errors=self.options.capacity_errors or None,
+                quota_limits=self.options.quota_limits,
             )
             self.vm_host.start()
             self.chaos = RandomPreemptions(

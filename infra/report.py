@@ -14,6 +14,7 @@ class MachineRow:
     machine_id: str  # NAME (Spot) or NAME.od
     machine: Machine
     price: float
+    capacity: int | None  # more VMs the region's quotas allow; None: no known quota
     in_use: int  # live instances of this machine id
     requests: int  # VM requests in the window
     successes: int
@@ -71,11 +72,24 @@ def jobs_table(jobs: Sequence[JobDoc]) -> str:
     return table(headers, rows)
 
 
-def machines_table(rows: Sequence[MachineRow]) -> str:
-    """The catalog as the seed's ``available_machines()`` prints it."""
-    headers = ["MACHINE_ID", "GPUS", "VCPUS", "USD_PER_HOUR", "IN_USE", "AVAILABILITY_24H"]
+def machines_table(rows: Sequence[MachineRow], quotas_read: bool = True) -> str:
+    """The catalog as the seed's ``available_machines()`` prints it.
+
+    CAPACITY is ``?`` when the quotas could not be read, ``-`` when none of a
+    machine's quotas is known.
+    """
+    headers = [
+        "MACHINE_ID",
+        "GPUS",
+        "VCPUS",
+        "USD_PER_HOUR",
+        "CAPACITY",
+        "IN_USE",
+        "AVAILABILITY_24H",
+    ]
     lines = []
     for row in rows:
+        room = "?" if not quotas_read else "-" if row.capacity is None else row.capacity
         gpus = f"{row.machine.gpu_count}x{row.machine.gpu_type}" if row.machine.gpu_type else "-"
         rate = (
             "-"
@@ -83,7 +97,7 @@ def machines_table(rows: Sequence[MachineRow]) -> str:
             else f"{100 * row.successes / row.requests:.0f}% of {row.requests}"
         )
         lines.append(
-            [row.machine_id, gpus, row.machine.vcpus, f"{row.price:.3f}", row.in_use, rate]
+            [row.machine_id, gpus, row.machine.vcpus, f"{row.price:.3f}", room, row.in_use, rate]
         )
     return table(headers, lines)
 

@@ -23,11 +23,14 @@ The same operations are served as JSON on 127.0.0.1 for ``LocalCompute``::
     POST   /vms/NAME/stop            -> vm  (SIGTERM, as a shutdown; kept TERMINATED)
     POST   /vms/NAME/start           -> vm  (a stopped VM boots again, same metadata)
     POST   /vms/NAME/freeze          -> vm  (SIGSTOP: a hung VM)
+    GET    /regions/REGION/quotas    -> {"items": [{"metric", "limit", "usage"}, ...]}
 
 Errors answer a Compute Engine error body,
 ``{"error": {"code", "message", "errors": [{"reason", "message", "domain"}]}}``:
 404 ``notFound``, 409 ``alreadyExists`` / ``resourceNotReady``, 400 ``invalid``,
 503 ``ZONE_RESOURCE_POOL_EXHAUSTED`` (and 403 ``QUOTA_EXCEEDED``) for capacity.
+An insert, gang insert or start that would take a regional quota past its limit
+(``infra.vm_host_quotas``) is refused 403 ``QUOTA_EXCEEDED`` too.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from typing import Any
 
 from infra.metadata_server import POLL_S, Identity, MetadataServer
 from infra.vm_host_api import ControlHandler, ControlServer, HostError, not_found, str_map
+from infra.vm_host_quotas import DEFAULT_LIMITS, Charge, check_quota, quota_listing, vm_charge
 from shared.compute.port import VmState
 
 log = logging.getLogger(__name__)
@@ -76,6 +80,7 @@ class _Vm:
     metadata: MetadataServer
     process: subprocess.Popen[bytes]
     log_path: Path
+    charge: Charge  # what it takes of the region's quotas while it is not TERMINATED
     state: VmState = VmState.RUNNING
     removing: bool = False  # being deleted, preempted or killed: forget it once dead
     exit_code: int | None = None
@@ -121,6 +126,8 @@ class VmHost:
         env: added to ``os.environ`` for every VM.
         capacity_errors: inserts to refuse, keyed by zone or (machine_type, zone),
             valued by the reason to answer (e.g. ``ZONE_RESOURCE_POOL_EXHAUSTED``).
+        quota_limits: regional quota limits by metric (e.g. ``NVIDIA_T4_GPUS``),
+            over ``infra.vm_host_quotas.DEFAULT_LIMITS``.
         stop_grace_s: SIGTERM to SIGKILL delay for ``delete`` and ``close``.
     """
 
@@ -132,12 +139,14 @@ class VmHost:
         env: dict[str, str] | None = None,
         capacity_errors: CapacityErrors | None = None,
         stop_grace_s: float = 3.0,
+        quota_limits: Mapping[str, float] | None = None,
     ) -> None:
         self.workdir = Path(workdir)
         self.project = project
         self.agent_command = list(agent_command)
         self.env = dict(env or {})
         self.capacity_errors: dict[str | tuple[str, str], str] = {**(capacity_errors or {})}
+        self.quota_limits: dict[str, float] = {**DEFAULT_LIMITS, **(quota_limits or {})}
         self.stop_grace_s = stop_grace_s
         self.numeric_project_id = str(int(hashlib.sha256(project.encode()).hexdigest(), 16))[:12]
         self._vms: dict[str, _Vm] = {}
@@ -179,24 +188,9 @@ class VmHost:
 
         Raises:
             HostError: 400 for a bad request, 409 when the name lives in another
-                zone, 503/403 for a configured capacity error.
+                zone, 503/403 for a configured capacity error or a quota limit.
         """
-        name, zone, machine_type = (str(request.get(k) or "") for k in _REQUIRED)
-        if not (NAME_RE.match(name) and zone and machine_type):
-            raise HostError(400, "invalid", f"Invalid name/zone/machine_type: {name!r} {zone!r}")
-        with self._lock:
-            if self._closed:
-                raise HostError(503, "backendError", "The VM host is shutting down.")
-            existing = self._vms.get(name)
-            if existing is not None:
-                if existing.zone != zone:
-                    raise HostError(409, "alreadyExists", f"VM {name} exists in {existing.zone}.")
-                return existing.to_dict()
-            self._check_capacity(machine_type, zone)
-            vm = self._launch(request, name, zone, machine_type)
-            self._vms[name] = vm
-        threading.Thread(target=self._reap, args=(vm,), name=f"reap-{name}", daemon=True).start()
-        return vm.to_dict()
+        return self._insert_all([request])[0]
 
     def insert_gang(self, nodes: Sequence[Mapping[str, Any]], zones: Sequence[str]) -> Any:
         """Create every node in the first of ``zones`` with capacity for them
@@ -220,7 +214,43 @@ class VmHost:
                     503, "ZONE_RESOURCE_POOL_EXHAUSTED",
                     f"No zone of {list(zones)} holds {len(nodes)} x {machine_type}.",
                 )  # fmt: skip
-        return [self.insert({**node, "zone": zone}) for node in nodes]
+        return self._insert_all([{**node, "zone": zone} for node in nodes])
+
+    def _insert_all(self, requests: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Create the VMs that do not exist yet, all of them or none, under one
+        hold of the lock (so no other insert takes the quota between them)."""
+        for request in requests:
+            name, zone, machine_type = (str(request.get(k) or "") for k in _REQUIRED)
+            if not (NAME_RE.match(name) and zone and machine_type):
+                raise HostError(
+                    400, "invalid", f"Invalid name/zone/machine_type: {name!r} {zone!r}"
+                )
+        launched: list[_Vm] = []
+        try:
+            with self._lock:
+                if self._closed:
+                    raise HostError(503, "backendError", "The VM host is shutting down.")
+                new = []
+                for request in requests:
+                    existing = self._vms.get(str(request["name"]))
+                    if existing is None:
+                        self._check_capacity(str(request["machine_type"]), str(request["zone"]))
+                        new.append((request, vm_charge(request)))
+                    elif existing.zone != request["zone"]:
+                        raise HostError(
+                            409, "alreadyExists", f"VM {existing.name} exists in {existing.zone}."
+                        )
+                check_quota(self.quota_limits, self._live_charges(), [c for _, c in new])
+                for request, charge in new:
+                    launched.append(self._launch(request, charge))
+                    self._vms[launched[-1].name] = launched[-1]
+                return [self._vms[str(request["name"])].to_dict() for request in requests]
+        finally:
+            # Even when a later launch failed, the VMs that started are reaped.
+            for vm in launched:
+                threading.Thread(
+                    target=self._reap, args=(vm,), name=f"reap-{vm.name}", daemon=True
+                ).start()
 
     def get(self, name: str, zone: str | None = None) -> dict[str, Any] | None:
         """The VM, or None when it does not exist (in ``zone``, when given)."""
@@ -312,6 +342,7 @@ class VmHost:
             if vm.state != VmState.TERMINATED or vm.removing:
                 raise HostError(409, "resourceNotReady", f"VM {name} is {vm.state.value}.")
             self._check_capacity(vm.machine_type, vm.zone)
+            check_quota(self.quota_limits, self._live_charges(), [vm.charge])
             metadata = MetadataServer(vm.metadata.identity, vm.metadata.attributes)
             vm.metadata = metadata
             vm.process = self._spawn(name, metadata)
@@ -320,6 +351,11 @@ class VmHost:
             answer = vm.to_dict()
         threading.Thread(target=self._reap, args=(vm,), name=f"reap-{name}", daemon=True).start()
         return answer
+
+    def region_quotas(self) -> Sequence[dict[str, Any]]:
+        """Every quota limit, with the usage of the VMs that are not TERMINATED."""
+        with self._lock:
+            return quota_listing(self.quota_limits, self._live_charges())
 
     def running_spot_vms(self) -> tuple[str, ...]:
         with self._lock:
@@ -347,7 +383,12 @@ class VmHost:
         code = 403 if reason == "QUOTA_EXCEEDED" else 503  # as Compute Engine answers
         raise HostError(code, reason, f"No {machine_type} available in {zone}: try another zone.")
 
-    def _launch(self, request: Mapping[str, Any], name: str, zone: str, machine_type: str) -> _Vm:
+    def _live_charges(self) -> Sequence[Charge]:
+        # A stopped (TERMINATED) VM keeps only its disk, as on Compute Engine.
+        return [vm.charge for vm in self._vms.values() if vm.state != VmState.TERMINATED]
+
+    def _launch(self, request: Mapping[str, Any], charge: Charge) -> _Vm:
+        name, zone, machine_type = (str(request[k]) for k in _REQUIRED)
         instance_id = str(10**18 + secrets.randbelow(9 * 10**18))  # 19 digits, as on GCE
         identity = Identity(
             name, instance_id, zone, machine_type, self.project, self.numeric_project_id
@@ -364,6 +405,7 @@ class VmHost:
             metadata=metadata,
             process=self._spawn(name, metadata),
             log_path=self._log_path(name),
+            charge=charge,
         )
 
     def _log_path(self, name: str) -> Path:

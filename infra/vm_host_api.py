@@ -114,6 +114,8 @@ def _route(
         case "POST", ["vms", name, "kill"]:
             host.kill(name, zone)
             return {}
+        case "GET", ["regions", _region, "quotas"]:
+            return {"items": host.region_quotas()}
     raise HostError(404, "notFound", f"No route for {method} /{'/'.join(parts)}")
 
 

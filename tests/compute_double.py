@@ -13,7 +13,8 @@ Like Compute Engine it dedupes inserts and bulk inserts by ``requestId``,
 answers 409 to a second insert of a name, checks the metadata fingerprint, and
 can be told to fail inserts with a capacity error, either in the HTTP answer or
 in the operation. A regional bulk insert puts all its VMs in the first allowed
-zone, by name, that has capacity for them.
+zone, by name, that has capacity for them. ``regions.get`` answers the quotas a
+test puts in ``region_quotas``.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from tests.compute_double_wire import (
     instance_path,
     metadata,
     parse_label_filter,
+    region_resource,
 )
 
 __all__ = ["ApiError", "ComputeDouble", "RecordedRequest"]
@@ -55,6 +57,7 @@ _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
     ("POST", re.compile(_ZONE + r"/operations/(?P<op>[^/]+)/wait$"), "_wait"),
     ("POST", re.compile(_REGION + r"/instances/bulkInsert$"), "_bulk_insert"),
     ("POST", re.compile(_REGION + r"/operations/(?P<op>[^/]+)/wait$"), "_region_wait"),
+    ("GET", re.compile(_REGION + r"$"), "_region"),
 ]
 
 
@@ -85,12 +88,14 @@ class ComputeDouble:
 
     Attributes:
         instances: the VMs, by ``(zone, name)``, as Compute Engine's JSON.
+        region_quotas: each known region's quotas, metric -> (limit, usage).
     """
 
     def __init__(self, project: str = "test-project", *, operation_polls: int = 1) -> None:
         self.project = project
         self.operation_polls = operation_polls
         self.instances: dict[tuple[str, str], JsonDict] = {}
+        self.region_quotas: dict[str, dict[str, tuple[float, float]]] = {}
         self._requests: list[RecordedRequest] = []
         self._operations: dict[str, JsonDict] = {}
         self._operation_scopes: dict[str, str] = {}  # zones/Z or regions/R
@@ -314,6 +319,13 @@ class ComputeDouble:
         if request_id:
             self._by_request_id[request_id] = operation["name"]
         return operation
+
+    def _region(self, region: str, query: dict[str, str], body: Any) -> JsonDict:
+        quotas = self.region_quotas.get(region)
+        if quotas is None:
+            path = f"projects/{self.project}/regions/{region}"
+            raise ApiError(404, "notFound", f"The resource '{path}' was not found")
+        return region_resource(f"{SELF_LINK_BASE}/projects/{self.project}", region, quotas)
 
     def _wait(self, zone: str, op: str, query: dict[str, str], body: Any) -> JsonDict:
         return self._poll(f"zones/{zone}", op)

@@ -90,6 +90,27 @@ def metadata(items: list[JsonDict]) -> JsonDict:
     return {"kind": "compute#metadata", "fingerprint": digest + "=", "items": items}
 
 
+def region_resource(
+    project_url: str, region: str, quotas: dict[str, tuple[float, float]]
+) -> JsonDict:
+    """A ``compute#region`` as ``regions.get`` answers it, with these quotas."""
+    return {
+        "kind": "compute#region",
+        "id": "1000",
+        "creationTimestamp": "1969-12-31T16:00:00.000-08:00",
+        "name": region,
+        "description": region,
+        "status": "UP",
+        "zones": [f"{project_url}/zones/{region}-{zone}" for zone in "abc"],
+        "quotas": [
+            {"metric": metric, "limit": limit, "usage": usage}
+            for metric, (limit, usage) in quotas.items()
+        ],
+        "selfLink": f"{project_url}/regions/{region}",
+        "supportsPzs": False,
+    }
+
+
 def parse_label_filter(text: str) -> dict[str, str]:
     """Labels a filter like ``(labels.a = "x") AND (labels.b = "y")`` requires."""
     if not text.strip():

@@ -19,6 +19,7 @@ from shared.compute.port import (
     Accelerator,
     CapacityError,
     Provisioning,
+    Quota,
     VmRequest,
     VmState,
 )
@@ -368,6 +369,58 @@ def test_a_concurrent_metadata_change_is_transient(
 def test_set_metadata_of_a_missing_vm_is_permanent(compute: GceCompute) -> None:
     with pytest.raises(PermanentError):
         compute.set_metadata(ZONE, "spotline-nothing-here", {JOB_METADATA_KEY: JOB_DOCUMENT})
+
+
+def test_region_quotas_reads_the_region(compute: GceCompute, double: ComputeDouble) -> None:
+    double.region_quotas["us-central1"] = {
+        "CPUS": (24.0, 8.0),
+        "NVIDIA_T4_GPUS": (4.0, 1.0),
+        "PREEMPTIBLE_NVIDIA_T4_GPUS": (16.0, 0.0),
+    }
+
+    quotas = compute.region_quotas("us-central1")
+
+    assert quotas == {
+        "CPUS": Quota("CPUS", 24.0, 8.0),
+        "NVIDIA_T4_GPUS": Quota("NVIDIA_T4_GPUS", 4.0, 1.0),
+        "PREEMPTIBLE_NVIDIA_T4_GPUS": Quota("PREEMPTIBLE_NVIDIA_T4_GPUS", 16.0, 0.0),
+    }
+    [sent] = double.requests
+    assert (sent.method, sent.path) == (
+        "GET",
+        "/compute/v1/projects/spotline-test/regions/us-central1",
+    )
+    assert (sent.query, sent.body) == ({}, None)
+
+
+def test_region_quotas_retry_a_503(compute: GceCompute, double: ComputeDouble) -> None:
+    double.region_quotas["us-central1"] = {"CPUS": (24.0, 0.0)}
+    double.fail_next("GET", "/regions/us-central1$", 503)
+
+    assert compute.region_quotas("us-central1") == {"CPUS": Quota("CPUS", 24.0, 0.0)}
+    assert len(double.requests_to("GET", "/regions/us-central1")) == 2
+
+
+@pytest.mark.parametrize(
+    ("status", "reason", "error"),
+    [
+        (403, "forbidden", PermanentError),  # no compute.regions.get permission
+        (404, "notFound", PermanentError),
+        (503, "backendError", TransientError),  # still failing after the read retries
+    ],
+)
+def test_region_quotas_errors(
+    compute: GceCompute,
+    double: ComputeDouble,
+    status: int,
+    reason: str,
+    error: type[Exception],
+) -> None:
+    double.region_quotas["us-central1"] = {"CPUS": (24.0, 0.0)}
+    double.fail_next("GET", "/regions/us-central1$", status, reason, times=1000)
+
+    with pytest.raises(error, match="quotas of us-central1"):
+        compute.region_quotas("us-central1")
 
 
 @pytest.mark.parametrize(

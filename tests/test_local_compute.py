@@ -18,7 +18,16 @@ import pytest
 
 from infra.vm_host import VmHost
 from shared.compute.local import LocalCompute
-from shared.compute.port import JOB_METADATA_KEY, CapacityError, Provisioning, VmRequest, VmState
+from shared.compute.port import (
+    JOB_METADATA_KEY,
+    Accelerator,
+    CapacityError,
+    GangRequest,
+    Provisioning,
+    Quota,
+    VmRequest,
+    VmState,
+)
 from shared.errors import PermanentError, TransientError
 
 T = TypeVar("T")
@@ -368,6 +377,81 @@ def test_capacity_errors_raise_capacity_error(compute: LocalCompute) -> None:
     assert exhausted.value.reason == "ZONE_RESOURCE_POOL_EXHAUSTED"
     assert quota.value.reason == "QUOTA_EXCEEDED"
     assert compute.list({}) == []
+
+
+def _l4(name: str, provisioning: Provisioning = Provisioning.STANDARD) -> VmRequest:
+    """A g2-standard-4: 4 vCPUs and one built-in L4 (no accelerators on the request)."""
+    return dataclasses.replace(
+        _request(name), machine_type="g2-standard-4", provisioning=provisioning
+    )
+
+
+def test_region_quotas_count_the_live_vms(compute: LocalCompute) -> None:
+    t4 = dataclasses.replace(
+        _request("job-20-a0"),
+        machine_type="n1-standard-8",
+        accelerators=(Accelerator("nvidia-tesla-t4", 1),),
+    )
+    compute.insert(t4)  # Spot: charged to the preemptible quotas, granted by default
+    compute.insert(_l4("job-20-a1"))
+    compute.insert(_request("job-20-a2"))  # n1-standard-4 is not in the catalog: no charge
+
+    quotas = compute.region_quotas("us-central1")
+
+    assert quotas["PREEMPTIBLE_CPUS"] == Quota("PREEMPTIBLE_CPUS", 384.0, 8.0)
+    assert quotas["PREEMPTIBLE_NVIDIA_T4_GPUS"] == Quota("PREEMPTIBLE_NVIDIA_T4_GPUS", 16.0, 1.0)
+    assert quotas["CPUS"] == Quota("CPUS", 384.0, 4.0)
+    assert quotas["NVIDIA_L4_GPUS"] == Quota("NVIDIA_L4_GPUS", 16.0, 1.0)
+    assert quotas["NVIDIA_T4_GPUS"].usage == 0.0
+    compute.stop(ZONE, "job-20-a1")  # a stopped VM keeps only its disk
+    assert compute.region_quotas("us-central1")["NVIDIA_L4_GPUS"].usage == 0.0
+
+
+def test_an_insert_past_a_quota_limit_is_quota_exceeded(
+    compute: LocalCompute, host: VmHost
+) -> None:
+    host.quota_limits["NVIDIA_L4_GPUS"] = 1
+    compute.insert(_l4("job-21-a0"))
+
+    with pytest.raises(CapacityError) as refused:
+        compute.insert(_l4("job-21-a1"))
+    compute.insert(_l4("job-21-a2", Provisioning.SPOT))  # the preemptible quota has room
+    host.quota_limits["PREEMPTIBLE_NVIDIA_L4_GPUS"] = 0  # not granted: Spot takes standard
+    with pytest.raises(CapacityError):
+        compute.insert(_l4("job-21-a3", Provisioning.SPOT))
+
+    assert refused.value.reason == "QUOTA_EXCEEDED"
+    assert "NVIDIA_L4_GPUS" in str(refused.value)
+    assert sorted(vm.name for vm in compute.list({})) == ["job-21-a0", "job-21-a2"]
+
+
+def test_a_gang_past_a_quota_limit_creates_no_node(compute: LocalCompute, host: VmHost) -> None:
+    host.quota_limits["PREEMPTIBLE_NVIDIA_L4_GPUS"] = 3
+    compute.insert(_l4("job-22-a0", Provisioning.SPOT))
+    nodes = tuple(_l4(f"job-22-a1-n{k}", Provisioning.SPOT) for k in range(3))
+
+    with pytest.raises(CapacityError) as refused:
+        compute.insert_gang(GangRequest(nodes, "us-central1", (ZONE,), "gang-22"))
+
+    assert refused.value.reason == "QUOTA_EXCEEDED"
+    assert [vm.name for vm in compute.list({})] == ["job-22-a0"]
+
+
+def test_starting_a_stopped_vm_past_a_quota_limit_is_quota_exceeded(
+    compute: LocalCompute, host: VmHost
+) -> None:
+    host.quota_limits["NVIDIA_L4_GPUS"] = 1
+    compute.insert(_l4("job-23-a0"))
+    compute.stop(ZONE, "job-23-a0")
+    compute.insert(_l4("job-23-a1"))  # the stopped VM left its GPU to this one
+
+    with pytest.raises(CapacityError) as refused:
+        compute.start(ZONE, "job-23-a0")
+    compute.delete(ZONE, "job-23-a1")
+    compute.start(ZONE, "job-23-a0")
+
+    assert refused.value.reason == "QUOTA_EXCEEDED"
+    assert _state(compute, "job-23-a0") == VmState.RUNNING
 
 
 def test_unreachable_host_is_transient() -> None:

@@ -19,7 +19,7 @@ from google.auth import exceptions as auth_exceptions
 
 from shared.compute import gce_gang, gce_requests
 from shared.compute.gce_requests import ErrorKind
-from shared.compute.port import CapacityError, GangRequest, Vm, VmRequest, VmState
+from shared.compute.port import CapacityError, GangRequest, Quota, Vm, VmRequest, VmState
 from shared.errors import PermanentError, SpotlineError, TransientError
 
 if TYPE_CHECKING:
@@ -32,7 +32,8 @@ _NOT_FOUND = "RESOURCE_NOT_FOUND"
 
 
 class GceCompute:
-    """Creates, reads, lists and deletes spotline's VMs in one Google Cloud project.
+    """Creates, reads, lists and deletes spotline's VMs in one Google Cloud project,
+    and reads its regional quotas.
 
     Args:
         project: the project ID.
@@ -69,6 +70,7 @@ class GceCompute:
         self._region_instances = compute_v1.RegionInstancesClient(
             credentials=credentials, client_options=options
         )
+        self._regions = compute_v1.RegionsClient(credentials=credentials, client_options=options)
         # The operations clients must share the endpoint: ExtendedOperation's own
         # polling ignores api_endpoint, hence the *_unary calls plus wait().
         self._operations = compute_v1.ZoneOperationsClient(
@@ -181,6 +183,22 @@ class GceCompute:
         # The filter is matched by the server's own grammar (with wildcards);
         # the port promises exact label equality.
         return [vm for vm in vms if labels.items() <= vm.labels.items()]
+
+    def region_quotas(self, region: str) -> dict[str, Quota]:
+        """The project's allocation quotas in ``region``, by metric (``regions.get``).
+
+        Raises:
+            PermanentError: e.g. no ``compute.regions.get`` permission.
+            TransientError: the call may pass later.
+        """
+        with _translated_errors(f"get the quotas of {region}"):
+            found = self._regions.get(
+                project=self._project,
+                region=region,
+                retry=self._read_retry,
+                timeout=self._request_timeout_s,
+            )
+        return gce_requests.quotas_from_region(found)
 
     def delete(self, zone: str, name: str) -> None:
         """Delete the VM and wait until it is gone; a missing VM is not an error."""

@@ -2,8 +2,9 @@
 
 Nothing here talks to the network: ``instance_resource`` builds the typed
 ``compute_v1.Instance`` that ``GceCompute.insert`` sends, ``vm_from_instance``
-reads one back, and ``classify_error`` sorts Compute Engine's error reasons into
-the port's three outcomes. ``gce_gang`` builds a gang's bulk insert from the
+reads one back (``quotas_from_region`` a region's quotas), and
+``classify_error`` sorts Compute Engine's error reasons into the port's three
+outcomes. ``gce_gang`` builds a gang's bulk insert from the
 same pieces.
 
 ``google.cloud.compute_v1`` takes over 2 s to import and every Cloud Functions
@@ -17,7 +18,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from shared.compute.port import Provisioning, Vm, VmRequest, VmState
+from shared.compute.port import Provisioning, Quota, Vm, VmRequest, VmState
 
 if TYPE_CHECKING:
     from google.cloud import compute_v1
@@ -220,6 +221,10 @@ def vm_from_instance(instance: compute_v1.Instance) -> Vm:
         machine_type=short_name(instance.machine_type),
         id=str(instance.id) if instance.id else "",
     )
+
+
+def quotas_from_region(region: compute_v1.Region) -> dict[str, Quota]:
+    return {q.metric: Quota(q.metric, q.limit, q.usage) for q in region.quotas}
 
 
 def label_filter(labels: Mapping[str, str]) -> str:

@@ -15,7 +15,7 @@ import urllib.request
 from dataclasses import asdict
 from typing import Any
 
-from shared.compute.port import CapacityError, GangRequest, Vm, VmRequest, VmState
+from shared.compute.port import CapacityError, GangRequest, Quota, Vm, VmRequest, VmState
 from shared.errors import PermanentError, TransientError
 
 # Reasons Compute Engine gives when a zone has no room or the project no quota:
@@ -87,6 +87,14 @@ class LocalCompute:
     def start(self, zone: str, name: str) -> None:
         """Boot the stopped VM again: its agent starts with the same metadata."""
         self._call("POST", _vm_path(zone, name, "start"), {})
+
+    def region_quotas(self, region: str) -> dict[str, Quota]:
+        """The host's quota limits and the usage of its live VMs (it is one region)."""
+        answer = self._call("GET", f"/regions/{urllib.parse.quote(region, safe='')}/quotas")
+        return {
+            item["metric"]: Quota(item["metric"], float(item["limit"]), float(item["usage"]))
+            for item in answer["items"]
+        }
 
     def preempt(self, zone: str, name: str, notice_s: float = 30.0) -> Vm:
         """Chaos: preempt the VM as Spot does (notice, SIGTERM, SIGKILL after ``notice_s``)."""

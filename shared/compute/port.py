@@ -26,6 +26,11 @@ Contract, for every adapter:
   nothing, and returns them in ``gang.nodes`` order. When they already exist
   (a redelivered request), it returns them. ``CapacityError`` when no allowed
   zone can hold them all; other errors as ``insert``.
+* ``region_quotas(region)`` returns the project's allocation quotas in the
+  region by metric (``CPUS``, ``NVIDIA_T4_GPUS``, ...), each with its limit and
+  current usage. A metric the provider does not list is absent (Compute Engine
+  lists a preemptible quota only once it is granted). No permission to read
+  them raises ``PermanentError``; what may pass later, ``TransientError``.
 """
 
 from __future__ import annotations
@@ -108,6 +113,15 @@ class Vm:
     id: str = ""
 
 
+@dataclass(frozen=True)
+class Quota:
+    """One regional allocation quota, as Compute Engine's ``regions.get`` lists it."""
+
+    metric: str  # e.g. "CPUS", "NVIDIA_L4_GPUS", "PREEMPTIBLE_NVIDIA_L4_GPUS"
+    limit: float
+    usage: float
+
+
 class CapacityError(SpotlineError):
     """No capacity or quota for this machine in this zone: try the next option."""
 
@@ -132,3 +146,5 @@ class Compute(Protocol):
     def start(self, zone: str, name: str) -> None: ...
 
     def insert_gang(self, gang: GangRequest) -> builtins.list[Vm]: ...
+
+    def region_quotas(self, region: str) -> dict[str, Quota]: ...

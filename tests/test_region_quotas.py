@@ -1,0 +1,65 @@
+"""Regional quotas end to end on the local stack: placement moves past a machine
+the quotas refuse, and `spotline machines` shows the capacity they leave."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from functions import deps
+from infra.cli import main as cli
+from infra.vm_host import VmHost
+from shared.store import Store
+from tests.conftest import SPEC
+
+pytestmark = pytest.mark.emulators
+
+
+def capacities(shown: str) -> dict[str, str]:
+    """MACHINE_ID -> CAPACITY of the machines table (GPUS is one word, "-" or "1xnvidia-l4")."""
+    return {line.split()[0]: line.split()[4] for line in shown.splitlines()[2:]}
+
+
+def test_a_machine_over_quota_is_passed_over_for_the_next(
+    call: Callable[..., Any], host: VmHost, project: str
+) -> None:
+    # No L4 quota at all: a Spot g2-standard-4 is refused in every zone.
+    host.quota_limits.update({"NVIDIA_L4_GPUS": 0, "PREEMPTIBLE_NVIDIA_L4_GPUS": 0})
+
+    call("submit_job", "submit", SPEC)  # g2-standard-4, then n1-standard-8-t4.od
+
+    job = Store(project).get_job("job1")
+    assert job is not None and job.machine_id == "n1-standard-8-t4.od"
+    assert [vm["machine_type"] for vm in host.list()] == ["n1-standard-8"]
+
+
+def test_machines_shows_the_capacity_the_quotas_leave(
+    call: Callable[..., Any], host: VmHost, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Three L4s and no preemptible L4 quota: Spot L4 VMs take standard quota.
+    host.quota_limits.update({"NVIDIA_L4_GPUS": 3, "PREEMPTIBLE_NVIDIA_L4_GPUS": 0})
+    call("submit_job", "submit", SPEC)  # one Spot g2-standard-4: 1 L4, 4 preemptible vCPUs
+
+    assert cli(["machines"]) == 0
+
+    shown = capacities(capsys.readouterr().out)
+    assert (shown["g2-standard-4"], shown["g2-standard-4.od"]) == ("2", "2")
+    assert shown["g2-standard-48"] == "0"  # 4 L4s a VM
+    assert (shown["e2-standard-4"], shown["e2-standard-4.od"]) == ("95", "96")  # 384 vCPUs
+    assert shown["n1-standard-16-t4x4"] == "4"  # 16 preemptible T4s
+
+
+def test_machines_without_readable_quotas_shows_why(
+    host: VmHost, project: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SPOTLINE_LOCAL_COMPUTE_URL", "http://127.0.0.1:9")  # nothing listens
+    deps.reset()
+
+    assert cli(["machines"]) == 0
+
+    out, err = capsys.readouterr()
+    assert set(capacities(out).values()) == {"?"}
+    assert err.startswith("CAPACITY unknown: cannot read the quotas of us-central1: ")
+    assert err.count("\n") == 1
