@@ -18,7 +18,7 @@ from functions.envelope import Message, pubsub_handler
 from functions.recovery import recover
 from shared.errors import InvalidMessage, PermanentError
 from shared.events import parse_preemption
-from shared.lifecycle import StaleEvent
+from shared.lifecycle import StaleEvent, saved_after_loss
 from shared.states import JobSubstatus
 
 
@@ -34,13 +34,24 @@ def on_spot_preempted(message: Message) -> None:
     if notice.attempt is not None and notice.attempt != instance.attempt:
         raise StaleEvent(f"{notice.instance}: attempt {notice.attempt} is not the instance's")
     source = "the agent" if notice.source == "agent" else "the preemption log"
-    recover(
-        instance,
-        JobSubstatus.PREEMPTED,
-        datetime.now(UTC),
-        note=f"{instance.name} preempted (reported by {source})",
-        step=notice.step,
-        checkpoint_uri=notice.checkpoint_uri,
-        # The log entry comes at the start of the notice: let the VM save its state.
-        delete_vm=notice.source == "agent",
-    )
+    try:
+        recover(
+            instance,
+            JobSubstatus.PREEMPTED,
+            datetime.now(UTC),
+            note=f"{instance.name} preempted (reported by {source})",
+            step=notice.step,
+            checkpoint_uri=notice.checkpoint_uri,
+            # The log entry comes at the start of the notice: let the VM save its state.
+            delete_vm=notice.source == "agent",
+        )
+    except StaleEvent:
+        # Recorded already; when the reaper recorded it (the VM vanished before
+        # this report came), the report still says what the attempt saved.
+        if notice.step is not None:
+            step = notice.step
+            deps.store().update_job(
+                instance.job_id,
+                lambda job: saved_after_loss(job, instance.attempt, step),
+            )
+        raise

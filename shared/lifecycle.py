@@ -261,6 +261,18 @@ def vm_lost(
     return next_attempt(job, cause, now, note, job.spec.max_attempts)
 
 
+def saved_after_loss(job: JobDoc, attempt: int, step: int) -> JobDoc:
+    """The agent's report of the state a lost attempt saved, come after the
+    loss was recorded without it (the reaper saw the VM gone before the report
+    arrived): the attempt's record keeps the step. Unchanged when it has one."""
+    records = list(job.attempts)
+    for i, record in enumerate(records):
+        if record.attempt == attempt and record.ended_at and record.checkpoint_step is None:
+            records[i] = record.model_copy(update={"checkpoint_step": step})
+            return job.model_copy(update={"attempts": records})
+    return job
+
+
 def _avoid_after_preemptions(job: JobDoc) -> JobDoc:
     limit = job.spec.fallback_after_preemptions
     machine_id = job.machine_id

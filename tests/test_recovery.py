@@ -157,6 +157,22 @@ def test_the_reaper_requeues_a_missed_preemption(
     assert names(host) == ["sl-job1-a2"]
 
 
+def test_a_report_that_comes_after_the_reaper_still_records_the_saved_step(
+    call: Callable[..., Any], host: VmHost, project: str
+) -> None:
+    running(call)
+    # The agent saved at step 42 and published, then its VM went away; the
+    # reaper's sweep saw the VM gone before the report was delivered.
+    host.kill("sl-job1-a1")
+    call("reaper", "reaper_tick", ReaperTick(), message_id="t1")
+    notice = vm_event(SpotPreempted, step=42, checkpoint_uri="file:///c/ckpt-42.pt")
+    call("on_spot_preempted", "spot_preempted", notice, message_id="p1")
+    job = Store(project).get_job("job1")
+    assert job is not None and (job.attempt, job.preemptions) == (2, 1)
+    first = job.attempts[0]
+    assert (first.outcome, first.checkpoint_step) == ("preempted", 42)
+
+
 def test_the_reaper_replaces_a_stalled_vm(
     call: Callable[..., Any], host: VmHost, project: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
