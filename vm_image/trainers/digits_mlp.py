@@ -244,6 +244,9 @@ def train(settings: Settings, flag: PreemptionFlag) -> int:
     print(f"all {settings.epochs} epochs done at step {step}", flush=True)
     print(f"rank {rank} final weights sha256={weights_digest(model)}", flush=True)
     if world > 1:
+        # Every rank done with its collectives before any tears down: a rank
+        # still in one when another leaves can hang in destroy_process_group.
+        torch.distributed.barrier()
         torch.distributed.destroy_process_group()
     return 0
 
