@@ -35,8 +35,14 @@ class Function:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
 
     @property
-    def subscription(self) -> str:
+    def function_id(self) -> str:
+        """The deployed function's name (Cloud Functions takes letters and hyphens)."""
         return f"spotline-{self.entry_point.replace('_', '-')}"
+
+    @property
+    def subscription(self) -> str:
+        """The local push subscription; in the cloud, Eventarc names its own."""
+        return self.function_id
 
 
 @dataclass(frozen=True)
