@@ -16,12 +16,9 @@ from google.cloud import functions_v2, scheduler_v1
 from google.cloud.pubsub_v1 import types as pubsub
 from google.protobuf import duration_pb2, field_mask_pb2
 
-from infra.topology import DEAD_LETTER_TOPIC, FUNCTIONS, REAPER_SCHEDULE, Function
+from infra.topology import DEAD_LETTER_TOPIC, FUNCTIONS, REAPER_SCHEDULE, RUNTIME, Function
 from shared.config import TOPICS, Settings
 
-# A runtime Cloud Run functions supports (python310 to python314 at the time of
-# writing); the code targets Python >= 3.11.
-RUNTIME = "python312"
 PUBSUB_PUBLISHED = "google.cloud.pubsub.topic.v1.messagePublished"
 MAX_EVENT_TIMEOUT_S = 540  # event-driven functions; HTTP ones may run longer
 # The label that records which source archive a function was built from.

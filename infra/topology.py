@@ -75,6 +75,9 @@ FUNCTIONS: tuple[Function, ...] = (
     ),
 )
 
+# The Cloud Functions runtime (Cloud Run functions offers python310 to python314
+# at the time of writing); the code targets Python >= 3.11.
+RUNTIME = "python312"
 REAPER_SCHEDULE = Schedule(job="spotline-reaper", cron="* * * * *", topic="reaper_tick", every_s=60)
 DEAD_LETTER_TOPIC = "dead_letter"
 
