@@ -12,6 +12,7 @@ import pytest
 from google.cloud import firestore
 from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
 
+from infra.cli import main
 from infra.deploy import Deployer
 from infra.deploy_plan import DeployConfig
 from infra.deploy_source import build_archive
@@ -151,3 +152,86 @@ def test_a_trigger_eventarc_cannot_show_leaves_the_gcloud_command(
     assert reaper.action == "not set"
     assert "gcloud pubsub subscriptions update" in reaper.detail
     assert "--max-delivery-attempts=5" in reaper.detail and "--ack-deadline=540" in reaper.detail
+
+
+# -- the command ----------------------------------------------------------------
+
+
+def cli_args(project: str) -> list[str]:
+    return [
+        "deploy",
+        "--project",
+        project,
+        "--region",
+        REGION,
+        "--storage-root",
+        "gs://acme-spotline/runs",
+        "--service-account",
+        FUNCTIONS_ACCOUNT,
+        "--vm-service-account",
+        VM_ACCOUNT,
+    ]
+
+
+def test_spotline_deploy_deploys_through_the_endpoints_it_is_given(
+    cloud: CloudDouble,
+    project: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for api in ("FUNCTIONS", "SCHEDULER", "EVENTARC"):
+        monkeypatch.setenv(f"SPOTLINE_{api}_ENDPOINT", cloud.endpoint)
+
+    assert main(cli_args(project)) == 0
+
+    out = capsys.readouterr().out
+    assert "function      spotline-submit-job" in out and "created" in out
+    assert len(cloud.functions) == len(FUNCTIONS)
+    env = next(iter(cloud.functions.values()))["serviceConfig"]["environmentVariables"]
+    assert Settings.from_env(env) == deploy_config(project).settings
+
+
+def test_dry_run_calls_no_api(
+    cloud: CloudDouble,
+    project: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("SPOTLINE_FUNCTIONS_ENDPOINT", cloud.endpoint)
+
+    assert main([*cli_args(project), "--dry-run"]) == 0
+
+    assert cloud.requests == []
+    assert list(PublisherClient().list_topics(project=f"projects/{project}")) == []
+    out = capsys.readouterr().out
+    assert "spotline-reaper-tick" in out and "spotline-submit-job" in out
+    assert "SPOTLINE_STORAGE_ROOT=gs://acme-spotline/runs" in out
+
+
+def test_missing_settings_are_named_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("SPOTLINE_PROJECT", "GOOGLE_CLOUD_PROJECT", "SPOTLINE_STORAGE_ROOT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("SPOTLINE_SERVICE_ACCOUNT", raising=False)
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["deploy", "--region", "us-central1", "--service-account", FUNCTIONS_ACCOUNT])
+
+    message = str(exit_.value)
+    assert "--project" in message and "--storage-root" in message
+    assert "--vm-service-account" in message
+    assert "--region" not in message and "--service-account (" not in message
+
+
+def test_a_region_spotline_has_no_zones_for_needs_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SPOTLINE_ZONES", raising=False)
+    args = [*cli_args("acme"), "--region", "asia-south2", "--dry-run"]
+
+    with pytest.raises(SystemExit, match=r"--zones .*asia-south2"):
+        main(args)
+
+
+def test_a_local_storage_root_is_refused() -> None:
+    args = [*cli_args("acme"), "--storage-root", "/tmp/spotline", "--dry-run"]
+
+    with pytest.raises(SystemExit, match="gs://"):
+        main(args)
