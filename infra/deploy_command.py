@@ -112,9 +112,17 @@ def run(args: argparse.Namespace) -> int:
         config, endpoints=Endpoints.from_env(), report=lambda c: print(c, flush=True)
     )
     try:
-        deployer.run()
+        changes = deployer.run()
     except (GoogleAPICallError, GoogleAuthError, RuntimeError, ValueError) as err:
         print(f"spotline deploy failed: {' '.join(str(err).split())}", file=sys.stderr)
+        return 1
+    unset = [change for change in changes if change.action == "not set"]
+    if unset:
+        print(
+            f"{len(unset)} delivery policies could not be set (Eventarc did not show the "
+            "trigger's subscription): run the gcloud commands above",
+            file=sys.stderr,
+        )
         return 1
     print("spotline is deployed: publish a job to spotline-submit")
     return 0

@@ -2,8 +2,10 @@
 each trigger's retry policy and dead-letter limit, and the reaper's schedule.
 
 ``infra.local_stack`` applies it to the Pub/Sub emulator (push subscriptions to
-local functions-framework servers); ``infra.deploy`` turns it into the gcloud
-commands for a real project. What runs locally is what is deployed.
+local functions-framework servers); ``infra.deploy`` (``spotline deploy``) applies
+it to a real project: Cloud Functions with Pub/Sub triggers, the delivery policy
+on the subscription Eventarc makes for each trigger, a Cloud Scheduler job. What
+runs locally is what is deployed.
 """
 
 from __future__ import annotations
