@@ -4,7 +4,7 @@ It converges rather than creates: each resource is read, then created when
 missing, updated (with an update mask) when it differs, and left alone when it
 agrees, so a second run changes nothing. In order:
 
-1. the Pub/Sub topics, the dead-letter one included;
+1. the Pub/Sub topics, and a subscription that keeps the dead letters;
 2. the machine catalog, seeded into Firestore;
 3. one Cloud Function (2nd gen) per topology entry, built from a source archive
    uploaded only when the function does not run it yet; every create and update
@@ -130,6 +130,13 @@ class Deployer:
                 self._record(Change("topic", topic.rsplit("/", 1)[-1], "created"))
             except api_exceptions.AlreadyExists:
                 self._record(Change("topic", topic.rsplit("/", 1)[-1], "unchanged"))
+        keeper = plan.dead_letter_subscription(self.config)
+        short = keeper.name.rsplit("/", 1)[-1]
+        try:
+            self._subscriber.create_subscription(request=keeper)
+            self._record(Change("subscription", short, "created", "keeps dead letters 7 days"))
+        except api_exceptions.AlreadyExists:
+            self._record(Change("subscription", short, "unchanged"))
 
     def seed_catalog(self) -> None:
         from shared.store import Store

@@ -143,6 +143,8 @@ def describe(config: DeployConfig) -> list[str]:
         "is missing, updates what differs (with an update mask) and leaves the rest alone.",
         "",
         "topics:        " + ", ".join(t.rsplit("/", 1)[-1] for t in plan.topic_paths(config)),
+        f"dead letters:  kept {plan.DEAD_LETTER_RETENTION_S // 86400} days in subscription "
+        f"{plan.dead_letter_subscription(config).name.rsplit('/', 1)[-1]}",
         f"catalog:       {len(load_catalog())} machine types into Firestore machines/",
         f"source:        {len(archive.files)} files, {len(archive.data)} bytes, "
         f"digest {archive.digest}",

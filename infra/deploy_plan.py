@@ -25,6 +25,7 @@ MAX_EVENT_TIMEOUT_S = 540  # event-driven functions; HTTP ones may run longer
 SOURCE_LABEL = "spotline-source"
 MANAGED_LABELS = {"spotline": "true"}
 TIME_ZONE = "UTC"
+DEAD_LETTER_RETENTION_S = 7 * 24 * 3600
 TICK_DATA = b"{}"  # Scheduler refuses an empty message; the reaper ignores the body
 _FUNCTION_ID = re.compile(r"[a-z][a-z-]{2,62}")
 _SPOTLINE_VAR = "SPOTLINE_"
@@ -93,6 +94,20 @@ def topic_path(project: str, key: str) -> str:
 def topic_paths(config: DeployConfig) -> list[str]:
     """Every topic, the dead-letter one included."""
     return [topic_path(config.project, key) for key in TOPICS]
+
+
+def dead_letter_subscription(config: DeployConfig) -> pubsub.Subscription:
+    """Where dead letters are kept for inspection: Pub/Sub drops what is published
+    to a topic no subscription is attached to."""
+    topic = topic_path(config.project, DEAD_LETTER_TOPIC)
+    return pubsub.Subscription(
+        name=f"projects/{config.project}/subscriptions/{TOPICS[DEAD_LETTER_TOPIC]}",
+        topic=topic,
+        message_retention_duration=duration_pb2.Duration(seconds=DEAD_LETTER_RETENTION_S),
+        # A policy with no TTL: the subscription never expires (the default
+        # deletes one that has been idle for 31 days, as this one mostly is).
+        expiration_policy=pubsub.ExpirationPolicy(),
+    )
 
 
 # -- functions ----------------------------------------------------------------

@@ -58,6 +58,12 @@ def test_a_first_deploy_creates_the_whole_topology(cloud: CloudDouble, project: 
     # 1. Every topic, the dead-letter one included, in the Pub/Sub emulator.
     listed = PublisherClient().list_topics(project=f"projects/{project}")
     assert sorted(t.name.rsplit("/", 1)[-1] for t in listed) == sorted(TOPICS.values())
+    subscriber = SubscriberClient()
+    keeper = subscriber.get_subscription(
+        subscription=f"projects/{project}/subscriptions/spotline-dead-letter"
+    )
+    assert keeper.topic == f"projects/{project}/topics/spotline-dead-letter"
+    assert keeper.message_retention_duration.total_seconds() == 7 * 24 * 3600
     # 2. The catalog, in the Firestore emulator.
     machines = firestore.Client(project=project).collection("machines").stream()
     assert {m.id for m in machines} == set(load_catalog())
@@ -84,7 +90,6 @@ def test_a_first_deploy_creates_the_whole_topology(cloud: CloudDouble, project: 
     archive = zipfile.ZipFile(io.BytesIO(put.content))
     assert archive.read("requirements.txt").decode() == build_archive().requirements
     # 4. The topology's delivery policy on each subscription Eventarc made.
-    subscriber = SubscriberClient()
     for function in FUNCTIONS:
         trigger = cloud.functions[
             f"projects/{project}/locations/{REGION}/functions/{function.function_id}"
