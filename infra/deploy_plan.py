@@ -165,8 +165,13 @@ def create_function_request(
 
 
 def needs_source(current: functions_v2.Function | None, source_digest: str) -> bool:
-    """True when the function does not run this archive yet (or does not exist)."""
-    return current is None or current.labels.get(SOURCE_LABEL) != source_digest
+    """True when the function does not run this archive yet: missing, built from
+    another, or not ACTIVE (a failed build is built again)."""
+    return (
+        current is None
+        or current.state != functions_v2.Function.State.ACTIVE
+        or current.labels.get(SOURCE_LABEL) != source_digest
+    )
 
 
 def function_update(

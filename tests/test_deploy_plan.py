@@ -107,6 +107,16 @@ def test_new_source_updates_the_source_and_its_label_only() -> None:
     }
 
 
+def test_a_function_whose_build_failed_is_built_again() -> None:
+    current = deployed(plan.desired_function(CONFIG, SUBMIT, "d1", SOURCE))
+    failed = functions_v2.Function(current, state=functions_v2.Function.State.FAILED)
+    uploaded = functions_v2.StorageSource(bucket=SOURCE.bucket, object_="again.zip")
+
+    assert plan.needs_source(failed, "d1")
+    update = plan.function_update(failed, plan.desired_function(CONFIG, SUBMIT, "d1", uploaded))
+    assert update is not None and list(update.update_mask.paths) == ["build_config.source"]
+
+
 def test_changed_settings_update_the_variables_and_keep_the_platforms() -> None:
     current = deployed(plan.desired_function(CONFIG, SUBMIT, "d1", SOURCE))
     current.service_config.environment_variables["SPOTLINE_OLD_KNOB"] = "1"
