@@ -8,7 +8,7 @@ v1 REST APIs, for the real client libraries, recording every request::
 It serves what ``spotline deploy`` sends: the source upload (``generateUploadUrl``,
 then an unauthenticated PUT of the zip to the URL it returns), functions get,
 create and patch with their long-running operations, Eventarc's
-``triggers.get``, and Scheduler jobs get, create and patch. Like the real APIs
+``triggers.get``, and Scheduler jobs (``cloud_double_scheduler``). Like the real APIs
 it refuses a second create of a name, a patch without an update mask, a source
 never uploaded and an event function with a timeout over 540 s; like Eventarc,
 each function's trigger gets a Pub/Sub subscription of its own (in the Pub/Sub
@@ -18,7 +18,6 @@ is a full resource name that exists, and failed events are retried.
 
 from __future__ import annotations
 
-import base64
 import functools
 import io
 import itertools
@@ -26,17 +25,16 @@ import re
 import threading
 import zipfile
 from http.server import ThreadingHTTPServer
-from typing import Any
-
-import requests
 
 from infra.deploy import Endpoints
+from tests.cloud_double_scheduler import SchedulerApi
 from tests.cloud_double_wire import (
     RPC_CODES,
     CloudError,
     CloudRequest,
     Handler,
     JsonDict,
+    PubsubSide,
     enum_value,
     get_path,
     mask_paths,
@@ -61,7 +59,6 @@ _FUNCTION_MASK = {
     "labels",
     "description",
 }
-_JOB_MASK = {"description", "schedule", "timeZone", "pubsubTarget"}
 _UPLOAD_BUCKET = "gcf-v2-uploads-000000000000.us-central1.cloudfunctions.appspot.com"
 
 
@@ -72,7 +69,7 @@ class CloudDouble:
         project, region: the only ones the double knows.
         pubsub_host: the Pub/Sub emulator (``host:port``): trigger topics must
             exist there, and each trigger's subscription is made there. Without
-            it, ``topics`` lists the topics that exist.
+            it, ``pubsub.topics`` lists the topics that exist.
         operation_polls: how many operation gets it takes to see one done.
 
     Attributes:
@@ -89,11 +86,11 @@ class CloudDouble:
         operation_polls: int = 1,
     ) -> None:
         self.project, self.region = project, region
-        self.pubsub_host = pubsub_host
+        self.pubsub = PubsubSide(pubsub_host)
         self.operation_polls = operation_polls
-        self.topics: set[str] = set()
+        self.scheduler = SchedulerApi(project, region, self.pubsub)
+        self.jobs = self.scheduler.jobs
         self.functions: dict[str, JsonDict] = {}
-        self.jobs: dict[str, JsonDict] = {}
         self.triggers: dict[str, JsonDict] = {}
         self.uploads: dict[str, bytes] = {}
         self._granted: set[str] = set()  # upload objects handed out, not yet PUT
@@ -103,17 +100,16 @@ class CloudDouble:
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         location = r"^/v[12]/projects/(?P<project>[^/]+)/locations/(?P<region>[^/]+)"
-        self._routes: list[tuple[str, re.Pattern[str], Any]] = [
-            ("POST", re.compile(location + r"/functions:generateUploadUrl$"), self._upload_url),
-            ("GET", re.compile(location + r"/functions/(?P<fid>[^/:]+)$"), self._get_function),
-            ("POST", re.compile(location + r"/functions$"), self._create_function),
-            ("PATCH", re.compile(location + r"/functions/(?P<fid>[^/:]+)$"), self._patch_function),
-            ("GET", re.compile(location + r"/operations/(?P<op>[^/]+)$"), self._get_operation),
-            ("GET", re.compile(location + r"/triggers/(?P<tid>[^/]+)$"), self._get_trigger),
-            ("GET", re.compile(location + r"/jobs/(?P<jid>[^/]+)$"), self._get_job),
-            ("POST", re.compile(location + r"/jobs$"), self._create_job),
-            ("PATCH", re.compile(location + r"/jobs/(?P<jid>[^/]+)$"), self._patch_job),
+        routes = [
+            ("POST", location + r"/functions:generateUploadUrl$", self._upload_url),
+            ("GET", location + r"/functions/(?P<fid>[^/:]+)$", self._get_function),
+            ("POST", location + r"/functions$", self._create_function),
+            ("PATCH", location + r"/functions/(?P<fid>[^/:]+)$", self._patch_function),
+            ("GET", location + r"/operations/(?P<op>[^/]+)$", self._get_operation),
+            ("GET", location + r"/triggers/(?P<tid>[^/]+)$", self._get_trigger),
+            *self.scheduler.routes(location),
         ]
+        self._routes = [(method, re.compile(path), handler) for method, path, handler in routes]
 
     # -- lifecycle and inspection ------------------------------------------------
 
@@ -294,7 +290,7 @@ class CloudDouble:
         topic = trigger.get("pubsubTopic", "")
         if not re.fullmatch(rf"projects/{self.project}/topics/[^/]+", topic):
             problems.append(f"pubsubTopic {topic!r} is not a full topic name of this project")
-        elif not self._topic_exists(topic):
+        elif not self.pubsub.topic_exists(topic):
             problems.append(f"topic {topic} does not exist")
         if enum_value(trigger.get("retryPolicy"), _RETRY) != "RETRY_POLICY_RETRY":
             problems.append("spotline's triggers retry failed events (RETRY_POLICY_RETRY)")
@@ -305,7 +301,7 @@ class CloudDouble:
         subscription = (
             f"projects/{self.project}/subscriptions/eventarc-{self.region}-{fid}-{number:06d}-sub-1"
         )
-        self._pubsub("PUT", subscription, {"topic": topic, "ackDeadlineSeconds": 600})
+        self.pubsub.create_subscription(subscription, topic)
         self.triggers[name] = {
             "name": name,
             "eventFilters": [{"attribute": "type", "value": PUBLISHED}],
@@ -352,72 +348,3 @@ class CloudDouble:
         if polls > 1:
             return {"name": name, "metadata": operation["metadata"], "done": False}
         return operation
-
-    # -- scheduler -----------------------------------------------------------------
-
-    def _get_job(self, request: CloudRequest, jid: str) -> JsonDict:
-        name = f"projects/{self.project}/locations/{self.region}/jobs/{jid}"
-        if name not in self.jobs:
-            raise CloudError(404, f"Job not found: {name}")
-        return self.jobs[name]
-
-    def _create_job(self, request: CloudRequest) -> JsonDict:
-        job = dict(request.body or {})
-        prefix = f"projects/{self.project}/locations/{self.region}/jobs/"
-        name = job.get("name", "")
-        if not re.fullmatch(re.escape(prefix) + r"[A-Za-z0-9_-]{1,500}", name):
-            raise CloudError(400, f"Job name {name!r} is not under {prefix}")
-        if name in self.jobs:
-            raise CloudError(409, f"Job {name} already exists")
-        self._check_job(job, set(_JOB_MASK))
-        job["state"] = "ENABLED"
-        self.jobs[name] = job
-        return job
-
-    def _patch_job(self, request: CloudRequest, jid: str) -> JsonDict:
-        current = self._get_job(request, jid)
-        paths = mask_paths(request.query)
-        if not paths or not set(paths) <= _JOB_MASK:
-            raise CloudError(400, f"update mask {paths} is empty or names unknown fields")
-        body = request.body or {}
-        self._check_job(body, set(paths))
-        for path in paths:
-            set_path(current, path, get_path(body, path))
-        return current
-
-    def _check_job(self, job: JsonDict, paths: set[str]) -> None:
-        problems = []
-        if "schedule" in paths and len(str(job.get("schedule", "")).split()) != 5:
-            problems.append(f"schedule {job.get('schedule')!r} is not a unix-cron expression")
-        if "timeZone" in paths and not job.get("timeZone"):
-            problems.append("no time zone")
-        if "pubsubTarget" in paths:
-            target = job.get("pubsubTarget") or {}
-            topic = target.get("topicName", "")
-            if not re.fullmatch(rf"projects/{self.project}/topics/[^/]+", topic):
-                problems.append(f"topicName {topic!r} is not a topic of this project")
-            elif not self._topic_exists(topic):
-                problems.append(f"topic {topic} does not exist")
-            if not base64.b64decode(target.get("data", "")) and not target.get("attributes"):
-                problems.append("a Pub/Sub message needs data or an attribute")
-        if problems:
-            raise CloudError(400, "; ".join(problems))
-
-    # -- the Pub/Sub emulator --------------------------------------------------------
-
-    def _topic_exists(self, topic: str) -> bool:
-        if self.pubsub_host is None:
-            return topic in self.topics
-        return self._pubsub("GET", topic) is not None
-
-    def _pubsub(self, method: str, path: str, body: JsonDict | None = None) -> JsonDict | None:
-        if self.pubsub_host is None:
-            return {}
-        answer = requests.request(
-            method, f"http://{self.pubsub_host}/v1/{path}", json=body, timeout=10
-        )
-        if answer.status_code == 404:
-            return None
-        answer.raise_for_status()
-        result: JsonDict = answer.json()
-        return result

@@ -15,6 +15,8 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
+import requests
+
 JsonDict = dict[str, Any]
 
 _STATUS = {
@@ -121,3 +123,34 @@ def set_path(document: JsonDict, path: str, value: Any) -> None:
         document.pop(last, None)
     else:
         document[last] = value
+
+
+class PubsubSide:
+    """The Pub/Sub the doubled APIs see: the emulator at ``host`` when given,
+    else just the set ``topics`` of topic names that exist."""
+
+    def __init__(self, host: str | None) -> None:
+        self.host = host
+        self.topics: set[str] = set()
+
+    def topic_exists(self, topic: str) -> bool:
+        if self.host is None:
+            return topic in self.topics
+        answer = requests.get(f"http://{self.host}/v1/{topic}", timeout=10)
+        if answer.status_code == 404:
+            return False
+        answer.raise_for_status()
+        return True
+
+    def create_subscription(self, name: str, topic: str) -> None:
+        """A push-less subscription, as Eventarc makes one per trigger (its ack
+        deadline: an assumption; its backoff: Eventarc's documented 10-600 s)."""
+        if self.host is None:
+            return
+        body: JsonDict = {
+            "topic": topic,
+            "ackDeadlineSeconds": 600,
+            "retryPolicy": {"minimumBackoff": "10s", "maximumBackoff": "600s"},
+        }
+        answer = requests.put(f"http://{self.host}/v1/{name}", json=body, timeout=10)
+        answer.raise_for_status()
