@@ -148,8 +148,9 @@ class Deployer:
     # -- 3: functions ------------------------------------------------------------------
 
     def ensure_functions(self, archive: SourceArchive) -> dict[str, functions_v2.Function]:
-        """Every function as deployed, by entry point."""
-        pending: dict[str, Operation] = {}
+        """Every function as deployed, by entry point. Each change is reported
+        once its operation is done (a build takes minutes)."""
+        pending: dict[str, tuple[Operation, Change]] = {}
         deployed: dict[str, functions_v2.Function] = {}
         for function in FUNCTIONS:
             current = self._get_function(function)
@@ -157,19 +158,25 @@ class Deployer:
             desired = plan.desired_function(self.config, function, archive.digest, storage)
             if current is None:
                 request = plan.create_function_request(self.config, function, desired)
-                pending[function.entry_point] = self._functions.create_function(request=request)
-                self._record(Change("function", function.function_id, "created"))
+                operation = self._functions.create_function(request=request)
+                pending[function.entry_point] = (
+                    operation,
+                    Change("function", function.function_id, "created"),
+                )
                 continue
             update = plan.function_update(current, desired)
             if update is None:
                 deployed[function.entry_point] = current
                 self._record(Change("function", function.function_id, "unchanged"))
                 continue
-            pending[function.entry_point] = self._functions.update_function(request=update)
             fields = ", ".join(update.update_mask.paths)
-            self._record(Change("function", function.function_id, "updated", fields))
-        for entry_point, operation in pending.items():
+            pending[function.entry_point] = (
+                self._functions.update_function(request=update),
+                Change("function", function.function_id, "updated", fields),
+            )
+        for entry_point, (operation, change) in pending.items():
             deployed[entry_point] = operation.result(timeout=self.operation_timeout_s)
+            self._record(change)
         return deployed
 
     def _get_function(self, function: Function) -> functions_v2.Function | None:

@@ -107,7 +107,11 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print("\n".join(describe(config)))
         return 0
-    print(f"deploying spotline to project {config.project}, region {config.region}", flush=True)
+    print(
+        f"deploying spotline to project {config.project}, region {config.region} "
+        "(each function's build takes minutes; they run side by side)",
+        flush=True,
+    )
     deployer = Deployer(
         config, endpoints=Endpoints.from_env(), report=lambda c: print(c, flush=True)
     )
