@@ -13,6 +13,8 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from infra import deploy_command
+
 if TYPE_CHECKING:
     from shared.compute.port import Quota
     from shared.config import Settings
@@ -117,6 +119,10 @@ def _parser() -> argparse.ArgumentParser:
 
     schema = sub.add_parser("schema", help="print the job spec's JSON Schema")
     schema.set_defaults(run=_schema)
+
+    deploy = sub.add_parser("deploy", help="deploy (or update) spotline in a Google Cloud project")
+    deploy_command.add_arguments(deploy)
+    deploy.set_defaults(run=deploy_command.run)
     return parser
 
 

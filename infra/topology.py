@@ -2,8 +2,10 @@
 each trigger's retry policy and dead-letter limit, and the reaper's schedule.
 
 ``infra.local_stack`` applies it to the Pub/Sub emulator (push subscriptions to
-local functions-framework servers); ``infra.deploy`` turns it into the gcloud
-commands for a real project. What runs locally is what is deployed.
+local functions-framework servers); ``infra.deploy`` (``spotline deploy``) applies
+it to a real project: Cloud Functions with Pub/Sub triggers, the delivery policy
+on the subscription Eventarc makes for each trigger, a Cloud Scheduler job. What
+runs locally is what is deployed.
 """
 
 from __future__ import annotations
@@ -35,8 +37,14 @@ class Function:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
 
     @property
-    def subscription(self) -> str:
+    def function_id(self) -> str:
+        """The deployed function's name (Cloud Functions takes letters and hyphens)."""
         return f"spotline-{self.entry_point.replace('_', '-')}"
+
+    @property
+    def subscription(self) -> str:
+        """The local push subscription; in the cloud, Eventarc names its own."""
+        return self.function_id
 
 
 @dataclass(frozen=True)
@@ -69,6 +77,9 @@ FUNCTIONS: tuple[Function, ...] = (
     ),
 )
 
+# The Cloud Functions runtime (Cloud Run functions offers python310 to python314
+# at the time of writing); the code targets Python >= 3.11.
+RUNTIME = "python312"
 REAPER_SCHEDULE = Schedule(job="spotline-reaper", cron="* * * * *", topic="reaper_tick", every_s=60)
 DEAD_LETTER_TOPIC = "dead_letter"
 

@@ -95,6 +95,33 @@ class Settings:
             ),
         )
 
+    def to_env(self) -> dict[str, str]:
+        """The environment that ``from_env`` reads back as these settings: what
+        ``spotline deploy`` gives the functions."""
+        env = {
+            "SPOTLINE_PROJECT": self.project,
+            "SPOTLINE_REGION": self.region,
+            "SPOTLINE_ZONES": ",".join(self.zones),
+            "SPOTLINE_COMPUTE": self.compute,
+            "SPOTLINE_STORAGE_ROOT": self.storage_root,
+            "SPOTLINE_IMAGE": self.image,
+            "SPOTLINE_HEARTBEAT_S": repr(self.heartbeat_s),
+            "SPOTLINE_MAX_EVENT_AGE_S": repr(self.max_event_age_s),
+            "SPOTLINE_STALL_TIMEOUT_S": repr(self.stall_timeout_s),
+            "SPOTLINE_BOOT_TIMEOUT_S": repr(self.boot_timeout_s),
+            "SPOTLINE_REQUEST_TIMEOUT_S": repr(self.request_timeout_s),
+            "SPOTLINE_MAX_ACTIVE_JOBS": str(self.max_active_jobs),
+            "SPOTLINE_COOLING_BASELINE_MIN": str(self.cooling_baseline_min),
+            "SPOTLINE_COOLING_UNIT": repr(self.cooling_unit),
+            "SPOTLINE_MAX_ACTIVE_INSTANCES": str(self.max_active_instances),
+            "SPOTLINE_MAX_STOPPED_INSTANCES": str(self.max_stopped_instances),
+        }
+        if self.local_compute_url:
+            env["SPOTLINE_LOCAL_COMPUTE_URL"] = self.local_compute_url
+        if self.service_account:
+            env["SPOTLINE_SERVICE_ACCOUNT"] = self.service_account
+        return env
+
     def job_prefix(self, job_id: str) -> str:
         """Where a job's checkpoints and outputs live (an fsspec URL)."""
         return f"{self.storage_root.rstrip('/')}/jobs/{job_id}"

@@ -1,0 +1,350 @@
+"""A local HTTP double of the Cloud Functions v2, Eventarc v1 and Cloud Scheduler
+v1 REST APIs, for the real client libraries, recording every request::
+
+    with CloudDouble("acme", "us-central1", pubsub_host=emulator.host) as cloud:
+        Deployer(config, endpoints=cloud.endpoints()).run()
+        [create] = cloud.requests_to("POST", "/functions")
+
+It serves what ``spotline deploy`` sends: the source upload (``generateUploadUrl``,
+then an unauthenticated PUT of the zip to the URL it returns), functions get,
+create and patch with their long-running operations, Eventarc's
+``triggers.get``, and Scheduler jobs (``cloud_double_scheduler``). Like the real APIs
+it refuses a second create of a name, a patch without an update mask, a source
+never uploaded and an event function with a timeout over 540 s; like Eventarc,
+each function's trigger gets a Pub/Sub subscription of its own (in the Pub/Sub
+emulator, when given). It also holds spotline's own rules: the trigger's topic
+is a full resource name that exists, and failed events are retried.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import itertools
+import re
+import threading
+import zipfile
+from http.server import ThreadingHTTPServer
+
+from infra.deploy import Endpoints
+from tests.cloud_double_scheduler import SchedulerApi
+from tests.cloud_double_wire import (
+    RPC_CODES,
+    CloudError,
+    CloudRequest,
+    Handler,
+    JsonDict,
+    PubsubSide,
+    enum_value,
+    get_path,
+    mask_paths,
+    set_path,
+)
+
+__all__ = ["CloudDouble", "CloudError", "CloudRequest"]
+
+PUBLISHED = "google.cloud.pubsub.topic.v1.messagePublished"
+_RETRY = ["RETRY_POLICY_UNSPECIFIED", "RETRY_POLICY_DO_NOT_RETRY", "RETRY_POLICY_RETRY"]
+_ENVIRONMENTS = ["ENVIRONMENT_UNSPECIFIED", "GEN_1", "GEN_2"]
+_FUNCTION_ID = re.compile(r"[a-z](?:[a-z0-9-]{2,61}[a-z0-9])")
+_FUNCTION_MASK = {
+    "buildConfig.source",
+    "buildConfig.runtime",
+    "buildConfig.entryPoint",
+    "serviceConfig.timeoutSeconds",
+    "serviceConfig.availableMemory",
+    "serviceConfig.environmentVariables",
+    "serviceConfig.serviceAccountEmail",
+    "eventTrigger",
+    "labels",
+    "description",
+}
+_UPLOAD_BUCKET = "gcf-v2-uploads-000000000000.us-central1.cloudfunctions.appspot.com"
+
+
+class CloudDouble:
+    """The three APIs for one project and region, on ``127.0.0.1`` and a free port.
+
+    Args:
+        project, region: the only ones the double knows.
+        pubsub_host: the Pub/Sub emulator (``host:port``): trigger topics must
+            exist there, and each trigger's subscription is made there. Without
+            it, ``pubsub.topics`` lists the topics that exist.
+        operation_polls: how many operation gets it takes to see one done.
+
+    Attributes:
+        functions, jobs, triggers: the resources, by full name, as their JSON.
+        uploads: the zips PUT to upload URLs, by object name.
+    """
+
+    def __init__(
+        self,
+        project: str,
+        region: str,
+        *,
+        pubsub_host: str | None = None,
+        operation_polls: int = 1,
+    ) -> None:
+        self.project, self.region = project, region
+        self.pubsub = PubsubSide(pubsub_host)
+        self.operation_polls = operation_polls
+        self.scheduler = SchedulerApi(project, region, self.pubsub)
+        self.jobs = self.scheduler.jobs
+        self.functions: dict[str, JsonDict] = {}
+        self.triggers: dict[str, JsonDict] = {}
+        self.uploads: dict[str, bytes] = {}
+        self._granted: set[str] = set()  # upload objects handed out, not yet PUT
+        self._operations: dict[str, tuple[JsonDict, int]] = {}
+        self._requests: list[CloudRequest] = []
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+        location = r"^/v[12]/projects/(?P<project>[^/]+)/locations/(?P<region>[^/]+)"
+        routes = [
+            ("POST", location + r"/functions:generateUploadUrl$", self._upload_url),
+            ("GET", location + r"/functions/(?P<fid>[^/:]+)$", self._get_function),
+            ("POST", location + r"/functions$", self._create_function),
+            ("PATCH", location + r"/functions/(?P<fid>[^/:]+)$", self._patch_function),
+            ("GET", location + r"/operations/(?P<op>[^/]+)$", self._get_operation),
+            ("GET", location + r"/triggers/(?P<tid>[^/]+)$", self._get_trigger),
+            *self.scheduler.routes(location),
+        ]
+        self._routes = [(method, re.compile(path), handler) for method, path, handler in routes]
+
+    # -- lifecycle and inspection ------------------------------------------------
+
+    def start(self) -> CloudDouble:
+        double = self
+
+        class DoubleHandler(Handler):
+            owner = double
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), DoubleHandler)
+        self._server.daemon_threads = True
+        serve = functools.partial(self._server.serve_forever, poll_interval=0.05)
+        threading.Thread(target=serve, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self) -> CloudDouble:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+    @property
+    def endpoint(self) -> str:
+        assert self._server is not None, "start() the double first"
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def endpoints(self) -> Endpoints:
+        """The same double for all three APIs."""
+        return Endpoints(functions=self.endpoint, scheduler=self.endpoint, eventarc=self.endpoint)
+
+    @property
+    def requests(self) -> list[CloudRequest]:
+        with self._lock:
+            return list(self._requests)
+
+    def requests_to(self, method: str, path_suffix: str) -> list[CloudRequest]:
+        return [r for r in self.requests if r.method == method and r.path.endswith(path_suffix)]
+
+    def writes(self) -> list[CloudRequest]:
+        """Every request that could change something."""
+        return [r for r in self.requests if r.method != "GET"]
+
+    def handle(self, request: CloudRequest) -> tuple[int, JsonDict]:
+        with self._lock:
+            self._requests.append(request)
+            try:
+                return 200, self._answer(request)
+            except CloudError as error:
+                return error.status, error.body
+
+    def _answer(self, request: CloudRequest) -> JsonDict:
+        if request.method == "PUT" and request.path.startswith("/upload/"):
+            return self._put_upload(request)
+        for method, pattern, handler in self._routes:
+            match = pattern.match(request.path)
+            if method == request.method and match:
+                params = match.groupdict()
+                if (params.pop("project"), params.pop("region")) != (self.project, self.region):
+                    raise CloudError(404, f"{request.path}: unknown project or location")
+                result: JsonDict = handler(request, **params)
+                return result
+        raise CloudError(404, f"no route for {request.method} {request.path}")
+
+    # -- source upload -------------------------------------------------------------
+
+    def _upload_url(self, request: CloudRequest) -> JsonDict:
+        if enum_value((request.body or {}).get("environment"), _ENVIRONMENTS) != "GEN_2":
+            raise CloudError(400, "the double only uploads 2nd gen sources")
+        name = f"{self.project}-{next(self._ids):04d}.zip"
+        self._granted.add(name)
+        return {
+            "uploadUrl": f"{self.endpoint}/upload/{_UPLOAD_BUCKET}/{name}?X-Goog-Signature=0f",
+            "storageSource": {"bucket": _UPLOAD_BUCKET, "object": name},
+        }
+
+    def _put_upload(self, request: CloudRequest) -> JsonDict:
+        name = request.path.rsplit("/", 1)[-1]
+        if name not in self._granted:
+            raise CloudError(403, f"no upload URL was generated for {name}")
+        if "authorization" in request.headers:
+            raise CloudError(403, "a signed URL takes no credentials")
+        if request.headers.get("content-type") != "application/zip":
+            raise CloudError(400, "content-type must be application/zip")
+        try:
+            names = zipfile.ZipFile(io.BytesIO(request.content)).namelist()
+        except zipfile.BadZipFile as err:
+            raise CloudError(400, f"not a zip: {err}") from err
+        if not {"main.py", "requirements.txt"} <= set(names):
+            raise CloudError(400, "the archive needs main.py and requirements.txt at its root")
+        self._granted.discard(name)
+        self.uploads[name] = request.content
+        return {}
+
+    # -- functions -----------------------------------------------------------------
+
+    def _function_name(self, fid: str) -> str:
+        return f"projects/{self.project}/locations/{self.region}/functions/{fid}"
+
+    def _get_function(self, request: CloudRequest, fid: str) -> JsonDict:
+        function = self.functions.get(self._function_name(fid))
+        if function is None:
+            raise CloudError(404, f"Resource '{self._function_name(fid)}' was not found")
+        return function
+
+    def _create_function(self, request: CloudRequest) -> JsonDict:
+        fid = request.query.get("functionId", "")
+        name = self._function_name(fid)
+        if not _FUNCTION_ID.fullmatch(fid):
+            raise CloudError(400, f"Invalid function id {fid!r}")
+        body = dict(request.body or {})
+        body.pop("name", None)
+        self._check_function(body, set(_FUNCTION_MASK))
+        if name in self.functions:
+            return self._new_operation(name, "create", error=("ALREADY_EXISTS", name))
+        number = next(self._ids)
+        body["name"] = name
+        body["environment"] = "GEN_2"
+        body["state"] = "ACTIVE"
+        body["url"] = f"https://{self.region}-{self.project}.cloudfunctions.net/{fid}"
+        service = body.setdefault("serviceConfig", {})
+        service["uri"] = f"https://{fid}-{number:06d}-uc.a.run.app"
+        service["service"] = f"projects/{self.project}/locations/{self.region}/services/{fid}"
+        trigger = body["eventTrigger"]
+        trigger["retryPolicy"] = enum_value(trigger.get("retryPolicy"), _RETRY)
+        trigger["trigger"] = self._new_trigger(fid, number, trigger["pubsubTopic"])
+        self.functions[name] = body
+        return self._new_operation(name, "create")
+
+    def _patch_function(self, request: CloudRequest, fid: str) -> JsonDict:
+        current = self._get_function(request, fid)
+        paths = mask_paths(request.query)
+        if not paths or not set(paths) <= _FUNCTION_MASK:
+            raise CloudError(400, f"update mask {paths} is empty or names unknown fields")
+        body = request.body or {}
+        self._check_function(body, set(paths))
+        for path in paths:
+            if path == "eventTrigger":
+                trigger = dict(body["eventTrigger"], trigger=current["eventTrigger"]["trigger"])
+                trigger["retryPolicy"] = enum_value(trigger.get("retryPolicy"), _RETRY)
+                current["eventTrigger"] = trigger
+            else:
+                set_path(current, path, get_path(body, path))
+        return self._new_operation(current["name"], "update")
+
+    def _check_function(self, body: JsonDict, paths: set[str]) -> None:
+        """Refuse what the API (or spotline) would not run; only ``paths`` are read."""
+        problems = []
+        if "buildConfig.source" in paths:
+            storage = get_path(body, "buildConfig.source.storageSource") or {}
+            if storage.get("object") not in self.uploads:
+                problems.append(f"the source {storage} was never uploaded")
+            elif "buildConfig.entryPoint" in paths:
+                main = zipfile.ZipFile(io.BytesIO(self.uploads[storage["object"]])).read("main.py")
+                entry = get_path(body, "buildConfig.entryPoint") or ""
+                if not entry or not re.search(rf"\b{re.escape(entry)}\b", main.decode()):
+                    problems.append(f"main.py does not define the entry point {entry!r}")
+        runtime = get_path(body, "buildConfig.runtime")
+        if "buildConfig.runtime" in paths and not re.fullmatch(r"python3\d+", runtime or ""):
+            problems.append(f"runtime {runtime!r}")
+        timeout = int(get_path(body, "serviceConfig.timeoutSeconds") or 60)
+        if "serviceConfig.timeoutSeconds" in paths and timeout > 540:
+            problems.append(f"timeout {timeout} s: event-driven functions run at most 540 s")
+        if "eventTrigger" in paths:
+            problems += self._trigger_problems(body.get("eventTrigger") or {})
+        if problems:
+            raise CloudError(400, "; ".join(problems))
+
+    def _trigger_problems(self, trigger: JsonDict) -> list[str]:
+        problems = []
+        if trigger.get("eventType") != PUBLISHED:
+            problems.append(f"event type {trigger.get('eventType')!r}")
+        topic = trigger.get("pubsubTopic", "")
+        if not re.fullmatch(rf"projects/{self.project}/topics/[^/]+", topic):
+            problems.append(f"pubsubTopic {topic!r} is not a full topic name of this project")
+        elif not self.pubsub.topic_exists(topic):
+            problems.append(f"topic {topic} does not exist")
+        if enum_value(trigger.get("retryPolicy"), _RETRY) != "RETRY_POLICY_RETRY":
+            problems.append("spotline's triggers retry failed events (RETRY_POLICY_RETRY)")
+        return problems
+
+    def _new_trigger(self, fid: str, number: int, topic: str) -> str:
+        name = f"projects/{self.project}/locations/{self.region}/triggers/{fid}-{number:06d}"
+        subscription = (
+            f"projects/{self.project}/subscriptions/eventarc-{self.region}-{fid}-{number:06d}-sub-1"
+        )
+        self.pubsub.create_subscription(subscription, topic)
+        self.triggers[name] = {
+            "name": name,
+            "eventFilters": [{"attribute": "type", "value": PUBLISHED}],
+            "transport": {"pubsub": {"topic": topic, "subscription": subscription}},
+        }
+        return name
+
+    def _get_trigger(self, request: CloudRequest, tid: str) -> JsonDict:
+        name = f"projects/{self.project}/locations/{self.region}/triggers/{tid}"
+        if name not in self.triggers:
+            raise CloudError(404, f"Resource '{name}' was not found")
+        return self.triggers[name]
+
+    # -- operations ----------------------------------------------------------------
+
+    def _new_operation(
+        self, target: str, verb: str, error: tuple[str, str] | None = None
+    ) -> JsonDict:
+        name = f"projects/{self.project}/locations/{self.region}/operations/op-{next(self._ids)}"
+        operation: JsonDict = {
+            "name": name,
+            "metadata": {
+                "@type": "type.googleapis.com/google.cloud.functions.v2.OperationMetadata",
+                "target": target,
+                "verb": verb,
+            },
+            "done": True,
+        }
+        if error is not None:
+            status, message = error
+            operation["error"] = {"code": RPC_CODES[status], "message": f"{message}: {status}"}
+        else:
+            response = {"@type": "type.googleapis.com/google.cloud.functions.v2.Function"}
+            operation["response"] = {**response, **self.functions[target]}
+        self._operations[name] = (operation, self.operation_polls)
+        return {key: value for key, value in operation.items() if key in ("name", "metadata")}
+
+    def _get_operation(self, request: CloudRequest, op: str) -> JsonDict:
+        name = f"projects/{self.project}/locations/{self.region}/operations/{op}"
+        if name not in self._operations:
+            raise CloudError(404, f"Operation '{name}' was not found")
+        operation, polls = self._operations[name]
+        self._operations[name] = (operation, polls - 1)
+        if polls > 1:
+            return {"name": name, "metadata": operation["metadata"], "done": False}
+        return operation

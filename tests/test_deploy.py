@@ -1,0 +1,242 @@
+"""``spotline deploy`` through the real client libraries: Functions, Scheduler and
+Eventarc against a local wire double, Pub/Sub and Firestore on their emulators."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from collections.abc import Iterator
+from dataclasses import replace
+
+import pytest
+from google.cloud import firestore
+from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
+
+from infra.cli import main
+from infra.deploy import Deployer
+from infra.deploy_plan import DeployConfig
+from infra.deploy_source import build_archive
+from infra.emulators import Emulator
+from infra.topology import FUNCTIONS
+from shared.catalog import load_catalog
+from shared.config import TOPICS, Settings
+from tests.cloud_double import CloudDouble
+
+pytestmark = pytest.mark.emulators
+REGION = "us-central1"
+FUNCTIONS_ACCOUNT = "spotline-fn@acme.iam.gserviceaccount.com"
+VM_ACCOUNT = "spotline-vm@acme.iam.gserviceaccount.com"
+
+
+@pytest.fixture
+def cloud(project: str, emulators: tuple[Emulator, Emulator]) -> Iterator[CloudDouble]:
+    with CloudDouble(project, REGION, pubsub_host=emulators[1].host) as double:
+        yield double
+
+
+def deploy_config(project: str, **settings: object) -> DeployConfig:
+    base = Settings(
+        project=project,
+        region=REGION,
+        compute="gce",
+        storage_root="gs://acme-spotline/runs",
+        image=f"projects/{project}/global/images/family/spotline-agent",
+        service_account=VM_ACCOUNT,
+    )
+    return DeployConfig(replace(base, **settings), FUNCTIONS_ACCOUNT)  # type: ignore[arg-type]
+
+
+def deploy(cloud: CloudDouble, config: DeployConfig) -> dict[str, str]:
+    """Deploy; each resource's action, as ``kind name`` -> action."""
+    changes = Deployer(config, endpoints=cloud.endpoints(), operation_timeout_s=30).run()
+    return {f"{c.kind} {c.name}": c.action for c in changes}
+
+
+def test_a_first_deploy_creates_the_whole_topology(cloud: CloudDouble, project: str) -> None:
+    actions = deploy(cloud, deploy_config(project))
+
+    # 1. Every topic, the dead-letter one included, in the Pub/Sub emulator.
+    listed = PublisherClient().list_topics(project=f"projects/{project}")
+    assert sorted(t.name.rsplit("/", 1)[-1] for t in listed) == sorted(TOPICS.values())
+    subscriber = SubscriberClient()
+    keeper = subscriber.get_subscription(
+        subscription=f"projects/{project}/subscriptions/spotline-dead-letter"
+    )
+    assert keeper.topic == f"projects/{project}/topics/spotline-dead-letter"
+    assert keeper.message_retention_duration.total_seconds() == 7 * 24 * 3600
+    # 2. The catalog, in the Firestore emulator.
+    machines = firestore.Client(project=project).collection("machines").stream()
+    assert {m.id for m in machines} == set(load_catalog())
+    # 3. One function per topology entry, each created from a source it uploaded.
+    creates = cloud.requests_to("POST", f"/locations/{REGION}/functions")
+    assert sorted(r.query["functionId"] for r in creates) == sorted(
+        f.function_id for f in FUNCTIONS
+    )
+    assert len(cloud.uploads) == len(FUNCTIONS)
+    for request in creates:
+        body = request.body
+        assert body["buildConfig"]["source"]["storageSource"]["object"] in cloud.uploads
+        assert body["eventTrigger"]["pubsubTopic"].startswith(f"projects/{project}/topics/")
+        assert body["serviceConfig"]["environmentVariables"]["SPOTLINE_COMPUTE"] == "gce"
+        assert body["serviceConfig"]["serviceAccountEmail"] == FUNCTIONS_ACCOUNT
+    [reaper] = [r.body for r in creates if r.query["functionId"] == "spotline-reaper"]
+    assert reaper["buildConfig"]["entryPoint"] == "reaper"
+    tick_topic = f"projects/{project}/topics/spotline-reaper-tick"
+    assert reaper["eventTrigger"]["pubsubTopic"] == tick_topic
+    assert reaper["serviceConfig"]["timeoutSeconds"] == 540
+    # The upload is the archive, sent as a signed URL wants it.
+    [put] = cloud.requests_to("PUT", next(iter(cloud.uploads)))
+    assert put.headers["content-type"] == "application/zip" and "authorization" not in put.headers
+    archive = zipfile.ZipFile(io.BytesIO(put.content))
+    assert archive.read("requirements.txt").decode() == build_archive().requirements
+    # 4. The topology's delivery policy on each subscription Eventarc made.
+    for function in FUNCTIONS:
+        trigger = cloud.functions[
+            f"projects/{project}/locations/{REGION}/functions/{function.function_id}"
+        ]["eventTrigger"]["trigger"]
+        name = cloud.triggers[trigger]["transport"]["pubsub"]["subscription"]
+        subscription = subscriber.get_subscription(subscription=name)
+        assert subscription.ack_deadline_seconds == function.ack_deadline_s
+        assert subscription.retry_policy.minimum_backoff.seconds == function.retry.minimum_backoff_s
+        assert subscription.retry_policy.maximum_backoff.seconds == function.retry.maximum_backoff_s
+        assert subscription.dead_letter_policy.dead_letter_topic == (
+            f"projects/{project}/topics/spotline-dead-letter"
+        )
+        assert (
+            subscription.dead_letter_policy.max_delivery_attempts == function.max_delivery_attempts
+        )
+    # 5. The reaper's tick.
+    job = cloud.jobs[f"projects/{project}/locations/{REGION}/jobs/spotline-reaper"]
+    assert job["schedule"] == "* * * * *" and job["timeZone"] == "UTC"
+    assert job["pubsubTarget"]["topicName"] == f"projects/{project}/topics/spotline-reaper-tick"
+    assert actions["job spotline-reaper"] == "created"
+    assert all(actions[f"function {f.function_id}"] == "created" for f in FUNCTIONS)
+
+
+def test_a_second_deploy_changes_nothing(cloud: CloudDouble, project: str) -> None:
+    deploy(cloud, deploy_config(project))
+    before = len(cloud.requests)
+
+    actions = deploy(cloud, deploy_config(project))
+
+    again = cloud.requests[before:]
+    assert [r for r in again if r.method != "GET"] == []
+    assert set(actions.values()) == {"unchanged", "seeded"}
+    assert len(cloud.functions) == len(FUNCTIONS) and len(cloud.jobs) == 1
+
+
+def test_changed_settings_update_the_variables_and_upload_nothing(
+    cloud: CloudDouble, project: str
+) -> None:
+    deploy(cloud, deploy_config(project))
+    uploads = len(cloud.uploads)
+    cloud.operation_polls = 2  # each update is still running when first polled
+
+    actions = deploy(cloud, deploy_config(project, max_active_jobs=2))
+
+    patches = cloud.requests_to("PATCH", "")
+    polls = [r for r in cloud.requests if "/operations/" in r.path]
+    assert len(polls) == len(FUNCTIONS) * (1 + 2)  # the creates' polls, then the updates'
+    assert len(patches) == len(FUNCTIONS)
+    assert {p.query["updateMask"] for p in patches} == {"serviceConfig.environmentVariables"}
+    assert len(cloud.uploads) == uploads
+    for function in cloud.functions.values():
+        assert function["serviceConfig"]["environmentVariables"]["SPOTLINE_MAX_ACTIVE_JOBS"] == "2"
+    assert actions["function spotline-submit-job"] == "updated"
+
+
+def test_a_trigger_eventarc_cannot_show_leaves_the_gcloud_command(
+    cloud: CloudDouble, project: str
+) -> None:
+    deploy(cloud, deploy_config(project))
+    cloud.triggers.clear()
+
+    changes = Deployer(deploy_config(project), endpoints=cloud.endpoints()).run()
+
+    [reaper] = [c for c in changes if c.kind == "subscription" and c.name == "spotline-reaper"]
+    assert reaper.action == "not set"
+    assert "gcloud pubsub subscriptions update" in reaper.detail
+    assert "--max-delivery-attempts=5" in reaper.detail and "--ack-deadline=540" in reaper.detail
+
+
+# -- the command ----------------------------------------------------------------
+
+
+def cli_args(project: str) -> list[str]:
+    return [
+        "deploy",
+        "--project",
+        project,
+        "--region",
+        REGION,
+        "--storage-root",
+        "gs://acme-spotline/runs",
+        "--service-account",
+        FUNCTIONS_ACCOUNT,
+        "--vm-service-account",
+        VM_ACCOUNT,
+    ]
+
+
+def test_spotline_deploy_deploys_through_the_endpoints_it_is_given(
+    cloud: CloudDouble,
+    project: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for api in ("FUNCTIONS", "SCHEDULER", "EVENTARC"):
+        monkeypatch.setenv(f"SPOTLINE_{api}_ENDPOINT", cloud.endpoint)
+
+    assert main(cli_args(project)) == 0
+
+    out = capsys.readouterr().out
+    assert "function      spotline-submit-job" in out and "created" in out
+    assert len(cloud.functions) == len(FUNCTIONS)
+    env = next(iter(cloud.functions.values()))["serviceConfig"]["environmentVariables"]
+    assert Settings.from_env(env) == deploy_config(project).settings
+
+
+def test_dry_run_calls_no_api(
+    cloud: CloudDouble,
+    project: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("SPOTLINE_FUNCTIONS_ENDPOINT", cloud.endpoint)
+
+    assert main([*cli_args(project), "--dry-run"]) == 0
+
+    assert cloud.requests == []
+    assert list(PublisherClient().list_topics(project=f"projects/{project}")) == []
+    out = capsys.readouterr().out
+    assert "spotline-reaper-tick" in out and "spotline-submit-job" in out
+    assert "SPOTLINE_STORAGE_ROOT=gs://acme-spotline/runs" in out
+
+
+def test_missing_settings_are_named_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("SPOTLINE_PROJECT", "GOOGLE_CLOUD_PROJECT", "SPOTLINE_STORAGE_ROOT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("SPOTLINE_SERVICE_ACCOUNT", raising=False)
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["deploy", "--region", "us-central1", "--service-account", FUNCTIONS_ACCOUNT])
+
+    message = str(exit_.value)
+    assert "--project" in message and "--storage-root" in message
+    assert "--vm-service-account" in message
+    assert "--region" not in message and "--service-account (" not in message
+
+
+def test_a_region_spotline_has_no_zones_for_needs_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SPOTLINE_ZONES", raising=False)
+    args = [*cli_args("acme"), "--region", "asia-south2", "--dry-run"]
+
+    with pytest.raises(SystemExit, match=r"--zones .*asia-south2"):
+        main(args)
+
+
+def test_a_local_storage_root_is_refused() -> None:
+    args = [*cli_args("acme"), "--storage-root", "/tmp/spotline", "--dry-run"]
+
+    with pytest.raises(SystemExit, match="gs://"):
+        main(args)
