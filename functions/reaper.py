@@ -42,9 +42,8 @@ from shared.lifecycle import accrue, advance, current_vms, instance_closed
 from shared.placement import vm_attempt
 from shared.quotas import free_slot
 from shared.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
+from shared.stopping import STOPPING_OR_STOPPED
 from shared.transitions import fail_job
-
-_STOP_SUBSTATUSES = (InstanceSubstatus.STOPPING, InstanceSubstatus.STOPPED)
 
 
 @pubsub_handler
@@ -176,7 +175,7 @@ def _check_orphan(vm: Vm, now: datetime) -> str | None:
     store = deps.store()
     instance = store.get_instance(vm.name)
     if instance is not None and (
-        instance.status in InstanceStatus.live() or instance.substatus in _STOP_SUBSTATUSES
+        instance.status in InstanceStatus.live() or instance.substatus in STOPPING_OR_STOPPED
     ):
         # Owned after all: its document moved between the sweep's listings (a
         # stopped VM restarted for a job, a VM being stopped).
@@ -232,7 +231,7 @@ def _check_user(user: UserDoc, now: datetime) -> str | None:
             freed += 1
     for name in user.stopped_instances:
         instance = store.get_instance(name)
-        if instance is None or instance.substatus not in _STOP_SUBSTATUSES:
+        if instance is None or instance.substatus not in STOPPING_OR_STOPPED:
             free = partial(free_slot, kind="stopped_instances", key=name, now=now)
             store.update_user(user.user, free)
             freed += 1

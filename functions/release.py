@@ -10,6 +10,7 @@ from shared.documents import InstanceDoc
 from shared.errors import PermanentError
 from shared.quotas import free_slot
 from shared.states import InstanceSubstatus
+from shared.stopping import STOPPING_OR_STOPPED
 
 
 def release_instance(
@@ -29,6 +30,10 @@ def release_instance(
     )
     if instance is None:
         raise PermanentError(f"no instance document for {name}")
+    if instance.substatus in STOPPING_OR_STOPPED:
+        # Its job is stopping it, which the caller could not see (the reaper
+        # works from a listing made before): a stopped VM is kept, not deleted.
+        return instance
     deps.compute().delete(instance.zone, instance.name)
     closed = store.update_instance(
         name, lambda current: lifecycle.instance_closed(current, now, note, substatus)

@@ -19,6 +19,7 @@ from shared.lifecycle import instance_closed
 from shared.quotas import free_slot, holds, take_slot
 from shared.states import InstanceStatus, InstanceSubstatus
 from shared.stopping import (
+    STOPPING_OR_STOPPED,
     stop_ended,
     stop_expired,
     stoppable,
@@ -63,16 +64,22 @@ def take_stop_slot(instance: InstanceDoc, now: datetime) -> int | None:
 
 
 def stop_instance(instance: InstanceDoc, period_s: int, now: datetime, note: str) -> None:
-    """CLOSING/STOPPING, stop the VM, then CLOSED/STOPPED. Re-entrant."""
+    """CLOSING/STOPPING, stop the VM, then CLOSED/STOPPED. Re-entrant.
+
+    When the instance is being deleted already (the reaper released it while
+    its job was finishing), the deletion goes on and nothing is stopped.
+    """
     store, rule = deps.store(), deps.settings().cooling_rule
-    store.update_instance(instance.name, lambda current: stopping(current, now, note))
+    closing = store.update_instance(instance.name, lambda current: stopping(current, now, note))
+    if closing is None or closing.substatus not in STOPPING_OR_STOPPED:
+        free_stopped_slot(instance, now)
+        return
     if not deps.compute().stop(instance.zone, instance.name):
         _forget(instance, now, "the VM was gone when it was to be stopped")
         return
     store.update_instance(instance.name, lambda current: stopped(current, now, period_s, rule))
-    free_instance_slot(
-        instance.user, instance.name, now
-    )  # a stopped VM counts as stopped, not active
+    # A stopped VM counts against the stopped-instances quota, not the active one.
+    free_instance_slot(instance.user, instance.name, now)
     logs.info(f"{instance.name}: stopped, kept {period_s} s", instance=instance.name)
 
 

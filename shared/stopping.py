@@ -22,6 +22,8 @@ from shared.states import InstanceStatus, InstanceSubstatus
 from shared.transitions import move_instance
 
 STOPPED = (InstanceStatus.CLOSED, InstanceSubstatus.STOPPED)
+# An instance in these is the stop path's: nothing else deletes its VM.
+STOPPING_OR_STOPPED = frozenset({InstanceSubstatus.STOPPING, InstanceSubstatus.STOPPED})
 
 
 def stoppable(instance: InstanceDoc, stop_period_s: int) -> bool:

@@ -11,8 +11,11 @@ from typing import Any
 import pytest
 
 from functions import deps
+from functions.release import release_instance
+from functions.stopped import stop_instance
 from infra.vm_host import VmHost
 from shared.events import Heartbeat, JobFinished, ReaperTick
+from shared.lifecycle import instance_closing
 from shared.states import InstanceStatus, InstanceSubstatus, JobSubstatus
 from shared.store import Store
 from tests.conftest import SPEC, vm_event
@@ -178,6 +181,34 @@ def test_the_reaper_frees_a_stopped_slot_whose_instance_is_not_stopped(
     call("reaper", "reaper_tick", ReaperTick(), message_id="t1")
     user = store.get_user("alice")
     assert user is not None and user.stopped_instances == [VM]
+
+
+def test_a_release_from_a_stale_sweep_keeps_a_vm_its_job_stopped(
+    call: Callable[..., Any], host: VmHost, project: str
+) -> None:
+    # The reaper listed the instance while its job was still running, then
+    # found the job ended and released it: after on_job_finished stopped it.
+    finish_first_job(call)
+    assert state(VM, project) == ("CLOSED", "STOPPED")
+    release_instance(VM, datetime.now(UTC), note="no live job owns it")
+    assert state(VM, project) == ("CLOSED", "STOPPED")
+    vm = host.get(VM)
+    assert vm is not None and vm["state"] == "TERMINATED"
+
+
+def test_a_stop_that_comes_after_a_release_began_lets_the_release_finish(
+    call: Callable[..., Any], host: VmHost, project: str
+) -> None:
+    call("submit_job", "submit", STOP, message_id="s1")
+    now = datetime.now(UTC)
+    store = Store(project)
+    store.update_instance(VM, lambda current: instance_closing(current, now, "released"))
+    instance = store.get_instance(VM)
+    assert instance is not None
+    stop_instance(instance, 3600, now, "job completed")
+    assert state(VM, project) == ("CLOSING", "TERMINATING")  # not stopped under the release
+    user = store.get_user("alice")
+    assert user is not None and user.stopped_instances == []
 
 
 def test_a_vm_restarted_during_a_sweep_is_no_orphan(
