@@ -123,7 +123,12 @@ def _check_instance(instance: InstanceDoc, vm: Vm | None, now: datetime) -> str 
                 )
                 return "stalled"
             return None
-    # Not (or no longer) the VM of a live job: release it.
+    # Not (or no longer) the VM of a live job: release it, unless it moved on
+    # since the sweep listed it (its finished job left it cooling, or a new
+    # job took it): the listing is older than the job just read.
+    current = deps.store().get_instance(instance.name)
+    if current is None or (current.status, current.job_id) != (instance.status, instance.job_id):
+        return None
     release_instance(instance.name, now, note="no live job owns it")
     return "released"
 

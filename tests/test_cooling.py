@@ -128,6 +128,24 @@ def test_ending_a_cooling_vm_while_a_job_claims_it_has_one_winner(
         assert host.get("sl-job1-a1") is None
 
 
+def test_a_sweep_that_listed_the_vm_running_leaves_it_cooling(
+    call: Callable[..., Any], host: VmHost, project: str
+) -> None:
+    from functions.reaper import _check_instance  # the sweep's step, on a stale listing
+
+    call("submit_job", "submit", COOL, message_id="s1")
+    call("on_epoch_done", "epoch_done", vm_event(Heartbeat, phase="TRAINING"), message_id="h1")
+    store = Store(project)
+    listed = store.get_instance("sl-job1-a1")  # listed while its job ran...
+    call("on_job_finished", "job_finished", vm_event(JobFinished, exit_code=0), message_id="f1")
+    assert listed is not None  # ...then the job ended and left it cooling
+    vm = deps.compute().get(listed.zone, listed.name)
+    assert _check_instance(listed, vm, datetime.now(UTC)) is None
+    instance = store.get_instance("sl-job1-a1")
+    assert instance is not None and instance.status == InstanceStatus.COOLING
+    assert host.get("sl-job1-a1") is not None
+
+
 def test_the_reaper_prices_the_cooling_vm_then_ends_it(
     call: Callable[..., Any], host: VmHost, project: str
 ) -> None:
