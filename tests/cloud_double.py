@@ -18,13 +18,11 @@ is a full resource name that exists, and failed events are retried.
 
 from __future__ import annotations
 
-import functools
 import io
 import itertools
 import re
 import threading
 import zipfile
-from http.server import ThreadingHTTPServer
 
 from infra.deploy import Endpoints
 from tests.cloud_double_scheduler import SchedulerApi
@@ -40,6 +38,7 @@ from tests.cloud_double_wire import (
     mask_paths,
     set_path,
 )
+from tests.http_double import HttpDouble
 
 __all__ = ["CloudDouble", "CloudError", "CloudRequest"]
 
@@ -62,7 +61,7 @@ _FUNCTION_MASK = {
 _UPLOAD_BUCKET = "gcf-v2-uploads-000000000000.us-central1.cloudfunctions.appspot.com"
 
 
-class CloudDouble:
+class CloudDouble(HttpDouble):
     """The three APIs for one project and region, on ``127.0.0.1`` and a free port.
 
     Args:
@@ -76,6 +75,8 @@ class CloudDouble:
         functions, jobs, triggers: the resources, by full name, as their JSON.
         uploads: the zips PUT to upload URLs, by object name.
     """
+
+    handler_class = Handler
 
     def __init__(
         self,
@@ -98,7 +99,6 @@ class CloudDouble:
         self._requests: list[CloudRequest] = []
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
         location = r"^/v[12]/projects/(?P<project>[^/]+)/locations/(?P<region>[^/]+)"
         routes = [
             ("POST", location + r"/functions:generateUploadUrl$", self._upload_url),
@@ -112,35 +112,6 @@ class CloudDouble:
         self._routes = [(method, re.compile(path), handler) for method, path, handler in routes]
 
     # -- lifecycle and inspection ------------------------------------------------
-
-    def start(self) -> CloudDouble:
-        double = self
-
-        class DoubleHandler(Handler):
-            owner = double
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), DoubleHandler)
-        self._server.daemon_threads = True
-        serve = functools.partial(self._server.serve_forever, poll_interval=0.05)
-        threading.Thread(target=serve, daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    def __enter__(self) -> CloudDouble:
-        return self.start()
-
-    def __exit__(self, *_: object) -> None:
-        self.stop()
-
-    @property
-    def endpoint(self) -> str:
-        assert self._server is not None, "start() the double first"
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def endpoints(self) -> Endpoints:
         """The same double for all three APIs."""

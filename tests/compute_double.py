@@ -19,13 +19,11 @@ test puts in ``region_quotas``.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import itertools
 import re
 import threading
 from dataclasses import dataclass
-from http.server import ThreadingHTTPServer
 from typing import Any
 
 from tests.compute_double_wire import (
@@ -39,6 +37,7 @@ from tests.compute_double_wire import (
     parse_label_filter,
     region_resource,
 )
+from tests.http_double import HttpDouble
 
 __all__ = ["ApiError", "ComputeDouble", "RecordedRequest"]
 
@@ -77,7 +76,7 @@ class _Failure:
     times: int
 
 
-class ComputeDouble:
+class ComputeDouble(HttpDouble):
     """Compute Engine for one project, on ``127.0.0.1`` and a free port.
 
     Args:
@@ -90,6 +89,8 @@ class ComputeDouble:
         instances: the VMs, by ``(zone, name)``, as Compute Engine's JSON.
         region_quotas: each known region's quotas, metric -> (limit, usage).
     """
+
+    handler_class = Handler
 
     def __init__(self, project: str = "test-project", *, operation_polls: int = 1) -> None:
         self.project = project
@@ -105,37 +106,6 @@ class ComputeDouble:
         self._failures: list[_Failure] = []
         self._ids = itertools.count(1000)
         self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
-
-    def start(self) -> ComputeDouble:
-        double = self
-
-        class DoubleHandler(Handler):
-            owner = double
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), DoubleHandler)
-        self._server.daemon_threads = True
-        serve = functools.partial(self._server.serve_forever, poll_interval=0.05)
-        threading.Thread(target=serve, daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    def __enter__(self) -> ComputeDouble:
-        return self.start()
-
-    def __exit__(self, *_: object) -> None:
-        self.stop()
-
-    @property
-    def endpoint(self) -> str:
-        """The ``api_endpoint`` to give the client, e.g. ``http://127.0.0.1:8089``."""
-        assert self._server is not None, "start() the double first"
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def fail_inserts(
         self,
