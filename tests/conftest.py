@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -153,3 +154,34 @@ def call(host: VmHost, project: str, repo_root: Path) -> Callable[..., Any]:
 def vm_event(cls: type, **fields: Any) -> Any:
     base = {"job_id": "job1", "attempt": 1, "instance": "sl-job1-a1", "sent_at": datetime.now(UTC)}
     return cls(**{**base, **fields})
+
+
+def submit_concurrently(
+    host: VmHost, project: str, repo_root: Path, specs: list[dict[str, Any]]
+) -> int:
+    """Deliver every spec to submit_job at once, a thread each, through the real
+    functions framework; returns the most VMs the host held at any 10 ms sample."""
+    app = functions_framework.create_app(
+        target="submit_job", source=str(repo_root / "main.py"), signature_type="cloudevent"
+    )
+    most_vms, statuses, stop = [0], [], threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            most_vms[0] = max(most_vms[0], len(host.list()))
+            stop.wait(0.01)
+
+    def submit(n: int) -> None:
+        statuses.append(post(app.test_client(), project, "submit", specs[n], f"m{n}").status_code)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    threads = [threading.Thread(target=submit, args=(n,)) for n in range(len(specs))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    stop.set()
+    watcher.join()
+    assert statuses == [200] * len(specs)
+    return max(most_vms[0], len(host.list()))

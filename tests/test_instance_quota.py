@@ -4,13 +4,11 @@ waits; concurrent placements never hold more VMs than the quota."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import functions_framework
 import pytest
 
 from functions import deps
@@ -19,8 +17,7 @@ from shared.events import Heartbeat, JobFinished, ReaperTick
 from shared.quotas import take_slots
 from shared.states import InstanceStatus, JobStatus, JobSubstatus
 from shared.store import Store
-from tests.conftest import SPEC, vm_event
-from tests.pubsub_events import post
+from tests.conftest import SPEC, submit_concurrently, vm_event
 
 pytestmark = pytest.mark.emulators
 COOL = {**SPEC, "cool_down_period_s": 600}
@@ -163,34 +160,13 @@ def test_concurrent_placements_never_exceed_the_instance_quota(
     host: VmHost, project: str, repo_root: Path, instance_quota: Callable[[int], None]
 ) -> None:
     instance_quota(3)  # the job quota (5) is not what binds here
-    app = functions_framework.create_app(
-        target="submit_job", source=str(repo_root / "main.py"), signature_type="cloudevent"
-    )
-    most_vms, stop = [0], threading.Event()
-
-    def watch() -> None:
-        while not stop.is_set():
-            most_vms[0] = max(most_vms[0], len(host.list()))
-            stop.wait(0.01)
-
-    def submit(n: int) -> None:
-        spec = {**SPEC, "job_id": f"job{n}"}
-        assert post(app.test_client(), project, "submit", spec, f"m{n}").status_code == 200
-
-    watcher = threading.Thread(target=watch)
-    watcher.start()
-    threads = [threading.Thread(target=submit, args=(n,)) for n in range(5)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    stop.set()
-    watcher.join()
+    specs = [{**SPEC, "job_id": f"job{n}"} for n in range(5)]
+    most_vms = submit_concurrently(host, project, repo_root, specs)
 
     jobs = Store(project).list_jobs()
     placed = sorted(j.instance or "" for j in jobs if j.substatus == JobSubstatus.CONNECTING_SERVER)
     waiting = [j for j in jobs if j.substatus == JobSubstatus.WAITING_FOR_QUOTA]
     assert (len(placed), len(waiting)) == (3, 2)
-    assert most_vms[0] <= 3 and names(host) == placed == slots(project)
+    assert most_vms <= 3 and names(host) == placed == slots(project)
     live = Store(project).list_instances(InstanceStatus.live())
     assert sorted(i.name for i in live) == placed

@@ -3,13 +3,11 @@ Firestore emulator, with 20 concurrent submissions of one user."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import functions_framework
 import pytest
 
 from functions import deps
@@ -19,8 +17,7 @@ from shared.events import JobFinished, ReaperTick
 from shared.quotas import free_slot, holds, keep_slot, take_slot, take_slots
 from shared.states import JobStatus, JobSubstatus
 from shared.store import Store
-from tests.conftest import SPEC, vm_event
-from tests.pubsub_events import post
+from tests.conftest import SPEC, submit_concurrently, vm_event
 
 T0 = datetime(2026, 11, 21, tzinfo=UTC)
 
@@ -113,29 +110,7 @@ def test_the_reaper_frees_a_slot_a_crash_left_behind(
 def test_twenty_concurrent_submissions_never_exceed_the_quota(
     host: VmHost, project: str, repo_root: Path
 ) -> None:
-    app = functions_framework.create_app(
-        target="submit_job", source=str(repo_root / "main.py"), signature_type="cloudevent"
-    )
-    most_vms, stop = [0], threading.Event()
-
-    def watch() -> None:
-        while not stop.is_set():
-            most_vms[0] = max(most_vms[0], len(host.list()))
-            stop.wait(0.01)
-
-    def submit(n: int) -> None:
-        response = post(app.test_client(), project, "submit", job_spec(n), f"m{n}")
-        assert response.status_code == 200
-
-    watcher = threading.Thread(target=watch)
-    watcher.start()
-    threads = [threading.Thread(target=submit, args=(n,)) for n in range(20)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    stop.set()
-    watcher.join()
+    most_vms = submit_concurrently(host, project, repo_root, [job_spec(n) for n in range(20)])
 
     store = Store(project)
     jobs = store.list_jobs()
@@ -145,5 +120,5 @@ def test_twenty_concurrent_submissions_never_exceed_the_quota(
     assert (len(placed), len(waiting)) == (5, 15)
     user = store.get_user("alice")
     assert user is not None and sorted(user.active_jobs) == sorted(j.job_id for j in placed)
-    assert most_vms[0] <= 5 and len(host.list()) == 5
+    assert most_vms <= 5 and len(host.list()) == 5
     assert sorted(user.active_instances) == sorted(vm["name"] for vm in host.list())
