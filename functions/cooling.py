@@ -72,7 +72,7 @@ def end_cooling(instance: InstanceDoc, now: datetime, note: str) -> bool:
     closing = store.update_instance(instance.name, close)
     if closing is None or closing.status != InstanceStatus.CLOSING:
         if period_s is not None:
-            free_stopped_slot(instance, now)
+            free_stopped_slot(instance.user, instance.name, now)
         return False
     if period_s is not None and closing.substatus == InstanceSubstatus.STOPPING:
         stop_instance(closing, period_s, now, note)

@@ -31,7 +31,7 @@ from functions.launch import launch
 from functions.quota import release_job, retry_waiting, settle
 from functions.recovery import recover
 from functions.release import free_instance_slot, release_instance
-from functions.stopped import end_stopped, stop_instance
+from functions.stopped import end_stopped, free_stopped_slot, stop_instance
 from shared import logs
 from shared.compute.port import MANAGED_LABEL, Vm, VmState
 from shared.config import Settings
@@ -40,7 +40,6 @@ from shared.documents import InstanceDoc, JobDoc, QueueEntry, UserDoc
 from shared.errors import PermanentError
 from shared.lifecycle import accrue, advance, current_vms, instance_closed
 from shared.placement import vm_attempt
-from shared.quotas import free_slot
 from shared.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
 from shared.stopping import STOPPING_OR_STOPPED
 from shared.transitions import fail_job
@@ -237,8 +236,7 @@ def _check_user(user: UserDoc, now: datetime) -> str | None:
     for name in user.stopped_instances:
         instance = store.get_instance(name)
         if instance is None or instance.substatus not in STOPPING_OR_STOPPED:
-            free = partial(free_slot, kind="stopped_instances", key=name, now=now)
-            store.update_user(user.user, free)
+            free_stopped_slot(user.user, name, now)
             freed += 1
     return "slots_freed" if freed else None
 

@@ -44,7 +44,7 @@ def claim_stopped(job: JobDoc, machine_ids: list[str], now: datetime) -> tuple[V
             if won is None or not _restarted_for(won, job):
                 free_instance_slot(job.user, instance.name, now)
                 continue  # another job took it first
-            free_stopped_slot(won, now)
+            free_stopped_slot(won.user, won.name, now)
             found = _boot(job, won, now)
             if found is not None:
                 return found

@@ -72,7 +72,7 @@ def stop_instance(instance: InstanceDoc, period_s: int, now: datetime, note: str
     store, rule = deps.store(), deps.settings().cooling_rule
     closing = store.update_instance(instance.name, lambda current: stopping(current, now, note))
     if closing is None or closing.substatus not in STOPPING_OR_STOPPED:
-        free_stopped_slot(instance, now)
+        free_stopped_slot(instance.user, instance.name, now)
         return
     if not deps.compute().stop(instance.zone, instance.name):
         _forget(instance, now, "the VM was gone when it was to be stopped")
@@ -101,7 +101,7 @@ def end_stopped(instance: InstanceDoc, vm: Vm | None, now: datetime) -> str | No
     if ended is None or ended.substatus != InstanceSubstatus.TERMINATED:
         return None  # restarted (and maybe stopped again) meanwhile
     deps.compute().delete(instance.zone, instance.name)
-    free_stopped_slot(instance, now)
+    free_stopped_slot(instance.user, instance.name, now)
     return "stopped_ended"
 
 
@@ -110,12 +110,14 @@ def _forget(instance: InstanceDoc, now: datetime, note: str) -> None:
     store = deps.store()
     store.update_instance(instance.name, lambda current: _terminated(current, now, note))
     free_instance_slot(instance.user, instance.name, now)
-    free_stopped_slot(instance, now)
+    free_stopped_slot(instance.user, instance.name, now)
 
 
-def free_stopped_slot(instance: InstanceDoc, now: datetime) -> None:
+def free_stopped_slot(user: str, name: str, now: datetime) -> None:
+    """The VM is no longer stopped (restarted, deleted, gone, or never got
+    there): it no longer counts against the user's stopped-instances quota."""
     deps.store().update_user(
-        instance.user, lambda current: free_slot(current, "stopped_instances", instance.name, now)
+        user, lambda current: free_slot(current, "stopped_instances", name, now)
     )
 
 
