@@ -244,8 +244,10 @@ def train(settings: Settings, flag: PreemptionFlag) -> int:
     print(f"all {settings.epochs} epochs done at step {step}", flush=True)
     print(f"rank {rank} final weights sha256={weights_digest(model)}", flush=True)
     if world > 1:
-        # Every rank done with its collectives before any tears down: a rank
-        # still in one when another leaves can hang in destroy_process_group.
+        # The DDP wrapper is freed while every rank is still here: freed when
+        # train() returned, after its peer had gone, it hung (1 run in 7-9
+        # under load), and the barrier keeps any rank from leaving before then.
+        del net
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()
     return 0
