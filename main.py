@@ -4,13 +4,13 @@ Deployed with ``--entry-point NAME`` and a Pub/Sub trigger (see infra/topology.p
 locally, ``spotline up`` serves each with ``functions-framework --target NAME``.
 """
 
-from functions.cancel_job import cancel_job
-from functions.on_epoch_done import on_epoch_done
-from functions.on_job_finished import on_job_finished
-from functions.on_spot_preempted import on_spot_preempted
-from functions.on_vm_booted import on_vm_booted
-from functions.reaper import reaper
-from functions.submit_job import submit_job
+from functions.handlers.cancel_job import cancel_job
+from functions.handlers.on_epoch_done import on_epoch_done
+from functions.handlers.on_job_finished import on_job_finished
+from functions.handlers.on_spot_preempted import on_spot_preempted
+from functions.handlers.on_vm_booted import on_vm_booted
+from functions.handlers.reaper import reaper
+from functions.handlers.submit_job import submit_job
 
 __all__ = [
     "cancel_job",

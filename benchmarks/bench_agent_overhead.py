@@ -41,12 +41,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from infra.demo import wait_for_job  # noqa: E402
-from infra.local_stack import LocalStack, StackOptions  # noqa: E402
-from shared.bus import Bus  # noqa: E402
-from shared.lifecycle import job_id_for  # noqa: E402
-from shared.spec import parse_spec  # noqa: E402
-from shared.store import Store  # noqa: E402
+from infra.localstack.demo import wait_for_job  # noqa: E402
+from infra.localstack.stack import LocalStack, StackOptions  # noqa: E402
+from shared.adapters.firestore_store import Store  # noqa: E402
+from shared.adapters.pubsub_bus import Bus  # noqa: E402
+from shared.domain.lifecycle import job_id_for  # noqa: E402
+from shared.domain.spec import parse_spec  # noqa: E402
 
 EPOCH_LINE = re.compile(r"epoch \d+/\d+ step \d+ .*\((\d+\.\d+) ms train")
 
@@ -105,10 +105,10 @@ def under_agent(stack: LocalStack, epochs: int, run: int) -> list[float]:
 def agent_only(tmp: Path, pubsub_host: str, epochs: int, run: int) -> tuple[list[float], float]:
     """The real agent on a "VM" of its own: a metadata server, no functions.
     Returns the epoch times and the agent's own CPU seconds while its trainer ran."""
-    from infra.metadata_server import Identity, MetadataServer
-    from shared.assignment import Assignment
-    from shared.compute.port import JOB_METADATA_KEY
-    from shared.spec import JobSpec
+    from infra.localcloud.metadata_server import Identity, MetadataServer
+    from shared.contract.assignment import Assignment
+    from shared.domain.spec import JobSpec
+    from shared.domain.vms import JOB_METADATA_KEY
 
     spec = JobSpec(
         user="bench",
@@ -224,7 +224,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-stack", action="store_true", help="the agent-only setting alone")
     args = parser.parse_args()
-    from infra.emulators import start_pubsub
+    from infra.localstack.emulators import start_pubsub
 
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)

@@ -24,14 +24,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from infra.demo import wait_for_job  # noqa: E402
-from infra.local_stack import LocalStack, StackOptions  # noqa: E402
-from infra.vm_host import VmHost  # noqa: E402
-from shared.bus import Bus  # noqa: E402
-from shared.lifecycle import job_id_for  # noqa: E402
-from shared.placement import vm_name  # noqa: E402
-from shared.spec import parse_spec  # noqa: E402
-from shared.store import Store  # noqa: E402
+from infra.localcloud.vm_host import VmHost  # noqa: E402
+from infra.localstack.demo import wait_for_job  # noqa: E402
+from infra.localstack.stack import LocalStack, StackOptions  # noqa: E402
+from shared.adapters.firestore_store import Store  # noqa: E402
+from shared.adapters.pubsub_bus import Bus  # noqa: E402
+from shared.domain.lifecycle import job_id_for  # noqa: E402
+from shared.domain.placement import vm_name  # noqa: E402
+from shared.domain.spec import parse_spec  # noqa: E402
 
 
 def trial(stack: LocalStack, with_notice: bool, index: int) -> tuple[float, int | None]:

@@ -10,12 +10,12 @@ from __future__ import annotations
 from functools import cache
 from typing import TYPE_CHECKING
 
-from shared.config import Settings
+from shared.settings import Settings
 
 if TYPE_CHECKING:
-    from shared.bus import Bus
-    from shared.compute.port import Compute
-    from shared.store import Store
+    from shared.adapters.firestore_store import Store
+    from shared.adapters.pubsub_bus import Bus
+    from shared.ports.compute import Compute
 
 
 @cache
@@ -25,14 +25,14 @@ def settings() -> Settings:
 
 @cache
 def store() -> Store:
-    from shared.store import Store
+    from shared.adapters.firestore_store import Store
 
     return Store(settings().project)
 
 
 @cache
 def bus() -> Bus:
-    from shared.bus import Bus
+    from shared.adapters.pubsub_bus import Bus
 
     return Bus(settings().project, settings().topics)
 
@@ -41,10 +41,10 @@ def bus() -> Bus:
 def compute() -> Compute:
     config = settings()
     if config.compute == "local":
-        from shared.compute.local import LocalCompute
+        from shared.adapters.local_compute import LocalCompute
 
         return LocalCompute(config.local_compute_url)
-    from shared.compute.gce import GceCompute
+    from shared.adapters.gce_compute import GceCompute
 
     return GceCompute(config.project)
 

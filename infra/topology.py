@@ -1,8 +1,8 @@
 """spotline's topology, declared once: topics, the functions they trigger,
 each trigger's retry policy and dead-letter limit, and the reaper's schedule.
 
-``infra.local_stack`` applies it to the Pub/Sub emulator (push subscriptions to
-local functions-framework servers); ``infra.deploy`` (``spotline deploy``) applies
+``infra.localstack.stack`` applies it to the Pub/Sub emulator (push subscriptions to
+local functions-framework servers); ``infra.deploy.deployer`` (``spotline deploy``) applies
 it to a real project: Cloud Functions with Pub/Sub triggers, the delivery policy
 on the subscription Eventarc makes for each trigger, a Cloud Scheduler job. What
 runs locally is what is deployed.
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from shared.config import TOPICS
+from shared.settings import TOPICS
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class Function:
     """One Cloud Function and the topic that triggers it."""
 
     entry_point: str  # the name exported by main.py
-    topic: str  # key in shared.config.TOPICS
+    topic: str  # key in shared.settings.TOPICS
     timeout_s: int = 60
     memory: str = "512Mi"
     ack_deadline_s: int = 60

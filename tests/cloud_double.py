@@ -24,7 +24,7 @@ import re
 import threading
 import zipfile
 
-from infra.deploy import Endpoints
+from infra.deploy.deployer import Endpoints
 from tests.cloud_double_scheduler import SchedulerApi
 from tests.cloud_double_wire import (
     RPC_CODES,

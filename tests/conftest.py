@@ -19,9 +19,9 @@ import functions_framework
 import pytest
 
 from functions import deps
-from infra.emulators import Emulator, emulators_available, start_firestore, start_pubsub
-from infra.local_stack import LocalStack, StackOptions
-from infra.vm_host import VmHost
+from infra.localcloud.vm_host import VmHost
+from infra.localstack.emulators import Emulator, emulators_available, start_firestore, start_pubsub
+from infra.localstack.stack import LocalStack, StackOptions
 from tests.pubsub_events import post
 
 _MISSING = emulators_available()

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from google.auth.credentials import AnonymousCredentials
 
-from shared.compute.gce import GceCompute
+from shared.adapters.gce_compute import GceCompute
 from tests.compute_double import ComputeDouble
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from shared.config import TOPICS
+from shared.settings import TOPICS
 
 
 def _message(data: bytes, message_id: str, published: datetime | None) -> dict[str, Any]:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from shared.capacity import capacity, demand
-from shared.catalog import load_catalog
-from shared.compute.port import Provisioning, Quota
+from shared.domain.capacity import capacity, demand
+from shared.domain.catalog import load_catalog
+from shared.domain.vms import Provisioning, Quota
 
 SPOT, STANDARD = Provisioning.SPOT, Provisioning.STANDARD
 CATALOG = load_catalog()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import re
 
-from shared.config import Settings
+from shared.settings import Settings
 
 
 def test_settings_survive_a_round_trip_through_the_environment() -> None:

@@ -11,15 +11,15 @@ from typing import Any
 import pytest
 
 from functions import deps
-from functions.cooling import charge_cooling, claim_cooling, end_cooling
-from infra.vm_host import VmHost
-from shared.cooling import charge
-from shared.documents import JobDoc
-from shared.events import Heartbeat, JobFinished, ReaperTick
-from shared.lifecycle import new_job
-from shared.spec import JobSpec
-from shared.states import InstanceStatus, JobSubstatus
-from shared.store import Store
+from functions.ops.cooling import charge_cooling, claim_cooling, end_cooling
+from infra.localcloud.vm_host import VmHost
+from shared.adapters.firestore_store import Store
+from shared.contract.events import Heartbeat, JobFinished, ReaperTick
+from shared.domain.cooling import charge
+from shared.domain.documents import JobDoc
+from shared.domain.lifecycle import new_job
+from shared.domain.spec import JobSpec
+from shared.domain.states import InstanceStatus, JobSubstatus
 from tests.conftest import SPEC, vm_event
 
 pytestmark = pytest.mark.emulators
@@ -131,7 +131,7 @@ def test_ending_a_cooling_vm_while_a_job_claims_it_has_one_winner(
 def test_a_sweep_that_listed_the_vm_running_leaves_it_cooling(
     call: Callable[..., Any], host: VmHost, project: str
 ) -> None:
-    from functions.reaper import _check_instance  # the sweep's step, on a stale listing
+    from functions.handlers.reaper import _check_instance  # the sweep's step, on a stale listing
 
     call("submit_job", "submit", COOL, message_id="s1")
     call("on_epoch_done", "epoch_done", vm_event(Heartbeat, phase="TRAINING"), message_id="h1")

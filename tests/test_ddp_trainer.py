@@ -11,7 +11,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from shared.cluster import master_port
+from shared.contract.cluster import master_port
 
 
 def test_two_ranks_train_to_identical_weights(tmp_path: Path) -> None:

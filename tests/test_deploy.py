@@ -12,14 +12,14 @@ import pytest
 from google.cloud import firestore
 from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
 
-from infra.cli import main
-from infra.deploy import Deployer
-from infra.deploy_plan import DeployConfig
-from infra.deploy_source import build_archive
-from infra.emulators import Emulator
+from infra.cli.commands import main
+from infra.deploy.deployer import Deployer
+from infra.deploy.plan import DeployConfig
+from infra.deploy.source import build_archive
+from infra.localstack.emulators import Emulator
 from infra.topology import FUNCTIONS
-from shared.catalog import load_catalog
-from shared.config import TOPICS, Settings
+from shared.domain.catalog import load_catalog
+from shared.settings import TOPICS, Settings
 from tests.cloud_double import CloudDouble
 
 pytestmark = pytest.mark.emulators

@@ -11,10 +11,10 @@ from datetime import timedelta
 from google.cloud import functions_v2, scheduler_v1
 
 import main
-from infra import deploy_plan as plan
-from infra.deploy_source import build_archive
+from infra.deploy import plan
+from infra.deploy.source import build_archive
 from infra.topology import FUNCTIONS, Function
-from shared.config import Settings
+from shared.settings import Settings
 
 SETTINGS = Settings(
     project="acme-ml",
@@ -208,7 +208,7 @@ def test_the_source_archive_holds_what_the_functions_import_and_nothing_else() -
 
     names = set(zipfile.ZipFile(io.BytesIO(archive.data)).namelist())
     assert {"main.py", "requirements.txt", "shared/data/machines.json"} <= names
-    assert "functions/submit_job.py" in names and "shared/compute/gce.py" in names
+    assert "functions/handlers/submit_job.py" in names and "shared/adapters/gce_compute.py" in names
     assert not any(n.startswith(("tests/", "infra/", "vm_image/", ".venv/")) for n in names)
     assert not any("__pycache__" in n or n.endswith(".pyc") for n in names)
     # Reproducible: the digest says whether a function runs this source.

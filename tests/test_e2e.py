@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from infra.cli import main as cli
-from infra.demo import wait_for_job
-from infra.local_stack import LocalStack
-from shared.bus import Bus
-from shared.lifecycle import job_id_for
-from shared.spec import parse_spec
-from shared.states import JobStatus
-from shared.store import Store
+from infra.cli.commands import main as cli
+from infra.localstack.demo import wait_for_job
+from infra.localstack.stack import LocalStack
+from shared.adapters.firestore_store import Store
+from shared.adapters.pubsub_bus import Bus
+from shared.domain.lifecycle import job_id_for
+from shared.domain.spec import parse_spec
+from shared.domain.states import JobStatus
 from tests.test_e2e_recovery import epochs_of
 
 pytestmark = [pytest.mark.emulators, pytest.mark.e2e]

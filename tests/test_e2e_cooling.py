@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from infra.demo import wait_for_job
-from infra.local_stack import LocalStack
-from shared.states import JobStatus
-from shared.store import Store
+from infra.localstack.demo import wait_for_job
+from infra.localstack.stack import LocalStack
+from shared.adapters.firestore_store import Store
+from shared.domain.states import JobStatus
 from tests.test_e2e_recovery import submit, wait_no_vms
 
 pytestmark = [pytest.mark.emulators, pytest.mark.e2e]

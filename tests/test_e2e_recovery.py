@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 
-from infra.demo import wait_for_job
-from infra.local_stack import LocalStack
-from shared.bus import Bus
-from shared.documents import JobDoc
-from shared.lifecycle import job_id_for
-from shared.spec import parse_spec
-from shared.states import JobStatus
-from shared.store import Store
+from infra.localstack.demo import wait_for_job
+from infra.localstack.stack import LocalStack
+from shared.adapters.firestore_store import Store
+from shared.adapters.pubsub_bus import Bus
+from shared.domain.documents import JobDoc
+from shared.domain.lifecycle import job_id_for
+from shared.domain.spec import parse_spec
+from shared.domain.states import JobStatus
 
 pytestmark = [pytest.mark.emulators, pytest.mark.e2e]
 HYPER = {"lr": 0.01, "hidden": 64}

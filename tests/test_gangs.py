@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from infra.vm_host import VmHost
-from shared.events import Heartbeat, JobFinished, SpotPreempted
-from shared.states import JobStatus, JobSubstatus
-from shared.store import Store
+from infra.localcloud.vm_host import VmHost
+from shared.adapters.firestore_store import Store
+from shared.contract.events import Heartbeat, JobFinished, SpotPreempted
+from shared.domain.states import JobStatus, JobSubstatus
 from tests.conftest import SPEC, vm_event
 
 pytestmark = pytest.mark.emulators

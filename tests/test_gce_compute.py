@@ -10,20 +10,19 @@ from pathlib import Path
 import pytest
 from google.auth.credentials import AnonymousCredentials
 
-from shared.compute import gce_requests
-from shared.compute.gce import GceCompute
-from shared.compute.gce_requests import ErrorKind
-from shared.compute.port import (
+from shared.adapters import gce_requests
+from shared.adapters.gce_compute import GceCompute
+from shared.adapters.gce_requests import ErrorKind
+from shared.domain.errors import CapacityError, PermanentError, TransientError
+from shared.domain.vms import (
     JOB_METADATA_KEY,
     MANAGED_LABEL,
     Accelerator,
-    CapacityError,
     Provisioning,
     Quota,
     VmRequest,
     VmState,
 )
-from shared.errors import PermanentError, TransientError
 from tests.compute_double import ComputeDouble
 from tests.gce_client import client
 
@@ -443,7 +442,9 @@ def test_classify_error(reason: str, message: str, kind: ErrorKind | None) -> No
 
 
 def test_importing_the_adapter_does_not_import_the_client_library() -> None:
-    code = "import sys, shared.compute.gce; print('google.cloud.compute_v1' in sys.modules)"
+    code = (
+        "import sys, shared.adapters.gce_compute; print('google.cloud.compute_v1' in sys.modules)"
+    )
     root = Path(__file__).resolve().parents[1]
     result = subprocess.run(
         [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True

@@ -7,20 +7,19 @@ import json
 
 import pytest
 
-from shared.compute import gce_gang
-from shared.compute.gce import GceCompute
-from shared.compute.port import (
+from shared.adapters import gce_gang
+from shared.adapters.gce_compute import GceCompute
+from shared.domain.errors import CapacityError, PermanentError, TransientError
+from shared.domain.vms import (
     JOB_METADATA_KEY,
     MANAGED_LABEL,
     Accelerator,
-    CapacityError,
     GangRequest,
     Provisioning,
     Vm,
     VmRequest,
     VmState,
 )
-from shared.errors import PermanentError, TransientError
 from tests.compute_double import ComputeDouble
 from tests.gce_client import client
 

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 from functions import deps
-from infra.cli import main as cli
-from infra.vm_host import VmHost
-from shared.catalog import load_catalog
-from shared.events import EpochDone, Heartbeat, JobFinished, ReaperTick, VmBooted
-from shared.states import InstanceStatus, JobStatus, JobSubstatus
-from shared.store import Store
+from infra.cli.commands import main as cli
+from infra.localcloud.vm_host import VmHost
+from shared.adapters.firestore_store import Store
+from shared.contract.events import EpochDone, Heartbeat, JobFinished, ReaperTick, VmBooted
+from shared.domain.catalog import load_catalog
+from shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
 from tests.conftest import SPEC, vm_event
 
 pytestmark = pytest.mark.emulators

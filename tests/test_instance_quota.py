@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from functions import deps
-from infra.vm_host import VmHost
-from shared.events import Heartbeat, JobFinished, ReaperTick
-from shared.quotas import take_slots
-from shared.states import InstanceStatus, JobStatus, JobSubstatus
-from shared.store import Store
+from infra.localcloud.vm_host import VmHost
+from shared.adapters.firestore_store import Store
+from shared.contract.events import Heartbeat, JobFinished, ReaperTick
+from shared.domain.quotas import take_slots
+from shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
 from tests.conftest import SPEC, submit_concurrently, vm_event
 
 pytestmark = pytest.mark.emulators

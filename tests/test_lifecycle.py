@@ -3,9 +3,9 @@ from typing import Any
 
 import pytest
 
-from shared.documents import JobDoc
-from shared.events import EpochDone, Heartbeat, JobFinished, VmBooted
-from shared.lifecycle import (
+from shared.contract.events import EpochDone, Heartbeat, JobFinished, VmBooted
+from shared.domain.documents import JobDoc
+from shared.domain.lifecycle import (
     StaleEvent,
     booted,
     epoch_done,
@@ -15,9 +15,9 @@ from shared.lifecycle import (
     vm_lost,
     vm_recorded,
 )
-from shared.spec import JobSpec
-from shared.states import JobStatus, JobSubstatus
-from shared.transitions import move_job
+from shared.domain.spec import JobSpec
+from shared.domain.states import JobStatus, JobSubstatus
+from shared.domain.transitions import move_job
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 S = JobSubstatus

@@ -16,19 +16,18 @@ from typing import Any, TypeVar
 
 import pytest
 
-from infra.vm_host import VmHost
-from shared.compute.local import LocalCompute
-from shared.compute.port import (
+from infra.localcloud.vm_host import VmHost
+from shared.adapters.local_compute import LocalCompute
+from shared.domain.errors import CapacityError, PermanentError, TransientError
+from shared.domain.vms import (
     JOB_METADATA_KEY,
     Accelerator,
-    CapacityError,
     GangRequest,
     Provisioning,
     Quota,
     VmRequest,
     VmState,
 )
-from shared.errors import PermanentError, TransientError
 
 T = TypeVar("T")
 ZONE = "us-central1-a"

@@ -2,11 +2,10 @@ import json
 
 import pytest
 
-from shared.assignment import Assignment
-from shared.catalog import load_catalog
-from shared.compute.port import JOB_METADATA_KEY, Provisioning
-from shared.errors import PermanentError
-from shared.placement import (
+from shared.contract.assignment import Assignment
+from shared.domain.catalog import load_catalog
+from shared.domain.errors import PermanentError
+from shared.domain.placement import (
     build_gang_request,
     build_vm_request,
     node_names,
@@ -17,7 +16,8 @@ from shared.placement import (
     vm_attempt,
     vm_name,
 )
-from shared.spec import JobSpec
+from shared.domain.spec import JobSpec
+from shared.domain.vms import JOB_METADATA_KEY, Provisioning
 
 
 def test_machine_ids_in_order_each_across_zones() -> None:

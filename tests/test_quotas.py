@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from functions import deps
-from infra.vm_host import VmHost
-from shared.documents import UserDoc
-from shared.events import JobFinished, ReaperTick
-from shared.quotas import free_slot, holds, keep_slot, take_slot, take_slots
-from shared.states import JobStatus, JobSubstatus
-from shared.store import Store
+from infra.localcloud.vm_host import VmHost
+from shared.adapters.firestore_store import Store
+from shared.contract.events import JobFinished, ReaperTick
+from shared.domain.documents import UserDoc
+from shared.domain.quotas import free_slot, holds, keep_slot, take_slot, take_slots
+from shared.domain.states import JobStatus, JobSubstatus
 from tests.conftest import SPEC, submit_concurrently, vm_event
 
 T0 = datetime(2026, 11, 21, tzinfo=UTC)

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from functions import deps
-from infra.vm_host import VmHost
-from shared.events import CancelRequest, Heartbeat, ReaperTick, SpotPreempted, VmBooted
-from shared.states import InstanceStatus, JobStatus, JobSubstatus
-from shared.store import Store
+from infra.localcloud.vm_host import VmHost
+from shared.adapters.firestore_store import Store
+from shared.contract.events import CancelRequest, Heartbeat, ReaperTick, SpotPreempted, VmBooted
+from shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
 from tests.conftest import SPEC, vm_event
 
 pytestmark = pytest.mark.emulators

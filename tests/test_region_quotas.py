@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from functions import deps
-from infra.cli import main as cli
-from infra.vm_host import VmHost
-from shared.store import Store
+from infra.cli.commands import main as cli
+from infra.localcloud.vm_host import VmHost
+from shared.adapters.firestore_store import Store
 from tests.conftest import SPEC
 
 pytestmark = pytest.mark.emulators

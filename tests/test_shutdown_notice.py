@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from infra.metadata_server import Identity, MetadataServer
-from shared.assignment import Assignment
-from shared.compute.port import JOB_METADATA_KEY
-from shared.config import TOPICS
-from shared.events import SpotPreempted
-from shared.spec import JobSpec
+from infra.localcloud.metadata_server import Identity, MetadataServer
+from shared.contract.assignment import Assignment
+from shared.contract.events import SpotPreempted
+from shared.domain.spec import JobSpec
+from shared.domain.vms import JOB_METADATA_KEY
+from shared.settings import TOPICS
 from vm_image.agent.metadata import Metadata
 from vm_image.agent.shutdown_notice import NoticeError, publish, report
 
@@ -239,7 +239,7 @@ def test_an_unreachable_pubsub_fails_within_the_timeout(
 ) -> None:
     from datetime import UTC, datetime
 
-    from shared.bus import Bus
+    from shared.adapters.pubsub_bus import Bus
 
     monkeypatch.setenv("PUBSUB_EMULATOR_HOST", silent_host)
     event = SpotPreempted(job_id="j1", attempt=3, instance=INSTANCE, sent_at=datetime.now(UTC))

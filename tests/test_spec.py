@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from shared.errors import InvalidMessage
-from shared.spec import JobSpec, parse_spec
+from shared.domain.errors import InvalidMessage
+from shared.domain.spec import JobSpec, parse_spec
 
 
 def spec_bytes(**fields: object) -> bytes:

@@ -2,12 +2,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared.compute.port import Provisioning
-from shared.documents import InstanceDoc, JobDoc
-from shared.errors import IllegalTransition
-from shared.lifecycle import new_job
-from shared.spec import JobSpec
-from shared.states import (
+from shared.domain.documents import InstanceDoc, JobDoc
+from shared.domain.errors import IllegalTransition
+from shared.domain.lifecycle import new_job
+from shared.domain.spec import JobSpec
+from shared.domain.states import (
     JOB_TRANSITIONS,
     InstanceStatus,
     InstanceSubstatus,
@@ -15,7 +14,8 @@ from shared.states import (
     JobSubstatus,
     job_status_for,
 )
-from shared.transitions import fail_job, move_instance, move_job
+from shared.domain.transitions import fail_job, move_instance, move_job
+from shared.domain.vms import Provisioning
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 S = JobSubstatus

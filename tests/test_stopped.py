@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 
 from functions import deps
-from functions.release import release_instance
-from functions.stopped import stop_instance
-from infra.vm_host import VmHost
-from shared.events import Heartbeat, JobFinished, ReaperTick
-from shared.lifecycle import instance_closing
-from shared.states import InstanceStatus, InstanceSubstatus, JobSubstatus
-from shared.store import Store
+from functions.ops.release import release_instance
+from functions.ops.stopped import stop_instance
+from infra.localcloud.vm_host import VmHost
+from shared.adapters.firestore_store import Store
+from shared.contract.events import Heartbeat, JobFinished, ReaperTick
+from shared.domain.lifecycle import instance_closing
+from shared.domain.states import InstanceStatus, InstanceSubstatus, JobSubstatus
 from tests.conftest import SPEC, vm_event
 
 pytestmark = pytest.mark.emulators
@@ -214,7 +214,7 @@ def test_a_stop_that_comes_after_a_release_began_lets_the_release_finish(
 def test_a_vm_restarted_during_a_sweep_is_no_orphan(
     call: Callable[..., Any], host: VmHost, project: str
 ) -> None:
-    from functions.reaper import _check_orphan  # the sweep's step, on a stale listing
+    from functions.handlers.reaper import _check_orphan  # the sweep's step, on a stale listing
 
     finish_first_job(call)
     listed = deps.compute().get("local-a", VM) or deps.compute().get("local-b", VM)

@@ -7,12 +7,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared.documents import EpochDoc, JobDoc, QueueEntry, Rejection
-from shared.lifecycle import new_job
-from shared.spec import JobSpec
-from shared.states import JobStatus, JobSubstatus
-from shared.store import Store
-from shared.transitions import move_job
+from shared.adapters.firestore_store import Store
+from shared.domain.documents import EpochDoc, JobDoc, QueueEntry, Rejection
+from shared.domain.lifecycle import new_job
+from shared.domain.spec import JobSpec
+from shared.domain.states import JobStatus, JobSubstatus
+from shared.domain.transitions import move_job
 
 pytestmark = pytest.mark.emulators
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)

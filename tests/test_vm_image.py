@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.spec import BUILTIN_TRAINERS
+from shared.domain.spec import BUILTIN_TRAINERS
 
 IMAGE = Path(__file__).resolve().parent.parent / "vm_image"
 PACKER = shutil.which("packer")

@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from shared import logs
-from shared.assignment import Assignment
-from shared.bus import Bus
-from shared.compute.port import JOB_METADATA_KEY
-from shared.events import EpochDone, Heartbeat, JobFinished, SpotPreempted, VmBooted
-from shared.states import JobSubstatus
+from shared.adapters.pubsub_bus import Bus
+from shared.contract.assignment import Assignment
+from shared.contract.events import EpochDone, Heartbeat, JobFinished, SpotPreempted, VmBooted
+from shared.domain.states import JobSubstatus
+from shared.domain.vms import JOB_METADATA_KEY
 from vm_image.agent.metadata import Metadata, MetadataError
 from vm_image.agent.trainer_process import (
     TENSORBOARD_DIR,

@@ -23,10 +23,10 @@ from datetime import UTC, datetime
 from pydantic import ValidationError
 
 from shared import logs
-from shared.assignment import Assignment
-from shared.bus import Bus
-from shared.compute.port import JOB_METADATA_KEY
-from shared.events import SpotPreempted
+from shared.adapters.pubsub_bus import Bus
+from shared.contract.assignment import Assignment
+from shared.contract.events import SpotPreempted
+from shared.domain.vms import JOB_METADATA_KEY
 from vm_image.agent.metadata import Metadata, MetadataError
 
 # The notice is 30 s and the shutdown script kills this after 20 s: everything

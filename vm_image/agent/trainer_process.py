@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from shared import logs
-from shared.assignment import Assignment
-from shared.cluster import cluster_env
+from shared.contract.assignment import Assignment
+from shared.contract.cluster import cluster_env
 
 _TAIL_LINES = 40
 TENSORBOARD_DIR = "tensorboard"

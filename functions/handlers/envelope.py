@@ -1,0 +1,122 @@
+"""Turning a Pub/Sub CloudEvent into a message, and the handler's error policy.
+
+Two shapes reach a handler, and both carry the message under ``data.message``:
+production's binary-mode CloudEvent from Eventarc, and the push envelope the
+Pub/Sub emulator sends, which the functions framework converts (taking the
+topic from the request path ``/projects/P/topics/T``).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from functions import deps
+from shared import logs
+from shared.domain.errors import InvalidMessage, PermanentError
+from shared.domain.spec import describe_validation_error
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class Message:
+    data: bytes
+    message_id: str
+    publish_time: datetime | None
+    attributes: dict[str, str] = field(default_factory=dict)
+    source: str = ""
+
+    def parse(self, model: type[Model]) -> Model:
+        """The payload as ``model``; InvalidMessage names every bad field."""
+        try:
+            return model.model_validate_json(self.data)
+        except ValidationError as err:
+            raise InvalidMessage(describe_validation_error(err)) from err
+
+
+def decode(cloud_event: Any) -> Message:
+    """The Pub/Sub message inside a CloudEvent.
+
+    Raises:
+        InvalidMessage: the event carries no Pub/Sub message.
+    """
+    data = cloud_event.data if hasattr(cloud_event, "data") else None
+    message = data.get("message") if isinstance(data, dict) else None
+    if not isinstance(message, dict):
+        raise InvalidMessage("the CloudEvent carries no Pub/Sub message")
+    try:
+        payload = base64.b64decode(message.get("data") or "", validate=True)
+    except (binascii.Error, ValueError) as err:
+        raise InvalidMessage(f"the message data is not base64: {err}") from err
+    message_id = str(message.get("messageId") or message.get("message_id") or cloud_event["id"])
+    return Message(
+        data=payload,
+        message_id=message_id,
+        publish_time=_parse_time(message.get("publishTime") or message.get("publish_time")),
+        attributes=dict(message.get("attributes") or {}),
+        source=str(cloud_event["source"]),
+    )
+
+
+def _parse_time(value: object) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+Handler = Callable[[Message], None]
+
+
+def pubsub_handler(fn: Handler) -> Callable[[Any], None]:
+    """Wrap a handler of decoded messages with spotline's error policy.
+
+    * a message older than the configured maximum age is dropped with a log line;
+    * PermanentError: logged with its reason, then acknowledged (return);
+    * anything else propagates: the framework answers 500 and Pub/Sub redelivers.
+    """
+
+    @functools.wraps(fn)
+    def handle(cloud_event: Any) -> None:
+        name = fn.__name__
+        try:
+            message = decode(cloud_event)
+        except InvalidMessage as err:
+            logs.error(f"{name}: dropped an undecodable event: {err}", handler=name)
+            return
+        age_s = _age_s(message)
+        if age_s is not None and age_s > deps.settings().max_event_age_s:
+            logs.warning(
+                f"{name}: dropped message {message.message_id}, {age_s:.0f} s old",
+                handler=name,
+                message_id=message.message_id,
+            )
+            return
+        try:
+            fn(message)
+        except PermanentError as err:
+            logs.warning(
+                f"{name}: {err}",
+                handler=name,
+                message_id=message.message_id,
+                error_type=type(err).__name__,
+            )
+
+    return handle
+
+
+def _age_s(message: Message) -> float | None:
+    if message.publish_time is None:
+        return None
+    return (datetime.now(UTC) - message.publish_time).total_seconds()

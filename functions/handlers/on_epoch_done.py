@@ -1,0 +1,42 @@
+"""spotline-epoch-done -> on_epoch_done: epochs and heartbeats from the VM."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from pydantic import ValidationError
+
+from functions import deps
+from functions.handlers.envelope import Message, pubsub_handler
+from functions.handlers.vm_events import apply_to_job
+from shared.contract.events import EpochDone, progress_adapter
+from shared.domain import lifecycle
+from shared.domain.documents import InstanceDoc
+from shared.domain.errors import InvalidMessage
+from shared.domain.spec import describe_validation_error
+from shared.domain.states import JobSubstatus
+
+
+@pubsub_handler
+def on_epoch_done(message: Message) -> None:
+    try:
+        event = progress_adapter.validate_json(message.data)
+    except ValidationError as err:
+        raise InvalidMessage(describe_validation_error(err)) from err
+    now = datetime.now(UTC)
+    store = deps.store()
+    if isinstance(event, EpochDone):
+        epoch = event
+        apply_to_job(epoch, lambda current: lifecycle.epoch_done(current, epoch, now))
+        store.put_epoch(epoch.job_id, lifecycle.epoch_doc(epoch, now))
+        training = True
+    else:
+        beat = event
+        apply_to_job(beat, lambda current: lifecycle.heartbeat(current, beat, now))
+        training = beat.phase in (JobSubstatus.TRAINING, JobSubstatus.RETURNING)
+
+    def seen(instance: InstanceDoc) -> InstanceDoc:
+        alive = lifecycle.instance_seen(instance, now)
+        return lifecycle.instance_executing(alive, now) if training else alive
+
+    store.update_instance(event.instance, seen)

@@ -1,0 +1,57 @@
+"""spotline-spot-preempted -> on_spot_preempted: a Spot VM was taken away.
+
+Two reporters: the agent, after the trainer saved its state on the 30 s
+notice (it says where and at which step), and a Cloud Logging sink on
+``compute.instances.preempted``, which fires even when the VM could not
+publish. Whichever comes first moves the job to its next attempt and places
+it at once; the other is then stale and acknowledged.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from pydantic import ValidationError
+
+from functions import deps
+from functions.handlers.envelope import Message, pubsub_handler
+from functions.ops.recovery import recover
+from shared.contract.events import parse_preemption
+from shared.domain.errors import InvalidMessage, PermanentError
+from shared.domain.lifecycle import StaleEvent, saved_after_loss
+from shared.domain.states import JobSubstatus
+
+
+@pubsub_handler
+def on_spot_preempted(message: Message) -> None:
+    try:
+        notice = parse_preemption(message.data)
+    except (ValueError, ValidationError) as err:
+        raise InvalidMessage(f"not a preemption: {err}") from err
+    instance = deps.store().get_instance(notice.instance)
+    if instance is None:
+        raise PermanentError(f"preemption of {notice.instance}, which spotline does not know")
+    if notice.attempt is not None and notice.attempt != instance.attempt:
+        raise StaleEvent(f"{notice.instance}: attempt {notice.attempt} is not the instance's")
+    source = "the agent" if notice.source == "agent" else "the preemption log"
+    try:
+        recover(
+            instance,
+            JobSubstatus.PREEMPTED,
+            datetime.now(UTC),
+            note=f"{instance.name} preempted (reported by {source})",
+            step=notice.step,
+            checkpoint_uri=notice.checkpoint_uri,
+            # The log entry comes at the start of the notice: let the VM save its state.
+            delete_vm=notice.source == "agent",
+        )
+    except StaleEvent:
+        # Recorded already; when the reaper recorded it (the VM vanished before
+        # this report came), the report still says what the attempt saved.
+        if notice.step is not None:
+            step = notice.step
+            deps.store().update_job(
+                instance.job_id,
+                lambda job: saved_after_loss(job, instance.attempt, step),
+            )
+        raise

@@ -1,0 +1,25 @@
+"""spotline-vm-booted -> on_vm_booted: the agent is up; the job gears up."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from functions import deps
+from functions.handlers.envelope import Message, pubsub_handler
+from functions.handlers.vm_events import apply_to_job
+from shared.contract.events import VmBooted
+from shared.domain import lifecycle
+
+
+@pubsub_handler
+def on_vm_booted(message: Message) -> None:
+    event = message.parse(VmBooted)
+    now = datetime.now(UTC)
+    store = deps.store()
+    apply_to_job(event, lambda current: lifecycle.booted(current, event, now))
+    store.update_instance(
+        event.instance,
+        lambda instance: lifecycle.instance_seen(
+            instance, now, booted=True, instance_id=event.instance_id
+        ),
+    )

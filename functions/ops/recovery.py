@@ -1,0 +1,96 @@
+"""When a job's VM is lost (preempted, vanished, stalled): close the attempt,
+start the next one at once, and leave a queue entry as the reaper's safety net.
+
+Shared by on_spot_preempted (the event-driven path) and the reaper (missed
+preemptions and stalls). Re-entrant: every step checks what is already done.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from functions import deps
+from functions.ops.launch import launch
+from functions.ops.quota import settle
+from functions.ops.release import free_instance_slot, release_instance
+from shared import logs
+from shared.domain import lifecycle
+from shared.domain.documents import InstanceDoc, JobDoc, QueueEntry, QueueReason
+from shared.domain.errors import PermanentError
+from shared.domain.states import InstanceStatus, InstanceSubstatus, JobSubstatus
+
+
+def recover(
+    instance: InstanceDoc,
+    cause: JobSubstatus,
+    now: datetime,
+    note: str,
+    *,
+    step: int | None = None,
+    checkpoint_uri: str | None = None,
+    delete_vm: bool = True,
+) -> JobDoc | None:
+    """Close ``instance`` and move its job to the next attempt, then place it.
+
+    Args:
+        cause: PREEMPTED or STALLED.
+        delete_vm: False while a preempted VM may still be saving its state
+            (the log-sink event fires at the start of the 30 s notice).
+
+    Raises:
+        StaleEvent: the job is already past this VM (a duplicate report).
+    """
+    store = deps.store()
+    substatus = (
+        InstanceSubstatus.PREEMPTED
+        if cause == JobSubstatus.PREEMPTED
+        else InstanceSubstatus.TERMINATED
+    )
+    if delete_vm:
+        release_instance(instance.name, now, note, substatus)
+    else:
+        store.update_instance(
+            instance.name,
+            lambda current: lifecycle.instance_closed(current, now, note, substatus),
+        )
+        # Its slot goes to the next attempt: Compute Engine takes the VM within
+        # the 30 s notice, so the user may hold one VM over the quota till then.
+        free_instance_slot(instance.user, instance.name, now)
+    job = store.update_job(
+        instance.job_id,
+        lambda current: lifecycle.vm_lost(
+            current, instance.name, instance.attempt, cause, now, note, step, checkpoint_uri
+        ),
+    )
+    if job is None:
+        raise PermanentError(f"instance {instance.name} belongs to unknown job {instance.job_id}")
+    # A gang restarts whole: the other nodes of the lost attempt go too.
+    for node in store.instances_of_job(instance.job_id):
+        if (
+            node.attempt == instance.attempt
+            and node.name != instance.name
+            and node.status in InstanceStatus.live()
+        ):
+            release_instance(node.name, now, note=f"its gang lost {instance.name}")
+    logs.warning(
+        f"job {job.job_id}: {instance.name} {cause.lower()} ({note}); now {job.status}/"
+        f"{job.substatus}, attempt {job.attempt}",
+        job_id=job.job_id,
+        instance=instance.name,
+    )
+    settle(job, now)
+    if job.substatus == JobSubstatus.REQUESTING_SERVER:
+        reason: QueueReason = "preempted" if cause == JobSubstatus.PREEMPTED else "stalled"
+        return relaunch(job, reason, now)
+    return job
+
+
+def relaunch(job: JobDoc, reason: QueueReason, now: datetime) -> JobDoc:
+    """Queue the attempt first (if this process dies, the reaper places it),
+    then place it now."""
+    deps.store().put_queue(
+        QueueEntry(
+            job_id=job.job_id, reason=reason, attempt=job.attempt, not_before=now, enqueued_at=now
+        )
+    )
+    return launch(job, now)

@@ -1,0 +1,154 @@
+"""Plain-text tables of jobs and epochs, like the seed article's experiment summary."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from shared.domain.catalog import Machine
+from shared.domain.documents import EpochDoc, JobDoc
+
+
+@dataclass(frozen=True)
+class MachineRow:
+    machine_id: str  # NAME (Spot) or NAME.od
+    machine: Machine
+    price: float
+    capacity: int | None  # more VMs the region's quotas allow; None: no known quota
+    in_use: int  # live instances of this machine id
+    requests: int  # VM requests in the window
+    successes: int
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+        for row in cells
+    ]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _metrics(metrics: dict[str, float]) -> str:
+    return " ".join(f"{name}={value:.4g}" for name, value in sorted(metrics.items()))
+
+
+def jobs_table(jobs: Sequence[JobDoc]) -> str:
+    headers = [
+        "JOB",
+        "USER",
+        "STATUS",
+        "SUBSTATUS",
+        "PROGRESS",
+        "ATTEMPT",
+        "MACHINE",
+        "INSTANCE",
+        "COST_USD",
+        "ON_DEMAND_USD",
+        "SAVED",
+        "METRICS",
+        "DESCRIPTION",
+    ]
+    rows = [
+        [
+            job.job_id,
+            job.user,
+            job.status,
+            job.substatus,
+            job.progress,
+            job.attempt,
+            job.machine_id,
+            job.instance,
+            f"{job.cost_usd:.4f}",
+            f"{job.on_demand_cost_usd:.4f}",
+            "" if job.savings_percent is None else f"{job.savings_percent:.0f}%",
+            _metrics(job.metrics),
+            job.description[:40],
+        ]
+        for job in sorted(jobs, key=lambda j: j.created_at)
+    ]
+    return table(headers, rows)
+
+
+def machines_table(rows: Sequence[MachineRow], quotas_read: bool = True) -> str:
+    """The catalog as the seed's ``available_machines()`` prints it.
+
+    CAPACITY is ``?`` when the quotas could not be read, ``-`` when none of a
+    machine's quotas is known.
+    """
+    headers = [
+        "MACHINE_ID",
+        "GPUS",
+        "VCPUS",
+        "USD_PER_HOUR",
+        "CAPACITY",
+        "IN_USE",
+        "AVAILABILITY_24H",
+    ]
+    lines = []
+    for row in rows:
+        room = "?" if not quotas_read else "-" if row.capacity is None else row.capacity
+        gpus = f"{row.machine.gpu_count}x{row.machine.gpu_type}" if row.machine.gpu_type else "-"
+        rate = (
+            "-"
+            if not row.requests
+            else f"{100 * row.successes / row.requests:.0f}% of {row.requests}"
+        )
+        lines.append(
+            [row.machine_id, gpus, row.machine.vcpus, f"{row.price:.3f}", room, row.in_use, rate]
+        )
+    return table(headers, lines)
+
+
+def job_detail(job: JobDoc, epochs: Sequence[EpochDoc]) -> str:
+    parts = [jobs_table([job]), "", "history:"]
+    start = job.history[0].at if job.history else job.created_at
+    for entry in job.history:
+        offset = (entry.at - start).total_seconds()
+        note = f"  ({entry.note})" if entry.note else ""
+        parts.append(
+            f"  +{offset:7.2f}s  attempt {entry.attempt}  {entry.status}/{entry.substatus}{note}"
+        )
+    if job.error:
+        parts += ["", f"error: {job.error}"]
+    if job.attempts:
+        rows = [
+            [
+                a.attempt,
+                a.instance,
+                a.machine_id,
+                a.zone,
+                a.outcome or "running",
+                a.resumed_from_step,
+                a.checkpoint_step,
+                f"{a.cost_usd:.6f}",
+            ]
+            for a in job.attempts
+        ]
+        headers = [
+            "ATTEMPT",
+            "INSTANCE",
+            "MACHINE",
+            "ZONE",
+            "OUTCOME",
+            "RESUMED_FROM_STEP",
+            "SAVED_AT_STEP",
+            "COST_USD",
+        ]
+        parts += ["", "attempts:", table(headers, rows)]
+    if epochs:
+        names = sorted({name for epoch in epochs for name in epoch.metrics})
+        rows = [
+            [
+                e.epoch,
+                e.attempt,
+                e.step,
+                *(f"{e.metrics.get(n, float('nan')):.4f}" for n in names),
+                e.instance,
+            ]
+            for e in epochs
+        ]
+        parts += ["", "epochs:", table(["EPOCH", "ATTEMPT", "STEP", *names, "INSTANCE"], rows)]
+    return "\n".join(parts)

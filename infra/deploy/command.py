@@ -1,0 +1,174 @@
+"""``spotline deploy`` on the command line: flags (or their environment
+variables) into a deploy configuration, every missing setting named at once, and
+the plan a dry run prints.
+
+The functions' other settings (quotas, timeouts, cooling) are the deploying
+shell's ``SPOTLINE_*`` variables, read as ``Settings.from_env`` reads them.
+For tests, ``SPOTLINE_FUNCTIONS_ENDPOINT``, ``SPOTLINE_SCHEDULER_ENDPOINT`` and
+``SPOTLINE_EVENTARC_ENDPOINT`` point the clients at local doubles.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from infra.topology import RUNTIME
+from shared.settings import DEFAULT_ZONES, Settings
+
+if TYPE_CHECKING:
+    # The client libraries cost over half a second: only deploy pays for them.
+    from infra.deploy.plan import DeployConfig
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--project", help="the Google Cloud project (SPOTLINE_PROJECT)")
+    parser.add_argument("--region", help="where functions and schedule run (SPOTLINE_REGION)")
+    parser.add_argument(
+        "--zones",
+        help="comma-separated zones VMs are tried in (SPOTLINE_ZONES; default: the region's)",
+    )
+    parser.add_argument(
+        "--storage-root",
+        help="gs://BUCKET/PREFIX for checkpoints and outputs (SPOTLINE_STORAGE_ROOT)",
+    )
+    parser.add_argument(
+        "--image",
+        help="the VM image (SPOTLINE_IMAGE; default: the project's spotline-agent family)",
+    )
+    parser.add_argument(
+        "--service-account",
+        help="the functions' identity (SPOTLINE_FUNCTIONS_SERVICE_ACCOUNT)",
+    )
+    parser.add_argument(
+        "--vm-service-account",
+        help="the VMs' identity: publishes events, writes storage (SPOTLINE_SERVICE_ACCOUNT)",
+    )
+    parser.add_argument("--runtime", default=RUNTIME, help=f"Cloud Functions runtime ({RUNTIME})")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print what deploy converges; call no API"
+    )
+
+
+def config_from(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> DeployConfig:
+    """The deploy configuration; SystemExit naming every missing setting."""
+    env = dict(os.environ if env is None else env)
+    project = args.project or env.get("SPOTLINE_PROJECT") or env.get("GOOGLE_CLOUD_PROJECT")
+    region = args.region or env.get("SPOTLINE_REGION")
+    storage_root = args.storage_root or env.get("SPOTLINE_STORAGE_ROOT")
+    functions_account = args.service_account or env.get("SPOTLINE_FUNCTIONS_SERVICE_ACCOUNT")
+    vm_account = args.vm_service_account or env.get("SPOTLINE_SERVICE_ACCOUNT")
+    zones_text = args.zones or env.get("SPOTLINE_ZONES") or ""
+    zones = tuple(z.strip() for z in zones_text.split(",") if z.strip())
+    missing = [
+        text
+        for value, text in (
+            (project, "--project (or SPOTLINE_PROJECT)"),
+            (region, "--region (or SPOTLINE_REGION)"),
+            (storage_root, "--storage-root gs://BUCKET/PREFIX (or SPOTLINE_STORAGE_ROOT)"),
+            (functions_account, "--service-account (or SPOTLINE_FUNCTIONS_SERVICE_ACCOUNT)"),
+            (vm_account, "--vm-service-account (or SPOTLINE_SERVICE_ACCOUNT)"),
+        )
+        if not value
+    ]
+    if region and not zones and region not in DEFAULT_ZONES:
+        missing.append(f"--zones (or SPOTLINE_ZONES): spotline knows no zones of {region}")
+    if missing:
+        raise SystemExit("spotline deploy: missing " + "; ".join(missing))
+    if storage_root and not storage_root.startswith("gs://"):
+        raise SystemExit(f"spotline deploy: --storage-root must be gs://..., not {storage_root}")
+    assert project and region and storage_root and functions_account and vm_account
+    from infra.deploy.plan import DeployConfig
+
+    base = Settings.from_env({**env, "SPOTLINE_COMPUTE": "gce", "SPOTLINE_PROJECT": project})
+    settings = replace(
+        base,
+        region=region,
+        zones=zones or DEFAULT_ZONES[region],
+        local_compute_url="",
+        storage_root=storage_root,
+        image=args.image or env.get("SPOTLINE_IMAGE") or base.image,
+        service_account=vm_account,
+    )
+    return DeployConfig(settings, functions_account, runtime=args.runtime)
+
+
+def run(args: argparse.Namespace) -> int:
+    from google.api_core.exceptions import GoogleAPICallError
+    from google.auth.exceptions import GoogleAuthError
+
+    from infra.deploy.deployer import Deployer, Endpoints
+
+    config = config_from(args)
+    if args.dry_run:
+        print("\n".join(describe(config)))
+        return 0
+    print(
+        f"deploying spotline to project {config.project}, region {config.region} "
+        "(each function's build takes minutes; they run side by side)",
+        flush=True,
+    )
+    deployer = Deployer(
+        config, endpoints=Endpoints.from_env(), report=lambda c: print(c, flush=True)
+    )
+    try:
+        changes = deployer.run()
+    except (GoogleAPICallError, GoogleAuthError, RuntimeError, ValueError) as err:
+        print(f"spotline deploy failed: {' '.join(str(err).split())}", file=sys.stderr)
+        return 1
+    unset = [change for change in changes if change.action == "not set"]
+    if unset:
+        print(
+            f"{len(unset)} delivery policies could not be set (Eventarc did not show the "
+            "trigger's subscription): run the gcloud commands above",
+            file=sys.stderr,
+        )
+        return 1
+    print("spotline is deployed: publish a job to spotline-submit")
+    return 0
+
+
+def describe(config: DeployConfig) -> list[str]:
+    """What a deploy converges, from the topology and settings alone (no call)."""
+    from infra.deploy import plan
+    from infra.deploy.source import build_archive
+    from infra.topology import FUNCTIONS
+    from shared.domain.catalog import load_catalog
+
+    archive = build_archive()
+    job = plan.desired_job(config)
+    lines = [
+        f"spotline deploy --dry-run: project {config.project}, region {config.region}.",
+        "No API is called, so this cannot tell what exists already: deploy creates what",
+        "is missing, updates what differs (with an update mask) and leaves the rest alone.",
+        "",
+        "topics:        " + ", ".join(t.rsplit("/", 1)[-1] for t in plan.topic_paths(config)),
+        f"dead letters:  kept {plan.DEAD_LETTER_RETENTION_S // 86400} days in subscription "
+        f"{plan.dead_letter_subscription(config).name.rsplit('/', 1)[-1]}",
+        f"catalog:       {len(load_catalog())} machine types into Firestore machines/",
+        f"source:        {len(archive.files)} files, {len(archive.data)} bytes, "
+        f"digest {archive.digest}",
+        "requirements:  " + ", ".join(archive.requirements.split()),
+        f"functions:     {config.runtime}, Pub/Sub trigger, retry on failure, "
+        f"running as {config.service_account}",
+    ]
+    for function in FUNCTIONS:
+        retry = function.retry
+        lines.append(
+            f"  {function.function_id:<26} {function.entry_point:<18} "
+            f"<- {plan.topic_path(config.project, function.topic).rsplit('/', 1)[-1]:<24} "
+            f"{function.timeout_s:>3} s  {function.memory:<6} "
+            f"ack {function.ack_deadline_s} s, backoff {retry.minimum_backoff_s}-"
+            f"{retry.maximum_backoff_s} s, dead letter after {function.max_delivery_attempts}"
+        )
+    lines.append(
+        f"schedule:      {job.name.rsplit('/', 1)[-1]}: '{job.schedule}' ({job.time_zone}) "
+        f"-> {job.pubsub_target.topic_name.rsplit('/', 1)[-1]}"
+    )
+    lines.append("environment:")
+    lines += [f"  {key}={value}" for key, value in sorted(config.settings.to_env().items())]
+    return lines

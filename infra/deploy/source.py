@@ -1,0 +1,96 @@
+"""The functions' source archive: what Cloud Functions builds each function from.
+
+The Python runtime wants ``main.py`` at the root of the archive with a
+``requirements.txt`` beside it; the functions also import ``functions/`` and
+``shared/`` (with its machine catalog). Nothing else goes in: no tests, no
+``infra/``, no VM image, no virtual environment or caches.
+
+The archive is byte-for-byte reproducible (sorted entries, fixed timestamps and
+modes), so its digest says whether a deployed function runs this source.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import re
+import tomllib
+import zipfile
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("functions", "shared")
+SUFFIXES = (".py", ".json")
+# Runtime dependencies the functions never import: only the deploying CLI does.
+DEPLOY_ONLY = frozenset({"google-cloud-functions", "google-cloud-scheduler"})
+# Zip timestamps cannot be older than 1980.
+_EPOCH = (1980, 1, 1, 0, 0, 0)
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+@dataclass(frozen=True)
+class SourceArchive:
+    data: bytes
+    files: tuple[str, ...]  # archive paths, sorted
+    requirements: str
+
+    @property
+    def digest(self) -> str:
+        """A label-safe hash of the archive (labels take at most 63 characters)."""
+        return hashlib.sha256(self.data).hexdigest()[:32]
+
+
+def requirements(pyproject: Path, pin: bool = True) -> str:
+    """``requirements.txt`` from pyproject's runtime dependencies.
+
+    With ``pin``, each dependency installed here is pinned to the installed
+    version: the functions then run the libraries the tests ran with, and
+    Cloud Functions' pip (which takes the newest allowed version) cannot
+    surprise them. One not installed keeps pyproject's specifier.
+    """
+    dependencies = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
+    lines = []
+    for spec in dependencies:
+        match = _NAME.match(spec)
+        if match is None:
+            raise ValueError(f"cannot read the dependency {spec!r} in {pyproject}")
+        name = match.group(0)
+        if name.lower() in DEPLOY_ONLY:
+            continue
+        lines.append(_pinned(name, spec) if pin else spec)
+    return "\n".join(sorted(lines, key=str.lower)) + "\n"
+
+
+def _pinned(name: str, spec: str) -> str:
+    try:
+        return f"{name}=={metadata.version(name)}"
+    except metadata.PackageNotFoundError:
+        return spec
+
+
+def source_files(root: Path = REPO_ROOT) -> list[tuple[str, Path]]:
+    """(archive path, file) of everything the functions import, sorted."""
+    found = [("main.py", root / "main.py")]
+    for package in PACKAGES:
+        for path in (root / package).rglob("*"):
+            if path.is_file() and path.suffix in SUFFIXES and "__pycache__" not in path.parts:
+                found.append((path.relative_to(root).as_posix(), path))
+    return sorted(found)
+
+
+def build_archive(root: Path = REPO_ROOT, pin: bool = True) -> SourceArchive:
+    """The zip Cloud Functions builds every spotline function from."""
+    reqs = requirements(root / "pyproject.toml", pin)
+    entries = [(name, path.read_bytes()) for name, path in source_files(root)]
+    entries.append(("requirements.txt", reqs.encode()))
+    entries.sort()
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, content in entries:
+            info = zipfile.ZipInfo(name, date_time=_EPOCH)
+            info.external_attr = 0o644 << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(info, content)
+    return SourceArchive(buffer.getvalue(), tuple(name for name, _ in entries), reqs)

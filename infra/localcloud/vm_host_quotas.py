@@ -1,0 +1,97 @@
+"""The VmHost's regional quotas: the limits it is given, the usage of its live
+VMs, and the check that refuses a VM that would pass a limit.
+
+The host is one region, under whatever name a caller uses. Each VM is charged
+as Compute Engine charges it (``shared.domain.capacity``): its vCPUs and GPUs, looked
+up in the catalog, against ``CPUS`` and its GPU model's metric, or against their
+``PREEMPTIBLE_`` twins for a Spot VM where those have a limit above 0. A metric
+without a limit is not enforced; a machine type outside the catalog is charged
+only the GPUs its request attaches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from infra.localcloud.vm_host_api import HostError
+from shared.domain.capacity import (
+    CPU_METRIC,
+    GPU_METRICS,
+    PREEMPTIBLE_PREFIX,
+    charged_metric,
+    demand,
+)
+from shared.domain.catalog import load_catalog
+from shared.domain.vms import Provisioning
+
+# Room enough that no local run meets a limit unless told to (`spotline up --quota`).
+DEFAULT_LIMITS: dict[str, float] = {
+    **{
+        name: 16.0
+        for metric in GPU_METRICS.values()
+        for name in (metric, PREEMPTIBLE_PREFIX + metric)
+    },
+    CPU_METRIC: 384.0,
+    PREEMPTIBLE_PREFIX + CPU_METRIC: 384.0,
+}
+
+
+@dataclass(frozen=True)
+class Charge:
+    """What one VM consumes: standard metric -> amount, and how it is provisioned."""
+
+    provisioning: Provisioning
+    needs: Mapping[str, int]
+
+
+def vm_charge(request: Mapping[str, Any]) -> Charge:
+    """The charge of a VM made from VmRequest fields: the vCPUs of its machine
+    type, and the GPUs it attaches or its machine type has built in."""
+    machine_type = str(request.get("machine_type") or "")
+    machine = next((m for m in load_catalog().values() if m.machine_type == machine_type), None)
+    try:
+        provisioning = Provisioning(str(request.get("provisioning") or Provisioning.SPOT))
+        gpus = [(str(a["type"]), int(a["count"])) for a in request.get("accelerators") or []]
+    except (KeyError, TypeError, ValueError) as e:
+        raise HostError(400, "invalid", f"Invalid provisioning or accelerators: {e}") from e
+    if machine is not None and machine.gpu_type and not machine.attaches_gpus:
+        gpus.append((machine.gpu_type, machine.gpu_count))
+    return Charge(provisioning, demand(machine.vcpus if machine else 0, gpus))
+
+
+def usage(limits: Mapping[str, float], charges: Iterable[Charge]) -> dict[str, float]:
+    """How much of each metric the charges consume (every limited metric listed)."""
+    used = dict.fromkeys(limits, 0.0)
+    for charge in charges:
+        for metric, amount in charge.needs.items():
+            charged = charged_metric(metric, charge.provisioning, limits)
+            used[charged] = used.get(charged, 0.0) + amount
+    return used
+
+
+def quota_listing(limits: Mapping[str, float], live: Iterable[Charge]) -> list[dict[str, Any]]:
+    """The quotas as ``GET /regions/REGION/quotas`` answers them."""
+    used = usage(limits, live)
+    return [
+        {"metric": metric, "limit": limit, "usage": used[metric]}
+        for metric, limit in sorted(limits.items())
+    ]
+
+
+def check_quota(limits: Mapping[str, float], live: Iterable[Charge], new: Iterable[Charge]) -> None:
+    """Refuse ``new`` VMs, all of them, when they would take a metric past its limit.
+
+    Raises:
+        HostError: 403 ``QUOTA_EXCEEDED``, as Compute Engine answers an insert.
+    """
+    used = usage(limits, live)
+    for metric, amount in usage(limits, new).items():
+        limit = limits.get(metric)
+        if amount > 0 and limit is not None and used[metric] + amount > limit:
+            raise HostError(
+                403,
+                "QUOTA_EXCEEDED",
+                f"Quota '{metric}' exceeded. Limit: {limit:.1f} in the VM host's region.",
+            )

@@ -1,0 +1,81 @@
+"""The Firestore and Pub/Sub emulators from the installed Google Cloud CLI."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from infra.localstack.processes import ManagedProcess, free_port, http_ok
+
+
+class EmulatorsMissing(RuntimeError):
+    pass
+
+
+def gcloud() -> str:
+    path = shutil.which("gcloud")
+    if path is None:
+        raise EmulatorsMissing("the Google Cloud CLI (gcloud) is not on PATH")
+    return path
+
+
+def _sdk_root() -> Path:
+    return Path(gcloud()).resolve().parent.parent
+
+
+def emulators_available() -> str | None:
+    """None when both emulators can start here, else why not."""
+    try:
+        root = _sdk_root()
+    except EmulatorsMissing as err:
+        return str(err)
+    missing = [
+        component
+        for component, probe in (
+            ("cloud-firestore-emulator", root / "platform" / "cloud-firestore-emulator"),
+            ("pubsub-emulator", root / "platform" / "pubsub-emulator"),
+        )
+        if not probe.exists()
+    ]
+    if missing:
+        return f"gcloud components missing: {', '.join(missing)}"
+    if shutil.which("java") is None:
+        return "java is not on PATH (the emulators need it)"
+    return None
+
+
+class Emulator:
+    """One emulator on a free loopback port; ``host`` is what the *_EMULATOR_HOST
+    variables take."""
+
+    def __init__(self, name: str, command: list[str], port: int, log_path: Path) -> None:
+        self.name = name
+        self.port = port
+        self.host = f"127.0.0.1:{port}"
+        self.process = ManagedProcess(name, command, log_path)
+
+    def wait_ready(self, timeout_s: float = 60.0) -> float:
+        return self.process.wait_ready(lambda: http_ok(f"http://{self.host}/"), timeout_s)
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
+def start_firestore(log_dir: Path, port: int | None = None) -> Emulator:
+    port = port or free_port()
+    command = [gcloud(), "emulators", "firestore", "start", f"--host-port=127.0.0.1:{port}"]
+    return Emulator("firestore-emulator", command, port, log_dir / "firestore-emulator.log")
+
+
+def start_pubsub(log_dir: Path, project: str, port: int | None = None) -> Emulator:
+    port = port or free_port()
+    command = [
+        gcloud(),
+        "beta",
+        "emulators",
+        "pubsub",
+        "start",
+        f"--host-port=127.0.0.1:{port}",
+        f"--project={project}",
+    ]
+    return Emulator("pubsub-emulator", command, port, log_dir / "pubsub-emulator.log")

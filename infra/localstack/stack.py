@@ -1,0 +1,224 @@
+"""``spotline up``: the whole system on one machine, with nothing imitated
+that can run here.
+
+1. the Firestore and Pub/Sub emulators (gcloud), on free ports;
+2. the local VM host: "VMs" are processes running the real agent, each with
+   its own metadata server;
+3. one functions-framework server per function in the topology;
+4. the topology applied to the Pub/Sub emulator, with push subscriptions;
+5. a tick loop publishing to the reaper's topic, standing in for Scheduler.
+
+Everything is stopped in reverse order, each process by its process group.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from infra.localcloud.vm_host import VmHost
+from infra.localstack.chaos import RandomPreemptions
+from infra.localstack.emulators import Emulator, start_firestore, start_pubsub
+from infra.localstack.processes import ManagedProcess, free_port, http_ok
+from infra.localstack.pubsub import apply_topology
+from infra.topology import FUNCTIONS, REAPER_SCHEDULE
+from shared import logs
+from shared.adapters.firestore_store import Store
+from shared.adapters.pubsub_bus import Bus
+from shared.contract.events import ReaperTick
+from shared.domain.catalog import load_catalog
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+STACK_FILE = "stack.json"
+
+
+@dataclass
+class StackOptions:
+    project: str = "spotline-local"
+    tick_s: float = 10.0  # Cloud Scheduler ticks every minute; locally faster
+    heartbeat_s: float = 5.0
+    zones: tuple[str, ...] = ("local-a", "local-b")
+    capacity_errors: dict[str, str] = field(default_factory=dict)
+    # Regional quota limits by metric, over the VM host's defaults (`up --quota`).
+    quota_limits: dict[str, float] = field(default_factory=dict)
+    # The reaper's limits (production: 300 s, 600 s, 120 s); locally shorter.
+    stall_timeout_s: float = 60.0
+    boot_timeout_s: float = 120.0
+    request_timeout_s: float = 30.0
+    # Chaos: random Spot preemptions per VM-hour (0: none), replayable by seed.
+    preempt_rate_per_vm_hour: float = 0.0
+    chaos_seed: int | None = None
+    notice_s: float = 30.0
+
+
+class LocalStack:
+    def __init__(self, workdir: Path, options: StackOptions | None = None) -> None:
+        self.workdir = workdir.resolve()
+        self.options = options or StackOptions()
+        self.firestore: Emulator | None = None
+        self.pubsub: Emulator | None = None
+        self.vm_host: VmHost | None = None
+        self.chaos: RandomPreemptions | None = None
+        self.functions: dict[str, ManagedProcess] = {}
+        self.endpoints: dict[str, str] = {}
+        self.timings: dict[str, float] = {}
+        self._stop_ticks = threading.Event()
+        self._ticker: threading.Thread | None = None
+        self._saved_env: dict[str, str | None] = {}
+
+    # -- lifecycle ------------------------------------------------------------
+
+    def start(self) -> LocalStack:
+        started = time.monotonic()
+        logs_dir = self.workdir / "logs"
+        try:
+            self.firestore = start_firestore(logs_dir)
+            self.pubsub = start_pubsub(logs_dir, self.options.project)
+            with ThreadPoolExecutor(2) as pool:
+                waits = [pool.submit(e.wait_ready) for e in (self.firestore, self.pubsub)]
+                for wait in waits:
+                    wait.result()
+            self.timings["emulators_s"] = time.monotonic() - started
+            self.vm_host = VmHost(
+                self.workdir,
+                self.options.project,
+                agent_command=[sys.executable, "-m", "vm_image.agent"],
+                env=self._vm_env(),
+                capacity_errors=self.options.capacity_errors or None,
+                quota_limits=self.options.quota_limits,
+            )
+            self.vm_host.start()
+            self.chaos = RandomPreemptions(
+                self.vm_host,
+                self.options.preempt_rate_per_vm_hour,
+                self.options.chaos_seed,
+                self.options.notice_s,
+            ).start()
+            self._start_functions(logs_dir)
+            # The Google clients in this process (topology, ticks) find the
+            # emulators through these variables; close() puts them back.
+            self._saved_env = {name: os.environ.get(name) for name in self.client_env()}
+            os.environ.update(self.client_env())
+            apply_topology(self.options.project, self.endpoints)
+            Store(self.options.project).seed_machines(load_catalog())
+            self._ticker = threading.Thread(target=self._tick, daemon=True)
+            self._ticker.start()
+        except BaseException:
+            self.close()
+            raise
+        self.timings["ready_s"] = time.monotonic() - started
+        self._write_stack_file()
+        return self
+
+    def close(self) -> None:
+        self._stop_ticks.set()
+        if self.chaos is not None:
+            self.chaos.stop()
+        if self._ticker is not None:
+            self._ticker.join(timeout=5)
+        if self.vm_host is not None:
+            self.vm_host.close()
+        for server in self.functions.values():
+            server.stop()
+        for emulator in (self.pubsub, self.firestore):
+            if emulator is not None:
+                emulator.stop()
+        (self.workdir / STACK_FILE).unlink(missing_ok=True)
+        for name, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+    def __enter__(self) -> LocalStack:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    # -- environments -----------------------------------------------------------
+
+    def client_env(self) -> dict[str, str]:
+        """What a client (CLI, test) needs to talk to this stack."""
+        assert self.firestore and self.pubsub and self.vm_host
+        return {
+            "FIRESTORE_EMULATOR_HOST": self.firestore.host,
+            "PUBSUB_EMULATOR_HOST": self.pubsub.host,
+            "SPOTLINE_PROJECT": self.options.project,
+            "GOOGLE_CLOUD_PROJECT": self.options.project,
+            "SPOTLINE_COMPUTE": "local",
+            "SPOTLINE_LOCAL_COMPUTE_URL": self.vm_host.url,
+            "SPOTLINE_STORAGE_ROOT": f"file://{self.workdir / 'storage'}",
+            "SPOTLINE_ZONES": ",".join(self.options.zones),
+            "SPOTLINE_HEARTBEAT_S": str(self.options.heartbeat_s),
+            "SPOTLINE_STALL_TIMEOUT_S": str(self.options.stall_timeout_s),
+            "SPOTLINE_BOOT_TIMEOUT_S": str(self.options.boot_timeout_s),
+            "SPOTLINE_REQUEST_TIMEOUT_S": str(self.options.request_timeout_s),
+        }
+
+    def _vm_env(self) -> dict[str, str]:
+        # A VM only publishes events and touches storage: no Firestore here.
+        assert self.pubsub
+        return {
+            "PUBSUB_EMULATOR_HOST": self.pubsub.host,
+            "PYTHONPATH": str(REPO_ROOT),
+            "PYTHONUNBUFFERED": "1",
+        }
+
+    def _start_functions(self, logs_dir: Path) -> None:
+        env = {**os.environ, **self.client_env(), "PYTHONUNBUFFERED": "1"}
+        for function in FUNCTIONS:
+            port = free_port()
+            command = [
+                sys.executable, "-m", "functions_framework",
+                "--target", function.entry_point,
+                "--source", str(REPO_ROOT / "main.py"),
+                "--signature-type", "cloudevent",
+                "--host", "127.0.0.1", "--port", str(port),
+            ]  # fmt: skip
+            self.functions[function.entry_point] = ManagedProcess(
+                f"function {function.entry_point}",
+                command,
+                logs_dir / f"{function.entry_point}.log",
+                env=env,
+                cwd=REPO_ROOT,
+            )
+            self.endpoints[function.entry_point] = f"http://127.0.0.1:{port}"
+        for name, server in self.functions.items():
+            server.wait_ready(functools.partial(http_ok, self.endpoints[name]), timeout_s=60)
+
+    def _tick(self) -> None:
+        bus = Bus(self.options.project)
+        while not self._stop_ticks.wait(self.options.tick_s):
+            try:
+                bus.publish(REAPER_SCHEDULE.topic, ReaperTick(sent_at=datetime.now(UTC)))
+            except Exception as err:  # the next tick will do
+                logs.warning(f"tick failed: {err}")
+
+    def _write_stack_file(self) -> None:
+        stack = {"env": self.client_env(), "workdir": str(self.workdir), "pid": os.getpid()}
+        (self.workdir / STACK_FILE).write_text(json.dumps(stack, indent=2))
+
+
+def read_stack_workdir(workdir: Path) -> Path:
+    """Where the running stack keeps its files (the demo uses a folder below)."""
+    path = workdir / STACK_FILE
+    if not path.exists():
+        return workdir
+    return Path(json.loads(path.read_text())["workdir"])
+
+
+def read_stack_env(workdir: Path) -> dict[str, str] | None:
+    """The client environment of a running ``spotline up`` in ``workdir``."""
+    path = workdir / STACK_FILE
+    if not path.exists():
+        return None
+    return dict(json.loads(path.read_text())["env"])

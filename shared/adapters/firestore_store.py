@@ -1,0 +1,290 @@
+"""The Firestore repository: every document spotline keeps, with guarded writes.
+
+Writes are guarded instead of transactional: ``create()`` fails when the
+document exists, and ``update_*`` re-reads, re-applies a pure change and writes
+with a last-update-time precondition, retrying when someone else wrote first.
+The Firestore emulator can stall contended transactions for tens of seconds,
+and a transaction may run its function again, so none are used here.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict
+from datetime import datetime
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pydantic import BaseModel
+
+from shared.domain.catalog import Machine
+from shared.domain.documents import (
+    EpochDoc,
+    InstanceDoc,
+    JobDoc,
+    QueueEntry,
+    Rejection,
+    UserDoc,
+    to_firestore,
+)
+from shared.domain.errors import TransientError
+
+if TYPE_CHECKING:
+    from google.cloud import firestore
+
+log = logging.getLogger(__name__)
+
+Doc = TypeVar("Doc", bound=BaseModel)
+JOBS, INSTANCES, QUEUE, REJECTED, EPOCHS, USERS, MACHINES = (
+    "jobs",
+    "instances",
+    "queue",
+    "rejected",
+    "epochs",
+    "users",
+    "machines",
+)
+_UPDATE_ATTEMPTS = 20
+
+
+class Store:
+    """Typed access to jobs, instances, the queue and rejected messages."""
+
+    def __init__(self, project: str, client: firestore.Client | None = None) -> None:
+        self.project = project
+        self._client = client
+
+    @cached_property
+    def client(self) -> firestore.Client:
+        if self._client is None:
+            # Imported here: google.cloud.firestore costs ~0.5 s, and handlers that
+            # never touch Firestore should not pay it at cold start.
+            from google.cloud import firestore
+
+            self._client = firestore.Client(project=self.project)
+        return self._client
+
+    # -- jobs -------------------------------------------------------------
+
+    def create_job(self, job: JobDoc) -> bool:
+        """Create ``jobs/{id}``; False when it already exists (a redelivery)."""
+        return self._create(JOBS, job.job_id, job)
+
+    def get_job(self, job_id: str) -> JobDoc | None:
+        return self._get(JOBS, job_id, JobDoc)
+
+    def update_job(self, job_id: str, change: Callable[[JobDoc], JobDoc]) -> JobDoc | None:
+        """Apply ``change`` (pure; may run more than once) with a guarded write.
+
+        Returns the job as stored afterwards, or None when there is no such job.
+        """
+        return self._update(JOBS, job_id, JobDoc, change)
+
+    def list_jobs(self, statuses: Iterable[str] | None = None, limit: int = 200) -> list[JobDoc]:
+        return self._list(JOBS, JobDoc, "status", statuses, limit)
+
+    def put_epoch(self, job_id: str, epoch: EpochDoc) -> None:
+        """Write ``jobs/{id}/epochs/{n}``; the epoch number is the key, so a
+        redelivered event overwrites the same document."""
+        ref = self.client.collection(JOBS).document(job_id).collection(EPOCHS)
+        ref.document(f"{epoch.epoch:05d}").set(to_firestore(epoch))
+
+    def list_epochs(self, job_id: str) -> list[EpochDoc]:
+        ref = self.client.collection(JOBS).document(job_id).collection(EPOCHS)
+        return [EpochDoc.model_validate(snap.to_dict()) for snap in ref.order_by("epoch").stream()]
+
+    # -- instances --------------------------------------------------------
+
+    def create_instance(self, instance: InstanceDoc) -> bool:
+        return self._create(INSTANCES, instance.name, instance)
+
+    def get_instance(self, name: str) -> InstanceDoc | None:
+        return self._get(INSTANCES, name, InstanceDoc)
+
+    def update_instance(
+        self, name: str, change: Callable[[InstanceDoc], InstanceDoc]
+    ) -> InstanceDoc | None:
+        return self._update(INSTANCES, name, InstanceDoc, change)
+
+    def instances_of_job(self, job_id: str) -> list[InstanceDoc]:
+        from google.cloud.firestore_v1.base_query import FieldFilter
+
+        query = self.client.collection(INSTANCES).where(filter=FieldFilter("job_id", "==", job_id))
+        return [InstanceDoc.model_validate(snap.to_dict()) for snap in query.stream()]
+
+    def list_instances(
+        self, statuses: Iterable[str] | None = None, limit: int = 500
+    ) -> list[InstanceDoc]:
+        return self._list(INSTANCES, InstanceDoc, "status", statuses, limit)
+
+    def stopped_instances(self, limit: int = 500) -> list[InstanceDoc]:
+        """CLOSED/STOPPED instances: kept, restartable, and watched by the reaper."""
+        return self._list(INSTANCES, InstanceDoc, "substatus", ["STOPPED"], limit)
+
+    # -- queue ------------------------------------------------------------
+
+    def put_queue(self, entry: QueueEntry) -> None:
+        """Enqueue or replace the job's entry (one per job: the job id is the key)."""
+        self.client.collection(QUEUE).document(entry.job_id).set(to_firestore(entry))
+
+    def get_queue(self, job_id: str) -> QueueEntry | None:
+        return self._get(QUEUE, job_id, QueueEntry)
+
+    def due_queue(self, now: datetime, limit: int = 50) -> list[QueueEntry]:
+        """Entries whose ``not_before`` has passed, oldest first."""
+        from google.cloud.firestore_v1.base_query import FieldFilter
+
+        query = (
+            self.client.collection(QUEUE)
+            .where(filter=FieldFilter("not_before", "<=", now))
+            .order_by("not_before")
+            .limit(limit)
+        )
+        return [QueueEntry.model_validate(snap.to_dict()) for snap in query.stream()]
+
+    def delete_queue(self, job_id: str) -> None:
+        self.client.collection(QUEUE).document(job_id).delete()
+
+    def queue_of_user(self, user: str) -> list[QueueEntry]:
+        """The user's queue entries, oldest first (one equality filter: no
+        composite index needed)."""
+        from google.cloud.firestore_v1.base_query import FieldFilter
+
+        query = self.client.collection(QUEUE).where(filter=FieldFilter("user", "==", user))
+        entries = [QueueEntry.model_validate(snap.to_dict()) for snap in query.stream()]
+        return sorted(entries, key=lambda entry: entry.enqueued_at)
+
+    # -- users --------------------------------------------------------------
+
+    def get_user(self, user: str) -> UserDoc | None:
+        return self._get(USERS, user, UserDoc)
+
+    def update_user(self, user: str, change: Callable[[UserDoc], UserDoc]) -> UserDoc:
+        """Apply ``change`` to ``users/{user}``, creating it on first use."""
+        updated = self._update(USERS, user, UserDoc, change)
+        if updated is None:
+            self._create(USERS, user, UserDoc(user=user))
+            updated = self._update(USERS, user, UserDoc, change)
+        assert updated is not None  # created just above; users are never deleted
+        return updated
+
+    def list_users(self, limit: int = 1000) -> list[UserDoc]:
+        return self._list(USERS, UserDoc, "user", None, limit)
+
+    # -- machines -------------------------------------------------------------
+
+    def seed_machines(self, catalog: dict[str, Machine]) -> None:
+        """Write the catalog into ``machines/`` (idempotent: same ids, same fields)."""
+        for machine in catalog.values():
+            self.client.collection(MACHINES).document(machine.machine_id).set(asdict(machine))
+
+    def record_request(self, machine_id: str, ok: bool, now: datetime) -> None:
+        """Count one VM request of ``machine_id`` (Spot or ``.od``) in its hour.
+
+        Server-side increments on an hourly document: concurrent placements
+        never contend, and "recent" is a sum over the last hours.
+        """
+        from google.cloud import firestore
+
+        hour = self._hours(machine_id).document(now.strftime("%Y%m%d%H"))
+        hour.set(
+            {
+                "machine_id": machine_id,
+                "hour": now.replace(minute=0, second=0, microsecond=0),
+                "requests": firestore.Increment(1),
+                "successes": firestore.Increment(1 if ok else 0),
+            },
+            merge=True,
+        )
+
+    def availability(self, machine_id: str, since: datetime) -> tuple[int, int]:
+        """(requests, successes) of ``machine_id`` since ``since``."""
+        from google.cloud.firestore_v1.base_query import FieldFilter
+
+        query = self._hours(machine_id).where(filter=FieldFilter("hour", ">=", since))
+        requests = successes = 0
+        for snap in query.stream():
+            data = snap.to_dict() or {}
+            requests += int(data.get("requests", 0))
+            successes += int(data.get("successes", 0))
+        return requests, successes
+
+    def _hours(self, machine_id: str) -> Any:
+        # Spot and on-demand requests of one machine are counted apart.
+        return self.client.collection(MACHINES).document(machine_id).collection("hours")
+
+    # -- rejected messages ------------------------------------------------
+
+    def record_rejection(self, rejection: Rejection) -> bool:
+        return self._create(REJECTED, rejection.message_id, rejection)
+
+    def get_rejection(self, message_id: str) -> Rejection | None:
+        return self._get(REJECTED, message_id, Rejection)
+
+    def recent_rejections(self, limit: int = 20) -> list[Rejection]:
+        """The newest first."""
+        from google.cloud import firestore
+
+        query = self.client.collection(REJECTED).order_by(
+            "at", direction=firestore.Query.DESCENDING
+        )
+        return [Rejection.model_validate(snap.to_dict()) for snap in query.limit(limit).stream()]
+
+    # -- the guarded primitives -------------------------------------------
+
+    def _create(self, collection: str, key: str, doc: BaseModel) -> bool:
+        from google.api_core.exceptions import AlreadyExists
+
+        try:
+            self.client.collection(collection).document(key).create(to_firestore(doc))
+        except AlreadyExists:
+            return False
+        return True
+
+    def _get(self, collection: str, key: str, model: type[Doc]) -> Doc | None:
+        snap = self.client.collection(collection).document(key).get()
+        return model.model_validate(snap.to_dict()) if snap.exists else None
+
+    def _update(
+        self, collection: str, key: str, model: type[Doc], change: Callable[[Doc], Doc]
+    ) -> Doc | None:
+        from google.api_core.exceptions import FailedPrecondition
+
+        ref = self.client.collection(collection).document(key)
+        for attempt in range(_UPDATE_ATTEMPTS):
+            snap = ref.get()
+            if not snap.exists:
+                return None
+            current = model.model_validate(snap.to_dict())
+            changed = change(current)
+            if changed is current or changed == current:
+                return current
+            guard = self.client.write_option(last_update_time=snap.update_time)
+            try:
+                ref.update(to_firestore(changed), option=guard)
+            except FailedPrecondition:
+                log.info("%s/%s changed under us; re-reading", collection, key)
+                # Jitter, so that writers racing for one document spread out.
+                time.sleep(random.uniform(0, 0.02 * (attempt + 1)))
+                continue
+            return changed
+        raise TransientError(f"{collection}/{key}: too much write contention, try again")
+
+    def _list(
+        self,
+        collection: str,
+        model: type[Doc],
+        field: str,
+        values: Iterable[str] | None,
+        limit: int,
+    ) -> list[Doc]:
+        from google.cloud.firestore_v1.base_query import FieldFilter
+
+        query: Any = self.client.collection(collection)
+        wanted = [str(value) for value in values] if values is not None else None
+        if wanted is not None:
+            query = query.where(filter=FieldFilter(field, "in", wanted))
+        return [model.model_validate(snap.to_dict()) for snap in query.limit(limit).stream()]

@@ -1,0 +1,360 @@
+"""The compute port over Compute Engine, through google-cloud-compute's REST client.
+
+Requests are built by the pure functions of ``gce_requests`` and ``gce_gang``;
+this module sends them, waits for the zone and region operations they start, and
+turns every failure into the port's ``CapacityError``, ``TransientError`` or
+``PermanentError``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+import requests
+from google.api_core import exceptions as api_exceptions
+from google.auth import exceptions as auth_exceptions
+
+from shared.adapters import gce_gang, gce_requests
+from shared.adapters.gce_requests import ErrorKind
+from shared.domain.errors import CapacityError, PermanentError, SpotlineError, TransientError
+from shared.domain.vms import GangRequest, Quota, Vm, VmRequest, VmState
+
+if TYPE_CHECKING:
+    from google.auth.credentials import Credentials
+    from google.cloud import compute_v1
+
+# Operation error codes that mean the call's goal is already reached.
+_ALREADY_EXISTS = "RESOURCE_ALREADY_EXISTS"
+_NOT_FOUND = "RESOURCE_NOT_FOUND"
+
+
+class GceCompute:
+    """Creates, reads, lists and deletes spotline's VMs in one Google Cloud project,
+    and reads its regional quotas.
+
+    Args:
+        project: the project ID.
+        api_endpoint: overrides ``compute.googleapis.com``, e.g.
+            ``http://127.0.0.1:8089`` for a local double.
+        credentials: defaults to Application Default Credentials.
+        operation_timeout_s: how long a call waits for its operation before
+            raising ``TransientError`` (the operation carries on regardless).
+        request_timeout_s: the HTTP timeout of each call that is not a wait.
+        read_retry_s: how long reads retry 503s and timeouts before giving up.
+    """
+
+    def __init__(
+        self,
+        project: str,
+        *,
+        api_endpoint: str | None = None,
+        credentials: Credentials | None = None,
+        operation_timeout_s: float = 300.0,
+        request_timeout_s: float = 60.0,
+        read_retry_s: float = 20.0,
+    ) -> None:
+        # google.cloud.compute_v1 takes over 2 s to import; only the functions
+        # that build a GceCompute should pay for it on a cold start.
+        from google.api_core.client_options import ClientOptions
+        from google.api_core.retry import Retry, if_exception_type
+        from google.cloud import compute_v1
+
+        options = ClientOptions(api_endpoint=api_endpoint) if api_endpoint else None
+        self._project = project
+        self._instances = compute_v1.InstancesClient(
+            credentials=credentials, client_options=options
+        )
+        self._region_instances = compute_v1.RegionInstancesClient(
+            credentials=credentials, client_options=options
+        )
+        self._regions = compute_v1.RegionsClient(credentials=credentials, client_options=options)
+        # The operations clients must share the endpoint: ExtendedOperation's own
+        # polling ignores api_endpoint, hence the *_unary calls plus wait().
+        self._operations = compute_v1.ZoneOperationsClient(
+            credentials=credentials, client_options=options
+        )
+        self._region_operations = compute_v1.RegionOperationsClient(
+            credentials=credentials, client_options=options
+        )
+        self._operation_timeout_s = operation_timeout_s
+        self._request_timeout_s = request_timeout_s
+        self._read_retry = Retry(
+            predicate=if_exception_type(
+                api_exceptions.ServiceUnavailable, api_exceptions.DeadlineExceeded
+            ),
+            initial=0.2,
+            maximum=5.0,
+            multiplier=2.0,
+            timeout=read_retry_s,
+        )
+
+    def insert(self, request: VmRequest) -> Vm:
+        """Create the VM, or return it if it already exists.
+
+        Raises:
+            CapacityError: no capacity or quota for this machine in this zone.
+            TransientError: the call may pass later.
+            PermanentError: Compute Engine will never accept this request.
+        """
+        with _translated_errors(f"insert {request.name} in {request.zone}"):
+            try:
+                operation = self._instances.insert_unary(
+                    request=gce_requests.insert_request(self._project, request),
+                    timeout=self._request_timeout_s,
+                )
+            except api_exceptions.Conflict:
+                existing = self.get(request.zone, request.name)
+                if existing is None:
+                    raise
+                return existing
+            operation = self._wait(request.zone, operation)
+        if _error_codes(operation) != {_ALREADY_EXISTS}:
+            _raise_for_operation(operation)
+        vm = self.get(request.zone, request.name)
+        if vm is None:
+            # A Spot VM can be preempted, and so deleted, before it is read back.
+            return Vm(
+                name=request.name,
+                zone=request.zone,
+                state=VmState.TERMINATED,
+                labels=dict(request.labels),
+                machine_type=request.machine_type,
+            )
+        return vm
+
+    def insert_gang(self, gang: GangRequest) -> list[Vm]:
+        """Create every node of ``gang`` in one of ``gang.zones``, or none of them.
+
+        One ``regionInstances.bulkInsert``: Compute Engine picks a zone that can
+        hold all the nodes and dedupes a retried call by ``gang.request_id``.
+        Nodes that already exist (a redelivered request) are returned as they are.
+
+        Returns:
+            The VMs in ``gang.nodes`` order, all in one zone.
+
+        Raises:
+            CapacityError: no allowed zone has the capacity or quota for every node.
+            TransientError: the call may pass later.
+            PermanentError: Compute Engine will never accept this request.
+        """
+        request = gce_gang.bulk_insert_request(self._project, gang)
+        with _translated_errors(f"bulk insert {len(gang.nodes)} VMs in {gang.region}"):
+            try:
+                operation = self._region_instances.bulk_insert_unary(
+                    request=request, timeout=self._request_timeout_s
+                )
+            except api_exceptions.Conflict:
+                return self._existing_gang(gang)
+            operation = self._wait_region(gang.region, operation)
+        if _error_codes(operation) != {_ALREADY_EXISTS}:
+            _raise_for_operation(operation)
+        return self._existing_gang(gang)
+
+    def _existing_gang(self, gang: GangRequest) -> list[Vm]:
+        vms = gce_gang.gang_vms(gang, self.list(gce_gang.shared_labels(gang.nodes)))
+        if vms is None:
+            raise TransientError(
+                f"gang {gang.request_id}: created, but none of its VMs is listed yet"
+            )
+        return vms
+
+    def get(self, zone: str, name: str) -> Vm | None:
+        """The VM, or ``None`` when it does not exist."""
+        with _translated_errors(f"get {name} in {zone}"):
+            try:
+                instance = self._read(zone, name)
+            except api_exceptions.NotFound:
+                return None
+        return gce_requests.vm_from_instance(instance)
+
+    def list(self, labels: dict[str, str]) -> list[Vm]:
+        """Every VM in the project, in any zone, that carries all ``labels``."""
+        with _translated_errors(f"list VMs labelled {labels}"):
+            pages = self._instances.aggregated_list(
+                request=gce_requests.aggregated_list_request(self._project, labels),
+                retry=self._read_retry,
+                timeout=self._request_timeout_s,
+            )
+            instances = [instance for _, scoped in pages for instance in scoped.instances]
+        vms = [gce_requests.vm_from_instance(instance) for instance in instances]
+        # The filter is matched by the server's own grammar (with wildcards);
+        # the port promises exact label equality.
+        return [vm for vm in vms if labels.items() <= vm.labels.items()]
+
+    def region_quotas(self, region: str) -> dict[str, Quota]:
+        """The project's allocation quotas in ``region``, by metric (``regions.get``).
+
+        Raises:
+            PermanentError: e.g. no ``compute.regions.get`` permission.
+            TransientError: the call may pass later.
+        """
+        with _translated_errors(f"get the quotas of {region}"):
+            found = self._regions.get(
+                project=self._project,
+                region=region,
+                retry=self._read_retry,
+                timeout=self._request_timeout_s,
+            )
+        return gce_requests.quotas_from_region(found)
+
+    def delete(self, zone: str, name: str) -> None:
+        """Delete the VM and wait until it is gone; a missing VM is not an error."""
+        with _translated_errors(f"delete {name} in {zone}"):
+            try:
+                operation = self._instances.delete_unary(
+                    project=self._project,
+                    zone=zone,
+                    instance=name,
+                    timeout=self._request_timeout_s,
+                )
+            except api_exceptions.NotFound:
+                return
+            operation = self._wait(zone, operation)
+        if _error_codes(operation) != {_NOT_FOUND}:
+            _raise_for_operation(operation)
+
+    def stop(self, zone: str, name: str) -> bool:
+        """Shut the VM down, keeping its disk, and wait until it is down."""
+        with _translated_errors(f"stop {name} in {zone}"):
+            try:
+                operation = self._instances.stop_unary(
+                    project=self._project,
+                    zone=zone,
+                    instance=name,
+                    timeout=self._request_timeout_s,
+                )
+            except api_exceptions.NotFound:
+                return False
+            operation = self._wait(zone, operation)
+        if _error_codes(operation) == {_NOT_FOUND}:
+            return False
+        _raise_for_operation(operation)
+        return True
+
+    def start(self, zone: str, name: str) -> None:
+        """Boot the stopped VM; returns once Compute Engine has started it."""
+        with _translated_errors(f"start {name} in {zone}"):
+            operation = self._instances.start_unary(
+                project=self._project,
+                zone=zone,
+                instance=name,
+                timeout=self._request_timeout_s,
+            )
+            operation = self._wait(zone, operation)
+        _raise_for_operation(operation)
+
+    def set_metadata(self, zone: str, name: str, items: dict[str, str]) -> None:
+        """Set ``items`` on the VM's metadata, keeping its other items.
+
+        A concurrent change to the VM's metadata raises ``TransientError``: the
+        retry re-reads the fingerprint.
+        """
+        with _translated_errors(f"set metadata of {name} in {zone}"):
+            instance = self._read(zone, name)
+            metadata = gce_requests.merged_metadata(instance.metadata, items)
+            operation = self._instances.set_metadata_unary(
+                request=gce_requests.set_metadata_request(self._project, zone, name, metadata),
+                timeout=self._request_timeout_s,
+            )
+            operation = self._wait(zone, operation)
+        _raise_for_operation(operation)
+
+    def _read(self, zone: str, name: str) -> compute_v1.Instance:
+        return self._instances.get(
+            project=self._project,
+            zone=zone,
+            instance=name,
+            retry=self._read_retry,
+            timeout=self._request_timeout_s,
+        )
+
+    def _wait(self, zone: str, operation: compute_v1.Operation) -> compute_v1.Operation:
+        def poll(timeout: float) -> compute_v1.Operation:
+            return self._operations.wait(
+                project=self._project, zone=zone, operation=operation.name, timeout=timeout
+            )
+
+        return self._wait_until_done(operation, poll, zone)
+
+    def _wait_region(self, region: str, operation: compute_v1.Operation) -> compute_v1.Operation:
+        def poll(timeout: float) -> compute_v1.Operation:
+            return self._region_operations.wait(
+                project=self._project, region=region, operation=operation.name, timeout=timeout
+            )
+
+        return self._wait_until_done(operation, poll, region)
+
+    def _wait_until_done(
+        self,
+        operation: compute_v1.Operation,
+        poll: Callable[[float], compute_v1.Operation],
+        where: str,
+    ) -> compute_v1.Operation:
+        deadline = time.monotonic() + self._operation_timeout_s
+        while operation.status != operation.Status.DONE:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise self._not_done(where, operation)
+            try:
+                # operations.wait answers when the operation is done or after
+                # about two minutes, whichever comes first.
+                operation = poll(remaining)
+            except requests.Timeout as exc:
+                raise self._not_done(where, operation) from exc
+        return operation
+
+    def _not_done(self, where: str, operation: compute_v1.Operation) -> TransientError:
+        return TransientError(
+            f"operation {operation.name} in {where} not done after "
+            f"{self._operation_timeout_s:g} s; it carries on, and a retry finds its result"
+        )
+
+
+@contextmanager
+def _translated_errors(action: str) -> Iterator[None]:
+    """Turn the client's exceptions into the port's."""
+    try:
+        yield
+    except api_exceptions.GoogleAPICallError as exc:
+        reasons = [(str(e.get("reason", "")), str(e.get("message", ""))) for e in exc.errors]
+        if exc.reason:
+            reasons.append((exc.reason, exc.message))
+        raise _port_error(action, reasons, exc.code, exc.message) from exc
+    except (
+        api_exceptions.RetryError,
+        requests.RequestException,
+        auth_exceptions.TransportError,
+    ) as exc:
+        raise TransientError(f"{action}: {exc}") from exc
+
+
+def _error_codes(operation: compute_v1.Operation) -> set[str]:
+    return {error.code for error in operation.error.errors}
+
+
+def _raise_for_operation(operation: compute_v1.Operation) -> None:
+    errors = operation.error.errors
+    if not errors:
+        return
+    reasons = [(error.code, error.message) for error in errors]
+    summary = "; ".join(f"{code}: {message}" for code, message in reasons)
+    status = operation.http_error_status_code or None
+    raise _port_error(f"operation {operation.name}", reasons, status, summary)
+
+
+def _port_error(
+    action: str, reasons: Sequence[tuple[str, str]], status: int | None, summary: str
+) -> SpotlineError:
+    """The port's error for an API error's reasons, then its HTTP status."""
+    kinds = [(gce_requests.classify_error(r, m), r, m) for r, m in reasons]
+    for kind, reason, message in kinds:
+        if kind is ErrorKind.CAPACITY:
+            return CapacityError(reason, message)
+    if any(kind is ErrorKind.TRANSIENT for kind, _, _ in kinds):
+        return TransientError(f"{action}: {summary}")
+    if status is not None and gce_requests.kind_for_status(status) is ErrorKind.TRANSIENT:
+        return TransientError(f"{action}: {summary}")
+    return PermanentError(f"{action}: {summary}")

@@ -1,0 +1,28 @@
+"""What a VM is told to do: the JSON document in its ``spotline-job`` metadata.
+
+The VM needs no Firestore access: this document, the Pub/Sub topics and its
+checkpoint folder are all it uses.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from shared.domain.spec import JobSpec
+
+
+class Assignment(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    job_id: str
+    attempt: int
+    project: str
+    spec: JobSpec
+    checkpoint_dir: str  # fsspec URL shared by every attempt of the job
+    output_dir: str
+    heartbeat_s: float = 30.0
+    # Multi-node jobs: every node's VM name (index = rank), the address others
+    # reach it at, and the rendezvous port. Empty for a single node.
+    nodes: list[str] = []
+    hosts: list[str] = []
+    master_port: int = 0

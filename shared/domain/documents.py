@@ -1,0 +1,189 @@
+"""The Firestore documents, as pydantic models.
+
+Fields a person reads in the Firestore console stay plain: status words,
+``"7/15"`` progress, dollars as numbers, timestamps as Firestore timestamps.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from shared.domain.spec import JobSpec
+from shared.domain.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
+from shared.domain.vms import Provisioning
+
+
+class _Doc(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class HistoryEntry(_Doc):
+    """One line of a job's or an instance's timeline."""
+
+    at: datetime
+    status: str
+    substatus: str | None = None
+    attempt: int | None = None
+    note: str = ""
+
+
+class AttemptRecord(_Doc):
+    """One VM's part in a job: where it ran and how it ended."""
+
+    attempt: int
+    instance: str
+    zone: str
+    machine_id: str
+    started_at: datetime
+    ended_at: datetime | None = None
+    outcome: str | None = None  # completed, failed, preempted, stalled, canceled
+    resumed_from_step: int | None = None  # where the trainer picked up
+    checkpoint_step: int | None = None  # the step saved when the VM went away
+    instance_id: str | None = None  # Compute Engine's numeric id: logs outlive the VM
+    logs_query: str | None = None  # for Logs Explorer / `gcloud logging read`
+    price_per_hour: float = 0.0  # what the VM cost (Spot or on demand)
+    on_demand_price_per_hour: float = 0.0  # what the same VM costs on demand
+    nodes: int = 1  # VMs in the attempt, each at price_per_hour
+    cost_usd: float = 0.0  # up to ended_at, or up to the last sweep while it runs
+    on_demand_cost_usd: float = 0.0
+
+
+class JobDoc(_Doc):
+    """jobs/{job_id}"""
+
+    job_id: str
+    user: str
+    description: str = ""
+    spec: JobSpec
+    status: JobStatus = JobStatus.QUEUING
+    substatus: JobSubstatus = JobSubstatus.REQUESTING_SERVER
+    attempt: int = 1
+    preemptions: int = 0
+    instance: str | None = None  # the current attempt's VM name (node 0 of a gang)
+    nodes: list[str] = Field(default_factory=list)  # a multi-node attempt's VMs, by rank
+    zone: str | None = None
+    machine_id: str | None = None
+    progress: str = "0/0"  # "epoch/epochs", for the console
+    epoch: int = 0
+    epochs: int = 0
+    step: int = 0
+    metrics: dict[str, float] = Field(default_factory=dict)
+    checkpoint_uri: str | None = None
+    cost_usd: float = 0.0  # every attempt's VM time at its price, cooling included
+    on_demand_cost_usd: float = 0.0  # the same VM time at on-demand prices
+    savings_percent: float | None = None
+    cooling_cost_usd: float = 0.0  # holding its VM idle afterwards, for the next job
+    # The cooling period it left, by instance name: set, never added to, so a
+    # redelivered or repeated charge changes nothing.
+    cooling_charges: dict[str, float] = Field(default_factory=dict)
+    error: str | None = None
+    message_id: str | None = None
+    created_at: datetime
+    updated_at: datetime
+    history: list[HistoryEntry] = Field(default_factory=list)
+    attempts: list[AttemptRecord] = Field(default_factory=list)
+    avoid_machine_ids: list[str] = Field(default_factory=list)  # after repeated preemptions
+
+
+class EpochDoc(_Doc):
+    """jobs/{job_id}/epochs/{epoch:05d}"""
+
+    epoch: int
+    epochs: int
+    attempt: int
+    step: int
+    metrics: dict[str, float] = Field(default_factory=dict)
+    checkpoint_uri: str | None = None
+    instance: str
+    at: datetime
+
+
+class InstanceDoc(_Doc):
+    """instances/{name}"""
+
+    name: str
+    job_id: str
+    user: str
+    attempt: int
+    machine_id: str
+    machine_type: str
+    zone: str
+    provisioning: Provisioning
+    status: InstanceStatus = InstanceStatus.LAUNCHING
+    substatus: InstanceSubstatus | None = None
+    instance_id: str | None = None
+    price_per_hour: float = 0.0  # in force now: escalated while a Spot VM cools
+    base_price_per_hour: float = 0.0  # its own rate, Spot or on demand
+    on_demand_price_per_hour: float = 0.0
+    cost_usd: float = 0.0  # closed segments (running, cooling) so far
+    segment_started_at: datetime | None = None  # the current segment; None: created_at
+    cooling_since: datetime | None = None
+    cooling_until: datetime | None = None
+    cooling_cost_usd: float = 0.0  # the current cooling period, so far
+    cooled_for_job: str | None = None  # whose cooling period the last claim closed
+    stopped_until: datetime | None = None  # CLOSED/STOPPED: restartable until then
+    created_at: datetime
+    booted_at: datetime | None = None
+    last_heartbeat_at: datetime | None = None
+    closed_at: datetime | None = None
+    updated_at: datetime
+    history: list[HistoryEntry] = Field(default_factory=list)
+
+
+QueueReason = Literal["new", "preempted", "stalled", "no-capacity", "quota"]
+
+
+class QueueEntry(_Doc):
+    """queue/{job_id}: a job waiting for a VM; the reaper drains these."""
+
+    job_id: str
+    reason: QueueReason
+    attempt: int
+    not_before: datetime
+    enqueued_at: datetime
+    tries: int = 0
+    last_error: str | None = None
+    user: str | None = None
+
+
+class UserDoc(_Doc):
+    """users/{user}: what holds the user's quota slots.
+
+    Lists of ids, not counters: taking a slot twice (a redelivered event) or
+    freeing one twice changes nothing, and each list is bounded by its quota.
+    """
+
+    user: str
+    active_jobs: list[str] = Field(default_factory=list)
+    active_instances: list[str] = Field(default_factory=list)
+    stopped_instances: list[str] = Field(default_factory=list)
+    updated_at: datetime | None = None
+
+
+class Rejection(_Doc):
+    """rejected/{message_id}: a submit message that was not a valid job."""
+
+    message_id: str
+    reason: str
+    payload: str  # the first KB of what was published, for the person who sent it
+    at: datetime
+
+
+def to_firestore(model: BaseModel) -> dict[str, Any]:
+    """The model as Firestore values: enums as their words, datetimes kept."""
+    return _plain(model.model_dump(mode="python"))
+
+
+def _plain(value: Any) -> Any:
+    from enum import Enum
+
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    return value

@@ -1,0 +1,377 @@
+"""What each event does to a job or an instance: pure functions, no I/O.
+
+Handlers load the documents, call these, and write the result with a guarded
+write; since the store may call them again after a conflicting write, they
+must not have side effects.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime
+
+from shared.contract.events import EpochDone, Heartbeat, JobFinished, VmBooted, VmEvent
+from shared.domain.cooling import segment_cost
+from shared.domain.documents import AttemptRecord, EpochDoc, HistoryEntry, InstanceDoc, JobDoc
+from shared.domain.errors import IllegalTransition, PermanentError
+from shared.domain.pricing import CoolingRule, savings_percent, vm_cost
+from shared.domain.spec import JobSpec
+from shared.domain.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
+from shared.domain.transitions import fail_job, move_instance, move_job, next_attempt
+
+S_ON_VM = JobSubstatus.on_vm()
+
+_LOG_TAIL_CHARS = 2000
+
+
+class StaleEvent(PermanentError):
+    """An event of an older attempt, or from a VM the job no longer owns."""
+
+
+def job_id_for(spec: JobSpec, message_id: str) -> str:
+    """The spec's own id, else one derived from the Pub/Sub message id, so a
+    redelivered message maps to the same job."""
+    if spec.job_id:
+        return spec.job_id
+    return "j" + hashlib.sha256(message_id.encode()).hexdigest()[:12]
+
+
+def new_job(spec: JobSpec, job_id: str, message_id: str, now: datetime) -> JobDoc:
+    start = HistoryEntry(
+        at=now,
+        status="QUEUING",
+        substatus=JobSubstatus.REQUESTING_SERVER,
+        attempt=1,
+        note="submitted",
+    )
+    return JobDoc(
+        job_id=job_id,
+        user=spec.user,
+        description=spec.description,
+        spec=spec,
+        epochs=spec.epochs,
+        progress=f"0/{spec.epochs}",
+        message_id=message_id,
+        created_at=now,
+        updated_at=now,
+        history=[start],
+    )
+
+
+def current_vms(job: JobDoc) -> list[str]:
+    """The VMs of the job's current attempt: its nodes, or its one VM."""
+    if job.nodes:
+        return list(job.nodes)
+    return [job.instance] if job.instance else []
+
+
+def check_current(job: JobDoc, event: VmEvent) -> None:
+    """Raises StaleEvent unless the event comes from a VM of the current attempt."""
+    if event.attempt != job.attempt or event.instance not in current_vms(job):
+        raise StaleEvent(
+            f"job {job.job_id}: event from {event.instance} (attempt {event.attempt}) "
+            f"ignored; the current attempt is {job.attempt} on {job.instance}"
+        )
+
+
+def advance(job: JobDoc, to: JobSubstatus, now: datetime, note: str = "") -> JobDoc:
+    """Move forward when the table allows it; a late event leaves the job as is."""
+    try:
+        return move_job(job, to, now, note)
+    except IllegalTransition:
+        return job
+
+
+# The steps a VM goes through, in order; the agent reports when it entered each.
+VM_PHASES = (
+    JobSubstatus.GEARING_UP_ENV,
+    JobSubstatus.SENDING_MODEL_AND_DATA,
+    JobSubstatus.TRAINING,
+    JobSubstatus.RETURNING,
+)
+
+
+def catch_up(job: JobDoc, event: VmEvent, now: datetime) -> JobDoc:
+    """Move through every step the VM reports having entered, stamped with the
+    VM's times, so the timeline is whole whichever event arrives first."""
+    for phase in VM_PHASES:
+        entered = event.phases.get(phase)
+        if entered is not None:
+            note = f"{event.instance} booted" if phase == JobSubstatus.GEARING_UP_ENV else ""
+            job = advance(job, phase, min(entered, now), note=note)
+    return job
+
+
+def booted(job: JobDoc, event: VmBooted, now: datetime) -> JobDoc:
+    check_current(job, event)
+    job = catch_up(job, event, now)
+    return advance(job, JobSubstatus.GEARING_UP_ENV, now, note=f"{event.instance} booted")
+
+
+def heartbeat(job: JobDoc, event: Heartbeat, now: datetime) -> JobDoc:
+    check_current(job, event)
+    job = catch_up(job, event, now)
+    if event.resumed_from_step is not None:
+        job = _update_attempt(job, resumed_from_step=event.resumed_from_step)
+    return advance(job, event.phase, now) if event.phase else job
+
+
+def epoch_done(job: JobDoc, event: EpochDone, now: datetime) -> JobDoc:
+    check_current(job, event)
+    return record_progress(
+        advance(catch_up(job, event, now), JobSubstatus.TRAINING, now), event, now
+    )
+
+
+def record_progress(job: JobDoc, event: EpochDone, now: datetime) -> JobDoc:
+    """The epoch's progress and metrics on the job, when newer than what it shows."""
+    if event.epoch <= job.epoch:
+        return job  # a redelivery, or an epoch replayed after a resume
+    return job.model_copy(
+        update={
+            "epoch": event.epoch,
+            "epochs": event.epochs,
+            "step": event.step,
+            "progress": f"{event.epoch}/{event.epochs}",
+            "metrics": dict(event.metrics),
+            "checkpoint_uri": event.checkpoint_uri or job.checkpoint_uri,
+            "updated_at": now,
+        }
+    )
+
+
+def epoch_doc(event: EpochDone, now: datetime) -> EpochDoc:
+    return EpochDoc(
+        epoch=event.epoch,
+        epochs=event.epochs,
+        attempt=event.attempt,
+        step=event.step,
+        metrics=dict(event.metrics),
+        checkpoint_uri=event.checkpoint_uri,
+        instance=event.instance,
+        at=now,
+    )
+
+
+def finished(job: JobDoc, event: JobFinished, now: datetime) -> JobDoc:
+    """COMPLETED on exit code 0, else FAILED with a reason a person can act on."""
+    check_current(job, event)
+    job = catch_up(job, event, now)
+    if event.last_epoch is not None:
+        job = record_progress(job, event.last_epoch, now)
+    if job.status in JobStatus.terminal():
+        return job
+    if event.exit_code == 0 and event.instance != job.instance:
+        return job  # a worker node is done: the job ends with node 0
+    outcome = "completed" if event.exit_code == 0 else "failed"
+    job = end_attempt(job, now, outcome)
+    if event.exit_code == 0:
+        job = advance(job, JobSubstatus.RETURNING, now)
+        return advance(job, JobSubstatus.COMPLETED, now, note=f"{event.instance} exited 0")
+    tail = event.log_tail[-_LOG_TAIL_CHARS:]
+    reason = f"the trainer exited with code {event.exit_code} on {event.instance}"
+    if tail:
+        reason += f"; last output:\n{tail}"
+    try:
+        return fail_job(job, JobSubstatus.FAILED, now, reason)
+    except IllegalTransition:
+        return job
+
+
+def vm_recorded(
+    job: JobDoc,
+    instance: str,
+    zone: str,
+    machine_id: str,
+    now: datetime,
+    price_per_hour: float = 0.0,
+    on_demand_price_per_hour: float = 0.0,
+    instance_id: str | None = None,
+    nodes: list[str] | None = None,
+) -> JobDoc:
+    """The attempt's VM (or the gang's node 0) exists: CONNECTING_SERVER, and a
+    new attempt record."""
+    where = f"{instance} in {zone}" if not nodes else f"{len(nodes)} nodes in {zone}"
+    job = advance(job, JobSubstatus.CONNECTING_SERVER, now, note=where)
+    if job.instance == instance:
+        return job
+    record = AttemptRecord(
+        attempt=job.attempt,
+        instance=instance,
+        zone=zone,
+        machine_id=machine_id,
+        started_at=now,
+        price_per_hour=price_per_hour,
+        on_demand_price_per_hour=on_demand_price_per_hour,
+        instance_id=instance_id,
+        logs_query=logs_query(instance_id, job.job_id, job.attempt),
+        nodes=len(nodes or [instance]),
+    )
+    kept = [r for r in job.attempts if r.attempt != job.attempt]
+    return job.model_copy(
+        update={
+            "instance": instance,
+            "nodes": list(nodes or []),
+            "zone": zone,
+            "machine_id": machine_id,
+            "attempts": [*kept, record],
+        }
+    )
+
+
+def logs_query(instance_id: str | None, job_id: str, attempt: int) -> str:
+    """A Cloud Logging query for one attempt's output, valid after the VM is gone
+    (the instance id is never reused; the agent labels its lines with the job)."""
+    where = f'jsonPayload.job_id="{job_id}" AND jsonPayload.attempt={attempt}'
+    if instance_id:
+        where = f'resource.labels.instance_id="{instance_id}" AND {where}'
+    return f'resource.type="gce_instance" AND {where}'
+
+
+def vm_lost(
+    job: JobDoc,
+    instance: str,
+    attempt: int,
+    cause: JobSubstatus,
+    now: datetime,
+    note: str,
+    step: int | None = None,
+    checkpoint_uri: str | None = None,
+) -> JobDoc:
+    """The attempt's VM is gone (PREEMPTED or STALLED): close the attempt and
+    start the next one, or fail the job after ``max_attempts``.
+
+    Raises:
+        StaleEvent: the VM is not the job's current one, or the job is not on a VM
+            (a second report of the same loss, or a late one).
+    """
+    if attempt != job.attempt or instance not in current_vms(job) or job.substatus not in S_ON_VM:
+        raise StaleEvent(
+            f"job {job.job_id}: loss of {instance} (attempt {attempt}) ignored; the job is "
+            f"{job.status}/{job.substatus} on attempt {job.attempt} ({job.instance})"
+        )
+    outcome = cause.lower()
+    job = end_attempt(job, now, outcome, checkpoint_step=step)
+    if checkpoint_uri:
+        job = job.model_copy(update={"checkpoint_uri": checkpoint_uri})
+    if step is not None:
+        note = f"{note}; state saved at step {step}"
+    if cause == JobSubstatus.PREEMPTED:
+        job = _avoid_after_preemptions(job)
+    return next_attempt(job, cause, now, note, job.spec.max_attempts)
+
+
+def saved_after_loss(job: JobDoc, attempt: int, step: int) -> JobDoc:
+    """The agent's report of the state a lost attempt saved, come after the
+    loss was recorded without it (the reaper saw the VM gone before the report
+    arrived): the attempt's record keeps the step. Unchanged when it has one."""
+    records = list(job.attempts)
+    for i, record in enumerate(records):
+        if record.attempt == attempt and record.ended_at and record.checkpoint_step is None:
+            records[i] = record.model_copy(update={"checkpoint_step": step})
+            return job.model_copy(update={"attempts": records})
+    return job
+
+
+def _avoid_after_preemptions(job: JobDoc) -> JobDoc:
+    limit = job.spec.fallback_after_preemptions
+    machine_id = job.machine_id
+    if not limit or machine_id is None or machine_id in job.avoid_machine_ids:
+        return job
+    lost_here = sum(
+        1 for r in job.attempts if r.machine_id == machine_id and r.outcome == "preempted"
+    )
+    if lost_here < limit:
+        return job
+    return job.model_copy(update={"avoid_machine_ids": [*job.avoid_machine_ids, machine_id]})
+
+
+def end_attempt(
+    job: JobDoc, now: datetime, outcome: str, checkpoint_step: int | None = None
+) -> JobDoc:
+    """Close the current attempt's record: how it ended, and what it cost."""
+    job = _update_attempt(job, ended_at=now, outcome=outcome, checkpoint_step=checkpoint_step)
+    return accrue(job, now)
+
+
+def accrue(job: JobDoc, now: datetime) -> JobDoc:
+    """Price every attempt up to its end (a running one up to ``now``) and sum
+    them on the job, with what the same VM time would cost on demand."""
+    records = []
+    for record in job.attempts:
+        seconds = record.nodes * ((record.ended_at or now) - record.started_at).total_seconds()
+        records.append(
+            record.model_copy(
+                update={
+                    "cost_usd": round(vm_cost(record.price_per_hour, seconds), 6),
+                    "on_demand_cost_usd": round(
+                        vm_cost(record.on_demand_price_per_hour, seconds), 6
+                    ),
+                }
+            )
+        )
+    cost = round(sum(r.cost_usd for r in records) + job.cooling_cost_usd, 6)
+    on_demand = round(sum(r.on_demand_cost_usd for r in records), 6)
+    return job.model_copy(
+        update={
+            "attempts": records,
+            "cost_usd": cost,
+            "on_demand_cost_usd": on_demand,
+            "savings_percent": savings_percent(cost, on_demand),
+        }
+    )
+
+
+def _update_attempt(job: JobDoc, **changes: object) -> JobDoc:
+    """Change the current attempt's record (none yet: nothing to change)."""
+    records = list(job.attempts)
+    for i, record in enumerate(records):
+        if record.attempt == job.attempt:
+            records[i] = record.model_copy(update=changes)
+            return job.model_copy(update={"attempts": records})
+    return job
+
+
+def instance_seen(
+    instance: InstanceDoc, now: datetime, *, booted: bool = False, instance_id: str = ""
+) -> InstanceDoc:
+    """Record a sign of life: boot, heartbeat or epoch."""
+    update: dict[str, object] = {"last_heartbeat_at": now, "updated_at": now}
+    if booted and instance.booted_at is None:
+        update["booted_at"] = now
+    if instance_id and not instance.instance_id:
+        update["instance_id"] = instance_id
+    return instance.model_copy(update=update)
+
+
+def instance_executing(instance: InstanceDoc, now: datetime) -> InstanceDoc:
+    if instance.status != InstanceStatus.LAUNCHING:
+        return instance
+    return move_instance(instance, InstanceStatus.EXECUTING, now)
+
+
+def instance_closing(instance: InstanceDoc, now: datetime, note: str) -> InstanceDoc:
+    if instance.status in (InstanceStatus.CLOSING, InstanceStatus.CLOSED):
+        return instance
+    return move_instance(
+        instance, InstanceStatus.CLOSING, now, InstanceSubstatus.TERMINATING, note=note
+    )
+
+
+def instance_closed(
+    instance: InstanceDoc,
+    now: datetime,
+    note: str = "deleted",
+    substatus: InstanceSubstatus = InstanceSubstatus.TERMINATED,
+    rule: CoolingRule | None = None,
+) -> InstanceDoc:
+    """CLOSED (TERMINATED, or PREEMPTED), with the VM's cost up to now.
+
+    A CLOSING instance was running or cooling until it began closing: the
+    segment is priced as running (the reaper closes cooling ones directly).
+    """
+    if instance.status == InstanceStatus.CLOSED:
+        return instance
+    last = segment_cost(instance, now, rule or CoolingRule())
+    closed = move_instance(instance, InstanceStatus.CLOSED, now, substatus, note=note)
+    return closed.model_copy(update={"cost_usd": round(instance.cost_usd + last, 6)})

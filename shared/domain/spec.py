@@ -1,0 +1,138 @@
+"""The job spec users publish to ``spotline-submit``.
+
+Modelled on the seed's ``online_fit``: the same names where the meaning is the
+same (machine_ids with ``.od`` for on demand, batch_size, epochs, fit_kwargs,
+cool_down_period_s, wait_request_s, wait_new_job_create_s...), plus what runs
+on the VM (a built-in trainer, or a command with code and data URIs).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from shared.domain.errors import InvalidMessage
+
+# Names end up in VM names and labels: lowercase letters, digits and hyphens.
+NAME_PATTERN = r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$"
+MACHINE_ID_PATTERN = r"^[a-z0-9][-a-z0-9]*(\.od)?$"
+BUILTIN_TRAINERS = ("digits_mlp", "keras_ffnn")
+
+
+class JobSpec(BaseModel):
+    """One training job, exactly as a user submits it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    job_id: str | None = Field(
+        default=None,
+        pattern=NAME_PATTERN,
+        description="Optional id; by default derived from the Pub/Sub message id.",
+    )
+    user: str = Field(pattern=NAME_PATTERN, description="Owner, for quotas and cooling reuse.")
+    description: str = Field(default="", max_length=500)
+    machine_ids: list[str] = Field(
+        min_length=1,
+        description="Tried in order; NAME is Spot, NAME.od is on demand.",
+    )
+    zones: list[str] = Field(default_factory=list, description="Allowed zones; empty: defaults.")
+    framework: Literal["pytorch", "tensorflow", "xgboost", "jax", "command"] = Field(
+        default="pytorch", description="Which distributed environment multi-node jobs get."
+    )
+    trainer: str | None = Field(default=None, description=f"Built-in: {BUILTIN_TRAINERS}.")
+    command: list[str] | None = Field(
+        default=None, min_length=1, description="argv to run instead of a built-in trainer."
+    )
+    code_uri: str | None = None
+    data_uri: str | None = None
+    batch_size: int = Field(default=32, ge=1)
+    epochs: int = Field(default=1, ge=1, le=100_000)
+    hyperparameters: dict[str, Any] = Field(default_factory=dict)
+    fit_kwargs: dict[str, Any] = Field(default_factory=dict)
+    validation_split: float = Field(default=0.2, ge=0.0, lt=1.0)
+    seed: int = 0
+    nodes: int = Field(
+        default=1, ge=1, le=64, description="VMs that train together, created in one zone."
+    )
+    cool_down_period_s: int = Field(default=0, ge=0)
+    stop_period_s: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "On-demand (.od) VMs: once the job (and any cooling period) ends, stop the VM, "
+            "keeping its disk, for this long; a later job of the user for the same machine id "
+            "restarts it instead of creating one. Within the stopped-instances quota. 0: delete."
+        ),
+    )
+    wait_request_s: int = Field(default=600, ge=0)
+    wait_new_job_create_s: int = -1
+    wait_new_job_create_interval: int = Field(default=10, ge=1)
+    max_runtime_s: int | None = Field(
+        default=None, ge=1, description="CANCELED when the job has run this long in all."
+    )
+    max_attempts: int = Field(
+        default=10, ge=1, description="VMs tried across preemptions and stalls, then FAILED."
+    )
+    fallback_after_preemptions: int = Field(
+        default=0,
+        ge=0,
+        description="After this many preemptions of a Spot machine id, skip it (0: never).",
+    )
+    on_demand_fallback: bool = Field(
+        default=False, description="A skipped Spot machine id is replaced by its .od twin."
+    )
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_entrypoint(self) -> JobSpec:
+        for machine_id in self.machine_ids:
+            if not _matches(MACHINE_ID_PATTERN, machine_id):
+                raise ValueError(f"machine_ids: {machine_id!r} is not a machine id")
+        if (self.trainer is None) == (self.command is None):
+            raise ValueError("give exactly one of 'trainer' (built-in) or 'command'")
+        if self.trainer is not None and self.trainer not in BUILTIN_TRAINERS:
+            raise ValueError(f"trainer: {self.trainer!r} is not one of {BUILTIN_TRAINERS}")
+        on_demand = self.on_demand_fallback or any(m.endswith(".od") for m in self.machine_ids)
+        if self.stop_period_s > 0 and not on_demand:
+            raise ValueError(
+                "stop_period_s: only on-demand VMs can be stopped, and no machine id is "
+                "on demand (add a NAME.od id, or on_demand_fallback)"
+            )
+        return self
+
+
+def _matches(pattern: str, value: str) -> bool:
+    import re
+
+    return re.fullmatch(pattern.strip("^$"), value) is not None
+
+
+def parse_spec(payload: bytes) -> JobSpec:
+    """Parse a submitted message, naming what is wrong when it is not a job spec.
+
+    Raises:
+        InvalidMessage: not UTF-8 JSON, not an object, or a field is missing or
+            of the wrong type; the message lists every offending field.
+    """
+    try:
+        data = json.loads(payload.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise InvalidMessage(f"the message is not JSON: {err}") from err
+    if not isinstance(data, dict):
+        raise InvalidMessage(f"the message must be a JSON object, not {type(data).__name__}")
+    try:
+        return JobSpec.model_validate(data)
+    except ValidationError as err:
+        raise InvalidMessage(describe_validation_error(err)) from err
+
+
+def describe_validation_error(err: ValidationError) -> str:
+    """One line per problem: 'field.path: what is wrong (got value)'."""
+    lines = []
+    for problem in err.errors(include_url=False):
+        where = ".".join(str(part) for part in problem["loc"]) or "message"
+        got = "" if problem["type"] == "missing" else f" (got {problem.get('input')!r:.60})"
+        lines.append(f"{where}: {problem['msg']}{got}")
+    return "; ".join(lines)

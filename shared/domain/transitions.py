@@ -1,0 +1,121 @@
+"""The one choke point for state changes: checks the table, stamps, records.
+
+Every change of a job's or an instance's state goes through ``move_job`` or
+``move_instance``: they refuse a move the table does not allow, stamp the time
+and append a line to ``history``. Moving to the state a document is already in
+changes nothing, so a redelivered event is harmless.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from shared.domain.documents import HistoryEntry, InstanceDoc, JobDoc
+from shared.domain.errors import IllegalTransition
+from shared.domain.states import (
+    INSTANCE_SUBSTATUSES,
+    INSTANCE_TRANSITIONS,
+    JOB_TRANSITIONS,
+    REOPENABLE,
+    InstanceStatus,
+    InstanceSubstatus,
+    JobSubstatus,
+    job_status_for,
+)
+
+
+def move_job(job: JobDoc, to: JobSubstatus, now: datetime, note: str = "") -> JobDoc:
+    """The job after moving to substatus ``to`` (status derived), or unchanged.
+
+    Raises:
+        IllegalTransition: the table does not allow the move (a terminal job
+            never moves again; a late event cannot move a job backwards).
+    """
+    if to == job.substatus:
+        return job
+    if to not in JOB_TRANSITIONS[job.substatus]:
+        raise IllegalTransition(
+            f"job {job.job_id}: {job.status}/{job.substatus} -> {to} is not allowed"
+        )
+    status = job_status_for(to, job.attempt)
+    entry = HistoryEntry(at=now, status=status, substatus=to, attempt=job.attempt, note=note)
+    return job.model_copy(
+        update={
+            "status": status,
+            "substatus": to,
+            "updated_at": now,
+            "history": [*job.history, entry],
+        }
+    )
+
+
+def fail_job(job: JobDoc, to: JobSubstatus, now: datetime, error: str) -> JobDoc:
+    """Move to an ending (FAILED or CANCELED) and say why, in a sentence."""
+    moved = move_job(job, to, now, note=error)
+    return moved.model_copy(update={"error": error}) if moved is not job else job
+
+
+def next_attempt(
+    job: JobDoc, cause: JobSubstatus, now: datetime, note: str, max_attempts: int
+) -> JobDoc:
+    """The VM is lost (PREEMPTED or STALLED): record it, then start the next
+    attempt in REQUESTING_SERVER, or FAIL once ``max_attempts`` VMs were tried.
+    Both moves land in one write, so no reader sees a job half-way."""
+    lost = move_job(job, cause, now, note)
+    lost = lost.model_copy(
+        update={"preemptions": job.preemptions + (cause == JobSubstatus.PREEMPTED)}
+    )
+    if job.attempt >= max_attempts:
+        reason = (
+            f"gave up after {job.attempt} attempt(s) (max_attempts={max_attempts}); "
+            f"the last one was {cause.lower()}: {note}"
+        )
+        return fail_job(lost, JobSubstatus.FAILED, now, reason)
+    bumped = lost.model_copy(
+        update={
+            "attempt": job.attempt + 1,
+            "instance": None,
+            "nodes": [],
+            "zone": None,
+            "machine_id": None,
+        }
+    )
+    return move_job(bumped, JobSubstatus.REQUESTING_SERVER, now, note=f"attempt {job.attempt + 1}")
+
+
+def move_instance(
+    instance: InstanceDoc,
+    to: InstanceStatus,
+    now: datetime,
+    substatus: InstanceSubstatus | None = None,
+    note: str = "",
+) -> InstanceDoc:
+    """The instance after the move, or unchanged when already there.
+
+    Raises:
+        IllegalTransition: the table does not allow the move, or the substatus
+            does not belong to the status.
+    """
+    if substatus not in INSTANCE_SUBSTATUSES[to]:
+        raise IllegalTransition(f"instance {instance.name}: {to} cannot carry {substatus}")
+    if (to, substatus) == (instance.status, instance.substatus):
+        return instance
+    if instance.status == InstanceStatus.CLOSED and instance.substatus not in REOPENABLE:
+        raise IllegalTransition(
+            f"instance {instance.name}: {instance.status}/{instance.substatus} never moves again"
+        )
+    if to != instance.status and to not in INSTANCE_TRANSITIONS[instance.status]:
+        raise IllegalTransition(
+            f"instance {instance.name}: {instance.status}/{instance.substatus} -> {to} "
+            "is not allowed"
+        )
+    entry = HistoryEntry(at=now, status=to, substatus=substatus, note=note)
+    update: dict[str, object] = {
+        "status": to,
+        "substatus": substatus,
+        "updated_at": now,
+        "history": [*instance.history, entry],
+    }
+    if to == InstanceStatus.CLOSED:
+        update["closed_at"] = now
+    return instance.model_copy(update=update)

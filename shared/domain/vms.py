@@ -1,0 +1,90 @@
+"""What spotline asks of a VM provider and what it gets back: pure value types.
+
+Built by pure placement code (``shared.domain.placement``), sent by a compute
+adapter (``shared.adapters.gce_compute``) through the port
+(``shared.ports.compute``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+# Metadata key under which a VM finds its job (a JSON document).
+JOB_METADATA_KEY = "spotline-job"
+# Labels every spotline VM carries, so the reaper can find orphans.
+MANAGED_LABEL = "spotline"
+
+
+class Provisioning(StrEnum):
+    SPOT = "SPOT"  # preemptible, 60-91 % cheaper, 30 s notice
+    STANDARD = "STANDARD"  # on demand
+
+
+class VmState(StrEnum):
+    """Compute Engine instance states, as the API spells them."""
+
+    PROVISIONING = "PROVISIONING"
+    STAGING = "STAGING"
+    RUNNING = "RUNNING"
+    STOPPING = "STOPPING"
+    STOPPED = "STOPPED"
+    SUSPENDED = "SUSPENDED"
+    TERMINATED = "TERMINATED"  # stopped, or preempted: the disk is still there
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    type: str  # e.g. "nvidia-tesla-t4"
+    count: int
+
+
+@dataclass(frozen=True)
+class VmRequest:
+    """Everything needed to create one VM; built by pure code, sent by an adapter."""
+
+    name: str
+    zone: str
+    machine_type: str  # e.g. "n1-standard-8"
+    provisioning: Provisioning
+    request_id: str  # GCE requestId: the same attempt never creates two VMs
+    image: str  # image or image family URL
+    labels: dict[str, str] = field(default_factory=dict)
+    metadata: dict[str, str] = field(default_factory=dict)
+    accelerators: tuple[Accelerator, ...] = ()
+    disk_gb: int = 100
+    service_account: str | None = None
+
+
+@dataclass(frozen=True)
+class GangRequest:
+    """Several identical VMs that must run together in one zone (a multi-node
+    job): all are created, or none.
+
+    ``nodes`` share everything but their names; their ``zone`` fields are
+    ignored: the provider picks one of ``zones`` that can hold them all.
+    """
+
+    nodes: tuple[VmRequest, ...]
+    region: str
+    zones: tuple[str, ...]
+    request_id: str  # one id for the whole gang: a retried bulk insert is a no-op
+
+
+@dataclass(frozen=True)
+class Vm:
+    name: str
+    zone: str
+    state: VmState
+    labels: dict[str, str]
+    machine_type: str = ""
+    id: str = ""
+
+
+@dataclass(frozen=True)
+class Quota:
+    """One regional allocation quota, as Compute Engine's ``regions.get`` lists it."""
+
+    metric: str  # e.g. "CPUS", "NVIDIA_L4_GPUS", "PREEMPTIBLE_NVIDIA_L4_GPUS"
+    limit: float
+    usage: float
