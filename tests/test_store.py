@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared.adapters.firestore_store import Store
+from shared.adapters.firestore_store import FirestoreStore
 from shared.domain.documents import EpochDoc, JobDoc, QueueEntry, Rejection
 from shared.domain.lifecycle import new_job
 from shared.domain.spec import JobSpec
@@ -24,7 +24,7 @@ def a_job(job_id: str = "job1") -> JobDoc:
 
 
 def test_create_is_once_only_and_round_trips(project: str) -> None:
-    store = Store(project)
+    store = FirestoreStore(project)
     job = a_job()
     assert store.create_job(job) is True
     assert store.create_job(job.model_copy(update={"description": "second"})) is False
@@ -38,7 +38,7 @@ def test_create_is_once_only_and_round_trips(project: str) -> None:
 
 
 def test_guarded_update_applies_every_concurrent_change(project: str) -> None:
-    store = Store(project)
+    store = FirestoreStore(project)
     store.create_job(a_job())
     workers = 8
 
@@ -58,7 +58,7 @@ def test_guarded_update_applies_every_concurrent_change(project: str) -> None:
 
 
 def test_update_of_a_missing_job_is_none_and_no_change_writes_nothing(project: str) -> None:
-    store = Store(project)
+    store = FirestoreStore(project)
     assert store.update_job("nope", lambda job: job) is None
     store.create_job(a_job())
     before = store.client.collection("jobs").document("job1").get().update_time
@@ -67,7 +67,7 @@ def test_update_of_a_missing_job_is_none_and_no_change_writes_nothing(project: s
 
 
 def test_queue_is_drained_in_not_before_order(project: str) -> None:
-    store = Store(project)
+    store = FirestoreStore(project)
     for name, delay in (("late", 30), ("early", -30), ("future", 3600), ("middle", 0)):
         store.put_queue(
             QueueEntry(
@@ -85,7 +85,7 @@ def test_queue_is_drained_in_not_before_order(project: str) -> None:
 
 
 def test_epochs_are_keyed_by_number(project: str) -> None:
-    store = Store(project)
+    store = FirestoreStore(project)
     store.create_job(a_job())
     for epoch in (2, 1, 2):
         store.put_epoch(
@@ -104,7 +104,7 @@ def test_epochs_are_keyed_by_number(project: str) -> None:
 
 
 def test_list_jobs_by_status_and_rejections(project: str) -> None:
-    store = Store(project)
+    store = FirestoreStore(project)
     store.create_job(a_job("a"))
     store.create_job(move_job(a_job("b"), JobSubstatus.CANCELED, T0))
     assert [j.job_id for j in store.list_jobs([JobStatus.CANCELED])] == ["b"]
