@@ -51,6 +51,7 @@ JOBS, INSTANCES, QUEUE, REJECTED, EPOCHS, USERS, MACHINES = (
     "machines",
 )
 _UPDATE_ATTEMPTS = 20
+_IN_LIMIT = 30  # Firestore's bound on the values of an ``in`` filter
 
 
 class FirestoreStore:
@@ -297,5 +298,8 @@ class FirestoreStore:
         query: Any = self.client.collection(collection)
         wanted = [str(value) for value in values] if values is not None else None
         if wanted is not None:
+            if not 0 < len(wanted) <= _IN_LIMIT:
+                # Firestore answers InvalidArgument; a caller's mistake is a ValueError.
+                raise ValueError(f"{field} in {wanted}: between 1 and {_IN_LIMIT} values")
             query = query.where(filter=FieldFilter(field, "in", wanted))
         return [model.model_validate(snap.to_dict()) for snap in query.limit(limit).stream()]

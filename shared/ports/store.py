@@ -6,7 +6,8 @@ orchestration). ``tests/test_store_contract.py`` runs one suite against both.
 
 Contract, for every adapter:
 
-* Documents are the pydantic models of ``shared.domain.documents``. What a call
+* Documents are the pydantic models of ``shared.domain.documents``; their
+  timestamps come back in UTC (a naive one is taken as UTC). What a call
   returns is a copy: changing it changes nothing stored, and changing a model
   after handing it to the store does not change what was stored.
 * ``create_*(doc)`` (and ``record_rejection``) writes the document under its
@@ -27,8 +28,8 @@ Contract, for every adapter:
   ``UserDoc(user=user)`` when the user has no document: it never returns None.
 * ``list_jobs(statuses, limit)``, ``list_instances(statuses, limit)``: the
   documents whose ``status`` is one of ``statuses`` (every document when None),
-  at most ``limit`` of them, in key order. ``statuses`` holds at most 30 values
-  (Firestore's bound on an ``in`` filter) and is not empty.
+  at most ``limit`` of them, in key order. ``statuses`` must hold 1 to 30
+  values (Firestore's bounds on an ``in`` filter); otherwise ``ValueError``.
   ``stopped_instances(limit)``: the instances whose substatus is STOPPED, the
   same way. ``instances_of_job(job_id)``: every instance of the job, in key
   order. ``list_users(limit)``: every user, in key order.
