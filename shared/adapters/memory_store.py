@@ -13,7 +13,9 @@ Google: tests and tools that use it start fast and need no emulator.
 from __future__ import annotations
 
 import itertools
+import random
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from dataclasses import fields as dataclass_fields
@@ -45,6 +47,8 @@ JOBS, INSTANCES, QUEUE, REJECTED, USERS, MACHINES = (
 )
 # The Firestore store's bound: past it, contention is reported, not waited out.
 _UPDATE_ATTEMPTS = 20
+# The re-read's jitter grows by this much per attempt.
+_JITTER_S = 0.002
 # Firestore's bound on the values of an ``in`` filter.
 _IN_LIMIT = 30
 
@@ -258,7 +262,7 @@ class InMemoryStore:
     def _update(
         self, collection: str, key: str, model: type[Doc], change: Callable[[Doc], Doc]
     ) -> Doc | None:
-        for _ in range(_UPDATE_ATTEMPTS):
+        for attempt in range(_UPDATE_ATTEMPTS):
             with self._lock:
                 stored = self._docs.get(collection, {}).get(key)
             if stored is None:
@@ -273,10 +277,14 @@ class InMemoryStore:
             new_fields = _stored(changed)
             with self._lock:
                 documents = self._docs[collection]
-                if key not in documents or documents[key][0] != version:
-                    continue  # written (or deleted) since the read: re-apply
-                documents[key] = (next(self._sequence), new_fields)
+                stale = key not in documents or documents[key][0] != version
+                if not stale:
+                    documents[key] = (next(self._sequence), new_fields)
+            if not stale:
                 return model.model_validate(new_fields)
+            # Written (or deleted) since the read: re-apply after a jitter, as
+            # the Firestore store does, so that racing writers spread out.
+            time.sleep(random.uniform(0, _JITTER_S * (attempt + 1)))
         raise TransientError(f"{collection}/{key}: too much write contention, try again")
 
     def _snapshot(self, collection: str) -> list[tuple[str, dict[str, Any]]]:
