@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 from shared.settings import Settings
 
 if TYPE_CHECKING:
-    from shared.adapters.firestore_store import Store
-    from shared.adapters.pubsub_bus import Bus
+    from shared.ports.bus import Bus
     from shared.ports.compute import Compute
+    from shared.ports.store import Store
 
 
 @cache
@@ -25,16 +25,16 @@ def settings() -> Settings:
 
 @cache
 def store() -> Store:
-    from shared.adapters.firestore_store import Store
+    from shared.adapters.firestore_store import FirestoreStore
 
-    return Store(settings().project)
+    return FirestoreStore(settings().project)
 
 
 @cache
 def bus() -> Bus:
-    from shared.adapters.pubsub_bus import Bus
+    from shared.adapters.pubsub_bus import PubsubBus
 
-    return Bus(settings().project, settings().topics)
+    return PubsubBus(settings().project, settings().topics)
 
 
 @cache
