@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 import zipfile
 from collections.abc import Iterator
-from dataclasses import replace
 
 import pytest
 from google.cloud import firestore
@@ -43,7 +42,7 @@ def deploy_config(project: str, **settings: object) -> DeployConfig:
         image=f"projects/{project}/global/images/family/spotline-agent",
         service_account=VM_ACCOUNT,
     )
-    return DeployConfig(replace(base, **settings), FUNCTIONS_ACCOUNT)  # type: ignore[arg-type]
+    return DeployConfig(base.replace(**settings), FUNCTIONS_ACCOUNT)
 
 
 def deploy(cloud: CloudDouble, config: DeployConfig) -> dict[str, str]:
