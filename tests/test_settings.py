@@ -9,16 +9,24 @@ import os
 import subprocess
 import sys
 import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
 
+from functions import deps
 from infra.cli.commands import main
 from infra.localstack.emulators import Emulator
+from shared.adapters.firestore_store import Store
 from shared.contract.events import CancelRequest
+from shared.domain.lifecycle import new_job
+from shared.domain.spec import JobSpec
 from shared.settings import DEFAULT_ZONES, Settings, SettingsError, load, variables
 from shared.settings_file import config_path, write_config
+from tests.conftest import SPEC
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -308,6 +316,44 @@ def test_a_local_stack_in_the_workdir_wins_over_the_config_file(
 
     assert [r.job_id for r in pulled_cancels(local)] == ["job-8"]
     assert pulled_cancels(deployed) == []
+
+
+def test_status_lists_the_jobs_of_the_deployed_project(
+    deployed_only: Path,
+    emulators: tuple[Emulator, Emulator],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    project = f"acme-{uuid.uuid4().hex[:8]}"
+    write_config(deployed_only, {"project": project, "region": "us-east1"})
+    monkeypatch.setenv("FIRESTORE_EMULATOR_HOST", emulators[0].host)
+    spec = JobSpec(user="ada", machine_ids=["g2-standard-4"], trainer="digits_mlp", epochs=3)
+    Store(project).create_job(new_job(spec, "job-of-ada", "m1", datetime.now(UTC)))
+
+    assert main(["--workdir", str(tmp_path), "status"]) == 0
+
+    assert "job-of-ada" in capsys.readouterr().out
+
+
+def test_a_function_with_a_bad_setting_logs_every_bad_one_and_asks_for_redelivery(
+    call: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("SPOTLINE_MAX_EVENT_AGE_S", "an hour")
+    monkeypatch.setenv("SPOTLINE_MAX_ACTIVE_JOBS", "0")
+    deps.reset()
+    try:
+        assert call("submit_job", "submit", SPEC).status_code == 500
+    finally:
+        deps.reset()
+
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line[:1] == "{"]
+    [error] = [r for r in records if r.get("severity") == "ERROR" and "problems" in r]
+    assert error["message"].startswith("spotline: 2 bad settings:")
+    assert any("SPOTLINE_MAX_EVENT_AGE_S='an hour'" in p for p in error["problems"])
+    assert any("SPOTLINE_MAX_ACTIVE_JOBS='0'" in p for p in error["problems"])
 
 
 def test_with_no_stack_and_no_config_the_cli_says_what_to_run(
