@@ -30,17 +30,9 @@ from pydantic_settings import (
 
 from shared.domain.pricing import CoolingRule
 from shared.settings_file import config_path
+from shared.topics import TOPICS
 
-TOPICS = {
-    "submit": "spotline-submit",
-    "cancel": "spotline-cancel",
-    "vm_booted": "spotline-vm-booted",
-    "epoch_done": "spotline-epoch-done",
-    "job_finished": "spotline-job-finished",
-    "spot_preempted": "spotline-spot-preempted",
-    "reaper_tick": "spotline-reaper-tick",
-    "dead_letter": "spotline-dead-letter",
-}
+__all__ = ["DEFAULT_ZONES", "TOPICS", "Loaded", "Settings", "SettingsError", "load", "variables"]
 
 DEFAULT_ZONES = {
     "us-central1": ("us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f"),

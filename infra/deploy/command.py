@@ -21,12 +21,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from infra.topology import RUNTIME
-from shared.settings import Settings, load
 from shared.settings_file import config_path, write_config
 
 if TYPE_CHECKING:
-    # The client libraries cost over half a second: only deploy pays for them.
+    # The client libraries cost over half a second, pydantic-settings over a
+    # tenth: only deploy pays for them, not every `spotline` command.
     from infra.deploy.plan import DeployConfig
+    from shared.settings import Settings
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -62,6 +63,8 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
     """The deploy configuration: flags over the environment over the config file
     a previous deploy wrote. SystemExit naming every missing setting;
     SettingsError naming every bad one."""
+    from shared.settings import load
+
     env = os.environ if env is None else env
     flags = {
         "project": args.project,
