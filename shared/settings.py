@@ -72,7 +72,7 @@ class Settings(BaseSettings):
     project: str = Field(
         default="spotline-local",
         min_length=1,
-        description="the Google Cloud project (on the emulators, any name)",
+        description="the Google Cloud project (also read from GOOGLE_CLOUD_PROJECT)",
         validation_alias=AliasChoices("project", "SPOTLINE_PROJECT", "GOOGLE_CLOUD_PROJECT"),
     )
     region: str = Field(

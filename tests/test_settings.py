@@ -225,10 +225,10 @@ def test_spotline_settings_prints_each_setting_and_where_it_came_from(
     assert main(["--workdir", str(tmp_path), "settings"]) == 0
 
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == f"settings from the config file {path} (read), under the environment"
+    assert lines[0] == f"settings from the config file {path}, under the environment"
     rows = {line.split()[0]: line.split() for line in lines[3:]}
     assert set(rows) == set(Settings.model_fields)
-    assert rows["project"][1:5] == ["SPOTLINE_PROJECT", "GOOGLE_CLOUD_PROJECT", "acme-ml", "config"]
+    assert rows["project"][1:4] == ["SPOTLINE_PROJECT", "acme-ml", "config"]
     assert rows["zones"][1:4] == ["SPOTLINE_ZONES", ",".join(DEFAULT_ZONES["us-east1"]), "default"]
     assert rows["max_active_jobs"][1:4] == ["SPOTLINE_MAX_ACTIVE_JOBS", "3", "env"]
     assert " ".join(rows["heartbeat_s"][4:]) == "seconds between a VM's heartbeats"

@@ -179,17 +179,14 @@ def _where(workdir: Path) -> tuple[dict[str, str] | None, bool, str]:
     path = config_path(os.environ)
     found = path is not None and path.exists()
     if os.environ.get("FIRESTORE_EMULATOR_HOST") or os.environ.get("SPOTLINE_COMPUTE") == "gce":
-        return {}, True, f"the environment, over the config file {path} ({_read(found)})"
+        state = "read" if found else "absent"
+        return {}, True, f"the environment, over the config file {path} ({state})"
     stack = read_stack_env(workdir)
     if stack is not None:
         return stack, False, f"the local stack running in {workdir} (no config file)"
     if found:
-        return {}, True, f"the config file {path} (read), under the environment"
-    return None, True, f"no local stack in {workdir}; the config file {path} ({_read(found)})"
-
-
-def _read(found: bool) -> str:
-    return "read" if found else "absent"
+        return {}, True, f"the config file {path}, under the environment"
+    return None, True, f"the defaults and the environment (no local stack in {workdir}, no {path})"
 
 
 def _up(args: argparse.Namespace) -> int:

@@ -171,5 +171,5 @@ def settings_table(loaded: Loaded) -> str:
         source = loaded.sources.get(name, "")
         if origin == "env" and source != variables(name)[0]:
             origin = f"env {source}"  # read under another name (GOOGLE_CLOUD_PROJECT)
-        rows.append([name, " ".join(variables(name)), value or "-", origin, field.description])
+        rows.append([name, variables(name)[0], value or "-", origin, field.description])
     return table(["SETTING", "VARIABLE", "VALUE", "FROM", "DESCRIPTION"], rows)
