@@ -207,7 +207,8 @@ class Settings(BaseSettings):
 
     def to_env(self) -> dict[str, str]:
         """The environment that ``from_env`` reads back as these settings: what
-        ``spotline deploy`` gives the functions. Unset values are left out."""
+        ``spotline deploy`` gives the functions. Unset (empty) values are left
+        out, so empty zones read back as the region's."""
         env = {}
         for name in type(self).model_fields:
             text = _text(getattr(self, name))
@@ -218,9 +219,10 @@ class Settings(BaseSettings):
     def replace(self, **changes: Any) -> Settings:
         """A copy with ``changes``, validated (``dataclasses.replace`` for this model)."""
         values = {name: getattr(self, name) for name in type(self).model_fields}
-        if "project" in changes and "image" not in changes:
-            values.pop("image")  # derived from the new project
-        if "region" in changes and "zones" not in changes:
+        # A value derived from the old project or region follows the new one.
+        if values["image"] == Settings(project=self.project).image:
+            values.pop("image")
+        if values["zones"] == DEFAULT_ZONES.get(self.region):
             values.pop("zones")
         return _validated({**values, **changes}, {})
 

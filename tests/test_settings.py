@@ -144,6 +144,9 @@ def test_keyword_construction_and_replace_validate_too() -> None:
     moved = Settings(project="p").replace(region="us-east1", project="q")
     assert moved.zones == DEFAULT_ZONES["us-east1"]
     assert moved.image == "projects/q/global/images/family/spotline-agent"
+    chosen = Settings(project="p", zones=("us-central1-b",), image="global/images/mine")
+    kept = chosen.replace(project="q", region="us-east1")
+    assert (kept.zones, kept.image) == (("us-central1-b",), "global/images/mine")
 
 
 # -- the config file ------------------------------------------------------------
