@@ -117,20 +117,21 @@ class Settings(BaseSettings):
     )
     # The reaper's limits: a booted VM silent for stall_timeout_s, or a VM not
     # booted after boot_timeout_s, is stalled; a job left in REQUESTING_SERVER
-    # for request_timeout_s (its function died) is placed again.
+    # for request_timeout_s (its function died) is placed again. 0 is allowed:
+    # at the next tick (tests use it).
     stall_timeout_s: float = Field(
         default=300.0,
-        gt=0,
+        ge=0,
         description="a booted VM silent this long (seconds) is stalled",
     )
     boot_timeout_s: float = Field(
         default=600.0,
-        gt=0,
+        ge=0,
         description="a VM not booted after this long (seconds) is stalled",
     )
     request_timeout_s: float = Field(
         default=120.0,
-        gt=0,
+        ge=0,
         description="a job requesting a VM this long (seconds) is placed again",
     )
     max_active_jobs: int = Field(

@@ -109,9 +109,10 @@ def test_zones_and_image_default_from_the_region_and_project() -> None:
 def test_every_bad_value_is_named_at_once_with_what_it_should_be() -> None:
     env = {
         "SPOTLINE_HEARTBEAT_S": "soon",
+        "SPOTLINE_MAX_EVENT_AGE_S": "0",
         "SPOTLINE_MAX_ACTIVE_JOBS": "-1",
         "SPOTLINE_MAX_STOPPED_INSTANCES": "-2",
-        "SPOTLINE_STALL_TIMEOUT_S": "0",
+        "SPOTLINE_STALL_TIMEOUT_S": "-30",
         "SPOTLINE_COOLING_UNIT": "1.5",
         "SPOTLINE_MAX_ACTIVE_INSTANCES": "2.5",
         "SPOTLINE_COMPUTE": "aws",
@@ -122,13 +123,14 @@ def test_every_bad_value_is_named_at_once_with_what_it_should_be() -> None:
         Settings.from_env(env)
 
     message = str(raised.value)
-    assert message.startswith("spotline: 7 bad settings:")
-    assert len(raised.value.problems) == 7
+    assert message.startswith("spotline: 8 bad settings:")
+    assert len(raised.value.problems) == 8
     for expected in (
         "SPOTLINE_HEARTBEAT_S='soon': expected a number",
+        "SPOTLINE_MAX_EVENT_AGE_S='0': expected a number greater than 0",
         "SPOTLINE_MAX_ACTIVE_JOBS='-1': expected a number of at least 1",
         "SPOTLINE_MAX_STOPPED_INSTANCES='-2': expected a number of at least 0",
-        "SPOTLINE_STALL_TIMEOUT_S='0': expected a number greater than 0",
+        "SPOTLINE_STALL_TIMEOUT_S='-30': expected a number of at least 0",
         "SPOTLINE_COOLING_UNIT='1.5': expected a number of at most 1",
         "SPOTLINE_MAX_ACTIVE_INSTANCES='2.5': expected a whole number",
         "SPOTLINE_COMPUTE='aws': expected 'gce' or 'local'",
