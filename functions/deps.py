@@ -10,7 +10,8 @@ from __future__ import annotations
 from functools import cache
 from typing import TYPE_CHECKING
 
-from shared.settings import Settings
+from shared import logs
+from shared.settings import Settings, SettingsError
 
 if TYPE_CHECKING:
     from shared.ports.bus import Bus
@@ -20,7 +21,15 @@ if TYPE_CHECKING:
 
 @cache
 def settings() -> Settings:
-    return Settings.from_env()
+    """The function's settings: its environment only, which deploy wrote whole
+    (a config file on the machine is the CLI's, not the functions')."""
+    try:
+        return Settings.from_env(config_file=False)
+    except SettingsError as err:
+        # Every event fails (and is redelivered) until the variables are fixed
+        # (a redeploy): each failure says which, in one log entry.
+        logs.error(str(err), problems=err.problems)
+        raise
 
 
 @cache

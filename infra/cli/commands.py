@@ -24,8 +24,15 @@ DEFAULT_WORKDIR = Path(".spotline")
 
 
 def main(argv: list[str] | None = None) -> int:
+    from shared.settings import SettingsError
+
     args = _parser().parse_args(argv)
-    return int(args.run(args) or 0)
+    try:
+        return int(args.run(args) or 0)
+    except SettingsError as err:
+        # A bad variable or config value is the user's to fix: say which, no traceback.
+        print(err, file=sys.stderr)
+        return 2
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -120,6 +127,11 @@ def _parser() -> argparse.ArgumentParser:
     schema = sub.add_parser("schema", help="print the job spec's JSON Schema")
     schema.set_defaults(run=_schema)
 
+    settings = sub.add_parser(
+        "settings", help="every setting: its variable, value, where it came from, what it does"
+    )
+    settings.set_defaults(run=_settings)
+
     deploy = sub.add_parser("deploy", help="deploy (or update) spotline in a Google Cloud project")
     deploy_command.add_arguments(deploy)
     deploy.set_defaults(run=deploy_command.run)
@@ -135,20 +147,46 @@ def _quota_limit(text: str) -> tuple[str, float]:
     raise argparse.ArgumentTypeError(f"expected METRIC=LIMIT, e.g. NVIDIA_L4_GPUS=1: {text!r}")
 
 
-def _connect(workdir: Path) -> None:
-    """Point the clients at the running local stack, unless the environment
-    already names a project (then they talk to it, emulator or real)."""
-    from infra.localstack.stack import read_stack_env
+def _connect(workdir: Path) -> Settings:
+    """The settings of the system the CLI talks to, with its clients pointed there
+    (see ``_where``); exits when there is none."""
+    from shared.settings import Settings
 
-    if os.environ.get("FIRESTORE_EMULATOR_HOST") or os.environ.get("SPOTLINE_COMPUTE") == "gce":
-        return
-    env = read_stack_env(workdir)
+    env, config_file, _ = _where(workdir)
     if env is None:
         raise SystemExit(
-            f"no local stack in {workdir}: run `spotline up` first "
-            "(or set SPOTLINE_PROJECT and credentials for a real project)"
+            f"no local stack in {workdir} and no deployed project in a config file: "
+            "run `spotline up`, or `spotline deploy` (or set SPOTLINE_PROJECT and credentials)"
         )
     os.environ.update(env)
+    return Settings.from_env(config_file=config_file)
+
+
+def _where(workdir: Path) -> tuple[dict[str, str] | None, bool, str]:
+    """Where the CLI's settings come from, in this order:
+
+    1. the environment, where it names the emulators or Compute Engine (and the
+       config file under it);
+    2. else the local stack running in ``workdir``: its variables, no config file;
+    3. else the project ``spotline deploy`` wrote into the config file.
+
+    Returns the variables to add to the environment (None: no system found),
+    whether to read the config file, and a line saying which it is.
+    """
+    from infra.localstack.stack import read_stack_env
+    from shared.settings_file import config_path
+
+    path = config_path(os.environ)
+    found = path is not None and path.exists()
+    if os.environ.get("FIRESTORE_EMULATOR_HOST") or os.environ.get("SPOTLINE_COMPUTE") == "gce":
+        state = "read" if found else "absent"
+        return {}, True, f"the environment, over the config file {path} ({state})"
+    stack = read_stack_env(workdir)
+    if stack is not None:
+        return stack, False, f"the local stack running in {workdir} (no config file)"
+    if found:
+        return {}, True, f"the config file {path}, under the environment"
+    return None, True, f"the defaults and the environment (no local stack in {workdir}, no {path})"
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -176,12 +214,11 @@ def _up(args: argparse.Namespace) -> int:
 
 def _submit(args: argparse.Namespace) -> int:
     from shared.adapters.pubsub_bus import PubsubBus
-    from shared.settings import Settings
 
-    _connect(args.workdir)
+    settings = _connect(args.workdir)
     data = args.file.read_bytes()
     # Exactly what `gcloud pubsub topics publish spotline-submit --message=...` sends.
-    message_id = PubsubBus(Settings.from_env().project).publish("submit", data)
+    message_id = PubsubBus(settings.project).publish("submit", data)
     print(f"published message {message_id}")
     job_id = _job_id(data, message_id)
     if job_id:
@@ -204,11 +241,10 @@ def _job_id(data: bytes, message_id: str) -> str | None:
 def _cancel(args: argparse.Namespace) -> int:
     from shared.adapters.pubsub_bus import PubsubBus
     from shared.contract.events import CancelRequest
-    from shared.settings import Settings
 
-    _connect(args.workdir)
+    settings = _connect(args.workdir)
     request = CancelRequest(job_id=args.job, reason=args.reason)
-    message_id = PubsubBus(Settings.from_env().project).publish("cancel", request)
+    message_id = PubsubBus(settings.project).publish("cancel", request)
     print(f"cancel of {args.job} published (message {message_id})")
     return 0
 
@@ -216,10 +252,8 @@ def _cancel(args: argparse.Namespace) -> int:
 def _preempt(args: argparse.Namespace) -> int:
     from shared.adapters.firestore_store import FirestoreStore
     from shared.adapters.local_compute import LocalCompute
-    from shared.settings import Settings
 
-    _connect(args.workdir)
-    settings = Settings.from_env()
+    settings = _connect(args.workdir)
     if settings.compute != "local":
         print(
             "preempt is a local chaos tool; on Compute Engine use "
@@ -247,13 +281,23 @@ def _preempt(args: argparse.Namespace) -> int:
     return 0
 
 
+def _settings(args: argparse.Namespace) -> int:
+    """Print every setting as the other commands would read it here."""
+    from infra.cli.report import settings_table
+    from shared.settings import load
+
+    env, config_file, where = _where(args.workdir)
+    loaded = load({**os.environ, **(env or {})}, config_file=config_file)
+    print(f"settings from {where}")
+    print(settings_table(loaded))
+    return 0
+
+
 def _status(args: argparse.Namespace) -> int:
     from infra.cli.report import job_detail, jobs_table
     from shared.adapters.firestore_store import FirestoreStore
-    from shared.settings import Settings
 
-    _connect(args.workdir)
-    store = FirestoreStore(Settings.from_env().project)
+    store = FirestoreStore(_connect(args.workdir).project)
     if args.job:
         job = store.get_job(args.job)
         if job is None:
@@ -268,10 +312,8 @@ def _status(args: argparse.Namespace) -> int:
 def _rejected(args: argparse.Namespace) -> int:
     from infra.cli.report import table
     from shared.adapters.firestore_store import FirestoreStore
-    from shared.settings import Settings
 
-    _connect(args.workdir)
-    rejections = FirestoreStore(Settings.from_env().project).recent_rejections(args.limit)
+    rejections = FirestoreStore(_connect(args.workdir).project).recent_rejections(args.limit)
     rows = [[r.message_id, f"{r.at:%Y-%m-%d %H:%M:%S}", r.reason] for r in rejections]
     print(table(["MESSAGE", "AT", "REASON"], rows))
     return 0
@@ -289,10 +331,8 @@ def _demo(args: argparse.Namespace) -> int:
 def _job(args: argparse.Namespace) -> tuple[Settings, JobDoc]:
     """The settings and the job named on the command line; exits if there is none."""
     from shared.adapters.firestore_store import FirestoreStore
-    from shared.settings import Settings
 
-    _connect(args.workdir)
-    settings = Settings.from_env()
+    settings = _connect(args.workdir)
     job = FirestoreStore(settings.project).get_job(args.job)
     if job is None:
         raise SystemExit(f"no job {args.job}")
@@ -369,7 +409,6 @@ def _replay(args: argparse.Namespace) -> int:
 def _machines(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime, timedelta
 
-    from functions import deps
     from infra.cli.report import MachineRow, machines_table
     from shared.adapters.firestore_store import FirestoreStore
     from shared.domain.capacity import capacity
@@ -377,8 +416,7 @@ def _machines(args: argparse.Namespace) -> int:
     from shared.domain.states import InstanceStatus
     from shared.domain.vms import Provisioning
 
-    _connect(args.workdir)
-    settings = deps.settings()
+    settings = _connect(args.workdir)
     store = FirestoreStore(settings.project)
     quotas = _region_quotas(settings.region)
     since = datetime.now(UTC) - timedelta(hours=24)
