@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 
-from functions import deps
+from functions.deps import Deps
 from functions.handlers.envelope import Message, pubsub_handler
 from functions.ops.quota import settle
 from functions.ops.release import release_instance
@@ -18,15 +18,15 @@ from shared.domain.transitions import fail_job
 
 
 @pubsub_handler
-def cancel_job(message: Message) -> None:
+def cancel_job(message: Message, deps: Deps) -> None:
     request = message.parse(CancelRequest)
-    cancel(request.job_id, request.reason, datetime.now(UTC))
+    cancel(deps, request.job_id, request.reason, deps.clock())
 
 
-def cancel(job_id: str, reason: str, now: datetime) -> JobDoc:
+def cancel(deps: Deps, job_id: str, reason: str, now: datetime) -> JobDoc:
     """CANCELED with the reason, queue entry dropped, VM deleted. Re-entrant:
     canceling a canceled job finishes releasing its VM."""
-    store = deps.store()
+    store = deps.store
 
     def canceled(job: JobDoc) -> JobDoc:
         if job.status in JobStatus.terminal():
@@ -46,7 +46,7 @@ def cancel(job_id: str, reason: str, now: datetime) -> JobDoc:
     if job.instance:
         instance = store.get_instance(job.instance)
         if instance is not None and instance.status in InstanceStatus.live():
-            release_instance(job.instance, now, note=f"job canceled: {reason}")
-    settle(job, now)
+            release_instance(deps, job.instance, now, note=f"job canceled: {reason}")
+    settle(deps, job, now)
     logs.info(f"job {job_id}: canceled ({reason})", job_id=job_id)
     return job

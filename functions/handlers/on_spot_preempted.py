@@ -9,11 +9,9 @@ it at once; the other is then stale and acknowledged.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from pydantic import ValidationError
 
-from functions import deps
+from functions.deps import Deps
 from functions.handlers.envelope import Message, pubsub_handler
 from functions.ops.recovery import recover
 from shared.contract.events import parse_preemption
@@ -23,12 +21,12 @@ from shared.domain.states import JobSubstatus
 
 
 @pubsub_handler
-def on_spot_preempted(message: Message) -> None:
+def on_spot_preempted(message: Message, deps: Deps) -> None:
     try:
         notice = parse_preemption(message.data)
     except (ValueError, ValidationError) as err:
         raise InvalidMessage(f"not a preemption: {err}") from err
-    instance = deps.store().get_instance(notice.instance)
+    instance = deps.store.get_instance(notice.instance)
     if instance is None:
         raise PermanentError(f"preemption of {notice.instance}, which spotline does not know")
     if notice.attempt is not None and notice.attempt != instance.attempt:
@@ -36,9 +34,10 @@ def on_spot_preempted(message: Message) -> None:
     source = "the agent" if notice.source == "agent" else "the preemption log"
     try:
         recover(
+            deps,
             instance,
             JobSubstatus.PREEMPTED,
-            datetime.now(UTC),
+            deps.clock(),
             note=f"{instance.name} preempted (reported by {source})",
             step=notice.step,
             checkpoint_uri=notice.checkpoint_uri,
@@ -50,7 +49,7 @@ def on_spot_preempted(message: Message) -> None:
         # this report came), the report still says what the attempt saved.
         if notice.step is not None:
             step = notice.step
-            deps.store().update_job(
+            deps.store.update_job(
                 instance.job_id,
                 lambda job: saved_after_loss(job, instance.attempt, step),
             )

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import partial
 
-from functions import deps
+from functions.deps import Deps
 from functions.handlers.cancel_job import cancel
 from functions.handlers.envelope import Message, pubsub_handler
 from functions.ops.cooling import charge_cooling, end_cooling
@@ -46,33 +46,33 @@ from shared.settings import Settings
 
 
 @pubsub_handler
-def reaper(message: Message) -> None:
-    counts = sweep(datetime.now(UTC))
+def reaper(message: Message, deps: Deps) -> None:
+    counts = sweep(deps, deps.clock())
     logs.info(f"reaper: {dict(counts) or 'nothing to do'}", **counts)
 
 
-def sweep(now: datetime) -> Counter[str]:
-    store, compute = deps.store(), deps.compute()
+def sweep(deps: Deps, now: datetime) -> Counter[str]:
+    store, compute = deps.store, deps.compute
     counts: Counter[str] = Counter()
     # Instances first, then VMs: an instance document is written after its VM
     # is created, so every instance listed here has its VM in the VM listing.
     instances = store.list_instances(InstanceStatus.live())
     vms = {vm.name: vm for vm in compute.list({MANAGED_LABEL: "true"})}
     for instance in instances:
-        _each(counts, partial(_check_instance, instance, vms.get(instance.name), now))
+        _each(counts, partial(_check_instance, deps, instance, vms.get(instance.name), now))
     stopped = store.stopped_instances()
     for instance in stopped:
-        _each(counts, partial(end_stopped, instance, vms.get(instance.name), now))
+        _each(counts, partial(end_stopped, deps, instance, vms.get(instance.name), now))
     owned = {instance.name for instance in [*instances, *stopped]}
     for vm in vms.values():
         if vm.name not in owned:
-            _each(counts, partial(_check_orphan, vm, now))
+            _each(counts, partial(_check_orphan, deps, vm, now))
     for job in store.list_jobs(JobStatus.active()):
-        _each(counts, partial(_check_job, job, now))
+        _each(counts, partial(_check_job, deps, job, now))
     for entry in store.due_queue(now):
-        _each(counts, partial(_drain, entry, now))
+        _each(counts, partial(_drain, deps, entry, now))
     for user in store.list_users():
-        _each(counts, partial(_check_user, user, now))
+        _each(counts, partial(_check_user, deps, user, now))
     return counts
 
 
@@ -91,20 +91,21 @@ def _each(counts: Counter[str], check: Callable[[], str | None]) -> None:
         counts[outcome] += 1
 
 
-def _check_instance(instance: InstanceDoc, vm: Vm | None, now: datetime) -> str | None:
-    settings = deps.settings()
+def _check_instance(deps: Deps, instance: InstanceDoc, vm: Vm | None, now: datetime) -> str | None:
+    settings = deps.settings
     if instance.status == InstanceStatus.COOLING:
-        return _check_cooling(instance, vm, now)
+        return _check_cooling(deps, instance, vm, now)
     if instance.status == InstanceStatus.CLOSING:
-        _finish_closing(instance, now)
+        _finish_closing(deps, instance, now)
         return "closed"
-    job = deps.store().get_job(instance.job_id)
+    job = deps.store.get_job(instance.job_id)
     if job is not None and job.attempt == instance.attempt:
         if job.substatus == JobSubstatus.REQUESTING_SERVER:
             return None  # being placed right now: its job update is on the way
         if instance.name in current_vms(job) and job.status in JobStatus.active():
             if vm is None:
                 recover(
+                    deps,
                     instance,
                     JobSubstatus.PREEMPTED,
                     now,
@@ -115,6 +116,7 @@ def _check_instance(instance: InstanceDoc, vm: Vm | None, now: datetime) -> str 
                 booted = instance.booted_at is not None
                 what = "no heartbeat" if booted else "not booted"
                 recover(
+                    deps,
                     instance,
                     JobSubstatus.STALLED,
                     now,
@@ -125,39 +127,39 @@ def _check_instance(instance: InstanceDoc, vm: Vm | None, now: datetime) -> str 
     # Not (or no longer) the VM of a live job: release it, unless it moved on
     # since the sweep listed it (its finished job left it cooling, or a new
     # job took it): the listing is older than the job just read.
-    current = deps.store().get_instance(instance.name)
+    current = deps.store.get_instance(instance.name)
     if current is None or (current.status, current.job_id) != (instance.status, instance.job_id):
         return None
-    release_instance(instance.name, now, note="no live job owns it")
+    release_instance(deps, instance.name, now, note="no live job owns it")
     return "released"
 
 
-def _check_cooling(instance: InstanceDoc, vm: Vm | None, now: datetime) -> str:
+def _check_cooling(deps: Deps, instance: InstanceDoc, vm: Vm | None, now: datetime) -> str:
     """Price the cooling period so far; end it when it runs out or the VM is gone."""
-    store, rule = deps.store(), deps.settings().cooling_rule
+    store, rule = deps.store, deps.settings.cooling_rule
     priced = store.update_instance(instance.name, lambda current: while_cooling(current, now, rule))
     if priced is None or priced.status != InstanceStatus.COOLING:
         return "cooling"  # claimed meanwhile
     expired = priced.cooling_until is not None and now >= priced.cooling_until
     if vm is not None:
-        ended = expired and end_cooling(priced, now, "cooling period over")
+        ended = expired and end_cooling(deps, priced, now, "cooling period over")
         return "cooling_ended" if ended else "cooling"
-    charge_cooling(priced, now)
+    charge_cooling(deps, priced, now)
     note, gone = "lost while cooling", InstanceSubstatus.PREEMPTED
     store.update_instance(
         priced.name, lambda current: instance_closed(current, now, note, gone, rule)
     )
-    free_instance_slot(priced.user, priced.name, now)
+    free_instance_slot(deps, priced.user, priced.name, now)
     return "cooling_ended"
 
 
-def _finish_closing(instance: InstanceDoc, now: datetime) -> None:
+def _finish_closing(deps: Deps, instance: InstanceDoc, now: datetime) -> None:
     """A function died while it closed the instance: stop or delete it, as it meant to."""
-    job = deps.store().get_job(instance.job_id)
+    job = deps.store.get_job(instance.job_id)
     if instance.substatus == InstanceSubstatus.STOPPING and job is not None:
-        stop_instance(instance, job.spec.stop_period_s, now, "stopped by the reaper")
+        stop_instance(deps, instance, job.spec.stop_period_s, now, "stopped by the reaper")
     else:
-        release_instance(instance.name, now, note="closed by the reaper")
+        release_instance(deps, instance.name, now, note="closed by the reaper")
 
 
 def _silent_s(instance: InstanceDoc, now: datetime) -> float:
@@ -175,8 +177,8 @@ def _allowed_s(instance: InstanceDoc, settings: Settings) -> float:
     return settings.stall_timeout_s if instance.booted_at else settings.boot_timeout_s
 
 
-def _check_orphan(vm: Vm, now: datetime) -> str | None:
-    store = deps.store()
+def _check_orphan(deps: Deps, vm: Vm, now: datetime) -> str | None:
+    store = deps.store
     instance = store.get_instance(vm.name)
     if instance is not None and (
         instance.status in InstanceStatus.live() or instance.substatus in STOPPING_OR_STOPPED
@@ -195,60 +197,60 @@ def _check_orphan(vm: Vm, now: datetime) -> str | None:
         return None  # its job is being placed: the VM will be adopted
     if vm.state == VmState.STOPPING:
         return None  # already going
-    deps.compute().delete(vm.zone, vm.name)
+    deps.compute.delete(vm.zone, vm.name)
     logs.warning(f"reaper: deleted orphan VM {vm.name} in {vm.zone}", instance=vm.name)
     return "orphans_deleted"
 
 
-def _check_job(job: JobDoc, now: datetime) -> str | None:
+def _check_job(deps: Deps, job: JobDoc, now: datetime) -> str | None:
     if job.substatus in JobSubstatus.on_vm():
         # The running attempt's cost so far, for a person watching the job.
-        deps.store().update_job(job.job_id, lambda current: accrue(current, now))
+        deps.store.update_job(job.job_id, lambda current: accrue(current, now))
     limit = job.spec.max_runtime_s
     if limit is not None and (now - job.created_at).total_seconds() > limit:
-        cancel(job.job_id, f"max_runtime_s={limit} s reached", now)
+        cancel(deps, job.job_id, f"max_runtime_s={limit} s reached", now)
         return "over_max_runtime"
     stuck_s = (now - job.updated_at).total_seconds()
     if (
         job.substatus == JobSubstatus.REQUESTING_SERVER
-        and stuck_s > deps.settings().request_timeout_s
-        and deps.store().get_queue(job.job_id) is None
+        and stuck_s > deps.settings.request_timeout_s
+        and deps.store.get_queue(job.job_id) is None
     ):
-        launch(job, now)
+        launch(deps, job, now)
         return "replaced"
     return None
 
 
-def _check_user(user: UserDoc, now: datetime) -> str | None:
+def _check_user(deps: Deps, user: UserDoc, now: datetime) -> str | None:
     """Free the slots of jobs that ended, of instances that closed or stopped,
     and of VMs that were never made, when a crash left them taken."""
-    store = deps.store()
+    store = deps.store
     freed = 0
     for job_id in user.active_jobs:
         job = store.get_job(job_id)
         if job is None or job.status in JobStatus.terminal():
-            release_job(user.user, job_id, now)
+            release_job(deps, user.user, job_id, now)
             freed += 1
     for name in user.active_instances:
-        if not _placing(name) and not _instance_live(name):
-            free_instance_slot(user.user, name, now)
+        if not _placing(deps, name) and not _instance_live(deps, name):
+            free_instance_slot(deps, user.user, name, now)
             freed += 1
     for name in user.stopped_instances:
         instance = store.get_instance(name)
         if instance is None or instance.substatus not in STOPPING_OR_STOPPED:
-            free_stopped_slot(user.user, name, now)
+            free_stopped_slot(deps, user.user, name, now)
             freed += 1
     return "slots_freed" if freed else None
 
 
-def _placing(name: str) -> bool:
+def _placing(deps: Deps, name: str) -> bool:
     """A placement is creating the VM ``name`` now: its slot is taken before
     the VM exists, and its instance document is written after."""
     made_for = vm_attempt(name)
     if made_for is None:
         return False
     job_id, attempt = made_for
-    job = deps.store().get_job(job_id)
+    job = deps.store.get_job(job_id)
     return (
         job is not None
         and job.attempt == attempt
@@ -256,17 +258,17 @@ def _placing(name: str) -> bool:
     )
 
 
-def _instance_live(name: str) -> bool:
+def _instance_live(deps: Deps, name: str) -> bool:
     """Read after ``_placing``: a placement that finished in between wrote the
     document before it moved the job on."""
-    instance = deps.store().get_instance(name)
+    instance = deps.store.get_instance(name)
     return instance is not None and instance.status in InstanceStatus.live()
 
 
-def _drain(entry: QueueEntry, now: datetime) -> str | None:
+def _drain(deps: Deps, entry: QueueEntry, now: datetime) -> str | None:
     if entry.reason == "quota":
-        return retry_waiting(entry, now)
-    store = deps.store()
+        return retry_waiting(deps, entry, now)
+    store = deps.store
     job = store.get_job(entry.job_id)
     if job is None or job.status in JobStatus.terminal() or job.attempt != entry.attempt:
         store.delete_queue(entry.job_id)
@@ -284,11 +286,11 @@ def _drain(entry: QueueEntry, now: datetime) -> str | None:
             job.job_id, lambda current: fail_job(current, JobSubstatus.CANCELED, now, reason)
         )
         store.delete_queue(entry.job_id)
-        settle(ended, now)
+        settle(deps, ended, now)
         return "gave_up"
     moved = store.update_job(
         job.job_id,
         lambda current: advance(current, JobSubstatus.REQUESTING_SERVER, now, note="retrying"),
     )
-    launch(moved or job, now)
+    launch(deps, moved or job, now)
     return "placed"

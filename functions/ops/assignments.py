@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from functions import deps
+from functions.deps import Deps
 from shared.contract.assignment import Assignment
 from shared.contract.cluster import master_port
 from shared.domain.documents import JobDoc
 from shared.domain.placement import node_names
 
 
-def assignment_for(job: JobDoc) -> Assignment:
-    settings = deps.settings()
+def assignment_for(deps: Deps, job: JobDoc) -> Assignment:
+    settings = deps.settings
     prefix = settings.job_prefix(job.job_id)
     nodes = node_names(job.job_id, job.attempt, job.spec.nodes) if job.spec.nodes > 1 else []
     # Nodes reach each other by VM name (internal DNS); local "VMs" share loopback.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from functions import deps
+from functions.deps import Deps
 from functions.ops.assignments import assignment_for
 from functions.ops.release import release_instance
 from functions.ops.stopped import free_stopped_slot, stop_instance, take_stop_slot
@@ -19,16 +19,18 @@ from shared.domain.stopping import stopping
 from shared.domain.vms import JOB_METADATA_KEY, Vm
 
 
-def claim_cooling(job: JobDoc, machine_ids: list[str], now: datetime) -> tuple[Vm, Option] | None:
+def claim_cooling(
+    deps: Deps, job: JobDoc, machine_ids: list[str], now: datetime
+) -> tuple[Vm, Option] | None:
     """Take a cooling VM of the job's user for one of its machine ids, in the
     job's order, and hand it the job through its metadata. None: none to take."""
-    store, settings = deps.store(), deps.settings()
+    store, settings = deps.store, deps.settings
     for instance in store.instances_of_job(job.job_id):
         if instance.attempt == job.attempt and instance.status == InstanceStatus.EXECUTING:
             # Claimed already (a redelivery): charge and hand it the job again,
             # both idempotent.
-            _charge_claimed(instance, now)
-            _assign(job, instance)
+            _charge_claimed(deps, instance, now)
+            _assign(deps, job, instance)
             return held_vm(instance, load_catalog())
     zones = set(job.spec.zones or settings.zones)
     cooling = [i for i in store.list_instances([InstanceStatus.COOLING]) if i.zone in zones]
@@ -42,14 +44,14 @@ def claim_cooling(job: JobDoc, machine_ids: list[str], now: datetime) -> tuple[V
             )
             if won is None or won.job_id != job.job_id or won.attempt != job.attempt:
                 continue  # another job claimed it first
-            _charge_claimed(won, now)
-            _assign(job, won)
+            _charge_claimed(deps, won, now)
+            _assign(deps, job, won)
             logs.info(f"job {job.job_id}: reusing cooling instance {won.name}", job_id=job.job_id)
             return held_vm(won, load_catalog())
     return None
 
 
-def end_cooling(instance: InstanceDoc, now: datetime, note: str) -> bool:
+def end_cooling(deps: Deps, instance: InstanceDoc, now: datetime, note: str) -> bool:
     """End a cooling period before a job claims the VM: charge it to the job
     that left the VM cooling, close the instance, then stop or delete the VM.
 
@@ -57,9 +59,9 @@ def end_cooling(instance: InstanceDoc, now: datetime, note: str) -> bool:
     so a job claiming the VM at that moment wins or loses whole. False: a job
     claimed it first, and it runs on.
     """
-    store, rule = deps.store(), deps.settings().cooling_rule
-    charge_cooling(while_cooling(instance, now, rule), now)
-    period_s = take_stop_slot(instance, now)  # None: delete it
+    store, rule = deps.store, deps.settings.cooling_rule
+    charge_cooling(deps, while_cooling(instance, now, rule), now)
+    period_s = take_stop_slot(deps, instance, now)  # None: delete it
 
     def close(current: InstanceDoc) -> InstanceDoc:
         if current.status != InstanceStatus.COOLING:
@@ -72,35 +74,35 @@ def end_cooling(instance: InstanceDoc, now: datetime, note: str) -> bool:
     closing = store.update_instance(instance.name, close)
     if closing is None or closing.status != InstanceStatus.CLOSING:
         if period_s is not None:
-            free_stopped_slot(instance.user, instance.name, now)
+            free_stopped_slot(deps, instance.user, instance.name, now)
         return False
     if period_s is not None and closing.substatus == InstanceSubstatus.STOPPING:
-        stop_instance(closing, period_s, now, note)
+        stop_instance(deps, closing, period_s, now, note)
     else:
-        release_instance(instance.name, now, note)
+        release_instance(deps, instance.name, now, note)
     return True
 
 
-def charge_cooling(instance: InstanceDoc, now: datetime) -> None:
+def charge_cooling(deps: Deps, instance: InstanceDoc, now: datetime) -> None:
     """Charge a cooling instance's period so far to the job that left it cooling
     (before the instance closes: a crash in between leaves it cooling, and the
     next sweep charges again, idempotently)."""
-    _charge(instance.job_id, instance.name, instance.cooling_cost_usd, now)
+    _charge(deps, instance.job_id, instance.name, instance.cooling_cost_usd, now)
 
 
-def _charge_claimed(instance: InstanceDoc, now: datetime) -> None:
+def _charge_claimed(deps: Deps, instance: InstanceDoc, now: datetime) -> None:
     """A claim closed the period: charge it to the job the VM cooled for."""
     if instance.cooled_for_job:
-        _charge(instance.cooled_for_job, instance.name, instance.cooling_cost_usd, now)
+        _charge(deps, instance.cooled_for_job, instance.name, instance.cooling_cost_usd, now)
 
 
-def _charge(job_id: str, instance_name: str, cost_usd: float, now: datetime) -> None:
+def _charge(deps: Deps, job_id: str, instance_name: str, cost_usd: float, now: datetime) -> None:
     if cost_usd <= 0:
         return
-    deps.store().update_job(job_id, lambda job: accrue(charge(job, instance_name, cost_usd), now))
+    deps.store.update_job(job_id, lambda job: accrue(charge(job, instance_name, cost_usd), now))
 
 
-def _assign(job: JobDoc, instance: InstanceDoc) -> None:
+def _assign(deps: Deps, job: JobDoc, instance: InstanceDoc) -> None:
     """The agent idling on the VM wakes on this metadata change."""
-    assignment = assignment_for(job).model_dump_json()
-    deps.compute().set_metadata(instance.zone, instance.name, {JOB_METADATA_KEY: assignment})
+    assignment = assignment_for(deps, job).model_dump_json()
+    deps.compute.set_metadata(instance.zone, instance.name, {JOB_METADATA_KEY: assignment})

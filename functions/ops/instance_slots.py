@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from functions import deps
+from functions.deps import Deps
 from functions.ops.cooling import end_cooling
 from shared.domain.documents import JobDoc, UserDoc
 from shared.domain.errors import SpotlineError
@@ -30,38 +30,40 @@ class OverInstanceQuota(SpotlineError):
     """The user's active-instances quota is full: the job waits for quota."""
 
 
-def take_instance_slots(job: JobDoc, names: Sequence[str], now: datetime) -> None:
+def take_instance_slots(deps: Deps, job: JobDoc, names: Sequence[str], now: datetime) -> None:
     """Hold a slot for each of the VMs ``names`` (all or none), ending cooling
     VMs of the user to make room.
 
     Raises:
         OverInstanceQuota: no room, and no cooling VM left to end.
     """
-    store, limit = deps.store(), deps.settings().max_active_instances
+    store, limit = deps.store, deps.settings.max_active_instances
     for _ in range(limit + 1):  # each round ends one cooling VM, or gives up
         user = store.update_user(
             job.user, lambda current: take_slots(current, KIND, names, limit, now)
         )
         if all(holds(user, KIND, name) for name in names):
             return
-        if not _end_a_cooling_vm(user, job, names, now):
+        if not _end_a_cooling_vm(deps, user, job, names, now):
             break
     raise OverInstanceQuota(over_quota_reason(user, KIND, limit))
 
 
-def keep_instance_slot(user: str, name: str, now: datetime) -> None:
+def keep_instance_slot(deps: Deps, user: str, name: str, now: datetime) -> None:
     """The VM exists (adopted by a redelivered placement): it holds a slot,
     whatever the limit, so the list stays true."""
-    deps.store().update_user(user, lambda current: keep_slot(current, KIND, name, now))
+    deps.store.update_user(user, lambda current: keep_slot(current, KIND, name, now))
 
 
-def _end_a_cooling_vm(user: UserDoc, job: JobDoc, names: Sequence[str], now: datetime) -> bool:
+def _end_a_cooling_vm(
+    deps: Deps, user: UserDoc, job: JobDoc, names: Sequence[str], now: datetime
+) -> bool:
     """End the oldest of the user's cooling VMs. False: none to end."""
-    store = deps.store()
+    store = deps.store
     found = [store.get_instance(name) for name in user.active_instances if name not in names]
     cooling = sorted(
         (i for i in found if i is not None and i.status == InstanceStatus.COOLING),
         key=lambda instance: instance.cooling_since or instance.updated_at,
     )
     note = f"cooling ended early: job {job.job_id} needs its slot"
-    return any(end_cooling(instance, now, note) for instance in cooling)
+    return any(end_cooling(deps, instance, now, note) for instance in cooling)

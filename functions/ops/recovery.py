@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from functions import deps
+from functions.deps import Deps
 from functions.ops.launch import launch
 from functions.ops.quota import settle
 from functions.ops.release import free_instance_slot, release_instance
@@ -21,6 +21,7 @@ from shared.domain.states import InstanceStatus, InstanceSubstatus, JobSubstatus
 
 
 def recover(
+    deps: Deps,
     instance: InstanceDoc,
     cause: JobSubstatus,
     now: datetime,
@@ -40,14 +41,14 @@ def recover(
     Raises:
         StaleEvent: the job is already past this VM (a duplicate report).
     """
-    store = deps.store()
+    store = deps.store
     substatus = (
         InstanceSubstatus.PREEMPTED
         if cause == JobSubstatus.PREEMPTED
         else InstanceSubstatus.TERMINATED
     )
     if delete_vm:
-        release_instance(instance.name, now, note, substatus)
+        release_instance(deps, instance.name, now, note, substatus)
     else:
         store.update_instance(
             instance.name,
@@ -55,7 +56,7 @@ def recover(
         )
         # Its slot goes to the next attempt: Compute Engine takes the VM within
         # the 30 s notice, so the user may hold one VM over the quota till then.
-        free_instance_slot(instance.user, instance.name, now)
+        free_instance_slot(deps, instance.user, instance.name, now)
     job = store.update_job(
         instance.job_id,
         lambda current: lifecycle.vm_lost(
@@ -71,26 +72,26 @@ def recover(
             and node.name != instance.name
             and node.status in InstanceStatus.live()
         ):
-            release_instance(node.name, now, note=f"its gang lost {instance.name}")
+            release_instance(deps, node.name, now, note=f"its gang lost {instance.name}")
     logs.warning(
         f"job {job.job_id}: {instance.name} {cause.lower()} ({note}); now {job.status}/"
         f"{job.substatus}, attempt {job.attempt}",
         job_id=job.job_id,
         instance=instance.name,
     )
-    settle(job, now)
+    settle(deps, job, now)
     if job.substatus == JobSubstatus.REQUESTING_SERVER:
         reason: QueueReason = "preempted" if cause == JobSubstatus.PREEMPTED else "stalled"
-        return relaunch(job, reason, now)
+        return relaunch(deps, job, reason, now)
     return job
 
 
-def relaunch(job: JobDoc, reason: QueueReason, now: datetime) -> JobDoc:
+def relaunch(deps: Deps, job: JobDoc, reason: QueueReason, now: datetime) -> JobDoc:
     """Queue the attempt first (if this process dies, the reaper places it),
     then place it now."""
-    deps.store().put_queue(
+    deps.store.put_queue(
         QueueEntry(
             job_id=job.job_id, reason=reason, attempt=job.attempt, not_before=now, enqueued_at=now
         )
     )
-    return launch(job, now)
+    return launch(deps, job, now)

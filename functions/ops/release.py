@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from functions import deps
+from functions.deps import Deps
 from shared.domain import lifecycle
 from shared.domain.documents import InstanceDoc
 from shared.domain.errors import PermanentError
@@ -14,6 +14,7 @@ from shared.domain.stopping import STOPPING_OR_STOPPED
 
 
 def release_instance(
+    deps: Deps,
     name: str,
     now: datetime,
     note: str,
@@ -24,7 +25,7 @@ def release_instance(
     The Firestore write comes before the delete, so a crash in between leaves
     an instance the reaper sees CLOSING and finishes closing. Re-entrant.
     """
-    store = deps.store()
+    store = deps.store
     instance = store.update_instance(
         name, lambda current: lifecycle.instance_closing(current, now, note)
     )
@@ -34,17 +35,15 @@ def release_instance(
         # Its job is stopping it, which the caller could not see (the reaper
         # works from a listing made before): a stopped VM is kept, not deleted.
         return instance
-    deps.compute().delete(instance.zone, instance.name)
+    deps.compute.delete(instance.zone, instance.name)
     closed = store.update_instance(
         name, lambda current: lifecycle.instance_closed(current, now, note, substatus)
     )
-    free_instance_slot(instance.user, instance.name, now)
+    free_instance_slot(deps, instance.user, instance.name, now)
     return closed or instance
 
 
-def free_instance_slot(user: str, name: str, now: datetime) -> None:
+def free_instance_slot(deps: Deps, user: str, name: str, now: datetime) -> None:
     """The VM is gone or stopped (or was never made): it no longer counts
     against the user's active-instances quota (``functions.ops.instance_slots``)."""
-    deps.store().update_user(
-        user, lambda current: free_slot(current, "active_instances", name, now)
-    )
+    deps.store.update_user(user, lambda current: free_slot(current, "active_instances", name, now))

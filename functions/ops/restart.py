@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from functions import deps
+from functions.deps import Deps
 from functions.ops.assignments import assignment_for
 from functions.ops.instance_slots import take_instance_slots
 from functions.ops.release import free_instance_slot, release_instance
@@ -24,28 +24,30 @@ from shared.domain.stopping import restartable, restarted
 from shared.domain.vms import JOB_METADATA_KEY, Vm
 
 
-def claim_stopped(job: JobDoc, machine_ids: list[str], now: datetime) -> tuple[Vm, Option] | None:
+def claim_stopped(
+    deps: Deps, job: JobDoc, machine_ids: list[str], now: datetime
+) -> tuple[Vm, Option] | None:
     """Restart a stopped VM of the job's user for one of its machine ids, in
     the job's order, with the job in its metadata. None: none to restart."""
-    store = deps.store()
+    store = deps.store
     for instance in store.instances_of_job(job.job_id):
         if _restarted_for(instance, job):
-            return _boot(job, instance, now)  # a redelivery: boot it again, idempotently
-    zones = set(job.spec.zones or deps.settings().zones)
+            return _boot(deps, job, instance, now)  # a redelivery: boot it again, idempotently
+    zones = set(job.spec.zones or deps.settings.zones)
     candidates = [i for i in store.stopped_instances() if i.zone in zones]
     for machine_id in machine_ids:
         for instance in candidates:
             if not restartable(instance, job.user, machine_id, now):
                 continue
-            take_instance_slots(job, [instance.name], now)  # running again, it is active
+            take_instance_slots(deps, job, [instance.name], now)  # running again, it is active
             won = store.update_instance(
                 instance.name, lambda current: restarted(current, job.job_id, job.attempt, now)
             )
             if won is None or not _restarted_for(won, job):
-                free_instance_slot(job.user, instance.name, now)
+                free_instance_slot(deps, job.user, instance.name, now)
                 continue  # another job took it first
-            free_stopped_slot(won.user, won.name, now)
-            found = _boot(job, won, now)
+            free_stopped_slot(deps, won.user, won.name, now)
+            found = _boot(deps, job, won, now)
             if found is not None:
                 return found
     return None
@@ -61,17 +63,19 @@ def _restarted_for(instance: InstanceDoc, job: JobDoc) -> bool:
     )
 
 
-def _boot(job: JobDoc, instance: InstanceDoc, now: datetime) -> tuple[Vm, Option] | None:
+def _boot(
+    deps: Deps, job: JobDoc, instance: InstanceDoc, now: datetime
+) -> tuple[Vm, Option] | None:
     """Hand the VM the job, then start it. None: it cannot start (no capacity
     in its zone now, or it is gone), and it is deleted."""
-    compute = deps.compute()
+    compute = deps.compute
     try:
-        assignment = assignment_for(job).model_dump_json()
+        assignment = assignment_for(deps, job).model_dump_json()
         compute.set_metadata(instance.zone, instance.name, {JOB_METADATA_KEY: assignment})
         compute.start(instance.zone, instance.name)
     except (CapacityError, PermanentError) as err:
         logs.warning(f"{instance.name}: cannot restart ({err}); deleting it")
-        release_instance(instance.name, now, f"cannot restart: {err}")
+        release_instance(deps, instance.name, now, f"cannot restart: {err}")
         return None
     logs.info(f"job {job.job_id}: restarted stopped instance {instance.name}", job_id=job.job_id)
     return held_vm(instance, load_catalog())

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from functions import deps
+from functions.deps import Deps
 from shared import logs
 from shared.domain.documents import JobDoc, QueueEntry
 from shared.domain.lifecycle import advance
@@ -17,10 +17,10 @@ _BACKOFF_BASE_S = 15
 _BACKOFF_MAX_S = 300
 
 
-def wait_for_quota(job: JobDoc, now: datetime, reason: str) -> JobDoc:
+def wait_for_quota(deps: Deps, job: JobDoc, now: datetime, reason: str) -> JobDoc:
     """WAITING_FOR_QUOTA, retried every ``wait_new_job_create_interval``
     (``functions.ops.quota.retry_waiting``), and at once when a job of the user ends."""
-    store = deps.store()
+    store = deps.store
     previous = store.get_queue(job.job_id)
     store.put_queue(
         QueueEntry(
@@ -41,10 +41,10 @@ def wait_for_quota(job: JobDoc, now: datetime, reason: str) -> JobDoc:
     return moved or job
 
 
-def wait_for_capacity(job: JobDoc, now: datetime, tried: list[str]) -> JobDoc:
+def wait_for_capacity(deps: Deps, job: JobDoc, now: datetime, tried: list[str]) -> JobDoc:
     """WAITING_FOR_CAPACITY, retried with exponential backoff by the reaper
     until ``wait_request_s``; ``tried`` says what failed, for the person."""
-    store = deps.store()
+    store = deps.store
     previous = store.get_queue(job.job_id)
     tries = previous.tries + 1 if previous else 1
     delay = min(_BACKOFF_BASE_S * 2 ** (tries - 1), _BACKOFF_MAX_S)

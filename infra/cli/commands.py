@@ -369,18 +369,18 @@ def _replay(args: argparse.Namespace) -> int:
 def _machines(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime, timedelta
 
-    from functions import deps
     from infra.cli.report import MachineRow, machines_table
     from shared.adapters.firestore_store import Store
     from shared.domain.capacity import capacity
     from shared.domain.catalog import load_catalog
     from shared.domain.states import InstanceStatus
     from shared.domain.vms import Provisioning
+    from shared.settings import Settings
 
     _connect(args.workdir)
-    settings = deps.settings()
+    settings = Settings.from_env()
     store = Store(settings.project)
-    quotas = _region_quotas(settings.region)
+    quotas = _region_quotas(settings)
     since = datetime.now(UTC) - timedelta(hours=24)
     live = [i.machine_id for i in store.list_instances(InstanceStatus.live())]
     rows = []
@@ -400,16 +400,17 @@ def _machines(args: argparse.Namespace) -> int:
     return 0
 
 
-def _region_quotas(region: str) -> dict[str, Quota] | None:
+def _region_quotas(settings: Settings) -> dict[str, Quota] | None:
     """The region's quotas through the settings' compute adapter, or None (and
     why, on stderr) when they cannot be read."""
     from google.auth.exceptions import GoogleAuthError
 
-    from functions import deps
+    from functions.deps import build_compute
     from shared.domain.errors import SpotlineError
 
+    region = settings.region
     try:
-        return deps.compute().region_quotas(region)
+        return build_compute(settings).region_quotas(region)
     except (SpotlineError, GoogleAuthError) as err:  # no credentials, no permission, down
         reason = " ".join(str(err).split())
         print(f"CAPACITY unknown: cannot read the quotas of {region}: {reason}", file=sys.stderr)
