@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from functions import deps
-from functions.ops.cooling import charge_cooling, claim_cooling, end_cooling
+from functions.ops.placement import claim_cooling
+from functions.ops.teardown import charge_cooling, end_cooling
 from infra.localcloud.vm_host import VmHost
 from shared.adapters.firestore_store import Store
 from shared.contract.events import Heartbeat, JobFinished, ReaperTick

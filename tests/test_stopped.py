@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 
 from functions import deps
-from functions.ops.release import release_instance
-from functions.ops.stopped import stop_instance
+from functions.ops.teardown import release_instance, stop_instance
 from infra.localcloud.vm_host import VmHost
 from shared.adapters.firestore_store import Store
 from shared.contract.events import Heartbeat, JobFinished, ReaperTick

@@ -9,8 +9,8 @@ from __future__ import annotations
 from functions.deps import Deps
 from functions.handlers.envelope import Message, pubsub_handler
 from functions.handlers.vm_events import apply_to_job
-from functions.ops.quota import settle
-from functions.ops.stopped import retire_instance
+from functions.ops.jobs import settle
+from functions.ops.teardown import retire_instance
 from shared import logs
 from shared.contract.events import JobFinished
 from shared.domain import lifecycle

@@ -24,25 +24,34 @@ from datetime import datetime
 from functools import partial
 
 from functions.deps import Deps
-from functions.handlers.cancel_job import cancel
 from functions.handlers.envelope import Message, pubsub_handler
-from functions.ops.cooling import charge_cooling, end_cooling
-from functions.ops.launch import launch
-from functions.ops.quota import release_job, retry_waiting, settle
+from functions.ops.jobs import cancel, place_again, release_job, retry_capacity, retry_waiting
 from functions.ops.recovery import recover
-from functions.ops.release import free_instance_slot, release_instance
-from functions.ops.stopped import end_stopped, free_stopped_slot, stop_instance
+from functions.ops.slots import free_instance_slot, free_stopped_slot
+from functions.ops.teardown import (
+    end_cooling,
+    end_stopped,
+    finish_closing,
+    forget_stopped,
+    lose_cooling,
+    price_cooling,
+    release_instance,
+)
 from shared import logs
-from shared.domain.cooling import while_cooling
 from shared.domain.documents import InstanceDoc, JobDoc, QueueEntry, UserDoc
 from shared.domain.errors import PermanentError
-from shared.domain.lifecycle import accrue, advance, current_vms, instance_closed
+from shared.domain.lifecycle import accrue
+from shared.domain.liveness import (
+    being_placed,
+    missed_preemption_note,
+    serves_its_job,
+    stall_note,
+    vm_being_placed,
+)
 from shared.domain.placement import vm_attempt
-from shared.domain.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
-from shared.domain.stopping import STOPPING_OR_STOPPED
-from shared.domain.transitions import fail_job
+from shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
+from shared.domain.stopping import STOPPING_OR_STOPPED, stop_expired
 from shared.domain.vms import MANAGED_LABEL, Vm, VmState
-from shared.settings import Settings
 
 
 @pubsub_handler
@@ -62,7 +71,7 @@ def sweep(deps: Deps, now: datetime) -> Counter[str]:
         _each(counts, partial(_check_instance, deps, instance, vms.get(instance.name), now))
     stopped = store.stopped_instances()
     for instance in stopped:
-        _each(counts, partial(end_stopped, deps, instance, vms.get(instance.name), now))
+        _each(counts, partial(_check_stopped, deps, instance, vms.get(instance.name), now))
     owned = {instance.name for instance in [*instances, *stopped]}
     for vm in vms.values():
         if vm.name not in owned:
@@ -96,34 +105,20 @@ def _check_instance(deps: Deps, instance: InstanceDoc, vm: Vm | None, now: datet
     if instance.status == InstanceStatus.COOLING:
         return _check_cooling(deps, instance, vm, now)
     if instance.status == InstanceStatus.CLOSING:
-        _finish_closing(deps, instance, now)
+        finish_closing(deps, instance, now)
         return "closed"
     job = deps.store.get_job(instance.job_id)
-    if job is not None and job.attempt == instance.attempt:
-        if job.substatus == JobSubstatus.REQUESTING_SERVER:
-            return None  # being placed right now: its job update is on the way
-        if instance.name in current_vms(job) and job.status in JobStatus.active():
-            if vm is None:
-                recover(
-                    deps,
-                    instance,
-                    JobSubstatus.PREEMPTED,
-                    now,
-                    note=f"{instance.name} vanished without a notice (missed preemption)",
-                )
-                return "missed_preemptions"
-            if _silent_s(instance, now) > _allowed_s(instance, settings):
-                booted = instance.booted_at is not None
-                what = "no heartbeat" if booted else "not booted"
-                recover(
-                    deps,
-                    instance,
-                    JobSubstatus.STALLED,
-                    now,
-                    note=f"{instance.name}: {what} for {_silent_s(instance, now):.0f} s",
-                )
-                return "stalled"
-            return None
+    if being_placed(job, instance.job_id, instance.attempt):
+        return None  # being placed right now: its job update is on the way
+    if serves_its_job(instance, job):
+        if vm is None:
+            recover(deps, instance, JobSubstatus.PREEMPTED, now, missed_preemption_note(instance))
+            return "missed_preemptions"
+        stalled = stall_note(instance, now, settings.stall_timeout_s, settings.boot_timeout_s)
+        if stalled is not None:
+            recover(deps, instance, JobSubstatus.STALLED, now, note=stalled)
+            return "stalled"
+        return None
     # Not (or no longer) the VM of a live job: release it, unless it moved on
     # since the sweep listed it (its finished job left it cooling, or a new
     # job took it): the listing is older than the job just read.
@@ -136,45 +131,25 @@ def _check_instance(deps: Deps, instance: InstanceDoc, vm: Vm | None, now: datet
 
 def _check_cooling(deps: Deps, instance: InstanceDoc, vm: Vm | None, now: datetime) -> str:
     """Price the cooling period so far; end it when it runs out or the VM is gone."""
-    store, rule = deps.store, deps.settings.cooling_rule
-    priced = store.update_instance(instance.name, lambda current: while_cooling(current, now, rule))
-    if priced is None or priced.status != InstanceStatus.COOLING:
+    priced = price_cooling(deps, instance, now)
+    if priced is None:
         return "cooling"  # claimed meanwhile
     expired = priced.cooling_until is not None and now >= priced.cooling_until
     if vm is not None:
         ended = expired and end_cooling(deps, priced, now, "cooling period over")
         return "cooling_ended" if ended else "cooling"
-    charge_cooling(deps, priced, now)
-    note, gone = "lost while cooling", InstanceSubstatus.PREEMPTED
-    store.update_instance(
-        priced.name, lambda current: instance_closed(current, now, note, gone, rule)
-    )
-    free_instance_slot(deps, priced.user, priced.name, now)
+    lose_cooling(deps, priced, now)
     return "cooling_ended"
 
 
-def _finish_closing(deps: Deps, instance: InstanceDoc, now: datetime) -> None:
-    """A function died while it closed the instance: stop or delete it, as it meant to."""
-    job = deps.store.get_job(instance.job_id)
-    if instance.substatus == InstanceSubstatus.STOPPING and job is not None:
-        stop_instance(deps, instance, job.spec.stop_period_s, now, "stopped by the reaper")
-    else:
-        release_instance(deps, instance.name, now, note="closed by the reaper")
-
-
-def _silent_s(instance: InstanceDoc, now: datetime) -> float:
-    # A restarted (stopped) VM's running segment began when it was restarted.
-    last = (
-        instance.last_heartbeat_at
-        or instance.booted_at
-        or instance.segment_started_at
-        or instance.created_at
-    )
-    return (now - last).total_seconds()
-
-
-def _allowed_s(instance: InstanceDoc, settings: Settings) -> float:
-    return settings.stall_timeout_s if instance.booted_at else settings.boot_timeout_s
+def _check_stopped(deps: Deps, instance: InstanceDoc, vm: Vm | None, now: datetime) -> str | None:
+    """Delete a stopped VM once its period is over; close it when its VM is gone."""
+    if vm is None:
+        forget_stopped(deps, instance, now)
+        return "stopped_lost"
+    if not stop_expired(instance, now):
+        return None
+    return "stopped_ended" if end_stopped(deps, instance, now) else None
 
 
 def _check_orphan(deps: Deps, vm: Vm, now: datetime) -> str | None:
@@ -186,14 +161,10 @@ def _check_orphan(deps: Deps, vm: Vm, now: datetime) -> str | None:
         # Owned after all: its document moved between the sweep's listings (a
         # stopped VM restarted for a job, a VM being stopped).
         return None
-    job = store.get_job(vm.labels.get("spotline-job", ""))
+    job_id = vm.labels.get("spotline-job", "")
+    job = store.get_job(job_id)
     attempt = vm.labels.get("spotline-attempt", "")
-    if (
-        job is not None
-        and job.status in JobStatus.active()
-        and str(job.attempt) == attempt
-        and job.substatus == JobSubstatus.REQUESTING_SERVER
-    ):
+    if attempt.isdigit() and being_placed(job, job_id, int(attempt)):
         return None  # its job is being placed: the VM will be adopted
     if vm.state == VmState.STOPPING:
         return None  # already going
@@ -214,10 +185,8 @@ def _check_job(deps: Deps, job: JobDoc, now: datetime) -> str | None:
     if (
         job.substatus == JobSubstatus.REQUESTING_SERVER
         and stuck_s > deps.settings.request_timeout_s
-        and deps.store.get_queue(job.job_id) is None
     ):
-        launch(deps, job, now)
-        return "replaced"
+        return place_again(deps, job, now)
     return None
 
 
@@ -247,15 +216,7 @@ def _placing(deps: Deps, name: str) -> bool:
     """A placement is creating the VM ``name`` now: its slot is taken before
     the VM exists, and its instance document is written after."""
     made_for = vm_attempt(name)
-    if made_for is None:
-        return False
-    job_id, attempt = made_for
-    job = deps.store.get_job(job_id)
-    return (
-        job is not None
-        and job.attempt == attempt
-        and job.substatus == JobSubstatus.REQUESTING_SERVER
-    )
+    return made_for is not None and vm_being_placed(name, deps.store.get_job(made_for[0]))
 
 
 def _instance_live(deps: Deps, name: str) -> bool:
@@ -268,29 +229,4 @@ def _instance_live(deps: Deps, name: str) -> bool:
 def _drain(deps: Deps, entry: QueueEntry, now: datetime) -> str | None:
     if entry.reason == "quota":
         return retry_waiting(deps, entry, now)
-    store = deps.store
-    job = store.get_job(entry.job_id)
-    if job is None or job.status in JobStatus.terminal() or job.attempt != entry.attempt:
-        store.delete_queue(entry.job_id)
-        return "queue_dropped"
-    if job.substatus not in (JobSubstatus.REQUESTING_SERVER, JobSubstatus.WAITING_FOR_CAPACITY):
-        store.delete_queue(entry.job_id)  # placed meanwhile
-        return "queue_dropped"
-    waited_s = (now - entry.enqueued_at).total_seconds()
-    if waited_s > job.spec.wait_request_s:
-        reason = (
-            f"no capacity within wait_request_s={job.spec.wait_request_s} s; "
-            f"tried {entry.tries} time(s), last: {entry.last_error}"
-        )
-        ended = store.update_job(
-            job.job_id, lambda current: fail_job(current, JobSubstatus.CANCELED, now, reason)
-        )
-        store.delete_queue(entry.job_id)
-        settle(deps, ended, now)
-        return "gave_up"
-    moved = store.update_job(
-        job.job_id,
-        lambda current: advance(current, JobSubstatus.REQUESTING_SERVER, now, note="retrying"),
-    )
-    launch(deps, moved or job, now)
-    return "placed"
+    return retry_capacity(deps, entry, now)

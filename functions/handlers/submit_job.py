@@ -6,9 +6,9 @@ from datetime import datetime
 
 from functions.deps import Deps
 from functions.handlers.envelope import Message, pubsub_handler
-from functions.ops.launch import launch
-from functions.ops.quota import take_job_slot
-from functions.ops.waiting import wait_for_quota
+from functions.ops.placement import launch
+from functions.ops.queue import wait_for_quota
+from functions.ops.slots import take_job_slot
 from shared import logs
 from shared.domain.documents import Rejection
 from shared.domain.errors import InvalidMessage, PermanentError

@@ -10,12 +10,14 @@ from __future__ import annotations
 from datetime import datetime
 
 from functions.deps import Deps
-from functions.ops.launch import launch
-from functions.ops.quota import settle
-from functions.ops.release import free_instance_slot, release_instance
+from functions.ops.jobs import settle
+from functions.ops.placement import launch
+from functions.ops.queue import queue_next_attempt
+from functions.ops.slots import free_instance_slot
+from functions.ops.teardown import release_instance
 from shared import logs
 from shared.domain import lifecycle
-from shared.domain.documents import InstanceDoc, JobDoc, QueueEntry, QueueReason
+from shared.domain.documents import InstanceDoc, JobDoc, QueueReason
 from shared.domain.errors import PermanentError
 from shared.domain.states import InstanceStatus, InstanceSubstatus, JobSubstatus
 
@@ -89,9 +91,5 @@ def recover(
 def relaunch(deps: Deps, job: JobDoc, reason: QueueReason, now: datetime) -> JobDoc:
     """Queue the attempt first (if this process dies, the reaper places it),
     then place it now."""
-    deps.store.put_queue(
-        QueueEntry(
-            job_id=job.job_id, reason=reason, attempt=job.attempt, not_before=now, enqueued_at=now
-        )
-    )
+    queue_next_attempt(deps, job, reason, now)
     return launch(deps, job, now)

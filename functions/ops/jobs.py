@@ -1,0 +1,134 @@
+"""A job's own course: settling one that ended (its slot goes to the user's
+next waiting job), canceling, and retrying a job that waits in the queue.
+
+Every step re-reads the job and acts only on what the job still is, so a late
+or repeated call (a redelivery, a second tick) changes nothing.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from functions.deps import Deps
+from functions.ops.placement import launch
+from functions.ops.queue import drop, give_up, wait_for_quota
+from functions.ops.slots import free_job_slot, take_job_slot
+from functions.ops.teardown import release_instance
+from shared import logs
+from shared.domain.documents import JobDoc, QueueEntry
+from shared.domain.errors import IllegalTransition, PermanentError
+from shared.domain.lifecycle import advance, end_attempt
+from shared.domain.queueing import give_up_reason
+from shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
+from shared.domain.transitions import fail_job
+
+
+def settle(deps: Deps, job: JobDoc | None, now: datetime) -> None:
+    """Free the slot of a job that has ended (no-op otherwise)."""
+    if job is not None and job.status in JobStatus.terminal():
+        release_job(deps, job.user, job.job_id, now)
+
+
+def release_job(deps: Deps, user: str, job_id: str, now: datetime) -> None:
+    """The job ended (or is gone): free its slot, then let the user's oldest
+    job waiting for quota try."""
+    free_job_slot(deps, user, job_id, now)
+    for entry in deps.store.queue_of_user(user):
+        if entry.reason == "quota" and entry.job_id != job_id:
+            retry_waiting(deps, entry, now)
+            return
+
+
+def cancel(deps: Deps, job_id: str, reason: str, now: datetime) -> JobDoc:
+    """CANCELED with the reason, queue entry dropped, VM deleted. Re-entrant:
+    canceling a canceled job finishes releasing its VM.
+
+    Raises:
+        PermanentError: no such job.
+    """
+    store = deps.store
+
+    def canceled(job: JobDoc) -> JobDoc:
+        if job.status in JobStatus.terminal():
+            return job
+        try:
+            return end_attempt(fail_job(job, JobSubstatus.CANCELED, now, reason), now, "canceled")
+        except IllegalTransition:
+            return job
+
+    job = store.update_job(job_id, canceled)
+    if job is None:
+        raise PermanentError(f"no job {job_id} to cancel")
+    if job.status != JobStatus.CANCELED:
+        logs.info(f"job {job_id}: already {job.status}; cancel ignored", job_id=job_id)
+        return job
+    store.delete_queue(job_id)
+    if job.instance:
+        instance = store.get_instance(job.instance)
+        if instance is not None and instance.status in InstanceStatus.live():
+            release_instance(deps, job.instance, now, note=f"job canceled: {reason}")
+    settle(deps, job, now)
+    logs.info(f"job {job_id}: canceled ({reason})", job_id=job_id)
+    return job
+
+
+def retry_waiting(deps: Deps, entry: QueueEntry, now: datetime) -> str:
+    """One more try for a job waiting for quota (a job slot, then slots for its
+    VMs): placed, still waiting, or CANCELED once ``wait_new_job_create_s`` has
+    passed since it began to wait. The queue entry stays until the job has its
+    VMs, so a job that gets its job slot but not its instance slots keeps its
+    place and its deadline."""
+    job = deps.store.get_job(entry.job_id)
+    if job is None or job.substatus != JobSubstatus.WAITING_FOR_QUOTA:
+        drop(deps, entry.job_id)
+        return "queue_dropped"
+    reason = take_job_slot(deps, job, now)
+    if reason is None:
+        moved = deps.store.update_job(
+            job.job_id,
+            lambda current: advance(current, JobSubstatus.REQUESTING_SERVER, now, "slot free"),
+        )
+        job = launch(deps, moved or job, now)
+        if job.substatus != JobSubstatus.WAITING_FOR_QUOTA:
+            return "placed"
+        reason = job.history[-1].note  # what launch found over quota
+    else:
+        job = wait_for_quota(deps, job, now, reason)
+    why = give_up_reason(entry, job.spec, now, last_error=reason)
+    if why is None:
+        return "waiting"
+    # It may hold a job slot (it was waiting for instance slots).
+    settle(deps, give_up(deps, job.job_id, why, now), now)
+    return "gave_up"
+
+
+def retry_capacity(deps: Deps, entry: QueueEntry, now: datetime) -> str:
+    """One more try for a job waiting for a VM (no capacity, or its next
+    attempt's safety net): placed, or CANCELED once ``wait_request_s`` has
+    passed since it began to wait."""
+    job = deps.store.get_job(entry.job_id)
+    if job is None or job.status in JobStatus.terminal() or job.attempt != entry.attempt:
+        drop(deps, entry.job_id)
+        return "queue_dropped"
+    if job.substatus not in (JobSubstatus.REQUESTING_SERVER, JobSubstatus.WAITING_FOR_CAPACITY):
+        drop(deps, entry.job_id)  # placed meanwhile
+        return "queue_dropped"
+    why = give_up_reason(entry, job.spec, now)
+    if why is not None:
+        settle(deps, give_up(deps, job.job_id, why, now), now)
+        return "gave_up"
+    moved = deps.store.update_job(
+        job.job_id,
+        lambda current: advance(current, JobSubstatus.REQUESTING_SERVER, now, note="retrying"),
+    )
+    launch(deps, moved or job, now)
+    return "placed"
+
+
+def place_again(deps: Deps, job: JobDoc, now: datetime) -> str | None:
+    """A job left in REQUESTING_SERVER with no queue entry (the placing
+    function died): place it again. None: it moved on, or the queue has it."""
+    if deps.store.get_queue(job.job_id) is not None:
+        return None
+    launch(deps, job, now)
+    return "replaced"
