@@ -58,8 +58,12 @@ def instance(
     )
 
 
-def vm(name: str = "sl-job1-a1", state: VmState = VmState.RUNNING, **labels: str) -> Vm:
-    return Vm(name=name, zone="local-a", state=state, labels={"spotline": "true", **labels})
+def vm(
+    name: str = "sl-job1-a1",
+    state: VmState = VmState.RUNNING,
+    labels: dict[str, str] | None = None,
+) -> Vm:
+    return Vm(name=name, zone="local-a", state=state, labels={"spotline": "true", **(labels or {})})
 
 
 def entry(job_id: str = "job1", reason: Any = "no-capacity", **fields: Any) -> QueueEntry:

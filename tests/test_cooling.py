@@ -134,7 +134,7 @@ def test_ending_a_cooling_vm_while_a_job_claims_it_has_one_winner(
 def test_a_sweep_that_listed_the_vm_running_leaves_it_cooling(
     call: Callable[..., Any], host: VmHost, project: str
 ) -> None:
-    from functions.handlers.reaper import _check_instance  # the sweep's step, on a stale listing
+    from functions.handlers.reaper import reap_vms  # the sweep's stage, on a stale listing
 
     call("submit_job", "submit", COOL, message_id="s1")
     call("on_epoch_done", "epoch_done", vm_event(Heartbeat, phase="TRAINING"), message_id="h1")
@@ -143,7 +143,8 @@ def test_a_sweep_that_listed_the_vm_running_leaves_it_cooling(
     call("on_job_finished", "job_finished", vm_event(JobFinished, exit_code=0), message_id="f1")
     assert listed is not None  # ...then the job ended and left it cooling
     vm = deps.current().compute.get(listed.zone, listed.name)
-    assert _check_instance(deps.current(), listed, vm, datetime.now(UTC)) is None
+    assert vm is not None
+    assert not reap_vms(deps.current(), [listed], [], [vm], datetime.now(UTC))
     instance = store.get_instance("sl-job1-a1")
     assert instance is not None and instance.status == InstanceStatus.COOLING
     assert host.get("sl-job1-a1") is not None

@@ -213,12 +213,12 @@ def test_a_stop_that_comes_after_a_release_began_lets_the_release_finish(
 def test_a_vm_restarted_during_a_sweep_is_no_orphan(
     call: Callable[..., Any], host: VmHost, project: str
 ) -> None:
-    from functions.handlers.reaper import _check_orphan  # the sweep's step, on a stale listing
+    from functions.handlers.reaper import reap_vms  # the sweep's stage, on a stale listing
 
     finish_first_job(call)
     listed = deps.current().compute.get("local-a", VM) or deps.current().compute.get("local-b", VM)
     assert listed is not None  # listed while stopped, owned by no live instance...
     call("submit_job", "submit", {**STOP, "job_id": "job2"}, message_id="s2")  # ...then restarted
-    assert _check_orphan(deps.current(), listed, datetime.now(UTC)) is None
+    assert not reap_vms(deps.current(), [], [], [listed], datetime.now(UTC))
     vm = host.get(VM)
     assert vm is not None and vm["state"] == "RUNNING"

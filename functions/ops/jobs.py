@@ -102,27 +102,15 @@ def retry_waiting(deps: Deps, entry: QueueEntry, now: datetime) -> str:
     return "gave_up"
 
 
-def retry_capacity(deps: Deps, entry: QueueEntry, now: datetime) -> str:
+def retry_placement(deps: Deps, job: JobDoc, now: datetime) -> JobDoc:
     """One more try for a job waiting for a VM (no capacity, or its next
-    attempt's safety net): placed, or CANCELED once ``wait_request_s`` has
-    passed since it began to wait."""
-    job = deps.store.get_job(entry.job_id)
-    if job is None or job.status in JobStatus.terminal() or job.attempt != entry.attempt:
-        drop(deps, entry.job_id)
-        return "queue_dropped"
-    if job.substatus not in (JobSubstatus.REQUESTING_SERVER, JobSubstatus.WAITING_FOR_CAPACITY):
-        drop(deps, entry.job_id)  # placed meanwhile
-        return "queue_dropped"
-    why = give_up_reason(entry, job.spec, now)
-    if why is not None:
-        settle(deps, give_up(deps, job.job_id, why, now), now)
-        return "gave_up"
+    attempt's safety net). Whether it should still wait is the caller's
+    question (``shared.domain.queueing.give_up_reason``)."""
     moved = deps.store.update_job(
         job.job_id,
         lambda current: advance(current, JobSubstatus.REQUESTING_SERVER, now, note="retrying"),
     )
-    launch(deps, moved or job, now)
-    return "placed"
+    return launch(deps, moved or job, now)
 
 
 def place_again(deps: Deps, job: JobDoc, now: datetime) -> str | None:
