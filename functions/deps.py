@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 from shared.settings import Settings
 
 if TYPE_CHECKING:
-    from shared.adapters.firestore_store import Store
-    from shared.adapters.pubsub_bus import Bus
+    from shared.ports.bus import Bus
     from shared.ports.compute import Compute
+    from shared.ports.store import Store
 
 
 def utc_now() -> datetime:
@@ -51,9 +51,9 @@ class Deps:
     @property
     def store(self) -> Store:
         if self._store is None:
-            from shared.adapters.firestore_store import Store
+            from shared.adapters.firestore_store import FirestoreStore
 
-            self._store = Store(self.settings.project)
+            self._store = FirestoreStore(self.settings.project)
         return self._store
 
     @property
@@ -65,9 +65,9 @@ class Deps:
     @property
     def bus(self) -> Bus:
         if self._bus is None:
-            from shared.adapters.pubsub_bus import Bus
+            from shared.adapters.pubsub_bus import PubsubBus
 
-            self._bus = Bus(self.settings.project, self.settings.topics)
+            self._bus = PubsubBus(self.settings.project, self.settings.topics)
         return self._bus
 
 

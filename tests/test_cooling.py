@@ -14,7 +14,7 @@ from functions import deps
 from functions.ops.placement import claim_cooling
 from functions.ops.teardown import charge_cooling, end_cooling
 from infra.localcloud.vm_host import VmHost
-from shared.adapters.firestore_store import Store
+from shared.adapters.firestore_store import FirestoreStore
 from shared.contract.events import Heartbeat, JobFinished, ReaperTick
 from shared.domain.cooling import charge
 from shared.domain.documents import JobDoc
@@ -37,12 +37,12 @@ def test_a_finished_job_leaves_its_vm_cooling(
     call: Callable[..., Any], host: VmHost, project: str
 ) -> None:
     finish_first_job(call)
-    instance = Store(project).get_instance("sl-job1-a1")
+    instance = FirestoreStore(project).get_instance("sl-job1-a1")
     assert instance is not None and instance.status == InstanceStatus.COOLING
     assert instance.cooling_until is not None and instance.cooling_since is not None
     assert (instance.cooling_until - instance.cooling_since).total_seconds() == 600
     assert [vm["name"] for vm in host.list()] == ["sl-job1-a1"]
-    user = Store(project).get_user("alice")
+    user = FirestoreStore(project).get_user("alice")
     assert user is not None and user.active_jobs == []  # the job's slot is free
 
 
@@ -51,7 +51,7 @@ def test_the_next_job_of_the_user_reuses_it(
 ) -> None:
     finish_first_job(call)
     call("submit_job", "submit", {**COOL, "job_id": "job2"}, message_id="s2")
-    store = Store(project)
+    store = FirestoreStore(project)
     job = store.get_job("job2")
     assert job is not None and job.instance == "sl-job1-a1"
     assert job.substatus == JobSubstatus.CONNECTING_SERVER
@@ -77,7 +77,7 @@ def test_another_user_or_machine_gets_a_new_vm(
 
 def test_one_cooling_vm_has_one_winner(call: Callable[..., Any], project: str) -> None:
     finish_first_job(call)
-    store = Store(project)
+    store = FirestoreStore(project)
     spec = JobSpec.model_validate({**COOL, "job_id": None})
     racers = [new_job(spec, f"racer{n}", f"m{n}", datetime.now(UTC)) for n in (1, 2)]
     winners: list[str] = []
@@ -100,7 +100,7 @@ def test_ending_a_cooling_vm_while_a_job_claims_it_has_one_winner(
     call: Callable[..., Any], host: VmHost, project: str
 ) -> None:
     finish_first_job(call)
-    store = Store(project)
+    store = FirestoreStore(project)
     cooling = store.get_instance("sl-job1-a1")
     assert cooling is not None
     spec = JobSpec.model_validate({**COOL, "job_id": None})
@@ -138,7 +138,7 @@ def test_a_sweep_that_listed_the_vm_running_leaves_it_cooling(
 
     call("submit_job", "submit", COOL, message_id="s1")
     call("on_epoch_done", "epoch_done", vm_event(Heartbeat, phase="TRAINING"), message_id="h1")
-    store = Store(project)
+    store = FirestoreStore(project)
     listed = store.get_instance("sl-job1-a1")  # listed while its job ran...
     call("on_job_finished", "job_finished", vm_event(JobFinished, exit_code=0), message_id="f1")
     assert listed is not None  # ...then the job ended and left it cooling
@@ -154,7 +154,7 @@ def test_the_reaper_prices_the_cooling_vm_then_ends_it(
     call: Callable[..., Any], host: VmHost, project: str
 ) -> None:
     finish_first_job(call)
-    store = Store(project)
+    store = FirestoreStore(project)
     an_hour_ago = datetime.now(UTC) - timedelta(minutes=60, seconds=5)
     store.update_instance(
         "sl-job1-a1",
@@ -192,7 +192,7 @@ def test_the_reaper_prices_the_cooling_vm_then_ends_it(
 
 def test_a_claimed_cooling_period_is_charged_once(call: Callable[..., Any], project: str) -> None:
     finish_first_job(call)
-    store = Store(project)
+    store = FirestoreStore(project)
     an_hour_ago = datetime.now(UTC) - timedelta(hours=1)
     store.update_instance(
         "sl-job1-a1",

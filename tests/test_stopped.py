@@ -13,7 +13,7 @@ import pytest
 from functions import deps
 from functions.ops.teardown import release_instance, stop_instance
 from infra.localcloud.vm_host import VmHost
-from shared.adapters.firestore_store import Store
+from shared.adapters.firestore_store import FirestoreStore
 from shared.contract.events import Heartbeat, JobFinished, ReaperTick
 from shared.domain.lifecycle import instance_closing
 from shared.domain.states import InstanceStatus, InstanceSubstatus, JobSubstatus
@@ -31,7 +31,7 @@ def finish_first_job(call: Callable[..., Any], spec: dict[str, Any] = STOP) -> N
 
 
 def state(instance_name: str, project: str) -> tuple[str, str | None]:
-    instance = Store(project).get_instance(instance_name)
+    instance = FirestoreStore(project).get_instance(instance_name)
     assert instance is not None
     return instance.status, instance.substatus
 
@@ -40,7 +40,7 @@ def test_a_finished_on_demand_job_leaves_its_vm_stopped(
     call: Callable[..., Any], host: VmHost, project: str
 ) -> None:
     finish_first_job(call)
-    store = Store(project)
+    store = FirestoreStore(project)
     instance = store.get_instance(VM)
     assert instance is not None and state(VM, project) == ("CLOSED", "STOPPED")
     assert instance.stopped_until is not None and instance.closed_at is not None
@@ -60,7 +60,7 @@ def test_the_next_job_of_the_user_restarts_it(
 ) -> None:
     finish_first_job(call)
     call("submit_job", "submit", {**STOP, "job_id": "job2"}, message_id="s2")
-    store = Store(project)
+    store = FirestoreStore(project)
     job = store.get_job("job2")
     assert job is not None and job.instance == VM
     assert job.substatus == JobSubstatus.CONNECTING_SERVER
@@ -109,7 +109,7 @@ def test_the_reaper_keeps_it_then_deletes_it_when_the_period_ends(
     assert state(VM, project) == ("CLOSED", "STOPPED")
     assert host.get(VM) is not None  # not taken for an orphan
 
-    store = Store(project)
+    store = FirestoreStore(project)
     store.update_instance(
         VM,
         lambda i: i.model_copy(update={"stopped_until": datetime.now(UTC) - timedelta(seconds=1)}),
@@ -129,7 +129,7 @@ def test_a_cooling_on_demand_vm_is_stopped_when_its_period_ends(
 ) -> None:
     finish_first_job(call, {**STOP, "cool_down_period_s": 600})
     assert state(VM, project) == ("COOLING", None)
-    Store(project).update_instance(
+    FirestoreStore(project).update_instance(
         VM,
         lambda i: i.model_copy(update={"cooling_until": datetime.now(UTC) - timedelta(seconds=1)}),
     )
@@ -137,7 +137,7 @@ def test_a_cooling_on_demand_vm_is_stopped_when_its_period_ends(
     assert state(VM, project) == ("CLOSED", "STOPPED")
     vm = host.get(VM)
     assert vm is not None and vm["state"] == "TERMINATED"
-    job = Store(project).get_job("job1")
+    job = FirestoreStore(project).get_job("job1")
     assert job is not None and job.cooling_charges.keys() == {VM}
 
 
@@ -148,7 +148,7 @@ def test_a_vm_deleted_while_stopped_is_closed(
     host.delete(VM)
     call("reaper", "reaper_tick", ReaperTick(), message_id="t1")
     assert state(VM, project) == ("CLOSED", "TERMINATED")
-    user = Store(project).get_user("alice")
+    user = FirestoreStore(project).get_user("alice")
     assert user is not None and user.stopped_instances == []
 
 
@@ -156,7 +156,7 @@ def test_a_stop_interrupted_by_a_crash_is_finished_by_the_reaper(
     call: Callable[..., Any], host: VmHost, project: str
 ) -> None:
     call("submit_job", "submit", STOP, message_id="s1")
-    store = Store(project)
+    store = FirestoreStore(project)
     # The function wrote CLOSING/STOPPING, then died before stopping the VM.
     store.update_instance(
         VM,
@@ -174,7 +174,7 @@ def test_the_reaper_frees_a_stopped_slot_whose_instance_is_not_stopped(
     call: Callable[..., Any], project: str
 ) -> None:
     finish_first_job(call)
-    store = Store(project)
+    store = FirestoreStore(project)
     # A crash between taking the slot and stopping, then the VM deleted.
     store.update_user("alice", lambda u: u.model_copy(update={"stopped_instances": [VM, "gone"]}))
     call("reaper", "reaper_tick", ReaperTick(), message_id="t1")
@@ -200,7 +200,7 @@ def test_a_stop_that_comes_after_a_release_began_lets_the_release_finish(
 ) -> None:
     call("submit_job", "submit", STOP, message_id="s1")
     now = datetime.now(UTC)
-    store = Store(project)
+    store = FirestoreStore(project)
     store.update_instance(VM, lambda current: instance_closing(current, now, "released"))
     instance = store.get_instance(VM)
     assert instance is not None

@@ -175,13 +175,13 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _submit(args: argparse.Namespace) -> int:
-    from shared.adapters.pubsub_bus import Bus
+    from shared.adapters.pubsub_bus import PubsubBus
     from shared.settings import Settings
 
     _connect(args.workdir)
     data = args.file.read_bytes()
     # Exactly what `gcloud pubsub topics publish spotline-submit --message=...` sends.
-    message_id = Bus(Settings.from_env().project).publish("submit", data)
+    message_id = PubsubBus(Settings.from_env().project).publish("submit", data)
     print(f"published message {message_id}")
     job_id = _job_id(data, message_id)
     if job_id:
@@ -202,19 +202,19 @@ def _job_id(data: bytes, message_id: str) -> str | None:
 
 
 def _cancel(args: argparse.Namespace) -> int:
-    from shared.adapters.pubsub_bus import Bus
+    from shared.adapters.pubsub_bus import PubsubBus
     from shared.contract.events import CancelRequest
     from shared.settings import Settings
 
     _connect(args.workdir)
     request = CancelRequest(job_id=args.job, reason=args.reason)
-    message_id = Bus(Settings.from_env().project).publish("cancel", request)
+    message_id = PubsubBus(Settings.from_env().project).publish("cancel", request)
     print(f"cancel of {args.job} published (message {message_id})")
     return 0
 
 
 def _preempt(args: argparse.Namespace) -> int:
-    from shared.adapters.firestore_store import Store
+    from shared.adapters.firestore_store import FirestoreStore
     from shared.adapters.local_compute import LocalCompute
     from shared.settings import Settings
 
@@ -227,7 +227,7 @@ def _preempt(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    store = Store(settings.project)
+    store = FirestoreStore(settings.project)
     job = store.get_job(args.target)
     name = job.instance if job is not None else args.target
     instance = store.get_instance(name or "")
@@ -249,11 +249,11 @@ def _preempt(args: argparse.Namespace) -> int:
 
 def _status(args: argparse.Namespace) -> int:
     from infra.cli.report import job_detail, jobs_table
-    from shared.adapters.firestore_store import Store
+    from shared.adapters.firestore_store import FirestoreStore
     from shared.settings import Settings
 
     _connect(args.workdir)
-    store = Store(Settings.from_env().project)
+    store = FirestoreStore(Settings.from_env().project)
     if args.job:
         job = store.get_job(args.job)
         if job is None:
@@ -267,11 +267,11 @@ def _status(args: argparse.Namespace) -> int:
 
 def _rejected(args: argparse.Namespace) -> int:
     from infra.cli.report import table
-    from shared.adapters.firestore_store import Store
+    from shared.adapters.firestore_store import FirestoreStore
     from shared.settings import Settings
 
     _connect(args.workdir)
-    rejections = Store(Settings.from_env().project).recent_rejections(args.limit)
+    rejections = FirestoreStore(Settings.from_env().project).recent_rejections(args.limit)
     rows = [[r.message_id, f"{r.at:%Y-%m-%d %H:%M:%S}", r.reason] for r in rejections]
     print(table(["MESSAGE", "AT", "REASON"], rows))
     return 0
@@ -288,12 +288,12 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _job(args: argparse.Namespace) -> tuple[Settings, JobDoc]:
     """The settings and the job named on the command line; exits if there is none."""
-    from shared.adapters.firestore_store import Store
+    from shared.adapters.firestore_store import FirestoreStore
     from shared.settings import Settings
 
     _connect(args.workdir)
     settings = Settings.from_env()
-    job = Store(settings.project).get_job(args.job)
+    job = FirestoreStore(settings.project).get_job(args.job)
     if job is None:
         raise SystemExit(f"no job {args.job}")
     return settings, job
@@ -354,14 +354,14 @@ def _tensorboard(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from shared.adapters.pubsub_bus import Bus
+    from shared.adapters.pubsub_bus import PubsubBus
     from shared.domain.lifecycle import job_id_for
 
     settings, job = _job(args)
     description = args.description or f"replay of {job.job_id}: {job.spec.description}"[:500]
     spec = job.spec.model_copy(update={"job_id": None, "description": description})
     data = spec.model_dump_json(exclude_none=True).encode()
-    message_id = Bus(settings.project).publish("submit", data)
+    message_id = PubsubBus(settings.project).publish("submit", data)
     print(f"replaying {job.job_id} as job {job_id_for(spec, message_id)} (message {message_id})")
     return 0
 
@@ -370,7 +370,7 @@ def _machines(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime, timedelta
 
     from infra.cli.report import MachineRow, machines_table
-    from shared.adapters.firestore_store import Store
+    from shared.adapters.firestore_store import FirestoreStore
     from shared.domain.capacity import capacity
     from shared.domain.catalog import load_catalog
     from shared.domain.states import InstanceStatus
@@ -379,7 +379,7 @@ def _machines(args: argparse.Namespace) -> int:
 
     _connect(args.workdir)
     settings = Settings.from_env()
-    store = Store(settings.project)
+    store = FirestoreStore(settings.project)
     quotas = _region_quotas(settings)
     since = datetime.now(UTC) - timedelta(hours=24)
     live = [i.machine_id for i in store.list_instances(InstanceStatus.live())]
