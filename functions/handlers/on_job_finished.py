@@ -1,7 +1,7 @@
-"""spotline-job-finished -> on_job_finished: record the outcome, release the VM.
+"""spotline-job-finished -> on_job_finished: record the outcome, let the VM go.
 
 Re-entrant: a redelivery after the job is recorded still makes sure the VM is
-deleted and the instance closed.
+let go (cooling, stopped or deleted) and the job's slot freed.
 """
 
 from __future__ import annotations
@@ -10,11 +10,10 @@ from functions.deps import Deps
 from functions.handlers.envelope import Message, pubsub_handler
 from functions.handlers.vm_events import apply_to_job
 from functions.ops.jobs import settle
-from functions.ops.teardown import retire_instance
+from functions.ops.teardown import after_job
 from shared import logs
 from shared.contract.events import JobFinished
 from shared.domain import lifecycle
-from shared.domain.cooling import start_cooling
 
 
 @pubsub_handler
@@ -30,13 +29,5 @@ def on_job_finished(message: Message, deps: Deps) -> None:
         status=job.status,
     )
     if event.instance in lifecycle.current_vms(job):
-        period = job.spec.cool_down_period_s
-        if period > 0 and not job.nodes:
-            # Kept for the user's next job; the reaper ends it when the period ends.
-            deps.store.update_instance(
-                event.instance,
-                lambda current: start_cooling(current, now, period, deps.settings.cooling_rule),
-            )
-        else:
-            retire_instance(deps, event.instance, now, note=f"job {job.status.lower()}")
+        after_job(deps, job, event.instance, now)
     settle(deps, job, now)

@@ -13,11 +13,10 @@ from pydantic import ValidationError
 
 from functions.deps import Deps
 from functions.handlers.envelope import Message, pubsub_handler
-from functions.ops.recovery import recover
+from functions.ops.recovery import preempted
 from shared.contract.events import parse_preemption
 from shared.domain.errors import InvalidMessage, PermanentError
-from shared.domain.lifecycle import StaleEvent, saved_after_loss
-from shared.domain.states import JobSubstatus
+from shared.domain.lifecycle import StaleEvent
 
 
 @pubsub_handler
@@ -31,26 +30,4 @@ def on_spot_preempted(message: Message, deps: Deps) -> None:
         raise PermanentError(f"preemption of {notice.instance}, which spotline does not know")
     if notice.attempt is not None and notice.attempt != instance.attempt:
         raise StaleEvent(f"{notice.instance}: attempt {notice.attempt} is not the instance's")
-    source = "the agent" if notice.source == "agent" else "the preemption log"
-    try:
-        recover(
-            deps,
-            instance,
-            JobSubstatus.PREEMPTED,
-            deps.clock(),
-            note=f"{instance.name} preempted (reported by {source})",
-            step=notice.step,
-            checkpoint_uri=notice.checkpoint_uri,
-            # The log entry comes at the start of the notice: let the VM save its state.
-            delete_vm=notice.source == "agent",
-        )
-    except StaleEvent:
-        # Recorded already; when the reaper recorded it (the VM vanished before
-        # this report came), the report still says what the attempt saved.
-        if notice.step is not None:
-            step = notice.step
-            deps.store.update_job(
-                instance.job_id,
-                lambda job: saved_after_loss(job, instance.attempt, step),
-            )
-        raise
+    preempted(deps, instance, notice, deps.clock())

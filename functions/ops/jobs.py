@@ -17,10 +17,42 @@ from functions.ops.teardown import release_instance
 from shared import logs
 from shared.domain.documents import JobDoc, QueueEntry
 from shared.domain.errors import IllegalTransition, PermanentError
-from shared.domain.lifecycle import advance, end_attempt
+from shared.domain.lifecycle import advance, end_attempt, job_id_for, new_job
 from shared.domain.queueing import give_up_reason
+from shared.domain.spec import JobSpec
 from shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
 from shared.domain.transitions import fail_job
+
+
+def admit(deps: Deps, spec: JobSpec, message_id: str, now: datetime) -> JobDoc:
+    """The submitted job, created; or, for a redelivered submission, as the
+    first delivery left it.
+
+    Raises:
+        PermanentError: another submission holds the job id.
+    """
+    job_id = job_id_for(spec, message_id)
+    job = new_job(spec, job_id, message_id, now)
+    if deps.store.create_job(job):
+        return job
+    existing = deps.store.get_job(job_id)
+    if existing is None:
+        raise RuntimeError(f"job {job_id} exists and vanished; retrying")
+    if existing.message_id != message_id:
+        raise PermanentError(f"job_id: {job_id!r} is already taken by another submission")
+    return existing  # a redelivery: carry on from where the first delivery got
+
+
+def start(deps: Deps, job: JobDoc, now: datetime) -> JobDoc:
+    """Take the job's slot and place it, or queue it for quota. Re-entrant: a
+    job past REQUESTING_SERVER is left as it is."""
+    if job.substatus != JobSubstatus.REQUESTING_SERVER:
+        logs.info(f"job {job.job_id}: already {job.substatus}, nothing to do", job_id=job.job_id)
+        return job
+    over_quota = take_job_slot(deps, job, now)
+    if over_quota is not None:
+        return wait_for_quota(deps, job, now, over_quota)
+    return launch(deps, job, now)
 
 
 def settle(deps: Deps, job: JobDoc | None, now: datetime) -> None:

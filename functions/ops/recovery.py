@@ -16,6 +16,7 @@ from functions.ops.queue import queue_next_attempt
 from functions.ops.slots import free_instance_slot
 from functions.ops.teardown import release_instance
 from shared import logs
+from shared.contract.events import PreemptionNotice
 from shared.domain import lifecycle
 from shared.domain.documents import InstanceDoc, JobDoc, QueueReason
 from shared.domain.errors import PermanentError
@@ -93,3 +94,34 @@ def relaunch(deps: Deps, job: JobDoc, reason: QueueReason, now: datetime) -> Job
     then place it now."""
     queue_next_attempt(deps, job, reason, now)
     return launch(deps, job, now)
+
+
+def preempted(deps: Deps, instance: InstanceDoc, notice: PreemptionNotice, now: datetime) -> None:
+    """A preemption report (the agent's or the log sink's): recover the job.
+
+    Raises:
+        StaleEvent: recorded already (by the other reporter, or by the reaper
+            when the VM vanished before this report came); the report's saved
+            step is still recorded on the lost attempt.
+    """
+    source = "the agent" if notice.source == "agent" else "the preemption log"
+    try:
+        recover(
+            deps,
+            instance,
+            JobSubstatus.PREEMPTED,
+            now,
+            note=f"{instance.name} preempted (reported by {source})",
+            step=notice.step,
+            checkpoint_uri=notice.checkpoint_uri,
+            # The log entry comes at the start of the notice: let the VM save its state.
+            delete_vm=notice.source == "agent",
+        )
+    except lifecycle.StaleEvent:
+        if notice.step is not None:
+            step = notice.step
+            deps.store.update_job(
+                instance.job_id,
+                lambda job: lifecycle.saved_after_loss(job, instance.attempt, step),
+            )
+        raise

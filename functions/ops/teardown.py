@@ -15,8 +15,8 @@ from functions.deps import Deps
 from functions.ops.slots import free_instance_slot, free_stopped_slot, take_stop_slot
 from shared import logs
 from shared.domain import lifecycle
-from shared.domain.cooling import charge, close_segment, while_cooling
-from shared.domain.documents import InstanceDoc
+from shared.domain.cooling import charge, close_segment, start_cooling, while_cooling
+from shared.domain.documents import InstanceDoc, JobDoc
 from shared.domain.errors import PermanentError
 from shared.domain.states import InstanceStatus, InstanceSubstatus
 from shared.domain.stopping import (
@@ -70,6 +70,18 @@ def finish_closing(deps: Deps, instance: InstanceDoc, now: datetime) -> None:
 
 
 # -- stopping --
+
+
+def after_job(deps: Deps, job: JobDoc, name: str, now: datetime) -> None:
+    """The job ended on the VM ``name``: keep it cooling for the user's next
+    job (``cool_down_period_s``, one node; the reaper ends it when the period
+    ends), else stop or delete it."""
+    period = job.spec.cool_down_period_s
+    if period > 0 and not job.nodes:
+        rule = deps.settings.cooling_rule
+        deps.store.update_instance(name, lambda current: start_cooling(current, now, period, rule))
+    else:
+        retire_instance(deps, name, now, note=f"job {job.status.lower()}")
 
 
 def retire_instance(deps: Deps, name: str, now: datetime, note: str) -> None:
