@@ -62,17 +62,17 @@ def sweep(deps: Deps, now: datetime) -> Counter[str]:
     counts = reap_vms(deps, instances, stopped, deps.compute.list({MANAGED_LABEL: "true"}), now)
     # 2.
     active = store.list_jobs(JobStatus.active())
-    _apply(deps, r.decide_jobs(active, settings, now), now, counts)
+    apply(deps, r.decide_jobs(active, settings, now), now, counts)
     # 3.
     due = store.due_queue(now)
     queued = _jobs(deps, [e.job_id for e in due if e.reason != "quota"])
-    _apply(deps, r.decide_queue(due, queued, now), now, counts)
+    apply(deps, r.decide_queue(due, queued, now), now, counts)
     # 4. Jobs before instances (see ``decide_slots``).
     users = store.list_users()
     names = [n for u in users for n in [*u.active_instances, *u.stopped_instances]]
     owners = _jobs(deps, [j for u in users for j in u.active_jobs] + list(map(r.job_of_vm, names)))
     held = _instances(deps, names)
-    _apply(deps, r.decide_slots(users, owners, held), now, counts)
+    apply(deps, r.decide_slots(users, owners, held), now, counts)
     return counts
 
 
@@ -86,9 +86,7 @@ def reap_vms(
     """Stage 1 on listings made before: the jobs are read now, after them."""
     wanted = [i.job_id for i in instances] + [vm.labels.get(r.JOB_LABEL, "") for vm in vms]
     jobs = _jobs(deps, wanted)
-    counts: Counter[str] = Counter()
-    _apply(deps, r.decide_vms(instances, stopped, vms, jobs, deps.settings, now), now, counts)
-    return counts
+    return apply(deps, r.decide_vms(instances, stopped, vms, jobs, deps.settings, now), now)
 
 
 def _jobs(deps: Deps, job_ids: Iterable[str]) -> dict[str, JobDoc]:
@@ -101,9 +99,12 @@ def _instances(deps: Deps, names: Iterable[str]) -> dict[str, InstanceDoc]:
     return {name: instance for name, instance in found.items() if instance is not None}
 
 
-def _apply(deps: Deps, actions: Sequence[r.Action], now: datetime, counts: Counter[str]) -> None:
-    """One action at a time: a failure is logged and the sweep goes on (the
-    next tick retries it)."""
+def apply(
+    deps: Deps, actions: Sequence[r.Action], now: datetime, counts: Counter[str] | None = None
+) -> Counter[str]:
+    """Run each action through ops, one at a time: a failure is logged and the
+    sweep goes on (the next tick retries it). The count of each outcome."""
+    counts = Counter() if counts is None else counts
     for action in actions:
         try:
             outcome = _APPLY[type(action)](deps, action, now)
@@ -115,6 +116,7 @@ def _apply(deps: Deps, actions: Sequence[r.Action], now: datetime, counts: Count
             outcome = "errors"
         if outcome:
             counts[outcome] += 1
+    return counts
 
 
 # -- each action through ops; the guards re-read what the listing may have missed --
