@@ -24,8 +24,14 @@ from datetime import datetime
 
 from functions.deps import Deps
 from functions.handlers.envelope import Message, pubsub_handler
-from functions.ops.jobs import cancel, place_again, release_job, retry_placement, retry_waiting
-from functions.ops.jobs import settle as settle_job
+from functions.ops.jobs import (
+    cancel,
+    place_again,
+    release_job,
+    retry_placement,
+    retry_waiting,
+    settle,
+)
 from functions.ops.queue import drop, give_up
 from functions.ops.recovery import recover
 from functions.ops.slots import free_instance_slot, free_stopped_slot
@@ -210,7 +216,7 @@ def _retry_placement(deps: Deps, action: r.RetryPlacement, now: datetime) -> str
 
 
 def _give_up(deps: Deps, action: r.GiveUp, now: datetime) -> str:
-    settle_job(deps, give_up(deps, action.job.job_id, action.reason, now), now)
+    settle(deps, give_up(deps, action.job.job_id, action.reason, now), now)
     return "gave_up"
 
 

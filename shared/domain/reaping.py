@@ -41,6 +41,9 @@ from shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
 from shared.domain.stopping import STOPPING_OR_STOPPED, stop_expired
 from shared.domain.vms import Vm, VmState
 
+JOB_LABEL = "spotline-job"  # on every VM spotline makes (shared.domain.placement.vm_labels)
+ATTEMPT_LABEL = "spotline-attempt"
+
 
 class Timeouts(Protocol):
     """The reaper's limits (``shared.settings.Settings`` has them)."""
@@ -247,10 +250,6 @@ def decide_vms(
         if vm.name not in owned and orphaned(vm, None, jobs.get(vm.labels.get(JOB_LABEL, ""))):
             actions.append(DeleteOrphan(vm))
     return actions
-
-
-JOB_LABEL = "spotline-job"
-ATTEMPT_LABEL = "spotline-attempt"
 
 
 def _instance_action(
