@@ -24,8 +24,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from infra.cli.demo import wait_for_job  # noqa: E402
 from infra.localcloud.vm_host import VmHost  # noqa: E402
-from infra.localstack.demo import wait_for_job  # noqa: E402
 from infra.localstack.stack import LocalStack, StackOptions  # noqa: E402
 from shared.adapters.firestore_store import FirestoreStore  # noqa: E402
 from shared.adapters.pubsub_bus import PubsubBus  # noqa: E402

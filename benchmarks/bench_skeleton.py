@@ -19,7 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from infra.localstack.demo import wait_for_job  # noqa: E402
+from infra.cli.demo import wait_for_job  # noqa: E402
 from infra.localstack.stack import LocalStack, StackOptions  # noqa: E402
 from infra.topology import FUNCTIONS  # noqa: E402
 from shared.adapters.firestore_store import FirestoreStore  # noqa: E402

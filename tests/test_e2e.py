@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from infra.cli.commands import main as cli
-from infra.localstack.demo import wait_for_job
+from infra.cli.demo import wait_for_job
 from infra.localstack.stack import LocalStack
 from shared.adapters.firestore_store import FirestoreStore
 from shared.adapters.pubsub_bus import PubsubBus

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from infra.localstack.demo import wait_for_job
+from infra.cli.demo import wait_for_job
 from infra.localstack.stack import LocalStack
 from shared.adapters.firestore_store import FirestoreStore
 from shared.domain.states import JobStatus

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from infra.localstack.demo import wait_for_job
+from infra.cli.demo import wait_for_job
 from infra.localstack.stack import LocalStack
 from shared.adapters.firestore_store import FirestoreStore
 from shared.adapters.pubsub_bus import PubsubBus

@@ -278,7 +278,7 @@ def _rejected(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from infra.localstack.demo import run_demo
+    from infra.cli.demo import run_demo
 
     workdir = args.workdir / "demo"
     shutil.rmtree(workdir, ignore_errors=True)
