@@ -64,6 +64,11 @@ def test_the_tree_keeps_every_contract(repo_root: Path) -> None:
             "Handlers above operations",
         ),
         (
+            "functions/ops/slots.py",
+            "from functions.ops import placement",
+            "Operations in layers",
+        ),
+        (
             "vm_image/agent/metadata.py",
             "from shared.adapters import firestore_store",
             "A VM only publishes events",
