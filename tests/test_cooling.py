@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from functions import deps
-from functions.ops.cooling import charge_cooling, claim_cooling, end_cooling
+from functions.ops.placement import claim_cooling
+from functions.ops.teardown import charge_cooling, end_cooling
 from infra.localcloud.vm_host import VmHost
 from shared.adapters.firestore_store import FirestoreStore
 from shared.contract.events import Heartbeat, JobFinished, ReaperTick
@@ -82,7 +83,7 @@ def test_one_cooling_vm_has_one_winner(call: Callable[..., Any], project: str) -
     winners: list[str] = []
 
     def race(job: JobDoc) -> None:
-        if claim_cooling(job, ["g2-standard-4"], datetime.now(UTC)) is not None:
+        if claim_cooling(deps.current(), job, ["g2-standard-4"], datetime.now(UTC)) is not None:
             winners.append(job.job_id)
 
     threads = [threading.Thread(target=race, args=(job,)) for job in racers]
@@ -107,10 +108,12 @@ def test_ending_a_cooling_vm_while_a_job_claims_it_has_one_winner(
     outcome: dict[str, object] = {}
 
     def claim() -> None:
-        outcome["claimed"] = claim_cooling(racer, ["g2-standard-4"], datetime.now(UTC))
+        outcome["claimed"] = claim_cooling(
+            deps.current(), racer, ["g2-standard-4"], datetime.now(UTC)
+        )
 
     def end() -> None:
-        outcome["ended"] = end_cooling(cooling, datetime.now(UTC), "ended early")
+        outcome["ended"] = end_cooling(deps.current(), cooling, datetime.now(UTC), "ended early")
 
     threads = [threading.Thread(target=claim), threading.Thread(target=end)]
     for thread in threads:
@@ -131,7 +134,7 @@ def test_ending_a_cooling_vm_while_a_job_claims_it_has_one_winner(
 def test_a_sweep_that_listed_the_vm_running_leaves_it_cooling(
     call: Callable[..., Any], host: VmHost, project: str
 ) -> None:
-    from functions.handlers.reaper import _check_instance  # the sweep's step, on a stale listing
+    from functions.handlers.reaper import reap_vms  # the sweep's stage, on a stale listing
 
     call("submit_job", "submit", COOL, message_id="s1")
     call("on_epoch_done", "epoch_done", vm_event(Heartbeat, phase="TRAINING"), message_id="h1")
@@ -139,8 +142,9 @@ def test_a_sweep_that_listed_the_vm_running_leaves_it_cooling(
     listed = store.get_instance("sl-job1-a1")  # listed while its job ran...
     call("on_job_finished", "job_finished", vm_event(JobFinished, exit_code=0), message_id="f1")
     assert listed is not None  # ...then the job ended and left it cooling
-    vm = deps.compute().get(listed.zone, listed.name)
-    assert _check_instance(listed, vm, datetime.now(UTC)) is None
+    vm = deps.current().compute.get(listed.zone, listed.name)
+    assert vm is not None
+    assert not reap_vms(deps.current(), [listed], [], [vm], datetime.now(UTC))
     instance = store.get_instance("sl-job1-a1")
     assert instance is not None and instance.status == InstanceStatus.COOLING
     assert host.get("sl-job1-a1") is not None
@@ -172,7 +176,7 @@ def test_the_reaper_prices_the_cooling_vm_then_ends_it(
     assert ended is not None
     # A sweep that charged the job and crashed before closing the instance:
     # the next sweep charges it again, which must not add up.
-    charge_cooling(ended, datetime.now(UTC))
+    charge_cooling(deps.current(), ended, datetime.now(UTC))
     call("reaper", "reaper_tick", ReaperTick(), message_id="t2")
     instance = store.get_instance("sl-job1-a1")
     assert instance is not None and (instance.status, instance.substatus) == (
@@ -222,5 +226,5 @@ def test_a_charge_is_set_per_instance_and_only_grows() -> None:
 def test_cooling_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SPOTLINE_COOLING_BASELINE_MIN", "5")
     deps.reset()
-    assert deps.settings().cooling_rule.baseline_min == 5
+    assert deps.current().settings.cooling_rule.baseline_min == 5
     deps.reset()

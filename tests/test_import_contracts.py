@@ -59,9 +59,14 @@ def test_the_tree_keeps_every_contract(repo_root: Path) -> None:
             "The domain and the VM contract are pure",
         ),
         (
-            "functions/ops/release.py",
+            "functions/ops/teardown.py",
             "from functions.handlers import envelope",
             "Handlers above operations",
+        ),
+        (
+            "functions/ops/slots.py",
+            "from functions.ops import placement",
+            "Operations in layers",
         ),
         (
             "vm_image/agent/metadata.py",

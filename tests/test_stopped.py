@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 
 from functions import deps
-from functions.ops.release import release_instance
-from functions.ops.stopped import stop_instance
+from functions.ops.teardown import release_instance, stop_instance
 from infra.localcloud.vm_host import VmHost
 from shared.adapters.firestore_store import FirestoreStore
 from shared.contract.events import Heartbeat, JobFinished, ReaperTick
@@ -190,7 +189,7 @@ def test_a_release_from_a_stale_sweep_keeps_a_vm_its_job_stopped(
     # found the job ended and released it: after on_job_finished stopped it.
     finish_first_job(call)
     assert state(VM, project) == ("CLOSED", "STOPPED")
-    release_instance(VM, datetime.now(UTC), note="no live job owns it")
+    release_instance(deps.current(), VM, datetime.now(UTC), note="no live job owns it")
     assert state(VM, project) == ("CLOSED", "STOPPED")
     vm = host.get(VM)
     assert vm is not None and vm["state"] == "TERMINATED"
@@ -205,7 +204,7 @@ def test_a_stop_that_comes_after_a_release_began_lets_the_release_finish(
     store.update_instance(VM, lambda current: instance_closing(current, now, "released"))
     instance = store.get_instance(VM)
     assert instance is not None
-    stop_instance(instance, 3600, now, "job completed")
+    stop_instance(deps.current(), instance, 3600, now, "job completed")
     assert state(VM, project) == ("CLOSING", "TERMINATING")  # not stopped under the release
     user = store.get_user("alice")
     assert user is not None and user.stopped_instances == []
@@ -214,12 +213,12 @@ def test_a_stop_that_comes_after_a_release_began_lets_the_release_finish(
 def test_a_vm_restarted_during_a_sweep_is_no_orphan(
     call: Callable[..., Any], host: VmHost, project: str
 ) -> None:
-    from functions.handlers.reaper import _check_orphan  # the sweep's step, on a stale listing
+    from functions.handlers.reaper import reap_vms  # the sweep's stage, on a stale listing
 
     finish_first_job(call)
-    listed = deps.compute().get("local-a", VM) or deps.compute().get("local-b", VM)
+    listed = deps.current().compute.get("local-a", VM) or deps.current().compute.get("local-b", VM)
     assert listed is not None  # listed while stopped, owned by no live instance...
     call("submit_job", "submit", {**STOP, "job_id": "job2"}, message_id="s2")  # ...then restarted
-    assert _check_orphan(listed, datetime.now(UTC)) is None
+    assert not reap_vms(deps.current(), [], [], [listed], datetime.now(UTC))
     vm = host.get(VM)
     assert vm is not None and vm["state"] == "RUNNING"

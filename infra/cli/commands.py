@@ -418,7 +418,7 @@ def _machines(args: argparse.Namespace) -> int:
 
     settings = _connect(args.workdir)
     store = FirestoreStore(settings.project)
-    quotas = _region_quotas(settings.region)
+    quotas = _region_quotas(settings)
     since = datetime.now(UTC) - timedelta(hours=24)
     live = [i.machine_id for i in store.list_instances(InstanceStatus.live())]
     rows = []
@@ -438,16 +438,17 @@ def _machines(args: argparse.Namespace) -> int:
     return 0
 
 
-def _region_quotas(region: str) -> dict[str, Quota] | None:
+def _region_quotas(settings: Settings) -> dict[str, Quota] | None:
     """The region's quotas through the settings' compute adapter, or None (and
     why, on stderr) when they cannot be read."""
     from google.auth.exceptions import GoogleAuthError
 
-    from functions import deps
+    from functions.deps import build_compute
     from shared.domain.errors import SpotlineError
 
+    region = settings.region
     try:
-        return deps.compute().region_quotas(region)
+        return build_compute(settings).region_quotas(region)
     except (SpotlineError, GoogleAuthError) as err:  # no credentials, no permission, down
         reason = " ".join(str(err).split())
         print(f"CAPACITY unknown: cannot read the quotas of {region}: {reason}", file=sys.stderr)
