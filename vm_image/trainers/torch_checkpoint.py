@@ -175,28 +175,41 @@ def save_checkpoint(
     fs, root = url_to_fs(checkpoint_dir)
     fs.makedirs(root, exist_ok=True)
     final = f"{root.rstrip('/')}/{checkpoint_name(step)}"
+    if isinstance(fs, LocalFileSystem):
+        _save_by_rename(fs, root, final, payload)
+    else:
+        # An object store (gs://) publishes an object whole, when its upload
+        # ends: a killed writer leaves no object. A temporary name and a move
+        # would cost a server-side copy (GCS has no rename) inside the 30 s
+        # notice. A save that raises still closes the file, which publishes
+        # what was written: remove it.
+        try:
+            with fs.open(final, "wb") as stream:
+                torch.save(payload, stream)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                fs.rm(final)
+            raise
+    others = [path for _, path in checkpoint_paths(fs, root) if path != final]
+    for old in others[: max(len(others) - (keep - 1), 0)]:
+        fs.rm(old)
+    return str(fs.unstrip_protocol(final))
+
+
+def _save_by_rename(fs: LocalFileSystem, root: str, final: str, payload: dict[str, Any]) -> None:
+    """Write under a temporary name, then rename: a reader never sees a partial file."""
     # The temporary name must not match CHECKPOINT_PATTERN, so readers skip it.
-    # On a local disk mv is a rename; on GCS it is a copy, and an object only
-    # becomes visible once complete, so the final name never shows a partial file.
-    temporary = f"{root.rstrip('/')}/.tmp-{uuid.uuid4().hex}-{checkpoint_name(step)}"
+    temporary = f"{root.rstrip('/')}/.tmp-{uuid.uuid4().hex}-{final.rsplit('/', 1)[-1]}"
     try:
         # Straight into the file: a serialized copy in memory first doubles the
-        # peak memory. On a local disk torch's own writer, given the path, is
-        # 2-3x faster than writing through a Python file object (bench_checkpoint).
-        if isinstance(fs, LocalFileSystem):
-            torch.save(payload, temporary)
-        else:
-            with fs.open(temporary, "wb") as stream:
-                torch.save(payload, stream)
+        # peak memory; torch's own writer, given the path, is 2-3x faster than
+        # writing through a Python file object (bench_checkpoint).
+        torch.save(payload, temporary)
         fs.mv(temporary, final)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             fs.rm(temporary)
         raise
-    others = [path for _, path in checkpoint_paths(fs, root) if path != final]
-    for old in others[: max(len(others) - (keep - 1), 0)]:
-        fs.rm(old)
-    return str(fs.unstrip_protocol(final))
 
 
 def load_checkpoint(uri: str) -> Checkpoint:
