@@ -95,7 +95,7 @@ def run_demo(
         job = wait_for_job(store, job_id, timeout_s, on_update=chaos)
         print()
         print(job_detail(job, store.list_epochs(job_id)))
-        print(stored_files(Settings.from_env().job_prefix(job_id)))
+        print(stored_files(Settings.from_env(config_file=False).job_prefix(job_id)))
         assert stack.vm_host is not None
         vms_left = _wait_vms_gone(stack, timeout_s=30)
         print(f"\nVM processes left: {vms_left}")
