@@ -40,6 +40,9 @@ class StorageEmulator:
     def __init__(
         self, data_dir: Path, log_path: Path, bucket: str = BUCKET, port: int | None = None
     ) -> None:
+        missing = storage_emulator_missing()
+        if missing:
+            raise RuntimeError(f"the local stack needs its Cloud Storage emulator: {missing}")
         self.bucket = bucket
         self.port = port or free_port()
         self.host = f"127.0.0.1:{self.port}"
