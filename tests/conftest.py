@@ -22,23 +22,32 @@ from functions import deps
 from infra.localcloud.vm_host import VmHost
 from infra.localstack.emulators import Emulator, emulators_available, start_firestore, start_pubsub
 from infra.localstack.stack import LocalStack, StackOptions
+from infra.localstack.storage import StorageEmulator, reload_fsspec_config, storage_emulator_missing
 from tests.pubsub_events import post
 
 _MISSING = emulators_available()
+_NO_STORAGE = storage_emulator_missing()
 # The Compute Engine client against the wire double: `double`, `compute`.
 pytest_plugins = ["tests.gce_client"]
 
 
 def pytest_report_header() -> list[str]:
+    lines = ["emulators: Firestore and Pub/Sub from the Google Cloud CLI"]
     if _MISSING:
-        return [f"!!! EMULATOR TESTS WILL BE SKIPPED: {_MISSING} !!!"]
-    return ["emulators: Firestore and Pub/Sub from the Google Cloud CLI"]
+        lines = [f"!!! EMULATOR TESTS WILL BE SKIPPED: {_MISSING} !!!"]
+    if _NO_STORAGE:
+        lines.append(f"!!! STORAGE AND E2E TESTS WILL BE SKIPPED: {_NO_STORAGE} !!!")
+    return lines
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if _MISSING:
         terminalreporter.write_line(
             f"!!! EMULATOR TESTS WERE SKIPPED: {_MISSING} !!!", red=True, bold=True
+        )
+    if _NO_STORAGE:
+        terminalreporter.write_line(
+            f"!!! STORAGE AND E2E TESTS WERE SKIPPED: {_NO_STORAGE} !!!", red=True, bold=True
         )
 
 
@@ -62,8 +71,8 @@ def emulators(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Emulat
 @pytest.fixture(scope="session")
 def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     """The whole system, once per session, with short timeouts for chaos tests."""
-    if _MISSING:
-        pytest.skip(f"emulators unavailable: {_MISSING}")
+    if _MISSING or _NO_STORAGE:
+        pytest.skip(f"emulators unavailable: {_MISSING or _NO_STORAGE}")
     options = StackOptions(
         project="spotline-e2e",
         tick_s=1.0,
@@ -74,6 +83,39 @@ def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack
     )
     with LocalStack(tmp_path_factory.mktemp("stack"), options) as stack:
         yield stack
+
+
+@pytest.fixture(scope="session")
+def storage_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StorageEmulator]:
+    """The Cloud Storage emulator, once per session, with its bucket."""
+    if _NO_STORAGE:
+        pytest.skip(_NO_STORAGE)
+    folder = tmp_path_factory.mktemp("storage-emulator")
+    emulator = StorageEmulator(folder / "data", folder / "storage-emulator.log")
+    try:
+        emulator.wait_ready()
+        yield emulator
+    finally:
+        emulator.stop()
+
+
+@pytest.fixture
+def gcs(storage_emulator: StorageEmulator) -> Iterator[str]:
+    """A fresh gs:// folder in the emulator's bucket, with this process (and the
+    processes it starts) pointed at the emulator as the local stack points a VM."""
+    env = storage_emulator.client_env()
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    reload_fsspec_config()
+    try:
+        yield f"{storage_emulator.root}/test-{uuid.uuid4().hex[:10]}"
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        reload_fsspec_config()
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ schedule, the source archive."""
 from __future__ import annotations
 
 import io
+import re
 import zipfile
 from dataclasses import replace
 from datetime import timedelta
@@ -222,4 +223,17 @@ def test_requirements_pin_the_runtime_dependencies_the_functions_import() -> Non
     assert "functions-framework" in names  # the runtime installs it, but say so
     assert {"google-cloud-firestore", "google-cloud-pubsub", "google-cloud-compute"} <= set(names)
     assert "google-cloud-functions" not in names and "google-cloud-scheduler" not in names
+    assert "gcsfs" not in names and "fsspec" not in names
     assert all("==" in line for line in lines)
+
+
+def test_the_functions_never_touch_storage_so_they_need_no_gcsfs() -> None:
+    archive = zipfile.ZipFile(io.BytesIO(build_archive().data))
+    sources = {n: archive.read(n).decode() for n in archive.namelist() if n.endswith(".py")}
+
+    importing = [
+        name
+        for name, text in sources.items()
+        if re.search(r"^\s*(import|from)\s+(fsspec|gcsfs)\b", text, re.MULTILINE)
+    ]
+    assert len(sources) > 20 and importing == []

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import fsspec
 import pytest
 
 from infra.cli.commands import main as cli
@@ -20,6 +20,7 @@ from infra.localstack.stack import LocalStack
 from shared.adapters.firestore_store import FirestoreStore
 from shared.domain.states import JobStatus
 from tests.test_e2e_recovery import epochs_of, once, submit, wait_no_vms
+from vm_image.agent.transfers import upload_folder
 
 pytestmark = [pytest.mark.emulators, pytest.mark.e2e]
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "command_job"
@@ -47,10 +48,11 @@ def test_a_command_job_survives_a_preemption(
 ) -> None:
     assert local_stack.vm_host is not None
     host = local_stack.vm_host
-    code = tmp_path / "code"
-    shutil.copytree(EXAMPLE, code)
+    assert local_stack.storage is not None
+    code_uri = f"{local_stack.storage.root}/code/{tmp_path.name}"
+    assert upload_folder(EXAMPLE, code_uri) >= 1  # the agent fetches it from the bucket
     job_id = submit(
-        local_stack, trainer=None, command=["python", "train.py"], code_uri=f"file://{code}",
+        local_stack, trainer=None, command=["python", "train.py"], code_uri=code_uri,
         epochs=4, seed=5, hyperparameters={"step_time_s": 0.02},
     )  # fmt: skip
     preempt = once(
@@ -67,6 +69,11 @@ def test_a_command_job_survives_a_preemption(
     assert second.resumed_from_step == first.checkpoint_step  # nothing lost
     assert job.metrics == pytest.approx(straight_through(tmp_path, 4, 5), abs=1e-9)
     assert epochs_of(store, job_id, 4) == [1, 2, 3, 4]
+    # Its state lives in the bucket, written by train.py through gcsfs.
+    state_uri = f"{local_stack.storage.root}/jobs/{job_id}/checkpoints/state.json"
+    assert job.checkpoint_uri == state_uri
+    with fsspec.open(state_uri, "rb") as state:
+        assert json.loads(state.read())["step"] == 4 * 50
     assert first.logs_query and f'jsonPayload.job_id="{job_id}"' in first.logs_query
 
     capsys.readouterr()

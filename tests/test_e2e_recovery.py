@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fsspec.core import url_to_fs
 
 from infra.cli.demo import wait_for_job
 from infra.localstack.stack import LocalStack
+from infra.localstack.storage import BUCKET
 from shared.adapters.firestore_store import FirestoreStore
 from shared.adapters.pubsub_bus import PubsubBus
 from shared.domain.documents import JobDoc
@@ -102,6 +104,13 @@ def uninterrupted_final_metrics(tmp_path: Path, epochs: int, seed: int) -> dict[
     return [line for line in lines if line["type"] == "epoch"][-1]["metrics"]
 
 
+def stored(uri: str) -> bool:
+    """Whether ``uri`` is an object in the stack's storage, asked through gcsfs."""
+    fs, path = url_to_fs(uri)
+    fs.invalidate_cache()  # another process wrote it: no cached listing
+    return bool(fs.exists(path))
+
+
 def test_a_preemption_mid_epoch_loses_nothing(local_stack: LocalStack, tmp_path: Path) -> None:
     assert local_stack.vm_host is not None
     host = local_stack.vm_host
@@ -110,9 +119,18 @@ def test_a_preemption_mid_epoch_loses_nothing(local_stack: LocalStack, tmp_path:
         lambda job: host.preempt(job.instance or "", 10.0),
         when=lambda job: job.attempt == 1 and job.epoch >= 1,
     )
+    # The notice's checkpoint, looked up in the bucket while the second attempt
+    # starts (later epochs' checkpoints replace it: two are kept).
+    notice_checkpoint: dict[str, bool] = {}
+
+    def watch(job: JobDoc) -> None:
+        preempt(job)
+        if job.attempt == 2 and job.checkpoint_uri and not notice_checkpoint:
+            notice_checkpoint[job.checkpoint_uri] = stored(job.checkpoint_uri)
+
     store = FirestoreStore(local_stack.options.project)
 
-    job = wait_for_job(store, job_id, 180, echo=False, on_update=preempt)
+    job = wait_for_job(store, job_id, 180, echo=False, on_update=watch)
 
     assert job.status == JobStatus.COMPLETED, job.error
     assert (job.attempt, job.preemptions) == (2, 1)
@@ -121,6 +139,11 @@ def test_a_preemption_mid_epoch_loses_nothing(local_stack: LocalStack, tmp_path:
     assert first.checkpoint_step > 45  # saved on the notice, after epoch 1's checkpoint
     steps_recomputed = first.checkpoint_step - (second.resumed_from_step or 0)
     assert steps_recomputed == 0  # resumed from the very step saved on the notice
+    # That checkpoint went to the stack's gs:// bucket, through gcsfs.
+    checkpoints = f"gs://{BUCKET}/jobs/{job_id}/checkpoints"
+    assert notice_checkpoint == {f"{checkpoints}/ckpt-{first.checkpoint_step:012d}.pt": True}
+    assert job.checkpoint_uri and job.checkpoint_uri.startswith(f"{checkpoints}/ckpt-")
+    assert stored(job.checkpoint_uri)
     expected = uninterrupted_final_metrics(tmp_path, epochs=4, seed=3)
     assert job.metrics == pytest.approx(expected, abs=1e-6)
     assert epochs_of(store, job_id, 4) == [1, 2, 3, 4]

@@ -191,6 +191,29 @@ def test_a_preemption_publishes_the_newest_checkpoint(
 
 
 @pytest.mark.emulators
+def test_a_preemption_publishes_the_newest_checkpoint_in_the_bucket(
+    project: str, subscription: Subscription, gcs: str
+) -> None:
+    # As on a VM: the trainer saved into gs://, the shutdown script lists it
+    # through gcsfs (in its own process, pointed at the storage emulator).
+    checkpoint_dir = f"{gcs}/jobs/j1/checkpoints"
+    uris = _save_checkpoints(checkpoint_dir, [40, 120])
+    done, event = _preempted_notice(project, subscription, checkpoint_dir, "-X", "importtime")
+    assert event.checkpoint_uri == uris[-1] == f"{checkpoint_dir}/ckpt-000000000120.pt"
+    assert event.step == 120
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
+    assert "gcsfs.core" in imported and not any(name.startswith("torch") for name in imported)
+
+
+@pytest.mark.emulators
+def test_a_preemption_in_an_empty_bucket_folder_still_publishes(
+    project: str, subscription: Subscription, gcs: str
+) -> None:
+    _, event = _preempted_notice(project, subscription, f"{gcs}/jobs/j1/checkpoints")
+    assert (event.checkpoint_uri, event.step) == (None, None)
+
+
+@pytest.mark.emulators
 def test_a_preemption_publishes_the_keras_state_without_importing_a_framework(
     project: str, subscription: Subscription, tmp_path: Path
 ) -> None:

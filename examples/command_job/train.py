@@ -48,9 +48,14 @@ def main():
         print(f"resumed at step {state['step']}", flush=True)
 
     def save():
-        with fs.open(path + ".tmp", "w") as f:
-            json.dump(state, f)
-        fs.mv(path + ".tmp", path)
+        data = json.dumps(state).encode()
+        if "file" in fs.protocol:
+            # On a disk: a temporary name, then a rename, so no reader sees half a file.
+            fs.pipe_file(path + ".tmp", data)
+            fs.mv(path + ".tmp", path)
+        else:
+            # Cloud Storage publishes an object whole once uploaded (and has no rename).
+            fs.pipe_file(path, data)
 
     while state["step"] < epochs * STEPS_PER_EPOCH:
         if stop_requested:

@@ -150,6 +150,7 @@ def _quota_limit(text: str) -> tuple[str, float]:
 def _connect(workdir: Path) -> Settings:
     """The settings of the system the CLI talks to, with its clients pointed there
     (see ``_where``); exits when there is none."""
+    from infra.localstack.storage import reload_fsspec_config
     from shared.settings import Settings
 
     env, config_file, _ = _where(workdir)
@@ -159,6 +160,7 @@ def _connect(workdir: Path) -> Settings:
             "run `spotline up`, or `spotline deploy` (or set SPOTLINE_PROJECT and credentials)"
         )
     os.environ.update(env)
+    reload_fsspec_config()  # the storage emulator's defaults for gs://, if any
     return Settings.from_env(config_file=config_file)
 
 
@@ -383,6 +385,8 @@ def _tensorboard(args: argparse.Namespace) -> int:
     settings, job = _job(args)
     source = f"{settings.job_prefix(job.job_id)}/outputs/tensorboard"
     fs, path = fsspec.core.url_to_fs(source)
+    # gcsfs caches listings per process; the agent may have uploaded since.
+    fs.invalidate_cache(path)
     if not fs.exists(path):
         print(f"job {job.job_id} has no TensorBoard logs (yet) in {source}", file=sys.stderr)
         return 1

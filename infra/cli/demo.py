@@ -14,6 +14,7 @@ from shared.domain.documents import JobDoc
 from shared.domain.lifecycle import job_id_for
 from shared.domain.spec import parse_spec
 from shared.domain.states import JobStatus
+from shared.settings import Settings
 
 
 def wait_for_job(
@@ -94,11 +95,25 @@ def run_demo(
         job = wait_for_job(store, job_id, timeout_s, on_update=chaos)
         print()
         print(job_detail(job, store.list_epochs(job_id)))
+        print(stored_files(Settings.from_env(config_file=False).job_prefix(job_id)))
         assert stack.vm_host is not None
         vms_left = _wait_vms_gone(stack, timeout_s=30)
         print(f"\nVM processes left: {vms_left}")
     print(f"demo finished in {time.monotonic() - started:.1f} s: {job.status}")
     return 0 if job.status == JobStatus.COMPLETED and vms_left == 0 else 1
+
+
+def stored_files(prefix: str) -> str:
+    """What a job left in storage (the emulator's bucket here), listed through gcsfs."""
+    from fsspec.core import url_to_fs
+
+    fs, root = url_to_fs(prefix)
+    fs.invalidate_cache()  # the VMs wrote it, not this process
+    found = fs.find(root, detail=True)
+    lines = [f"stored under {prefix}:"]
+    for path, info in sorted(found.items()):
+        lines.append(f"  {path.removeprefix(root).lstrip('/')}  {info['size']:,} bytes")
+    return "\n".join(lines) if found else f"nothing stored under {prefix}"
 
 
 def _wait_vms_gone(stack: LocalStack, timeout_s: float) -> int:

@@ -23,8 +23,12 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("functions", "shared")
 SUFFIXES = (".py", ".json")
-# Runtime dependencies the functions never import: only the deploying CLI does.
+# Runtime dependencies the functions never import: the deploying CLI's, and
+# storage's (only the VMs and the CLI read or write the bucket; the functions
+# pass gs:// URLs along as strings).
 DEPLOY_ONLY = frozenset({"google-cloud-functions", "google-cloud-scheduler"})
+STORAGE_ONLY = frozenset({"fsspec", "gcsfs"})
+NOT_IN_FUNCTIONS = DEPLOY_ONLY | STORAGE_ONLY
 # Zip timestamps cannot be older than 1980.
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -57,7 +61,7 @@ def requirements(pyproject: Path, pin: bool = True) -> str:
         if match is None:
             raise ValueError(f"cannot read the dependency {spec!r} in {pyproject}")
         name = match.group(0)
-        if name.lower() in DEPLOY_ONLY:
+        if name.lower() in NOT_IN_FUNCTIONS:
             continue
         lines.append(_pinned(name, spec) if pin else spec)
     return "\n".join(sorted(lines, key=str.lower)) + "\n"

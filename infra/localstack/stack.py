@@ -1,7 +1,8 @@
 """``spotline up``: the whole system on one machine, with nothing imitated
 that can run here.
 
-1. the Firestore and Pub/Sub emulators (gcloud), on free ports;
+1. the Firestore and Pub/Sub emulators (gcloud) and a Cloud Storage emulator
+   holding the ``gs://`` storage root, on free ports;
 2. the local VM host: "VMs" are processes running the real agent, each with
    its own metadata server;
 3. one functions-framework server per function in the topology;
@@ -29,6 +30,7 @@ from infra.localstack.chaos import RandomPreemptions
 from infra.localstack.emulators import Emulator, start_firestore, start_pubsub
 from infra.localstack.processes import ManagedProcess, free_port, http_ok
 from infra.localstack.pubsub import apply_topology
+from infra.localstack.storage import StorageEmulator, reload_fsspec_config
 from infra.topology import FUNCTIONS, REAPER_SCHEDULE
 from shared import logs
 from shared.adapters.firestore_store import FirestoreStore
@@ -65,6 +67,7 @@ class LocalStack:
         self.options = options or StackOptions()
         self.firestore: Emulator | None = None
         self.pubsub: Emulator | None = None
+        self.storage: StorageEmulator | None = None
         self.vm_host: VmHost | None = None
         self.chaos: RandomPreemptions | None = None
         self.functions: dict[str, ManagedProcess] = {}
@@ -82,8 +85,13 @@ class LocalStack:
         try:
             self.firestore = start_firestore(logs_dir)
             self.pubsub = start_pubsub(logs_dir, self.options.project)
-            with ThreadPoolExecutor(2) as pool:
-                waits = [pool.submit(e.wait_ready) for e in (self.firestore, self.pubsub)]
+            self.storage = StorageEmulator(
+                self.workdir / "storage", logs_dir / "storage-emulator.log"
+            )
+            with ThreadPoolExecutor(3) as pool:
+                waits = [
+                    pool.submit(e.wait_ready) for e in (self.firestore, self.pubsub, self.storage)
+                ]
                 for wait in waits:
                     wait.result()
             self.timings["emulators_s"] = time.monotonic() - started
@@ -107,6 +115,7 @@ class LocalStack:
             # emulators through these variables; close() puts them back.
             self._saved_env = {name: os.environ.get(name) for name in self.client_env()}
             os.environ.update(self.client_env())
+            reload_fsspec_config()
             apply_topology(self.options.project, self.endpoints)
             FirestoreStore(self.options.project).seed_machines(load_catalog())
             self._ticker = threading.Thread(target=self._tick, daemon=True)
@@ -128,7 +137,7 @@ class LocalStack:
             self.vm_host.close()
         for server in self.functions.values():
             server.stop()
-        for emulator in (self.pubsub, self.firestore):
+        for emulator in (self.storage, self.pubsub, self.firestore):
             if emulator is not None:
                 emulator.stop()
         (self.workdir / STACK_FILE).unlink(missing_ok=True)
@@ -137,6 +146,8 @@ class LocalStack:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+        if self._saved_env:
+            reload_fsspec_config()
 
     def __enter__(self) -> LocalStack:
         return self.start()
@@ -148,7 +159,7 @@ class LocalStack:
 
     def client_env(self) -> dict[str, str]:
         """What a client (CLI, test) needs to talk to this stack."""
-        assert self.firestore and self.pubsub and self.vm_host
+        assert self.firestore and self.pubsub and self.storage and self.vm_host
         return {
             "FIRESTORE_EMULATOR_HOST": self.firestore.host,
             "PUBSUB_EMULATOR_HOST": self.pubsub.host,
@@ -156,7 +167,8 @@ class LocalStack:
             "GOOGLE_CLOUD_PROJECT": self.options.project,
             "SPOTLINE_COMPUTE": "local",
             "SPOTLINE_LOCAL_COMPUTE_URL": self.vm_host.url,
-            "SPOTLINE_STORAGE_ROOT": f"file://{self.workdir / 'storage'}",
+            "SPOTLINE_STORAGE_ROOT": self.storage.root,
+            **self.storage.client_env(),
             "SPOTLINE_ZONES": ",".join(self.options.zones),
             "SPOTLINE_HEARTBEAT_S": str(self.options.heartbeat_s),
             "SPOTLINE_STALL_TIMEOUT_S": str(self.options.stall_timeout_s),
@@ -166,9 +178,10 @@ class LocalStack:
 
     def _vm_env(self) -> dict[str, str]:
         # A VM only publishes events and touches storage: no Firestore here.
-        assert self.pubsub
+        assert self.pubsub and self.storage
         return {
             "PUBSUB_EMULATOR_HOST": self.pubsub.host,
+            **self.storage.client_env(),
             "PYTHONPATH": str(REPO_ROOT),
             "PYTHONUNBUFFERED": "1",
         }

@@ -35,6 +35,7 @@ from vm_image.agent.trainer_process import (
     trainer_command,
     trainer_env,
 )
+from vm_image.agent.transfers import download_folder, upload_folder
 
 JOB_ATTRIBUTE = f"instance/attributes/{JOB_METADATA_KEY}"
 # A cooling agent idles a little past the period: the reaper deletes the VM at
@@ -262,28 +263,19 @@ class Agent:
         so TensorBoard joins the attempts into one curve)."""
         self._tensorboard_uploaded_at = time.monotonic()
         local = self.job_dir / TENSORBOARD_DIR
-        if not local.is_dir() or not any(local.iterdir()):
-            return
+        remote = f"{self.assignment.output_dir.rstrip('/')}/{TENSORBOARD_DIR}"
         try:
-            import fsspec
-
-            remote = f"{self.assignment.output_dir.rstrip('/')}/{TENSORBOARD_DIR}"
-            fs, path = fsspec.core.url_to_fs(remote)
-            fs.makedirs(path, exist_ok=True)
-            fs.put(f"{local}/", f"{path}/", recursive=True)
+            upload_folder(local, remote)
         except Exception as err:  # logs must never stop a job
             logs.warning(f"could not upload TensorBoard logs: {err}")
 
     def _fetch_code(self) -> Path:
-        """Copy ``code_uri`` (any fsspec URL) into the workdir; run there."""
+        """Copy ``code_uri`` (any fsspec URL of a folder) into the workdir; run there."""
         code_dir = self.job_dir / "code"
         code_dir.mkdir(parents=True, exist_ok=True)
         uri = self.assignment.spec.code_uri
         if uri:
-            import fsspec
-
-            fs, path = fsspec.core.url_to_fs(uri)
-            fs.get(path.rstrip("/") + "/", str(code_dir) + "/", recursive=True)
+            download_folder(uri, code_dir)
         return code_dir
 
 

@@ -23,6 +23,7 @@ import logging
 import pickle
 import random
 import signal
+import tempfile
 import uuid
 from dataclasses import dataclass, field
 from types import FrameType
@@ -175,37 +176,66 @@ def save_checkpoint(
     fs, root = url_to_fs(checkpoint_dir)
     fs.makedirs(root, exist_ok=True)
     final = f"{root.rstrip('/')}/{checkpoint_name(step)}"
-    # The temporary name must not match CHECKPOINT_PATTERN, so readers skip it.
-    # On a local disk mv is a rename; on GCS it is a copy, and an object only
-    # becomes visible once complete, so the final name never shows a partial file.
-    temporary = f"{root.rstrip('/')}/.tmp-{uuid.uuid4().hex}-{checkpoint_name(step)}"
-    try:
-        # Straight into the file: a serialized copy in memory first doubles the
-        # peak memory. On a local disk torch's own writer, given the path, is
-        # 2-3x faster than writing through a Python file object (bench_checkpoint).
-        if isinstance(fs, LocalFileSystem):
-            torch.save(payload, temporary)
-        else:
-            with fs.open(temporary, "wb") as stream:
-                torch.save(payload, stream)
-        fs.mv(temporary, final)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            fs.rm(temporary)
-        raise
+    if isinstance(fs, LocalFileSystem):
+        _save_by_rename(fs, root, final, payload)
+    else:
+        _save_by_upload(fs, final, payload)
     others = [path for _, path in checkpoint_paths(fs, root) if path != final]
     for old in others[: max(len(others) - (keep - 1), 0)]:
         fs.rm(old)
     return str(fs.unstrip_protocol(final))
 
 
-def load_checkpoint(uri: str) -> Checkpoint:
-    """Read one checkpoint file written by :func:`save_checkpoint`, tensors on the CPU."""
-    # Straight from the (seekable) file: no second copy of the state in memory.
+def _save_by_rename(fs: LocalFileSystem, root: str, final: str, payload: dict[str, Any]) -> None:
+    """Write under a temporary name, then rename: a reader never sees a partial file."""
+    # The temporary name must not match CHECKPOINT_PATTERN, so readers skip it.
+    temporary = f"{root.rstrip('/')}/.tmp-{uuid.uuid4().hex}-{final.rsplit('/', 1)[-1]}"
+    try:
+        # Straight into the file: a serialized copy in memory first doubles the
+        # peak memory; torch's own writer, given the path, is 2-3x faster than
+        # writing through a Python file object (bench_checkpoint).
+        torch.save(payload, temporary)
+        fs.mv(temporary, final)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            fs.rm(temporary)
+        raise
+
+
+def _save_by_upload(fs: fsspec.AbstractFileSystem, final: str, payload: dict[str, Any]) -> None:
+    """Write a local file, then upload it to the final name in one go.
+
+    An object store (gs://) publishes an object whole, when its upload ends:
+    readers never see a partial one, and a writer killed mid-upload leaves
+    none. No temporary name and move: GCS has no rename, a move is a copy.
+    torch.save into a gcsfs file instead took 2-3x as long for 100 MB
+    (bench_gcs_emulator), through many small chunk uploads.
+    """
+    with tempfile.TemporaryDirectory(prefix="spotline-ckpt-") as staging:
+        local = f"{staging}/{final.rsplit('/', 1)[-1]}"
+        torch.save(payload, local)
+        fs.put_file(local, final)
+
+
+def _load(uri: str) -> Any:
     # weights_only=False: the numpy RNG state and ``extra`` are arbitrary pickles.
     # Only files this module wrote into the job's own folder come here.
-    with fsspec.open(uri, "rb") as stream:
-        payload = torch.load(stream, map_location="cpu", weights_only=False)
+    fs, path = url_to_fs(uri)
+    if isinstance(fs, LocalFileSystem):
+        # Straight from the file: no second copy of the state in memory.
+        return torch.load(path, map_location="cpu", weights_only=False)
+    # From an object store, download first: torch.load seeks from record to
+    # record, and through a gcsfs file each seek became a ranged GET of a block
+    # beyond it (100 MB took ~15 s from the emulator, 0.3 s this way).
+    with tempfile.TemporaryDirectory(prefix="spotline-ckpt-") as staging:
+        local = f"{staging}/{path.rsplit('/', 1)[-1]}"
+        fs.get_file(path, local)
+        return torch.load(local, map_location="cpu", weights_only=False)
+
+
+def load_checkpoint(uri: str) -> Checkpoint:
+    """Read one checkpoint file written by :func:`save_checkpoint`, tensors on the CPU."""
+    payload = _load(uri)
     return Checkpoint(
         uri=uri,
         step=int(payload["step"]),

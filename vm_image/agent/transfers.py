@@ -1,0 +1,49 @@
+"""Folders between the VM's disk and storage (any fsspec URL; ``gs://`` in the cloud).
+
+Cloud Storage has no directories: a "folder" is a name prefix, an empty one
+does not exist, and fsspec's recursive copies nest the source folder inside
+the target when the target "exists" (after the first upload) unless the source
+ends with ``/``. Both functions therefore copy folder *contents*, so every
+call lands the files at the same names, the first time and every time after.
+fsspec is imported on first use: the agent's start does not pay for gcsfs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def upload_folder(local: Path, remote: str) -> int:
+    """Copy every file under ``local`` to the same relative names under ``remote``,
+    overwriting; the number of files copied (0 for a missing or empty folder)."""
+    files = [path for path in local.rglob("*") if path.is_file()] if local.is_dir() else []
+    if not files:
+        return 0
+    from fsspec.core import url_to_fs
+
+    fs, root = url_to_fs(remote)
+    fs.makedirs(root, exist_ok=True)  # a no-op on GCS; a real folder on a disk
+    fs.put(f"{local}/", f"{root.rstrip('/')}/", recursive=True)
+    return len(files)
+
+
+def download_folder(remote: str, local: Path) -> int:
+    """Copy every object under ``remote`` into ``local`` at the same relative names;
+    the number of files copied.
+
+    Raises:
+        FileNotFoundError: nothing is stored under ``remote``.
+    """
+    from fsspec.core import url_to_fs
+
+    fs, root = url_to_fs(remote)
+    root = root.rstrip("/")
+    # Listings are cached per filesystem; this may run long after another
+    # process wrote the folder.
+    fs.invalidate_cache(root)
+    found = [path for path in fs.find(root) if not path.endswith("/")]
+    if not found:
+        raise FileNotFoundError(f"nothing stored under {remote}")
+    local.mkdir(parents=True, exist_ok=True)
+    fs.get(f"{root}/", f"{local}/", recursive=True)
+    return len(found)
