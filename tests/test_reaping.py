@@ -71,11 +71,25 @@ def test_a_vm_whose_job_is_being_placed_keeps_going_even_when_missing() -> None:
 def test_a_vm_no_live_job_owns_is_released() -> None:
     for owner in (
         [],  # the job is gone
-        [job(status=JobStatus.COMPLETED, substatus=S.COMPLETED)],
+        [job(status=JobStatus.COMPLETED, substatus=S.COMPLETED)],  # ended at T0, long ago
         [job(attempt=2)],  # the job moved to its next attempt
     ):
         listed = instance(**BOOTED)
-        assert vms_stage([listed], [vm()], owner) == [r.Release(listed)]
+        assert vms_stage([listed], [vm()], owner, now_s=121) == [r.Release(listed)]
+
+
+def test_the_vm_its_job_just_ended_on_is_left_to_that_job_s_end() -> None:
+    """on_job_finished writes COMPLETED, then moves the VM to COOLING: a sweep
+    in between saw a finished job's EXECUTING VM and deleted the VM meant to
+    cool (seen once in test_e2e_cooling). The end lets the VM go; the reaper
+    only takes over once the end has had request_timeout_s to do it."""
+    done = job(status=JobStatus.COMPLETED, substatus=S.COMPLETED)
+    listed = instance(**BOOTED)
+    assert vms_stage([listed], [vm()], [done], now_s=120) == []
+    assert vms_stage([listed], [vm()], [done], now_s=121) == [r.Release(listed)]
+    # Not its VM (another attempt's, or another job's): released at once.
+    older = instance(name="sl-job1-a0", attempt=0, **BOOTED)
+    assert vms_stage([older], [vm("sl-job1-a0")], [done], now_s=1) == [r.Release(older)]
 
 
 def test_release_is_guarded_by_a_fresh_read_of_the_instance() -> None:

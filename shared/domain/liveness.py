@@ -42,6 +42,25 @@ def serves_its_job(instance: InstanceDoc, job: JobDoc | None) -> bool:
     )
 
 
+def finishing(instance: InstanceDoc, job: JobDoc | None, now: datetime, grace_s: float) -> bool:
+    """The instance's job ended on it at most ``grace_s`` ago: the step that
+    ended it (``on_job_finished``, a cancel) writes the job first and lets the
+    VM go next (cooling, stopped or deleted), so the instance may not show it
+    yet. Released under that step's feet, a VM meant to cool is deleted. Past
+    the grace, that step has died for good (a redelivery runs well inside it),
+    and whatever it left is the reaper's."""
+    if (
+        job is None
+        or job.status not in JobStatus.terminal()
+        or job.attempt != instance.attempt
+        or instance.name not in current_vms(job)
+        or not job.history
+    ):
+        return False
+    # A terminal job never moves again: its last history line is its end.
+    return (now - job.history[-1].at).total_seconds() <= grace_s
+
+
 def silent_s(instance: InstanceDoc, now: datetime) -> float:
     """Seconds since the VM last gave a sign of life (or was made)."""
     # A restarted (stopped) VM's running segment began when it was restarted.

@@ -30,6 +30,7 @@ from typing import Protocol
 from shared.domain.documents import InstanceDoc, JobDoc, QueueEntry, UserDoc
 from shared.domain.liveness import (
     being_placed,
+    finishing,
     missed_preemption_note,
     serves_its_job,
     stall_note,
@@ -274,6 +275,8 @@ def _instance_action(
             return Recover(instance, JobSubstatus.PREEMPTED, missed_preemption_note(instance))
         stalled = stall_note(instance, now, timeouts.stall_timeout_s, timeouts.boot_timeout_s)
         return None if stalled is None else Recover(instance, JobSubstatus.STALLED, stalled)
+    if finishing(instance, job, now, timeouts.request_timeout_s):
+        return None  # its job's end is letting it go: cooling, stopped or deleted
     return Release(instance)
 
 
