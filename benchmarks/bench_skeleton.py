@@ -49,7 +49,7 @@ def import_seconds(module: str, runs: int) -> list[float]:
 
 
 def publish_to_insert(stack: LocalStack, jobs: int) -> list[float]:
-    assert stack.vm_host is not None
+    assert stack.cloud is not None
     spec = json.loads((REPO / "examples" / "digits.json").read_text())
     store = Store(stack.options.project)
     bus = Bus(stack.options.project)
@@ -59,7 +59,7 @@ def publish_to_insert(stack: LocalStack, jobs: int) -> list[float]:
         started = time.perf_counter()
         message_id = bus.publish("submit", data)
         job_id = job_id_for(parse_spec(data), message_id)
-        while not any(vm["labels"].get("spotline-job") == job_id for vm in stack.vm_host.list()):
+        while not any(vm["labels"].get("spotline-job") == job_id for vm in stack.cloud.list()):
             time.sleep(0.002)
         latencies.append(time.perf_counter() - started)
         wait_for_job(store, job_id, timeout_s=180, echo=False)

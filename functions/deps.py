@@ -39,14 +39,10 @@ def bus() -> Bus:
 
 @cache
 def compute() -> Compute:
-    config = settings()
-    if config.compute == "local":
-        from shared.adapters.local_compute import LocalCompute
-
-        return LocalCompute(config.local_compute_url)
     from shared.adapters.gce_compute import GceCompute
 
-    return GceCompute(config.project)
+    config = settings()
+    return GceCompute(config.project, api_endpoint=config.compute_endpoint)
 
 
 def reset() -> None:

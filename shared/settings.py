@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Literal
 
 from shared.domain.pricing import CoolingRule
 
@@ -35,8 +34,7 @@ class Settings:
     project: str = "spotline-local"
     region: str = "us-central1"
     zones: tuple[str, ...] = DEFAULT_ZONES["us-central1"]
-    compute: Literal["gce", "local"] = "local"
-    local_compute_url: str = ""  # the local VM host, when compute == "local"
+    compute_endpoint: str | None = None  # None: compute.googleapis.com; else a local cloud
     storage_root: str = "file:///tmp/spotline-storage"  # gs://BUCKET/PREFIX in the cloud
     image: str = "projects/PROJECT/global/images/family/spotline-agent"
     service_account: str | None = None
@@ -63,15 +61,11 @@ class Settings:
         region = env.get("SPOTLINE_REGION", cls.region)
         zones_text = env.get("SPOTLINE_ZONES", "")
         zones = tuple(z for z in zones_text.split(",") if z) or DEFAULT_ZONES.get(region, ())
-        compute = env.get("SPOTLINE_COMPUTE", "local")
-        if compute not in ("gce", "local"):
-            raise ValueError(f"SPOTLINE_COMPUTE must be 'gce' or 'local', not {compute!r}")
         return cls(
             project=project,
             region=region,
             zones=zones,
-            compute=compute,  # type: ignore[arg-type]
-            local_compute_url=env.get("SPOTLINE_LOCAL_COMPUTE_URL", ""),
+            compute_endpoint=env.get("SPOTLINE_COMPUTE_ENDPOINT") or None,
             storage_root=env.get("SPOTLINE_STORAGE_ROOT", cls.storage_root),
             image=env.get(
                 "SPOTLINE_IMAGE", f"projects/{project}/global/images/family/spotline-agent"
@@ -102,7 +96,6 @@ class Settings:
             "SPOTLINE_PROJECT": self.project,
             "SPOTLINE_REGION": self.region,
             "SPOTLINE_ZONES": ",".join(self.zones),
-            "SPOTLINE_COMPUTE": self.compute,
             "SPOTLINE_STORAGE_ROOT": self.storage_root,
             "SPOTLINE_IMAGE": self.image,
             "SPOTLINE_HEARTBEAT_S": repr(self.heartbeat_s),
@@ -116,8 +109,8 @@ class Settings:
             "SPOTLINE_MAX_ACTIVE_INSTANCES": str(self.max_active_instances),
             "SPOTLINE_MAX_STOPPED_INSTANCES": str(self.max_stopped_instances),
         }
-        if self.local_compute_url:
-            env["SPOTLINE_LOCAL_COMPUTE_URL"] = self.local_compute_url
+        if self.compute_endpoint:
+            env["SPOTLINE_COMPUTE_ENDPOINT"] = self.compute_endpoint
         if self.service_account:
             env["SPOTLINE_SERVICE_ACCOUNT"] = self.service_account
         return env

@@ -13,7 +13,7 @@ def test_settings_survive_a_round_trip_through_the_environment() -> None:
         project="p-1",
         region="europe-west4",
         zones=("europe-west4-a", "europe-west4-c"),
-        compute="gce",
+        compute_endpoint="http://127.0.0.1:8089",
         storage_root="gs://bucket/spotline",
         image="projects/p-1/global/images/family/spotline-agent",
         service_account="vm@p-1.iam.gserviceaccount.com",
@@ -34,6 +34,6 @@ def test_settings_survive_a_round_trip_through_the_environment() -> None:
 
 def test_every_variable_from_env_reads_is_written_by_to_env() -> None:
     read = set(re.findall(r"SPOTLINE_[A-Z_]+", inspect.getsource(Settings.from_env)))
-    written = Settings(local_compute_url="http://x", service_account="sa@x").to_env()
+    written = Settings(compute_endpoint="http://x", service_account="sa@x").to_env()
 
     assert read == set(written)

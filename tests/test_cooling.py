@@ -12,7 +12,7 @@ import pytest
 
 from functions import deps
 from functions.ops.cooling import charge_cooling, claim_cooling, end_cooling
-from infra.localcloud.vm_host import VmHost
+from infra.localcloud.cloud import LocalCloud
 from shared.adapters.firestore_store import Store
 from shared.contract.events import Heartbeat, JobFinished, ReaperTick
 from shared.domain.cooling import charge
@@ -33,7 +33,7 @@ def finish_first_job(call: Callable[..., Any]) -> None:
 
 
 def test_a_finished_job_leaves_its_vm_cooling(
-    call: Callable[..., Any], host: VmHost, project: str
+    call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
     finish_first_job(call)
     instance = Store(project).get_instance("sl-job1-a1")
@@ -46,7 +46,7 @@ def test_a_finished_job_leaves_its_vm_cooling(
 
 
 def test_the_next_job_of_the_user_reuses_it(
-    call: Callable[..., Any], host: VmHost, project: str
+    call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
     finish_first_job(call)
     call("submit_job", "submit", {**COOL, "job_id": "job2"}, message_id="s2")
@@ -65,7 +65,7 @@ def test_the_next_job_of_the_user_reuses_it(
 
 
 def test_another_user_or_machine_gets_a_new_vm(
-    call: Callable[..., Any], host: VmHost, project: str
+    call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
     finish_first_job(call)
     call("submit_job", "submit", {**COOL, "job_id": "job2", "user": "bob"}, message_id="s2")
@@ -96,7 +96,7 @@ def test_one_cooling_vm_has_one_winner(call: Callable[..., Any], project: str) -
 
 
 def test_ending_a_cooling_vm_while_a_job_claims_it_has_one_winner(
-    call: Callable[..., Any], host: VmHost, project: str
+    call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
     finish_first_job(call)
     store = Store(project)
@@ -129,7 +129,7 @@ def test_ending_a_cooling_vm_while_a_job_claims_it_has_one_winner(
 
 
 def test_a_sweep_that_listed_the_vm_running_leaves_it_cooling(
-    call: Callable[..., Any], host: VmHost, project: str
+    call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
     from functions.handlers.reaper import _check_instance  # the sweep's step, on a stale listing
 
@@ -147,7 +147,7 @@ def test_a_sweep_that_listed_the_vm_running_leaves_it_cooling(
 
 
 def test_the_reaper_prices_the_cooling_vm_then_ends_it(
-    call: Callable[..., Any], host: VmHost, project: str
+    call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
     finish_first_job(call)
     store = Store(project)

@@ -45,8 +45,8 @@ def straight_through(tmp_path: Path, epochs: int, seed: int) -> dict[str, float]
 def test_a_command_job_survives_a_preemption(
     local_stack: LocalStack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert local_stack.vm_host is not None
-    host = local_stack.vm_host
+    assert local_stack.cloud is not None
+    host = local_stack.cloud
     code = tmp_path / "code"
     shutil.copytree(EXAMPLE, code)
     job_id = submit(

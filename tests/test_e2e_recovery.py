@@ -69,8 +69,8 @@ def epochs_of(store: Store, job_id: str, count: int, timeout_s: float = 10) -> l
 
 
 def vms_of(stack: LocalStack, job_id: str) -> list[dict[str, Any]]:
-    assert stack.vm_host is not None
-    return stack.vm_host.list({"spotline-job": job_id})
+    assert stack.cloud is not None
+    return stack.cloud.list({"spotline-job": job_id})
 
 
 def wait_no_vms(stack: LocalStack, job_id: str, timeout_s: float = 20) -> None:
@@ -103,8 +103,8 @@ def uninterrupted_final_metrics(tmp_path: Path, epochs: int, seed: int) -> dict[
 
 
 def test_a_preemption_mid_epoch_loses_nothing(local_stack: LocalStack, tmp_path: Path) -> None:
-    assert local_stack.vm_host is not None
-    host = local_stack.vm_host
+    assert local_stack.cloud is not None
+    host = local_stack.cloud
     job_id = submit(local_stack)
     preempt = once(
         lambda job: host.preempt(job.instance or "", 10.0),
@@ -128,8 +128,8 @@ def test_a_preemption_mid_epoch_loses_nothing(local_stack: LocalStack, tmp_path:
 
 
 def test_a_vm_killed_without_notice_is_requeued_by_the_reaper(local_stack: LocalStack) -> None:
-    assert local_stack.vm_host is not None
-    host = local_stack.vm_host
+    assert local_stack.cloud is not None
+    host = local_stack.cloud
     job_id = submit(local_stack, epochs=3)
     kill = once(
         lambda job: host.kill(job.instance or ""),
@@ -152,8 +152,8 @@ def test_a_vm_killed_without_notice_is_requeued_by_the_reaper(local_stack: Local
 def test_a_hung_vm_is_replaced_and_the_job_fails_after_max_attempts(
     local_stack: LocalStack,
 ) -> None:
-    assert local_stack.vm_host is not None
-    host = local_stack.vm_host
+    assert local_stack.cloud is not None
+    host = local_stack.cloud
     frozen: set[str] = set()
 
     def hang(job: JobDoc) -> None:
@@ -174,13 +174,13 @@ def test_a_hung_vm_is_replaced_and_the_job_fails_after_max_attempts(
 
 
 def test_an_orphan_vm_is_deleted_within_a_sweep(local_stack: LocalStack) -> None:
-    assert local_stack.vm_host is not None
-    host = local_stack.vm_host
+    assert local_stack.cloud is not None
+    host = local_stack.cloud
     labels = {"spotline": "true", "spotline-job": "ghost", "spotline-attempt": "1"}
     host.insert(
         {
             "name": "sl-ghost-a1",
-            "zone": "local-a",
+            "zone": "us-central1-a",
             "machine_type": "e2-standard-4",
             "labels": labels,
         }

@@ -13,8 +13,9 @@ def assignment_for(job: JobDoc) -> Assignment:
     settings = deps.settings()
     prefix = settings.job_prefix(job.job_id)
     nodes = node_names(job.job_id, job.attempt, job.spec.nodes) if job.spec.nodes > 1 else []
-    # Nodes reach each other by VM name (internal DNS); local "VMs" share loopback.
-    hosts = ["127.0.0.1"] * len(nodes) if settings.compute == "local" else list(nodes)
+    # Nodes reach each other by VM name (internal DNS); the local cloud's "VMs"
+    # share loopback.
+    hosts = ["127.0.0.1"] * len(nodes) if settings.compute_endpoint else list(nodes)
     return Assignment(
         nodes=nodes,
         hosts=hosts,

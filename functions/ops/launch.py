@@ -105,9 +105,11 @@ def _create_vm(job: JobDoc, tried: list[str], now: datetime) -> tuple[Vm, Option
     name = vm_name(job.job_id, job.attempt)
     take_instance_slots(job, [name], now)
     for option in options(_machine_ids(job), zones, load_catalog()):
+        # A new placement pass (the job's history grew) tries with new requestIds.
         request = build_vm_request(
-            option, assignment, settings.image, job.user, settings.service_account
-        )
+            option, assignment, settings.image, job.user, settings.service_account,
+            placement=len(job.history),
+        )  # fmt: skip
         try:
             vm = deps.compute().insert(request)
         except CapacityError as err:
@@ -150,7 +152,7 @@ def _create_gang(job: JobDoc, tried: list[str], now: datetime) -> tuple[list[Vm]
     for option in options(_machine_ids(job), zones[:1], load_catalog()):
         gang = build_gang_request(
             option, assignment, settings.image, job.user, settings.region, zones,
-            settings.service_account,
+            settings.service_account, placement=len(job.history),
         )  # fmt: skip
         try:
             vms = deps.compute().insert_gang(gang)

@@ -140,7 +140,7 @@ def _connect(workdir: Path) -> None:
     already names a project (then they talk to it, emulator or real)."""
     from infra.localstack.stack import read_stack_env
 
-    if os.environ.get("FIRESTORE_EMULATOR_HOST") or os.environ.get("SPOTLINE_COMPUTE") == "gce":
+    if os.environ.get("FIRESTORE_EMULATOR_HOST") or os.environ.get("SPOTLINE_PROJECT"):
         return
     env = read_stack_env(workdir)
     if env is None:
@@ -214,13 +214,13 @@ def _cancel(args: argparse.Namespace) -> int:
 
 
 def _preempt(args: argparse.Namespace) -> int:
+    from infra.localcloud.chaos_client import ChaosClient
     from shared.adapters.firestore_store import Store
-    from shared.adapters.local_compute import LocalCompute
     from shared.settings import Settings
 
     _connect(args.workdir)
     settings = Settings.from_env()
-    if settings.compute != "local":
+    if settings.compute_endpoint is None:
         print(
             "preempt is a local chaos tool; on Compute Engine use "
             "`gcloud compute instances simulate-maintenance-event VM --zone Z`",
@@ -234,7 +234,7 @@ def _preempt(args: argparse.Namespace) -> int:
     if instance is None:
         print(f"no job or VM named {args.target} (or it has no VM now)", file=sys.stderr)
         return 1
-    compute = LocalCompute(settings.local_compute_url)
+    compute = ChaosClient(settings.compute_endpoint, settings.project)
     if args.hang:
         compute.freeze(instance.zone, instance.name)
         print(f"froze {instance.name}: no more heartbeats")
@@ -303,7 +303,7 @@ def _logs(args: argparse.Namespace) -> int:
     from infra.localstack.stack import read_stack_workdir
 
     settings, job = _job(args)
-    vms = read_stack_workdir(args.workdir) / "vms" if settings.compute == "local" else None
+    vms = read_stack_workdir(args.workdir) / "vms" if settings.compute_endpoint else None
     attempts = [a for a in job.attempts if args.attempt in (None, a.attempt)]
     if not attempts:
         print(f"job {args.job} has no attempt {args.attempt or ''} with a VM yet", file=sys.stderr)

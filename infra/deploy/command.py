@@ -84,12 +84,12 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
     assert project and region and storage_root and functions_account and vm_account
     from infra.deploy.plan import DeployConfig
 
-    base = Settings.from_env({**env, "SPOTLINE_COMPUTE": "gce", "SPOTLINE_PROJECT": project})
+    base = Settings.from_env({**env, "SPOTLINE_PROJECT": project})
     settings = replace(
         base,
         region=region,
         zones=zones or DEFAULT_ZONES[region],
-        local_compute_url="",
+        compute_endpoint=None,
         storage_root=storage_root,
         image=args.image or env.get("SPOTLINE_IMAGE") or base.image,
         service_account=vm_account,

@@ -1,4 +1,6 @@
-"""LocalCompute against a real VmHost whose VMs run a tiny agent stand-in."""
+"""The local cloud with the process launcher: each VM a process (a tiny agent
+stand-in) with its metadata server, driven through GceCompute on Compute
+Engine's REST routes and through the local chaos routes."""
 
 from __future__ import annotations
 
@@ -16,9 +18,12 @@ from typing import Any, TypeVar
 
 import pytest
 
-from infra.localcloud.vm_host import VmHost
-from shared.adapters.local_compute import LocalCompute
-from shared.domain.errors import CapacityError, PermanentError, TransientError
+from infra.localcloud.chaos_client import ChaosClient, ChaosError
+from infra.localcloud.cloud import LocalCloud
+from infra.localcloud.launchers import ProcessLauncher
+from infra.localcloud.model import CapacityRule
+from shared.adapters.gce_compute import GceCompute
+from shared.domain.errors import CapacityError, PermanentError
 from shared.domain.vms import (
     JOB_METADATA_KEY,
     Accelerator,
@@ -99,29 +104,35 @@ def out(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def host(tmp_path: Path, agent: Path, out: Path) -> Iterator[VmHost]:
-    vm_host = VmHost(
-        tmp_path / "host",
+def host(tmp_path: Path, agent: Path, out: Path) -> Iterator[LocalCloud]:
+    launcher = ProcessLauncher(
+        tmp_path / "host", [sys.executable, str(agent)], {"AGENT_OUT": str(out)}
+    )
+    cloud = LocalCloud(
         "demo-project",
-        [sys.executable, str(agent)],
-        env={"AGENT_OUT": str(out)},
+        launcher,
         capacity_errors={
             ("a2-highgpu-1g", ZONE): "ZONE_RESOURCE_POOL_EXHAUSTED",
-            "europe-west4-b": "QUOTA_EXCEEDED",
+            "europe-west4-b": CapacityRule("QUOTA_EXCEEDED", status=403),
         },
     )
-    vm_host.start()
+    cloud.start()
     try:
-        yield vm_host
+        yield cloud
     finally:
-        vm_host.close()
+        cloud.close()
     assert _processes_mentioning(str(agent)) == []
     assert _zombie_children() == []
 
 
 @pytest.fixture
-def compute(host: VmHost) -> LocalCompute:
-    return LocalCompute(host.url)
+def compute(host: LocalCloud) -> GceCompute:
+    return GceCompute("demo-project", api_endpoint=host.endpoint, read_retry_s=1.0)
+
+
+@pytest.fixture
+def chaos(host: LocalCloud) -> ChaosClient:
+    return ChaosClient(host.endpoint, "demo-project")
 
 
 def _request(name: str, mode: str = "watch", zone: str = ZONE, **labels: str) -> VmRequest:
@@ -147,7 +158,7 @@ def _wait_for(check: Callable[[], T | None], timeout_s: float = 5.0) -> T:
     raise AssertionError(f"timed out after {timeout_s} s")
 
 
-def _state(compute: LocalCompute, name: str) -> VmState | None:
+def _state(compute: GceCompute, name: str) -> VmState | None:
     vm = compute.get(ZONE, name)
     return None if vm is None else vm.state
 
@@ -218,14 +229,14 @@ def _metadata(
             return e.code, dict(e.headers), e.read().decode()
 
 
-def _metadata_host(host: VmHost, name: str) -> str:
+def _metadata_host(host: LocalCloud, name: str) -> str:
     vm = host.get(name)
     assert vm is not None
     return str(vm["metadata_host"])
 
 
 def test_insert_starts_an_agent_that_sees_its_name_and_job(
-    compute: LocalCompute, host: VmHost, out: Path
+    compute: GceCompute, out: Path, tmp_path: Path
 ) -> None:
     started = time.time()
     vm = compute.insert(_request("job-1-a0"))
@@ -236,10 +247,10 @@ def test_insert_starts_an_agent_that_sees_its_name_and_job(
     assert event["name"] == "job-1-a0"
     assert json.loads(event["job"]) == {"job_id": "job-1-a0"}
     assert event["t"] - started < 5.0
-    assert (host.workdir / "vms" / "job-1-a0.log").exists()
+    assert (tmp_path / "host" / "vms" / "job-1-a0.log").exists()
 
 
-def test_insert_twice_starts_one_process(compute: LocalCompute, agent: Path, out: Path) -> None:
+def test_insert_twice_starts_one_process(compute: GceCompute, agent: Path, out: Path) -> None:
     first = compute.insert(_request("job-2-a0"))
     second = compute.insert(_request("job-2-a0"))
     _event(out, "job-2-a0", "watching")
@@ -248,7 +259,7 @@ def test_insert_twice_starts_one_process(compute: LocalCompute, agent: Path, out
     assert len(_processes_mentioning(str(agent))) == 1
 
 
-def test_list_by_labels(compute: LocalCompute) -> None:
+def test_list_by_labels(compute: GceCompute) -> None:
     compute.insert(_request("job-3-a0", job="a"))
     compute.insert(_request("job-3-b0", job="b"))
 
@@ -258,7 +269,7 @@ def test_list_by_labels(compute: LocalCompute) -> None:
     assert len(compute.list({})) == 2
 
 
-def test_delete_kills_the_process_group_and_is_idempotent(compute: LocalCompute, out: Path) -> None:
+def test_delete_kills_the_process_group_and_is_idempotent(compute: GceCompute, out: Path) -> None:
     compute.insert(_request("job-4-a0", mode="spawn"))
     started = _event(out, "job-4-a0", "started")
     assert _alive(started["pid"]) and _alive(started["child"])
@@ -273,7 +284,7 @@ def test_delete_kills_the_process_group_and_is_idempotent(compute: LocalCompute,
 
 
 def test_a_stopped_vm_keeps_its_identity_and_boots_with_new_metadata(
-    compute: LocalCompute, out: Path
+    compute: GceCompute, out: Path
 ) -> None:
     first = compute.insert(_request("job-9-a0"))
     started = _event(out, "job-9-a0", "started")
@@ -301,7 +312,7 @@ def test_a_stopped_vm_keeps_its_identity_and_boots_with_new_metadata(
         compute.start(ZONE, "no-such-vm")
 
 
-def test_zone_must_match(compute: LocalCompute) -> None:
+def test_zone_must_match(compute: GceCompute) -> None:
     compute.insert(_request("job-5-a0"))
 
     assert compute.get("us-east1-b", "job-5-a0") is None
@@ -309,7 +320,7 @@ def test_zone_must_match(compute: LocalCompute) -> None:
     assert compute.get(ZONE, "job-5-a0") is not None
 
 
-def test_a_process_that_exits_shows_terminated(compute: LocalCompute, host: VmHost) -> None:
+def test_a_process_that_exits_shows_terminated(compute: GceCompute, host: LocalCloud) -> None:
     compute.insert(_request("job-6-a0", mode="exit"))
 
     _wait_for(lambda: _state(compute, "job-6-a0") == VmState.TERMINATED)
@@ -320,17 +331,18 @@ def test_a_process_that_exits_shows_terminated(compute: LocalCompute, host: VmHo
 
 
 def test_preempt_wakes_the_watcher_at_once_and_kills_after_the_notice(
-    compute: LocalCompute, out: Path
+    compute: GceCompute, chaos: ChaosClient, host: LocalCloud, out: Path
 ) -> None:
     compute.insert(_request("job-7-a0", mode="stubborn"))
     pid = _event(out, "job-7-a0", "started")["pid"]
     _event(out, "job-7-a0", "watching")
 
     called = time.time()
-    vm = compute.preempt(ZONE, "job-7-a0", notice_s=1.0)
+    chaos.preempt(ZONE, "job-7-a0", notice_s=1.0)
     woke = _event(out, "job-7-a0", "preempted")["t"]
 
-    assert vm.state == VmState.STOPPING
+    assert _state(compute, "job-7-a0") == VmState.STOPPING
+    assert (host.get("job-7-a0") or {})["preempted"] is True
     assert woke - called < 2.0
     time.sleep(0.3)
     assert _alive(pid), "SIGTERM is ignored: only the end of the notice may kill it"
@@ -340,32 +352,32 @@ def test_preempt_wakes_the_watcher_at_once_and_kills_after_the_notice(
 
 
 def test_preempted_agent_that_exits_is_gone_before_the_notice_ends(
-    compute: LocalCompute, out: Path
+    compute: GceCompute, chaos: ChaosClient, out: Path
 ) -> None:
     compute.insert(_request("job-8-a0", mode="graceful"))
     _event(out, "job-8-a0", "watching")
 
     called = time.monotonic()
-    compute.preempt(ZONE, "job-8-a0", notice_s=30.0)
+    chaos.preempt(ZONE, "job-8-a0", notice_s=30.0)
     _wait_for(lambda: compute.get(ZONE, "job-8-a0") is None)
 
     assert time.monotonic() - called < 5.0
     assert _events(out, "job-8-a0")[-1]["event"] == "preempted"
 
 
-def test_kill_gives_no_notice(compute: LocalCompute, out: Path) -> None:
+def test_kill_gives_no_notice(compute: GceCompute, chaos: ChaosClient, out: Path) -> None:
     compute.insert(_request("job-9-a0"))
     pid = _event(out, "job-9-a0", "started")["pid"]
     _event(out, "job-9-a0", "watching")
 
-    compute.kill(ZONE, "job-9-a0")
+    chaos.kill(ZONE, "job-9-a0")
 
     assert compute.get(ZONE, "job-9-a0") is None
     assert not _alive(pid)
     assert _events(out, "job-9-a0")[-1]["event"] == "watching"
 
 
-def test_capacity_errors_raise_capacity_error(compute: LocalCompute) -> None:
+def test_capacity_errors_raise_capacity_error(compute: GceCompute) -> None:
     big = dataclasses.replace(_request("job-10-a0"), machine_type="a2-highgpu-1g")
 
     with pytest.raises(CapacityError) as exhausted:
@@ -385,7 +397,7 @@ def _l4(name: str, provisioning: Provisioning = Provisioning.STANDARD) -> VmRequ
     )
 
 
-def test_region_quotas_count_the_live_vms(compute: LocalCompute) -> None:
+def test_region_quotas_count_the_live_vms(compute: GceCompute) -> None:
     t4 = dataclasses.replace(
         _request("job-20-a0"),
         machine_type="n1-standard-8",
@@ -407,7 +419,7 @@ def test_region_quotas_count_the_live_vms(compute: LocalCompute) -> None:
 
 
 def test_an_insert_past_a_quota_limit_is_quota_exceeded(
-    compute: LocalCompute, host: VmHost
+    compute: GceCompute, host: LocalCloud
 ) -> None:
     host.quota_limits["NVIDIA_L4_GPUS"] = 1
     compute.insert(_l4("job-21-a0"))
@@ -424,10 +436,15 @@ def test_an_insert_past_a_quota_limit_is_quota_exceeded(
     assert sorted(vm.name for vm in compute.list({})) == ["job-21-a0", "job-21-a2"]
 
 
-def test_a_gang_past_a_quota_limit_creates_no_node(compute: LocalCompute, host: VmHost) -> None:
+def test_a_gang_past_a_quota_limit_creates_no_node(compute: GceCompute, host: LocalCloud) -> None:
     host.quota_limits["PREEMPTIBLE_NVIDIA_L4_GPUS"] = 3
     compute.insert(_l4("job-22-a0", Provisioning.SPOT))
-    nodes = tuple(_l4(f"job-22-a1-n{k}", Provisioning.SPOT) for k in range(3))
+    # One bulk insert: the nodes differ in their names only.
+    shared = {JOB_METADATA_KEY: json.dumps({"job_id": "job-22"})}
+    nodes = tuple(
+        dataclasses.replace(_l4(f"job-22-a1-n{k}", Provisioning.SPOT), metadata=shared)
+        for k in range(3)
+    )
 
     with pytest.raises(CapacityError) as refused:
         compute.insert_gang(GangRequest(nodes, "us-central1", (ZONE,), "gang-22"))
@@ -437,7 +454,7 @@ def test_a_gang_past_a_quota_limit_creates_no_node(compute: LocalCompute, host: 
 
 
 def test_starting_a_stopped_vm_past_a_quota_limit_is_quota_exceeded(
-    compute: LocalCompute, host: VmHost
+    compute: GceCompute, host: LocalCloud
 ) -> None:
     host.quota_limits["NVIDIA_L4_GPUS"] = 1
     compute.insert(_l4("job-23-a0"))
@@ -453,12 +470,30 @@ def test_starting_a_stopped_vm_past_a_quota_limit_is_quota_exceeded(
     assert _state(compute, "job-23-a0") == VmState.RUNNING
 
 
-def test_unreachable_host_is_transient() -> None:
-    with pytest.raises(TransientError):
-        LocalCompute("http://127.0.0.1:1", timeout_s=1.0).get(ZONE, "job-11-a0")
+def test_chaos_on_a_missing_vm_is_refused(chaos: ChaosClient, host: LocalCloud) -> None:
+    with pytest.raises(ChaosError, match="404"):
+        chaos.kill(ZONE, "job-11-a0")
+
+    [sent] = host.requests
+    assert sent.path == f"/local/v1/projects/demo-project/zones/{ZONE}/instances/job-11-a0/kill"
 
 
-def test_metadata_server_speaks_gce(compute: LocalCompute, host: VmHost) -> None:
+def test_freeze_stops_the_processes_and_delete_ends_them(
+    compute: GceCompute, chaos: ChaosClient, out: Path
+) -> None:
+    compute.insert(_request("job-15-a0"))
+    pid = _event(out, "job-15-a0", "started")["pid"]
+    _event(out, "job-15-a0", "watching")
+
+    chaos.freeze(ZONE, "job-15-a0")
+
+    _wait_for(lambda: (_proc_stat(pid) or ("?", 0))[0] == "T")
+    assert _state(compute, "job-15-a0") == VmState.RUNNING  # hung, not ended
+    compute.delete(ZONE, "job-15-a0")
+    assert not _alive(pid)
+
+
+def test_metadata_server_speaks_gce(compute: GceCompute, host: LocalCloud) -> None:
     compute.insert(_request("job-12-a0"))
     md = _metadata_host(host, "job-12-a0")
 
@@ -479,7 +514,7 @@ def test_metadata_server_speaks_gce(compute: LocalCompute, host: VmHost) -> None
 
 
 def test_wait_for_change_times_out_with_the_unchanged_value(
-    compute: LocalCompute, host: VmHost
+    compute: GceCompute, host: LocalCloud
 ) -> None:
     compute.insert(_request("job-13-a0"))
     md = _metadata_host(host, "job-13-a0")
@@ -497,7 +532,7 @@ def test_wait_for_change_times_out_with_the_unchanged_value(
     assert time.monotonic() - started < 5.0  # answered at once, not after timeout_sec=10
 
 
-def test_set_metadata_wakes_an_attribute_watcher(compute: LocalCompute, host: VmHost) -> None:
+def test_set_metadata_wakes_an_attribute_watcher(compute: GceCompute, host: LocalCloud) -> None:
     compute.insert(_request("job-14-a0"))
     md = _metadata_host(host, "job-14-a0")
     path = f"instance/attributes/{JOB_METADATA_KEY}?wait_for_change=true&timeout_sec=10"
@@ -515,4 +550,5 @@ def test_set_metadata_wakes_an_attribute_watcher(compute: LocalCompute, host: Vm
     assert answers and answers[0][1] == '{"job_id": "new"}'
     assert answers[0][0] - called < 1.0
     assert compute.get(ZONE, "job-14-a0") is not None
-    assert _metadata(md, "instance/attributes/")[2].split() == [JOB_METADATA_KEY]
+    # GceCompute.set_metadata keeps the other items, under the read fingerprint.
+    assert _metadata(md, "instance/attributes/")[2].split() == ["agent-mode", JOB_METADATA_KEY]
