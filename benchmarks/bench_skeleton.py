@@ -107,7 +107,7 @@ def main() -> None:
     print("\nlocal stack")
     show("  `spotline up` to ready", ready)
     show("  of which: both emulators ready", emulators)
-    show("  publish -> VM insert (LocalCompute)", latencies)
+    show("  publish -> VM insert (GceCompute, local cloud)", latencies)
 
 
 if __name__ == "__main__":

@@ -53,8 +53,11 @@ def test_a_command_job_survives_a_preemption(
         local_stack, trainer=None, command=["python", "train.py"], code_uri=f"file://{code}",
         epochs=4, seed=5, hyperparameters={"step_time_s": 0.02},
     )  # fmt: skip
+    # `spotline preempt JOB`: the local cloud's chaos route, as a user runs it.
     preempt = once(
-        lambda job: host.preempt(job.instance or "", 10.0),
+        lambda job: cli(
+            ["--workdir", str(local_stack.workdir), "preempt", job.job_id, "--notice-s", "10"]
+        ),
         when=lambda job: job.attempt == 1 and job.epoch >= 1,
     )
     store = Store(local_stack.options.project)

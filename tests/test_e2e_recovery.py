@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from infra.localcloud.chaos_client import ChaosClient
 from infra.localstack.demo import wait_for_job
 from infra.localstack.stack import LocalStack
 from shared.adapters.firestore_store import Store
@@ -105,10 +106,12 @@ def uninterrupted_final_metrics(tmp_path: Path, epochs: int, seed: int) -> dict[
 def test_a_preemption_mid_epoch_loses_nothing(local_stack: LocalStack, tmp_path: Path) -> None:
     assert local_stack.cloud is not None
     host = local_stack.cloud
+    project = local_stack.options.project
     job_id = submit(local_stack)
+    chaos = ChaosClient(host.endpoint, project)  # as `spotline preempt` does
     preempt = once(
-        lambda job: host.preempt(job.instance or "", 10.0),
-        when=lambda job: job.attempt == 1 and job.epoch >= 1,
+        lambda job: chaos.preempt(job.zone or "", job.instance or "", 10.0),
+        when=lambda job: job.attempt == 1 and job.epoch >= 1 and bool(job.zone),
     )
     store = Store(local_stack.options.project)
 
@@ -125,6 +128,22 @@ def test_a_preemption_mid_epoch_loses_nothing(local_stack: LocalStack, tmp_path:
     assert job.metrics == pytest.approx(expected, abs=1e-6)
     assert epochs_of(store, job_id, 4) == [1, 2, 3, 4]
     wait_no_vms(local_stack, job_id)
+
+    # The functions drove the VMs through GceCompute on Compute Engine's REST
+    # routes; the preemption came over the local cloud's chaos route.
+    compute = f"/compute/v1/projects/{project}"
+    inserted = [r for r in host.requests_to("POST", "/instances") if r.body]
+    assert {first.instance, second.instance} <= {r.body.get("name") for r in inserted}
+    assert all(r.path == f"{compute}/zones/{first.zone}/instances" for r in inserted[:1])
+    assert all("requestId" in r.query for r in inserted)
+    listed = [r.query.get("filter", "") for r in host.requests_to("GET", "/aggregated/instances")]
+    assert any(f'(labels.spotline-job = "{job_id}")' in f for f in listed)
+    [preempted] = host.requests_to("POST", f"/instances/{first.instance}/preempt")
+    assert preempted.path.startswith(f"/local/v1/projects/{project}/zones/{first.zone}/")
+    deleted = host.requests_to("DELETE", f"/instances/{second.instance}")
+    assert [r.path for r in deleted][:1] == [
+        f"{compute}/zones/{second.zone}/instances/{second.instance}"
+    ]
 
 
 def test_a_vm_killed_without_notice_is_requeued_by_the_reaper(local_stack: LocalStack) -> None:
