@@ -6,15 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
 
 import pytest
 
@@ -33,60 +29,19 @@ from shared.domain.vms import (
     VmRequest,
     VmState,
 )
+from tests.agent_stand_in import (
+    AGENT,
+    alive,
+    metadata_get,
+    proc_stat,
+    processes_mentioning,
+    read_events,
+    wait_event,
+    wait_for,
+    zombie_children,
+)
 
-T = TypeVar("T")
 ZONE = "us-central1-a"
-
-# The agent stand-in. Modes (metadata "agent-mode"): "watch" exits on SIGTERM;
-# "graceful" ignores SIGTERM and exits 0 once it sees the preemption; "stubborn"
-# ignores SIGTERM and hangs after it; "exit" exits 3 at once; "spawn" is "watch"
-# with a child process in its group. Events go to $AGENT_OUT/NAME.jsonl.
-AGENT = """
-import json, os, signal, subprocess, sys, time, urllib.request
-
-ROOT = "http://" + os.environ["GCE_METADATA_HOST"] + "/computeMetadata/v1/"
-
-
-def get(path):
-    request = urllib.request.Request(ROOT + path, headers={"Metadata-Flavor": "Google"})
-    with urllib.request.urlopen(request, timeout=120) as response:
-        return response.read().decode(), response.headers["ETag"]
-
-
-name = get("instance/name")[0]
-attributes = json.loads(get("instance/attributes/?recursive=true")[0])
-mode = attributes.get("agent-mode", "watch")
-out = os.path.join(os.environ["AGENT_OUT"], name + ".jsonl")
-
-
-def record(event, **fields):
-    with open(out, "a") as f:
-        f.write(json.dumps({"event": event, "t": time.time(), **fields}) + "\\n")
-
-
-def on_sigterm(signum, frame):
-    record("sigterm")
-    os._exit(0)
-
-
-ignore = mode in ("graceful", "stubborn")
-signal.signal(signal.SIGTERM, signal.SIG_IGN if ignore else on_sigterm)
-child = None
-if mode == "spawn":
-    code = "import time; time.sleep(600)"
-    child = subprocess.Popen([sys.executable, "-c", code, __file__]).pid
-job = attributes.get("spotline-job")
-record("started", pid=os.getpid(), name=name, job=job, child=child)
-if mode == "exit":
-    sys.exit(3)
-value, etag = get("instance/preempted")
-while value != "TRUE":
-    record("watching")
-    value, etag = get("instance/preempted?wait_for_change=true&timeout_sec=60&last_etag=" + etag)
-record("preempted")
-if mode == "stubborn":
-    signal.pause()
-"""
 
 
 @pytest.fixture
@@ -121,8 +76,8 @@ def host(tmp_path: Path, agent: Path, out: Path) -> Iterator[LocalCloud]:
         yield cloud
     finally:
         cloud.close()
-    assert _processes_mentioning(str(agent)) == []
-    assert _zombie_children() == []
+    assert processes_mentioning(str(agent)) == []
+    assert zombie_children() == []
 
 
 @pytest.fixture
@@ -148,85 +103,9 @@ def _request(name: str, mode: str = "watch", zone: str = ZONE, **labels: str) ->
     )
 
 
-def _wait_for(check: Callable[[], T | None], timeout_s: float = 5.0) -> T:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.01)
-    raise AssertionError(f"timed out after {timeout_s} s")
-
-
 def _state(compute: GceCompute, name: str) -> VmState | None:
     vm = compute.get(ZONE, name)
     return None if vm is None else vm.state
-
-
-def _events(out: Path, name: str) -> list[dict[str, Any]]:
-    path = out / f"{name}.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
-
-
-def _event(out: Path, name: str, event: str, timeout_s: float = 5.0) -> dict[str, Any]:
-    return _wait_for(
-        lambda: next((e for e in _events(out, name) if e["event"] == event), None), timeout_s
-    )
-
-
-def _proc_stat(pid: int) -> tuple[str, int] | None:
-    """(state, ppid) of a live or zombie process, None when it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    state, ppid = stat.rsplit(")", 1)[1].split()[:2]
-    return state, int(ppid)
-
-
-def _alive(pid: int) -> bool:
-    # A zombie whose parent is not us waits on someone else's wait(); it runs nothing.
-    stat = _proc_stat(pid)
-    return stat is not None and (stat[0] != "Z" or stat[1] == os.getpid())
-
-
-def _processes_mentioning(text: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmdline = (entry / "cmdline").read_bytes().decode(errors="replace")
-            except OSError:
-                continue
-            if text in cmdline and _alive(int(entry.name)):
-                found.append(int(entry.name))
-    return found
-
-
-def _zombie_children() -> list[int]:
-    me = os.getpid()
-    return [
-        int(entry.name)
-        for entry in Path("/proc").iterdir()
-        if entry.name.isdigit() and _proc_stat(int(entry.name)) == ("Z", me)
-    ]
-
-
-def _metadata(
-    metadata_host: str, path: str, flavor: bool = True, timeout_s: float = 10.0
-) -> tuple[int, dict[str, str], str]:
-    headers = {"Metadata-Flavor": "Google"} if flavor else {}
-    url = f"http://{metadata_host}/computeMetadata/v1/{path}"
-    try:
-        with urllib.request.urlopen(
-            urllib.request.Request(url, headers=headers), timeout=timeout_s
-        ) as response:
-            return response.status, dict(response.headers), response.read().decode()
-    except urllib.error.HTTPError as e:
-        with e:
-            return e.code, dict(e.headers), e.read().decode()
 
 
 def _metadata_host(host: LocalCloud, name: str) -> str:
@@ -240,7 +119,7 @@ def test_insert_starts_an_agent_that_sees_its_name_and_job(
 ) -> None:
     started = time.time()
     vm = compute.insert(_request("job-1-a0"))
-    event = _event(out, "job-1-a0", "started")
+    event = wait_event(out, "job-1-a0", "started")
 
     assert vm.name == "job-1-a0" and vm.zone == ZONE and vm.state == VmState.RUNNING
     assert vm.id.isdigit() and vm.machine_type == "n1-standard-4"
@@ -253,10 +132,10 @@ def test_insert_starts_an_agent_that_sees_its_name_and_job(
 def test_insert_twice_starts_one_process(compute: GceCompute, agent: Path, out: Path) -> None:
     first = compute.insert(_request("job-2-a0"))
     second = compute.insert(_request("job-2-a0"))
-    _event(out, "job-2-a0", "watching")
+    wait_event(out, "job-2-a0", "watching")
 
     assert first.id == second.id
-    assert len(_processes_mentioning(str(agent))) == 1
+    assert len(processes_mentioning(str(agent))) == 1
 
 
 def test_list_by_labels(compute: GceCompute) -> None:
@@ -271,15 +150,15 @@ def test_list_by_labels(compute: GceCompute) -> None:
 
 def test_delete_kills_the_process_group_and_is_idempotent(compute: GceCompute, out: Path) -> None:
     compute.insert(_request("job-4-a0", mode="spawn"))
-    started = _event(out, "job-4-a0", "started")
-    assert _alive(started["pid"]) and _alive(started["child"])
+    started = wait_event(out, "job-4-a0", "started")
+    assert alive(started["pid"]) and alive(started["child"])
 
     compute.delete(ZONE, "job-4-a0")
 
     assert compute.get(ZONE, "job-4-a0") is None
-    assert not _alive(started["pid"])
-    _wait_for(lambda: not _alive(started["child"]), timeout_s=2.0)
-    assert [e["event"] for e in _events(out, "job-4-a0")][-1] == "sigterm"
+    assert not alive(started["pid"])
+    wait_for(lambda: not alive(started["child"]), timeout_s=2.0)
+    assert [e["event"] for e in read_events(out, "job-4-a0")][-1] == "sigterm"
     compute.delete(ZONE, "job-4-a0")
 
 
@@ -287,20 +166,21 @@ def test_a_stopped_vm_keeps_its_identity_and_boots_with_new_metadata(
     compute: GceCompute, out: Path
 ) -> None:
     first = compute.insert(_request("job-9-a0"))
-    started = _event(out, "job-9-a0", "started")
+    started = wait_event(out, "job-9-a0", "started")
 
     assert compute.stop(ZONE, "job-9-a0") is True
     stopped = compute.get(ZONE, "job-9-a0")
     assert stopped is not None and stopped.state == VmState.TERMINATED
-    assert not _alive(started["pid"])
+    assert not alive(started["pid"])
     assert compute.stop(ZONE, "job-9-a0") is True  # stopping a stopped VM
     compute.set_metadata(ZONE, "job-9-a0", {"spotline-job": '{"job_id": "job-10"}'})
     compute.start(ZONE, "job-9-a0")
     compute.start(ZONE, "job-9-a0")  # starting a running VM
 
-    booted = _wait_for(
+    booted = wait_for(
         lambda: next(
-            (e for e in _events(out, "job-9-a0") if e["event"] == "started" and e != started), None
+            (e for e in read_events(out, "job-9-a0") if e["event"] == "started" and e != started),
+            None,
         ),
         timeout_s=5.0,
     )
@@ -323,7 +203,7 @@ def test_zone_must_match(compute: GceCompute) -> None:
 def test_a_process_that_exits_shows_terminated(compute: GceCompute, host: LocalCloud) -> None:
     compute.insert(_request("job-6-a0", mode="exit"))
 
-    _wait_for(lambda: _state(compute, "job-6-a0") == VmState.TERMINATED)
+    wait_for(lambda: _state(compute, "job-6-a0") == VmState.TERMINATED)
     assert (host.get("job-6-a0") or {})["exit_code"] == 3
     assert compute.insert(_request("job-6-a0")).state == VmState.TERMINATED
     compute.delete(ZONE, "job-6-a0")
@@ -334,47 +214,47 @@ def test_preempt_wakes_the_watcher_at_once_and_kills_after_the_notice(
     compute: GceCompute, chaos: ChaosClient, host: LocalCloud, out: Path
 ) -> None:
     compute.insert(_request("job-7-a0", mode="stubborn"))
-    pid = _event(out, "job-7-a0", "started")["pid"]
-    _event(out, "job-7-a0", "watching")
+    pid = wait_event(out, "job-7-a0", "started")["pid"]
+    wait_event(out, "job-7-a0", "watching")
 
     called = time.time()
     chaos.preempt(ZONE, "job-7-a0", notice_s=1.0)
-    woke = _event(out, "job-7-a0", "preempted")["t"]
+    woke = wait_event(out, "job-7-a0", "preempted")["t"]
 
     assert _state(compute, "job-7-a0") == VmState.STOPPING
     assert (host.get("job-7-a0") or {})["preempted"] is True
     assert woke - called < 2.0
     time.sleep(0.3)
-    assert _alive(pid), "SIGTERM is ignored: only the end of the notice may kill it"
-    _wait_for(lambda: compute.get(ZONE, "job-7-a0") is None, timeout_s=3.0)
+    assert alive(pid), "SIGTERM is ignored: only the end of the notice may kill it"
+    wait_for(lambda: compute.get(ZONE, "job-7-a0") is None, timeout_s=3.0)
     assert time.time() - called >= 1.0
-    assert not _alive(pid)
+    assert not alive(pid)
 
 
 def test_preempted_agent_that_exits_is_gone_before_the_notice_ends(
     compute: GceCompute, chaos: ChaosClient, out: Path
 ) -> None:
     compute.insert(_request("job-8-a0", mode="graceful"))
-    _event(out, "job-8-a0", "watching")
+    wait_event(out, "job-8-a0", "watching")
 
     called = time.monotonic()
     chaos.preempt(ZONE, "job-8-a0", notice_s=30.0)
-    _wait_for(lambda: compute.get(ZONE, "job-8-a0") is None)
+    wait_for(lambda: compute.get(ZONE, "job-8-a0") is None)
 
     assert time.monotonic() - called < 5.0
-    assert _events(out, "job-8-a0")[-1]["event"] == "preempted"
+    assert read_events(out, "job-8-a0")[-1]["event"] == "preempted"
 
 
 def test_kill_gives_no_notice(compute: GceCompute, chaos: ChaosClient, out: Path) -> None:
     compute.insert(_request("job-9-a0"))
-    pid = _event(out, "job-9-a0", "started")["pid"]
-    _event(out, "job-9-a0", "watching")
+    pid = wait_event(out, "job-9-a0", "started")["pid"]
+    wait_event(out, "job-9-a0", "watching")
 
     chaos.kill(ZONE, "job-9-a0")
 
     assert compute.get(ZONE, "job-9-a0") is None
-    assert not _alive(pid)
-    assert _events(out, "job-9-a0")[-1]["event"] == "watching"
+    assert not alive(pid)
+    assert read_events(out, "job-9-a0")[-1]["event"] == "watching"
 
 
 def test_capacity_errors_raise_capacity_error(compute: GceCompute) -> None:
@@ -482,34 +362,34 @@ def test_freeze_stops_the_processes_and_delete_ends_them(
     compute: GceCompute, chaos: ChaosClient, out: Path
 ) -> None:
     compute.insert(_request("job-15-a0"))
-    pid = _event(out, "job-15-a0", "started")["pid"]
-    _event(out, "job-15-a0", "watching")
+    pid = wait_event(out, "job-15-a0", "started")["pid"]
+    wait_event(out, "job-15-a0", "watching")
 
     chaos.freeze(ZONE, "job-15-a0")
 
-    _wait_for(lambda: (_proc_stat(pid) or ("?", 0))[0] == "T")
+    wait_for(lambda: (proc_stat(pid) or ("?", 0))[0] == "T")
     assert _state(compute, "job-15-a0") == VmState.RUNNING  # hung, not ended
     compute.delete(ZONE, "job-15-a0")
-    assert not _alive(pid)
+    assert not alive(pid)
 
 
 def test_metadata_server_speaks_gce(compute: GceCompute, host: LocalCloud) -> None:
     compute.insert(_request("job-12-a0"))
     md = _metadata_host(host, "job-12-a0")
 
-    assert _metadata(md, "instance/name", flavor=False)[0] == 403
-    status, headers, name = _metadata(md, "instance/name")
+    assert metadata_get(md, "instance/name", flavor=False)[0] == 403
+    status, headers, name = metadata_get(md, "instance/name")
     assert (status, headers["Metadata-Flavor"], name) == (200, "Google", "job-12-a0")
     assert headers["ETag"]
-    assert _metadata(md, "instance/zone")[2].endswith(f"/zones/{ZONE}")
-    assert _metadata(md, "instance/id")[2].isdigit()
-    assert _metadata(md, "instance/preempted")[2] == "FALSE"
-    assert _metadata(md, "instance/maintenance-event")[2] == "NONE"
-    assert _metadata(md, "project/project-id")[2] == "demo-project"
-    assert _metadata(md, "project/numeric-project-id")[2].isdigit()
-    assert _metadata(md, "instance/attributes/")[2].split() == ["agent-mode", JOB_METADATA_KEY]
-    assert _metadata(md, "instance/attributes/missing")[0] == 404
-    recursive = json.loads(_metadata(md, "instance/attributes/?recursive=true")[2])
+    assert metadata_get(md, "instance/zone")[2].endswith(f"/zones/{ZONE}")
+    assert metadata_get(md, "instance/id")[2].isdigit()
+    assert metadata_get(md, "instance/preempted")[2] == "FALSE"
+    assert metadata_get(md, "instance/maintenance-event")[2] == "NONE"
+    assert metadata_get(md, "project/project-id")[2] == "demo-project"
+    assert metadata_get(md, "project/numeric-project-id")[2].isdigit()
+    assert metadata_get(md, "instance/attributes/")[2].split() == ["agent-mode", JOB_METADATA_KEY]
+    assert metadata_get(md, "instance/attributes/missing")[0] == 404
+    recursive = json.loads(metadata_get(md, "instance/attributes/?recursive=true")[2])
     assert recursive["agent-mode"] == "watch"
 
 
@@ -519,16 +399,16 @@ def test_wait_for_change_times_out_with_the_unchanged_value(
     compute.insert(_request("job-13-a0"))
     md = _metadata_host(host, "job-13-a0")
     path = f"instance/attributes/{JOB_METADATA_KEY}"
-    _, headers, value = _metadata(md, path)
+    _, headers, value = metadata_get(md, path)
 
     started = time.monotonic()
-    _, waited_headers, waited = _metadata(md, f"{path}?wait_for_change=true&timeout_sec=1")
+    _, waited_headers, waited = metadata_get(md, f"{path}?wait_for_change=true&timeout_sec=1")
 
     assert 0.9 <= time.monotonic() - started < 5.0  # timeout_sec=1, with room for load
     assert (waited, waited_headers["ETag"]) == (value, headers["ETag"])
     stale = f"{path}?wait_for_change=true&timeout_sec=10&last_etag=stale"
     started = time.monotonic()
-    assert _metadata(md, stale)[2] == value
+    assert metadata_get(md, stale)[2] == value
     assert time.monotonic() - started < 5.0  # answered at once, not after timeout_sec=10
 
 
@@ -538,7 +418,7 @@ def test_set_metadata_wakes_an_attribute_watcher(compute: GceCompute, host: Loca
     path = f"instance/attributes/{JOB_METADATA_KEY}?wait_for_change=true&timeout_sec=10"
     answers: list[tuple[float, str]] = []
     watcher = threading.Thread(
-        target=lambda: answers.append((time.monotonic(), _metadata(md, path)[2]))
+        target=lambda: answers.append((time.monotonic(), metadata_get(md, path)[2]))
     )
     watcher.start()
     time.sleep(0.2)
@@ -551,4 +431,4 @@ def test_set_metadata_wakes_an_attribute_watcher(compute: GceCompute, host: Loca
     assert answers[0][0] - called < 1.0
     assert compute.get(ZONE, "job-14-a0") is not None
     # GceCompute.set_metadata keeps the other items, under the read fingerprint.
-    assert _metadata(md, "instance/attributes/")[2].split() == ["agent-mode", JOB_METADATA_KEY]
+    assert metadata_get(md, "instance/attributes/")[2].split() == ["agent-mode", JOB_METADATA_KEY]
