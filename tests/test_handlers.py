@@ -1,5 +1,5 @@
 """Every handler through the real functions framework, on the real Firestore
-emulator, with VMs from the local VM host (processes that only sleep)."""
+emulator, with VMs from the local cloud (records, no processes) through GceCompute."""
 
 from __future__ import annotations
 

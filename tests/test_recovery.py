@@ -1,6 +1,6 @@
 """Spot recovery through the handlers: preemption reports from the agent and
 from the log sink, cancel, and every branch of the reaper. Real functions
-framework, real Firestore emulator, VMs from the local VM host."""
+framework, real Firestore emulator, VMs from the local cloud through GceCompute."""
 
 from __future__ import annotations
 
