@@ -20,6 +20,7 @@ lint: $(INSTALLED)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy .
+	$(BIN)/lint-imports --no-cache
 
 # Packer validates the VM image template in the tests; install Debian's
 # package where it is missing (as root, as in CI), or say loudly that it is not.

@@ -41,10 +41,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from infra.localstack.demo import wait_for_job  # noqa: E402
+from infra.cli.demo import wait_for_job  # noqa: E402
 from infra.localstack.stack import LocalStack, StackOptions  # noqa: E402
-from shared.adapters.firestore_store import Store  # noqa: E402
-from shared.adapters.pubsub_bus import Bus  # noqa: E402
+from shared.adapters.firestore_store import FirestoreStore  # noqa: E402
+from shared.adapters.pubsub_bus import PubsubBus  # noqa: E402
 from shared.domain.lifecycle import job_id_for  # noqa: E402
 from shared.domain.spec import parse_spec  # noqa: E402
 
@@ -96,8 +96,8 @@ def under_agent(stack: LocalStack, epochs: int, run: int) -> list[float]:
         "description": f"overhead {run}",
     }
     data = json.dumps(spec).encode()
-    job_id = job_id_for(parse_spec(data), Bus(stack.options.project).publish("submit", data))
-    job = wait_for_job(Store(stack.options.project), job_id, 600, echo=False)
+    job_id = job_id_for(parse_spec(data), PubsubBus(stack.options.project).publish("submit", data))
+    job = wait_for_job(FirestoreStore(stack.options.project), job_id, 600, echo=False)
     log = Path(stack.workdir, "vms", f"{job.instance}.log").read_text()
     return epoch_times(messages(log))
 

@@ -24,11 +24,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from infra.cli.demo import wait_for_job  # noqa: E402
 from infra.localcloud.cloud import LocalCloud  # noqa: E402
-from infra.localstack.demo import wait_for_job  # noqa: E402
 from infra.localstack.stack import LocalStack, StackOptions  # noqa: E402
-from shared.adapters.firestore_store import Store  # noqa: E402
-from shared.adapters.pubsub_bus import Bus  # noqa: E402
+from shared.adapters.firestore_store import FirestoreStore  # noqa: E402
+from shared.adapters.pubsub_bus import PubsubBus  # noqa: E402
 from shared.domain.lifecycle import job_id_for  # noqa: E402
 from shared.domain.placement import vm_name  # noqa: E402
 from shared.domain.spec import parse_spec  # noqa: E402
@@ -37,7 +37,7 @@ from shared.domain.spec import parse_spec  # noqa: E402
 def trial(stack: LocalStack, with_notice: bool, index: int) -> tuple[float, int | None]:
     """One preemption; returns (seconds to the replacement insert, steps lost)."""
     host: LocalCloud = stack.cloud  # type: ignore[assignment]
-    store = Store(stack.options.project)
+    store = FirestoreStore(stack.options.project)
     spec = {
         "user": "bench",
         "machine_ids": ["g2-standard-4"],
@@ -47,7 +47,7 @@ def trial(stack: LocalStack, with_notice: bool, index: int) -> tuple[float, int 
         "hyperparameters": {"lr": 0.01, "hidden": 64, "step_time_s": 0.02},
     }
     data = json.dumps(spec).encode()
-    job_id = job_id_for(parse_spec(data), Bus(stack.options.project).publish("submit", data))
+    job_id = job_id_for(parse_spec(data), PubsubBus(stack.options.project).publish("submit", data))
     while True:
         job = store.get_job(job_id)
         if job is not None and job.epoch >= 1:

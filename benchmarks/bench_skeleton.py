@@ -19,11 +19,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from infra.localstack.demo import wait_for_job  # noqa: E402
+from infra.cli.demo import wait_for_job  # noqa: E402
 from infra.localstack.stack import LocalStack, StackOptions  # noqa: E402
 from infra.topology import FUNCTIONS  # noqa: E402
-from shared.adapters.firestore_store import Store  # noqa: E402
-from shared.adapters.pubsub_bus import Bus  # noqa: E402
+from shared.adapters.firestore_store import FirestoreStore  # noqa: E402
+from shared.adapters.pubsub_bus import PubsubBus  # noqa: E402
 from shared.domain.lifecycle import job_id_for  # noqa: E402
 from shared.domain.spec import parse_spec  # noqa: E402
 
@@ -51,8 +51,8 @@ def import_seconds(module: str, runs: int) -> list[float]:
 def publish_to_insert(stack: LocalStack, jobs: int) -> list[float]:
     assert stack.cloud is not None
     spec = json.loads((REPO / "examples" / "digits.json").read_text())
-    store = Store(stack.options.project)
-    bus = Bus(stack.options.project)
+    store = FirestoreStore(stack.options.project)
+    bus = PubsubBus(stack.options.project)
     latencies = []
     for i in range(jobs):
         data = json.dumps({**spec, "epochs": 1, "description": f"bench {i}"}).encode()

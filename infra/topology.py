@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from shared.settings import TOPICS
+from shared.topics import TOPICS
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class Function:
     """One Cloud Function and the topic that triggers it."""
 
     entry_point: str  # the name exported by main.py
-    topic: str  # key in shared.settings.TOPICS
+    topic: str  # key in shared.topics.TOPICS
     timeout_s: int = 60
     memory: str = "512Mi"
     ack_deadline_s: int = 60

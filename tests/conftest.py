@@ -95,6 +95,17 @@ def repo_root() -> Path:
 
 
 @pytest.fixture(autouse=True)
+def _no_user_config(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No test reads or writes the real home's CLI config: each gets its own place
+    (for the processes it starts too), empty until a test writes there."""
+    home = tmp_path_factory.mktemp("config-home")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home))
+    monkeypatch.setenv("SPOTLINE_CONFIG", str(home / "spotline" / "config.json"))
+
+
+@pytest.fixture(autouse=True)
 def _no_leaked_env() -> Iterator[None]:
     before = dict(os.environ)
     yield

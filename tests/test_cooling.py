@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 from functions import deps
-from functions.ops.cooling import charge_cooling, claim_cooling, end_cooling
+from functions.ops.placement import claim_cooling
+from functions.ops.teardown import charge_cooling, end_cooling
 from infra.localcloud.cloud import LocalCloud
-from shared.adapters.firestore_store import Store
+from shared.adapters.firestore_store import FirestoreStore
 from shared.contract.events import Heartbeat, JobFinished, ReaperTick
 from shared.domain.cooling import charge
 from shared.domain.documents import JobDoc
@@ -36,12 +37,12 @@ def test_a_finished_job_leaves_its_vm_cooling(
     call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
     finish_first_job(call)
-    instance = Store(project).get_instance("sl-job1-a1")
+    instance = FirestoreStore(project).get_instance("sl-job1-a1")
     assert instance is not None and instance.status == InstanceStatus.COOLING
     assert instance.cooling_until is not None and instance.cooling_since is not None
     assert (instance.cooling_until - instance.cooling_since).total_seconds() == 600
     assert [vm["name"] for vm in host.list()] == ["sl-job1-a1"]
-    user = Store(project).get_user("alice")
+    user = FirestoreStore(project).get_user("alice")
     assert user is not None and user.active_jobs == []  # the job's slot is free
 
 
@@ -50,7 +51,7 @@ def test_the_next_job_of_the_user_reuses_it(
 ) -> None:
     finish_first_job(call)
     call("submit_job", "submit", {**COOL, "job_id": "job2"}, message_id="s2")
-    store = Store(project)
+    store = FirestoreStore(project)
     job = store.get_job("job2")
     assert job is not None and job.instance == "sl-job1-a1"
     assert job.substatus == JobSubstatus.CONNECTING_SERVER
@@ -76,13 +77,13 @@ def test_another_user_or_machine_gets_a_new_vm(
 
 def test_one_cooling_vm_has_one_winner(call: Callable[..., Any], project: str) -> None:
     finish_first_job(call)
-    store = Store(project)
+    store = FirestoreStore(project)
     spec = JobSpec.model_validate({**COOL, "job_id": None})
     racers = [new_job(spec, f"racer{n}", f"m{n}", datetime.now(UTC)) for n in (1, 2)]
     winners: list[str] = []
 
     def race(job: JobDoc) -> None:
-        if claim_cooling(job, ["g2-standard-4"], datetime.now(UTC)) is not None:
+        if claim_cooling(deps.current(), job, ["g2-standard-4"], datetime.now(UTC)) is not None:
             winners.append(job.job_id)
 
     threads = [threading.Thread(target=race, args=(job,)) for job in racers]
@@ -99,7 +100,7 @@ def test_ending_a_cooling_vm_while_a_job_claims_it_has_one_winner(
     call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
     finish_first_job(call)
-    store = Store(project)
+    store = FirestoreStore(project)
     cooling = store.get_instance("sl-job1-a1")
     assert cooling is not None
     spec = JobSpec.model_validate({**COOL, "job_id": None})
@@ -107,10 +108,12 @@ def test_ending_a_cooling_vm_while_a_job_claims_it_has_one_winner(
     outcome: dict[str, object] = {}
 
     def claim() -> None:
-        outcome["claimed"] = claim_cooling(racer, ["g2-standard-4"], datetime.now(UTC))
+        outcome["claimed"] = claim_cooling(
+            deps.current(), racer, ["g2-standard-4"], datetime.now(UTC)
+        )
 
     def end() -> None:
-        outcome["ended"] = end_cooling(cooling, datetime.now(UTC), "ended early")
+        outcome["ended"] = end_cooling(deps.current(), cooling, datetime.now(UTC), "ended early")
 
     threads = [threading.Thread(target=claim), threading.Thread(target=end)]
     for thread in threads:
@@ -131,16 +134,17 @@ def test_ending_a_cooling_vm_while_a_job_claims_it_has_one_winner(
 def test_a_sweep_that_listed_the_vm_running_leaves_it_cooling(
     call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
-    from functions.handlers.reaper import _check_instance  # the sweep's step, on a stale listing
+    from functions.handlers.reaper import reap_vms  # the sweep's stage, on a stale listing
 
     call("submit_job", "submit", COOL, message_id="s1")
     call("on_epoch_done", "epoch_done", vm_event(Heartbeat, phase="TRAINING"), message_id="h1")
-    store = Store(project)
+    store = FirestoreStore(project)
     listed = store.get_instance("sl-job1-a1")  # listed while its job ran...
     call("on_job_finished", "job_finished", vm_event(JobFinished, exit_code=0), message_id="f1")
     assert listed is not None  # ...then the job ended and left it cooling
-    vm = deps.compute().get(listed.zone, listed.name)
-    assert _check_instance(listed, vm, datetime.now(UTC)) is None
+    vm = deps.current().compute.get(listed.zone, listed.name)
+    assert vm is not None
+    assert not reap_vms(deps.current(), [listed], [], [vm], datetime.now(UTC))
     instance = store.get_instance("sl-job1-a1")
     assert instance is not None and instance.status == InstanceStatus.COOLING
     assert host.get("sl-job1-a1") is not None
@@ -150,7 +154,7 @@ def test_the_reaper_prices_the_cooling_vm_then_ends_it(
     call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
     finish_first_job(call)
-    store = Store(project)
+    store = FirestoreStore(project)
     an_hour_ago = datetime.now(UTC) - timedelta(minutes=60, seconds=5)
     store.update_instance(
         "sl-job1-a1",
@@ -172,7 +176,7 @@ def test_the_reaper_prices_the_cooling_vm_then_ends_it(
     assert ended is not None
     # A sweep that charged the job and crashed before closing the instance:
     # the next sweep charges it again, which must not add up.
-    charge_cooling(ended, datetime.now(UTC))
+    charge_cooling(deps.current(), ended, datetime.now(UTC))
     call("reaper", "reaper_tick", ReaperTick(), message_id="t2")
     instance = store.get_instance("sl-job1-a1")
     assert instance is not None and (instance.status, instance.substatus) == (
@@ -188,7 +192,7 @@ def test_the_reaper_prices_the_cooling_vm_then_ends_it(
 
 def test_a_claimed_cooling_period_is_charged_once(call: Callable[..., Any], project: str) -> None:
     finish_first_job(call)
-    store = Store(project)
+    store = FirestoreStore(project)
     an_hour_ago = datetime.now(UTC) - timedelta(hours=1)
     store.update_instance(
         "sl-job1-a1",
@@ -222,5 +226,5 @@ def test_a_charge_is_set_per_instance_and_only_grows() -> None:
 def test_cooling_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SPOTLINE_COOLING_BASELINE_MIN", "5")
     deps.reset()
-    assert deps.settings().cooling_rule.baseline_min == 5
+    assert deps.current().settings.cooling_rule.baseline_min == 5
     deps.reset()

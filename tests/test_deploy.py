@@ -4,9 +4,10 @@ Eventarc against a local wire double, Pub/Sub and Firestore on their emulators."
 from __future__ import annotations
 
 import io
+import json
+import os
 import zipfile
 from collections.abc import Iterator
-from dataclasses import replace
 
 import pytest
 from google.cloud import firestore
@@ -20,6 +21,7 @@ from infra.localstack.emulators import Emulator
 from infra.topology import FUNCTIONS
 from shared.domain.catalog import load_catalog
 from shared.settings import TOPICS, Settings
+from shared.settings_file import config_path
 from tests.cloud_double import CloudDouble
 
 pytestmark = pytest.mark.emulators
@@ -42,7 +44,7 @@ def deploy_config(project: str, **settings: object) -> DeployConfig:
         image=f"projects/{project}/global/images/family/spotline-agent",
         service_account=VM_ACCOUNT,
     )
-    return DeployConfig(replace(base, **settings), FUNCTIONS_ACCOUNT)  # type: ignore[arg-type]
+    return DeployConfig(base.replace(**settings), FUNCTIONS_ACCOUNT)
 
 
 def deploy(cloud: CloudDouble, config: DeployConfig) -> dict[str, str]:
@@ -195,6 +197,39 @@ def test_spotline_deploy_deploys_through_the_endpoints_it_is_given(
     assert Settings.from_env(env) == deploy_config(project).settings
 
 
+def test_spotline_deploy_writes_the_config_the_cli_reads_back(
+    cloud: CloudDouble,
+    project: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for api in ("FUNCTIONS", "SCHEDULER", "EVENTARC"):
+        monkeypatch.setenv(f"SPOTLINE_{api}_ENDPOINT", cloud.endpoint)
+    path = config_path(os.environ)
+    assert path is not None and str(path).startswith(os.environ["XDG_CONFIG_HOME"])
+
+    assert main([*cli_args(project), "--zones", "us-central1-b,us-central1-c"]) == 0
+
+    assert f"the CLI's config (project, region, zones, storage_root): {path}" in (
+        capsys.readouterr().out
+    )
+    assert json.loads(path.read_text()) == {
+        "project": project,
+        "region": REGION,
+        "zones": ["us-central1-b", "us-central1-c"],
+        "storage_root": "gs://acme-spotline/runs",
+    }
+    # A shell with no variable at all now reads the deployed project.
+    settings = Settings.from_env({"SPOTLINE_CONFIG": str(path)})
+    assert (settings.project, settings.zones) == (project, ("us-central1-b", "us-central1-c"))
+    # And a second deploy needs no --project, --region or --storage-root.
+    for name in ("SPOTLINE_PROJECT", "GOOGLE_CLOUD_PROJECT"):
+        monkeypatch.delenv(name)
+    accounts = ["--service-account", FUNCTIONS_ACCOUNT, "--vm-service-account", VM_ACCOUNT]
+    assert main(["deploy", *accounts, "--dry-run"]) == 0
+    assert f"project {project}, region {REGION}" in capsys.readouterr().out
+
+
 def test_dry_run_calls_no_api(
     cloud: CloudDouble,
     project: str,
@@ -210,6 +245,9 @@ def test_dry_run_calls_no_api(
     out = capsys.readouterr().out
     assert "spotline-reaper-tick" in out and "spotline-submit-job" in out
     assert "SPOTLINE_STORAGE_ROOT=gs://acme-spotline/runs" in out
+    path = config_path(os.environ)
+    assert path is not None and f"CLI config:    {path} would get" in out
+    assert not path.exists()  # a dry run writes nothing
 
 
 def test_missing_settings_are_named_at_once(monkeypatch: pytest.MonkeyPatch) -> None:

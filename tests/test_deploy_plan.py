@@ -119,7 +119,7 @@ def test_a_function_whose_build_failed_is_built_again() -> None:
 def test_changed_settings_update_the_variables_and_keep_the_platforms() -> None:
     current = deployed(plan.desired_function(CONFIG, SUBMIT, "d1", SOURCE))
     current.service_config.environment_variables["SPOTLINE_OLD_KNOB"] = "1"
-    config = replace(CONFIG, settings=replace(SETTINGS, max_active_jobs=2))
+    config = replace(CONFIG, settings=SETTINGS.replace(max_active_jobs=2))
 
     update = plan.function_update(current, plan.desired_function(config, SUBMIT, "d1"))
 
@@ -190,8 +190,8 @@ def test_the_reaper_job_publishes_a_tick_every_minute_in_utc() -> None:
 
 
 def test_problems_name_what_would_break_the_system() -> None:
-    local = replace(
-        SETTINGS, compute_endpoint="http://127.0.0.1:8089", storage_root="file:///tmp/s", zones=()
+    local = SETTINGS.replace(
+        compute_endpoint="http://127.0.0.1:8089", storage_root="file:///tmp/s", zones=()
     )
     found = plan.problems(replace(CONFIG, settings=local))
 

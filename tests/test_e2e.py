@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from infra.cli.commands import main as cli
-from infra.localstack.demo import wait_for_job
+from infra.cli.demo import wait_for_job
 from infra.localstack.stack import LocalStack
-from shared.adapters.firestore_store import Store
-from shared.adapters.pubsub_bus import Bus
+from shared.adapters.firestore_store import FirestoreStore
+from shared.adapters.pubsub_bus import PubsubBus
 from shared.domain.lifecycle import job_id_for
 from shared.domain.spec import parse_spec
 from shared.domain.states import JobStatus
@@ -31,9 +31,9 @@ def test_a_published_job_runs_to_completion(
 ) -> None:
     spec = json.loads((repo_root / "examples" / "digits.json").read_text())
     data = json.dumps({**spec, "epochs": 3}).encode()
-    message_id = Bus(local_stack.options.project).publish("submit", data)
+    message_id = PubsubBus(local_stack.options.project).publish("submit", data)
     job_id = job_id_for(parse_spec(data), message_id)
-    store = Store(local_stack.options.project)
+    store = FirestoreStore(local_stack.options.project)
 
     job = wait_for_job(store, job_id, timeout_s=180, echo=False)
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from infra.cli.commands import main as cli
-from infra.localstack.demo import wait_for_job
+from infra.cli.demo import wait_for_job
 from infra.localstack.stack import LocalStack
-from shared.adapters.firestore_store import Store
+from shared.adapters.firestore_store import FirestoreStore
 from shared.domain.states import JobStatus
 from tests.test_e2e_recovery import epochs_of, once, submit, wait_no_vms
 
@@ -60,7 +60,7 @@ def test_a_command_job_survives_a_preemption(
         ),
         when=lambda job: job.attempt == 1 and job.epoch >= 1,
     )
-    store = Store(local_stack.options.project)
+    store = FirestoreStore(local_stack.options.project)
 
     job = wait_for_job(store, job_id, 180, echo=False, on_update=preempt)
 

@@ -7,16 +7,16 @@ import time
 
 import pytest
 
-from infra.localstack.demo import wait_for_job
+from infra.cli.demo import wait_for_job
 from infra.localstack.stack import LocalStack
-from shared.adapters.firestore_store import Store
+from shared.adapters.firestore_store import FirestoreStore
 from shared.domain.states import JobStatus
 from tests.test_e2e_recovery import submit, wait_no_vms
 
 pytestmark = [pytest.mark.emulators, pytest.mark.e2e]
 
 
-def first_epoch_s(store: Store, job_id: str) -> float:
+def first_epoch_s(store: FirestoreStore, job_id: str) -> float:
     """Submit (job created) to the first epoch recorded."""
     job = store.get_job(job_id)
     epochs = store.list_epochs(job_id)
@@ -26,7 +26,7 @@ def first_epoch_s(store: Store, job_id: str) -> float:
 
 def test_the_next_job_runs_on_the_cooling_vm(local_stack: LocalStack) -> None:
     assert local_stack.cloud is not None
-    store = Store(local_stack.options.project)
+    store = FirestoreStore(local_stack.options.project)
     cooling = {"user": "carol", "cool_down_period_s": 20, "epochs": 2}
 
     first_id = submit(local_stack, **cooling)

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from infra.localstack.demo import wait_for_job
+from infra.cli.demo import wait_for_job
 from infra.localstack.stack import LocalStack
-from shared.adapters.firestore_store import Store
+from shared.adapters.firestore_store import FirestoreStore
 from shared.domain.states import JobStatus
 from tests.test_e2e_recovery import epochs_of, once, submit, wait_no_vms
 
@@ -38,7 +38,7 @@ def test_a_keras_job_survives_a_preemption(local_stack: LocalStack) -> None:
         lambda job: host.preempt(job.instance or "", 15.0),
         when=lambda job: job.attempt == 1 and job.epoch >= 1,
     )
-    store = Store(local_stack.options.project)
+    store = FirestoreStore(local_stack.options.project)
 
     job = wait_for_job(store, job_id, 300, echo=False, on_update=preempt)
 

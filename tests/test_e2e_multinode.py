@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from infra.localstack.demo import wait_for_job
+from infra.cli.demo import wait_for_job
 from infra.localstack.stack import LocalStack
-from shared.adapters.firestore_store import Store
+from shared.adapters.firestore_store import FirestoreStore
 from shared.domain.states import JobStatus
 from tests.test_e2e_recovery import epochs_of, submit, wait_no_vms
 
@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.emulators, pytest.mark.e2e]
 
 
 def test_two_nodes_train_to_identical_weights(local_stack: LocalStack) -> None:
-    store = Store(local_stack.options.project)
+    store = FirestoreStore(local_stack.options.project)
     job_id = submit(local_stack, nodes=2, epochs=3, hyperparameters={"lr": 0.01, "hidden": 64})
 
     job = wait_for_job(store, job_id, 180, echo=False)

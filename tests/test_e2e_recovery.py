@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
+from infra.cli.demo import wait_for_job
 from infra.localcloud.chaos_client import ChaosClient
-from infra.localstack.demo import wait_for_job
 from infra.localstack.stack import LocalStack
-from shared.adapters.firestore_store import Store
-from shared.adapters.pubsub_bus import Bus
+from shared.adapters.firestore_store import FirestoreStore
+from shared.adapters.pubsub_bus import PubsubBus
 from shared.domain.documents import JobDoc
 from shared.domain.lifecycle import job_id_for
 from shared.domain.spec import parse_spec
@@ -40,7 +40,7 @@ def submit(stack: LocalStack, **fields: Any) -> str:
         **fields,
     }
     data = json.dumps(spec).encode()
-    message_id = Bus(stack.options.project).publish("submit", data)
+    message_id = PubsubBus(stack.options.project).publish("submit", data)
     return job_id_for(parse_spec(data), message_id)
 
 
@@ -58,7 +58,7 @@ def once(
     return check
 
 
-def epochs_of(store: Store, job_id: str, count: int, timeout_s: float = 10) -> list[int]:
+def epochs_of(store: FirestoreStore, job_id: str, count: int, timeout_s: float = 10) -> list[int]:
     """The job's epoch numbers once ``count`` are recorded: events of earlier
     epochs travel on their own subscription and may land after the finish."""
     deadline = time.monotonic() + timeout_s
@@ -113,7 +113,7 @@ def test_a_preemption_mid_epoch_loses_nothing(local_stack: LocalStack, tmp_path:
         lambda job: chaos.preempt(job.zone or "", job.instance or "", 10.0),
         when=lambda job: job.attempt == 1 and job.epoch >= 1 and bool(job.zone),
     )
-    store = Store(local_stack.options.project)
+    store = FirestoreStore(project)
 
     job = wait_for_job(store, job_id, 180, echo=False, on_update=preempt)
 
@@ -154,7 +154,7 @@ def test_a_vm_killed_without_notice_is_requeued_by_the_reaper(local_stack: Local
         lambda job: host.kill(job.instance or ""),
         when=lambda job: job.attempt == 1 and job.epoch >= 1,
     )
-    store = Store(local_stack.options.project)
+    store = FirestoreStore(local_stack.options.project)
 
     job = wait_for_job(store, job_id, 180, echo=False, on_update=kill)
 
@@ -181,7 +181,7 @@ def test_a_hung_vm_is_replaced_and_the_job_fails_after_max_attempts(
             host.freeze(job.instance)
 
     job_id = submit(local_stack, epochs=50, max_attempts=2)
-    store = Store(local_stack.options.project)
+    store = FirestoreStore(local_stack.options.project)
 
     job = wait_for_job(store, job_id, 180, echo=False, on_update=hang)
 

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from infra.localstack.demo import wait_for_job
+from infra.cli.demo import wait_for_job
 from infra.localstack.stack import LocalStack
-from shared.adapters.firestore_store import Store
+from shared.adapters.firestore_store import FirestoreStore
 from shared.domain.states import JobStatus
 from tests.test_e2e_cooling import first_epoch_s
 from tests.test_e2e_recovery import submit
@@ -18,7 +18,9 @@ from tests.test_e2e_recovery import submit
 pytestmark = [pytest.mark.emulators, pytest.mark.e2e]
 
 
-def wait_for_instance(store: Store, name: str, state: tuple[str, str], timeout_s: float) -> None:
+def wait_for_instance(
+    store: FirestoreStore, name: str, state: tuple[str, str], timeout_s: float
+) -> None:
     deadline = time.monotonic() + timeout_s
     while (instance := store.get_instance(name)) and (instance.status, instance.substatus) != state:
         assert time.monotonic() < deadline, f"{name} still {instance.status}/{instance.substatus}"
@@ -28,7 +30,7 @@ def wait_for_instance(store: Store, name: str, state: tuple[str, str], timeout_s
 def test_the_next_job_boots_the_stopped_vm(local_stack: LocalStack) -> None:
     host = local_stack.cloud
     assert host is not None
-    store = Store(local_stack.options.project)
+    store = FirestoreStore(local_stack.options.project)
     spec = {"user": "dave", "machine_ids": ["g2-standard-4.od"], "stop_period_s": 20, "epochs": 2}
 
     first_id = submit(local_stack, **spec)

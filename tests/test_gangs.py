@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from infra.localcloud.cloud import LocalCloud
-from shared.adapters.firestore_store import Store
+from shared.adapters.firestore_store import FirestoreStore
 from shared.contract.events import Heartbeat, JobFinished, SpotPreempted
 from shared.domain.states import JobStatus, JobSubstatus
 from tests.conftest import SPEC, vm_event
@@ -36,7 +36,7 @@ def test_a_gang_is_placed_whole_in_one_zone(
         call("submit_job", "submit", GANG, message_id="s1")
     assert names(host) == [N0, N1]
     assert {vm["zone"] for vm in host.list()} == {"us-central1-b"}
-    job = Store(project).get_job("job1")
+    job = FirestoreStore(project).get_job("job1")
     assert job is not None and (job.instance, job.nodes) == (N0, [N0, N1])
     assert job.attempts[0].nodes == 2
     vm = host.get(N1)
@@ -44,7 +44,7 @@ def test_a_gang_is_placed_whole_in_one_zone(
     assignment = json.loads(vm["metadata"]["spotline-job"])
     assert assignment["nodes"] == [N0, N1] and assignment["hosts"] == ["127.0.0.1"] * 2
     assert assignment["master_port"] > 0
-    assert {i.name for i in Store(project).list_instances()} == {N0, N1}
+    assert {i.name for i in FirestoreStore(project).list_instances()} == {N0, N1}
 
 
 def test_no_zone_for_the_whole_gang_waits(
@@ -57,7 +57,7 @@ def test_no_zone_for_the_whole_gang_waits(
         }
     )
     call("submit_job", "submit", GANG, message_id="s1")
-    job = Store(project).get_job("job1")
+    job = FirestoreStore(project).get_job("job1")
     assert job is not None and job.substatus == JobSubstatus.WAITING_FOR_CAPACITY
     assert host.list() == []
 
@@ -68,11 +68,11 @@ def test_the_job_ends_with_node_zero(
     call("submit_job", "submit", GANG, message_id="s1")
     call("on_epoch_done", "epoch_done", node(Heartbeat, N1, phase="TRAINING"), message_id="h1")
     call("on_job_finished", "job_finished", node(JobFinished, N1, exit_code=0), message_id="f1")
-    job = Store(project).get_job("job1")
+    job = FirestoreStore(project).get_job("job1")
     assert job is not None and job.status == JobStatus.TRAINING
     assert names(host) == [N0]  # the worker's VM is released
     call("on_job_finished", "job_finished", node(JobFinished, N0, exit_code=0), message_id="f0")
-    job = Store(project).get_job("job1")
+    job = FirestoreStore(project).get_job("job1")
     assert job is not None and job.status == JobStatus.COMPLETED
     assert host.list() == []
 
@@ -80,7 +80,7 @@ def test_the_job_ends_with_node_zero(
 def test_a_failed_worker_fails_the_job(call: Callable[..., Any], project: str) -> None:
     call("submit_job", "submit", GANG, message_id="s1")
     call("on_job_finished", "job_finished", node(JobFinished, N1, exit_code=1), message_id="f1")
-    job = Store(project).get_job("job1")
+    job = FirestoreStore(project).get_job("job1")
     assert job is not None and job.status == JobStatus.FAILED
     assert job.error is not None and N1 in job.error
 
@@ -93,7 +93,7 @@ def test_losing_any_node_restarts_the_whole_gang(
     notice = node(SpotPreempted, N1)
     call("on_spot_preempted", "spot_preempted", notice, message_id="p1")
     call("on_spot_preempted", "spot_preempted", notice, message_id="p1")
-    job = Store(project).get_job("job1")
+    job = FirestoreStore(project).get_job("job1")
     assert job is not None and (job.attempt, job.preemptions) == (2, 1)
     assert job.nodes == ["sl-job1-a2-n0", "sl-job1-a2-n1"]
     assert names(host) == ["sl-job1-a2-n0", "sl-job1-a2-n1"]  # both old nodes gone

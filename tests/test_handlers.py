@@ -12,7 +12,7 @@ import pytest
 from functions import deps
 from infra.cli.commands import main as cli
 from infra.localcloud.cloud import LocalCloud
-from shared.adapters.firestore_store import Store
+from shared.adapters.firestore_store import FirestoreStore
 from shared.contract.events import EpochDone, Heartbeat, JobFinished, ReaperTick, VmBooted
 from shared.domain.catalog import load_catalog
 from shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
@@ -26,7 +26,7 @@ def test_submit_creates_the_job_and_one_vm(
     call: Callable[..., Any], host: LocalCloud, project: str, mode: str
 ) -> None:
     assert call("submit_job", "submit", SPEC, mode=mode).status_code == 200
-    job = Store(project).get_job("job1")
+    job = FirestoreStore(project).get_job("job1")
     assert job is not None
     assert (job.status, job.substatus) == (JobStatus.QUEUING, JobSubstatus.CONNECTING_SERVER)
     assert (job.instance, job.zone, job.machine_id) == (
@@ -35,7 +35,7 @@ def test_submit_creates_the_job_and_one_vm(
         "g2-standard-4",
     )
     assert [h.substatus for h in job.history] == ["REQUESTING_SERVER", "CONNECTING_SERVER"]
-    instance = Store(project).get_instance("sl-job1-a1")
+    instance = FirestoreStore(project).get_instance("sl-job1-a1")
     assert instance is not None and instance.status == InstanceStatus.LAUNCHING
     assert instance.provisioning == "SPOT" and instance.price_per_hour > 0
     assert [vm["name"] for vm in host.list()] == ["sl-job1-a1"]
@@ -47,7 +47,7 @@ def test_a_redelivered_submit_creates_nothing_twice(
     spec = {k: v for k, v in SPEC.items() if k != "job_id"}
     for mode in ("push", "binary", "push"):
         assert call("submit_job", "submit", spec, message_id="77", mode=mode).status_code == 200
-    jobs = Store(project).list_jobs()
+    jobs = FirestoreStore(project).list_jobs()
     assert len(jobs) == 1 and len(jobs[0].history) == 2
     assert len(host.list()) == 1
 
@@ -57,7 +57,7 @@ def test_the_same_job_id_from_another_message_is_rejected(
 ) -> None:
     call("submit_job", "submit", SPEC, message_id="1")
     assert call("submit_job", "submit", SPEC, message_id="2").status_code == 200
-    rejection = Store(project).get_rejection("2")
+    rejection = FirestoreStore(project).get_rejection("2")
     assert rejection is not None and "already taken" in rejection.reason
     assert len(host.list()) == 1
 
@@ -75,15 +75,15 @@ def test_bad_input_is_acknowledged_recorded_and_creates_nothing(
 ) -> None:
     response = call("submit_job", "submit", payload, message_id="bad")
     assert response.status_code == 200  # acknowledged: no redelivery loop
-    rejection = Store(project).get_rejection("bad")
+    rejection = FirestoreStore(project).get_rejection("bad")
     assert rejection is not None and reason in rejection.reason
-    assert Store(project).list_jobs() == [] and host.list() == []
+    assert FirestoreStore(project).list_jobs() == [] and host.list() == []
 
 
 def test_the_job_lifecycle_through_every_handler(
     call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
-    store = Store(project)
+    store = FirestoreStore(project)
     call("submit_job", "submit", SPEC)
     call("on_vm_booted", "vm_booted", vm_event(VmBooted, zone="us-central1-a", instance_id="123"))
     assert store.get_job("job1").substatus == JobSubstatus.GEARING_UP_ENV  # type: ignore[union-attr]
@@ -123,7 +123,7 @@ def test_the_job_lifecycle_through_every_handler(
 
 
 def test_late_and_stale_events_are_ignored(call: Callable[..., Any], project: str) -> None:
-    store = Store(project)
+    store = FirestoreStore(project)
     call("submit_job", "submit", SPEC)
     call("on_epoch_done", "epoch_done", vm_event(Heartbeat, phase="TRAINING"), message_id="2")
     call("on_vm_booted", "vm_booted", vm_event(VmBooted), message_id="3")  # late
@@ -143,7 +143,7 @@ def test_a_failed_trainer_fails_the_job_with_its_output(
     call("submit_job", "submit", SPEC)
     finished = vm_event(JobFinished, exit_code=3, log_tail="ValueError: bad learning rate\n")
     call("on_job_finished", "job_finished", finished, message_id="2")
-    job = Store(project).get_job("job1")
+    job = FirestoreStore(project).get_job("job1")
     assert job is not None and job.status == JobStatus.FAILED
     assert job.error is not None and "exited with code 3" in job.error
     assert "bad learning rate" in job.error
@@ -159,7 +159,7 @@ def test_no_capacity_queues_then_the_reaper_gives_up(
         }
     )
     call("submit_job", "submit", {**SPEC, "wait_request_s": 0})
-    store = Store(project)
+    store = FirestoreStore(project)
     job = store.get_job("job1")
     assert job is not None and job.substatus == JobSubstatus.WAITING_FOR_CAPACITY
     entry = store.get_queue("job1")
@@ -186,7 +186,7 @@ def test_the_reaper_places_a_queued_job_once_capacity_returns(
     )
     call("submit_job", "submit", SPEC)
     host.capacity_errors.clear()
-    store = Store(project)
+    store = FirestoreStore(project)
     entry = store.get_queue("job1")
     assert entry is not None
     store.put_queue(entry.model_copy(update={"not_before": datetime.now(UTC)}))
@@ -207,7 +207,7 @@ def test_an_unavailable_dependency_asks_for_redelivery(
 def test_a_too_old_message_is_dropped(call: Callable[..., Any], project: str) -> None:
     old = datetime.now(UTC) - timedelta(days=2)
     assert call("submit_job", "submit", SPEC, published=old).status_code == 200
-    assert Store(project).list_jobs() == []
+    assert FirestoreStore(project).list_jobs() == []
 
 
 def test_placement_records_availability_for_spotline_machines(
@@ -216,9 +216,9 @@ def test_placement_records_availability_for_spotline_machines(
     host.capacity_errors.update({"us-central1-a": "ZONE_RESOURCE_POOL_EXHAUSTED"})
     call("submit_job", "submit", SPEC)  # g2-standard-4: us-central1-a fails, us-central1-b succeeds
     since = datetime.now(UTC) - timedelta(hours=1)
-    assert Store(project).availability("g2-standard-4", since) == (2, 1)
-    assert Store(project).availability("g2-standard-4.od", since) == (0, 0)
-    Store(project).seed_machines(load_catalog())
+    assert FirestoreStore(project).availability("g2-standard-4", since) == (2, 1)
+    assert FirestoreStore(project).availability("g2-standard-4.od", since) == (0, 0)
+    FirestoreStore(project).seed_machines(load_catalog())
     assert cli(["machines"]) == 0
     shown = capsys.readouterr().out
     row = next(line for line in shown.splitlines() if line.startswith("g2-standard-4 "))
@@ -232,7 +232,7 @@ def test_a_finished_job_shows_its_last_epoch_even_if_that_event_is_late(
     last = vm_event(EpochDone, epoch=3, epochs=3, step=135, metrics={"val_acc": 0.97})
     finished = vm_event(JobFinished, exit_code=0, last_epoch=last)
     call("on_job_finished", "job_finished", finished, message_id="f")  # before the epoch event
-    store = Store(project)
+    store = FirestoreStore(project)
     job = store.get_job("job1")
     assert job is not None and job.status == JobStatus.COMPLETED
     assert (job.progress, job.metrics) == ("3/3", {"val_acc": 0.97})

@@ -13,7 +13,7 @@ import pytest
 
 from functions import deps
 from infra.localcloud.cloud import LocalCloud
-from shared.adapters.firestore_store import Store
+from shared.adapters.firestore_store import FirestoreStore
 from shared.contract.events import Heartbeat, JobFinished, ReaperTick
 from shared.domain.quotas import take_slots
 from shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
@@ -38,7 +38,7 @@ def names(host: LocalCloud) -> list[str]:
 
 
 def slots(project: str) -> list[str]:
-    user = Store(project).get_user("alice")
+    user = FirestoreStore(project).get_user("alice")
     assert user is not None
     return sorted(user.active_instances)
 
@@ -60,7 +60,7 @@ def test_a_job_ends_a_cooling_vm_to_get_its_slot(
     # A third machine id: no cooling VM to reuse, and no free slot but the
     # cooling VM's, which ends early rather than make the job wait.
     call("submit_job", "submit", {**SPEC, "job_id": "job3", "machine_ids": ["a2-highgpu-1g"]})
-    store = Store(project)
+    store = FirestoreStore(project)
     job3 = store.get_job("job3")
     assert job3 is not None and job3.substatus == JobSubstatus.CONNECTING_SERVER
     assert names(host) == ["sl-job2-a1", "sl-job3-a1"]
@@ -79,7 +79,7 @@ def test_over_the_instance_quota_a_job_waits_then_starts(
     gang = {**SPEC, "nodes": 2}
     call("submit_job", "submit", gang, message_id="s1")
     call("submit_job", "submit", {**gang, "job_id": "job2"}, message_id="s2")
-    store = Store(project)
+    store = FirestoreStore(project)
     waiting = store.get_job("job2")
     assert waiting is not None and waiting.substatus == JobSubstatus.WAITING_FOR_QUOTA
     assert "has 2 active instances (quota 3)" in waiting.history[-1].note
@@ -110,7 +110,7 @@ def test_waiting_for_instance_slots_past_the_deadline_cancels_and_frees_the_job_
     call("submit_job", "submit", SPEC, message_id="s1")
     late = {**SPEC, "job_id": "job2", "machine_ids": T4, "wait_new_job_create_s": 5}
     call("submit_job", "submit", late, message_id="s2")
-    store = Store(project)
+    store = FirestoreStore(project)
     entry = store.get_queue("job2")
     assert entry is not None
     waited = datetime.now(UTC) - timedelta(seconds=9)
@@ -129,16 +129,16 @@ def test_a_gang_larger_than_the_quota_is_rejected_by_name(
 ) -> None:
     instance_quota(2)
     call("submit_job", "submit", {**SPEC, "nodes": 3}, message_id="s1")
-    rejection = Store(project).get_rejection("s1")
+    rejection = FirestoreStore(project).get_rejection("s1")
     assert rejection is not None
     assert "nodes: 3 VMs is over the active-instances quota of 2" in rejection.reason
-    assert Store(project).get_job("job1") is None and host.list() == []
+    assert FirestoreStore(project).get_job("job1") is None and host.list() == []
 
 
 def test_the_reaper_frees_slots_of_vms_never_made_but_not_of_one_being_made(
     call: Callable[..., Any], project: str
 ) -> None:
-    store = Store(project)
+    store = FirestoreStore(project)
     now = datetime.now(UTC)
     held = ["sl-ghost-a1", "sl-job1-a2", "not-a-spotline-name"]
     store.update_user("alice", lambda user: take_slots(user, "active_instances", held, 5, now))
@@ -163,10 +163,10 @@ def test_concurrent_placements_never_exceed_the_instance_quota(
     specs = [{**SPEC, "job_id": f"job{n}"} for n in range(5)]
     most_vms = submit_concurrently(host, project, repo_root, specs)
 
-    jobs = Store(project).list_jobs()
+    jobs = FirestoreStore(project).list_jobs()
     placed = sorted(j.instance or "" for j in jobs if j.substatus == JobSubstatus.CONNECTING_SERVER)
     waiting = [j for j in jobs if j.substatus == JobSubstatus.WAITING_FOR_QUOTA]
     assert (len(placed), len(waiting)) == (3, 2)
     assert most_vms <= 3 and names(host) == placed == slots(project)
-    live = Store(project).list_instances(InstanceStatus.live())
+    live = FirestoreStore(project).list_instances(InstanceStatus.live())
     assert sorted(i.name for i in live) == placed

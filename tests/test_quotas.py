@@ -12,7 +12,7 @@ import pytest
 
 from functions import deps
 from infra.localcloud.cloud import LocalCloud
-from shared.adapters.firestore_store import Store
+from shared.adapters.firestore_store import FirestoreStore
 from shared.contract.events import JobFinished, ReaperTick
 from shared.domain.documents import UserDoc
 from shared.domain.quotas import free_slot, holds, keep_slot, take_slot, take_slots
@@ -58,7 +58,7 @@ def test_over_quota_waits_and_starts_when_a_slot_frees(
 ) -> None:
     for n in (1, 2, 3):
         call("submit_job", "submit", job_spec(n), message_id=f"s{n}")
-    store = Store(project)
+    store = FirestoreStore(project)
     waiting = store.get_job("job3")
     assert waiting is not None and waiting.substatus == JobSubstatus.WAITING_FOR_QUOTA
     assert "has 2 active jobs (quota 2)" in waiting.history[-1].note
@@ -78,7 +78,7 @@ def test_over_quota_waits_and_starts_when_a_slot_frees(
 def test_a_job_over_quota_past_its_wait_is_canceled(call: Callable[..., Any], project: str) -> None:
     for n in (1, 2, 3):
         call("submit_job", "submit", job_spec(n, wait_new_job_create_s=5), message_id=f"s{n}")
-    store = Store(project)
+    store = FirestoreStore(project)
     entry = store.get_queue("job3")
     assert entry is not None
     store.put_queue(
@@ -99,7 +99,7 @@ def test_a_job_over_quota_past_its_wait_is_canceled(call: Callable[..., Any], pr
 def test_the_reaper_frees_a_slot_a_crash_left_behind(
     call: Callable[..., Any], project: str
 ) -> None:
-    store = Store(project)
+    store = FirestoreStore(project)
     store.update_user("alice", lambda user: take_slot(user, "active_jobs", "ghost", 5, T0))
     call("reaper", "reaper_tick", ReaperTick(), message_id="t1")
     user = store.get_user("alice")
@@ -112,7 +112,7 @@ def test_twenty_concurrent_submissions_never_exceed_the_quota(
 ) -> None:
     most_vms = submit_concurrently(host, project, repo_root, [job_spec(n) for n in range(20)])
 
-    store = Store(project)
+    store = FirestoreStore(project)
     jobs = store.list_jobs()
     assert len(jobs) == 20
     placed = [j for j in jobs if j.substatus == JobSubstatus.CONNECTING_SERVER]

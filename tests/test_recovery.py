@@ -12,7 +12,7 @@ import pytest
 
 from functions import deps
 from infra.localcloud.cloud import LocalCloud
-from shared.adapters.firestore_store import Store
+from shared.adapters.firestore_store import FirestoreStore
 from shared.contract.events import CancelRequest, Heartbeat, ReaperTick, SpotPreempted, VmBooted
 from shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
 from tests.conftest import SPEC, vm_event
@@ -51,7 +51,7 @@ def test_a_preemption_starts_the_next_attempt_at_once(
     running(call)
     notice = vm_event(SpotPreempted, step=77, checkpoint_uri="file:///c/ckpt-77.pt")
     assert call("on_spot_preempted", "spot_preempted", notice, message_id="p1").status_code == 200
-    store = Store(project)
+    store = FirestoreStore(project)
     job = store.get_job("job1")
     assert job is not None
     assert (job.status, job.substatus, job.attempt) == ("RECOVERING", "CONNECTING_SERVER", 2)
@@ -86,7 +86,7 @@ def test_every_report_of_one_preemption_counts_once(
     for message_id in ("p1", "p1", "l1"):
         payload = notice if message_id == "p1" else log_sink_entry("sl-job1-a1")
         call("on_spot_preempted", "spot_preempted", payload, message_id=message_id)
-    job = Store(project).get_job("job1")
+    job = FirestoreStore(project).get_job("job1")
     assert job is not None and (job.attempt, job.preemptions) == (2, 1)
     assert len(job.attempts) == 2
     # The reaper deletes the preempted VM once nothing owns it.
@@ -100,7 +100,7 @@ def test_events_of_the_preempted_attempt_are_ignored_afterwards(
     running(call)
     call("on_spot_preempted", "spot_preempted", vm_event(SpotPreempted), message_id="p1")
     call("on_vm_booted", "vm_booted", vm_event(VmBooted), message_id="late-boot")
-    job = Store(project).get_job("job1")
+    job = FirestoreStore(project).get_job("job1")
     assert job is not None and (job.attempt, job.substatus) == (2, "CONNECTING_SERVER")
 
 
@@ -109,7 +109,7 @@ def test_max_attempts_ends_the_job_with_the_reason(
 ) -> None:
     running(call, {**SPEC, "max_attempts": 1})
     call("on_spot_preempted", "spot_preempted", vm_event(SpotPreempted), message_id="p1")
-    job = Store(project).get_job("job1")
+    job = FirestoreStore(project).get_job("job1")
     assert job is not None and job.status == JobStatus.FAILED
     assert job.error is not None and "gave up after 1 attempt(s)" in job.error
     assert names(host) == []
@@ -120,10 +120,10 @@ def test_repeated_preemptions_fall_back_to_on_demand(
 ) -> None:
     running(call, {**SPEC, "fallback_after_preemptions": 1, "on_demand_fallback": True})
     call("on_spot_preempted", "spot_preempted", vm_event(SpotPreempted), message_id="p1")
-    job = Store(project).get_job("job1")
+    job = FirestoreStore(project).get_job("job1")
     assert job is not None and job.machine_id == "g2-standard-4.od"
     assert job.avoid_machine_ids == ["g2-standard-4"]
-    instance = Store(project).get_instance("sl-job1-a2")
+    instance = FirestoreStore(project).get_instance("sl-job1-a2")
     assert instance is not None and instance.provisioning == "STANDARD"
 
 
@@ -134,10 +134,10 @@ def test_cancel_deletes_the_vm_and_is_idempotent(
     request = CancelRequest(job_id="job1", reason="wrong learning rate")
     for message_id in ("c1", "c1", "c2"):
         assert call("cancel_job", "cancel", request, message_id=message_id).status_code == 200
-    job = Store(project).get_job("job1")
+    job = FirestoreStore(project).get_job("job1")
     assert job is not None and job.status == JobStatus.CANCELED
     assert job.error == "wrong learning rate"
-    instance = Store(project).get_instance("sl-job1-a1")
+    instance = FirestoreStore(project).get_instance("sl-job1-a1")
     assert instance is not None and instance.status == InstanceStatus.CLOSED
     assert names(host) == []
     unknown = CancelRequest(job_id="nope")
@@ -151,7 +151,7 @@ def test_the_reaper_requeues_a_missed_preemption(
     host.kill("sl-job1-a1")  # gone, with no notice and no event
     for tick in ("t1", "t2"):  # Scheduler may fire twice
         call("reaper", "reaper_tick", ReaperTick(), message_id=tick)
-    job = Store(project).get_job("job1")
+    job = FirestoreStore(project).get_job("job1")
     assert job is not None and (job.attempt, job.preemptions) == (2, 1)
     assert "missed preemption" in job.history[-3].note
     assert names(host) == ["sl-job1-a2"]
@@ -167,7 +167,7 @@ def test_a_report_that_comes_after_the_reaper_still_records_the_saved_step(
     call("reaper", "reaper_tick", ReaperTick(), message_id="t1")
     notice = vm_event(SpotPreempted, step=42, checkpoint_uri="file:///c/ckpt-42.pt")
     call("on_spot_preempted", "spot_preempted", notice, message_id="p1")
-    job = Store(project).get_job("job1")
+    job = FirestoreStore(project).get_job("job1")
     assert job is not None and (job.attempt, job.preemptions) == (2, 1)
     first = job.attempts[0]
     assert (first.outcome, first.checkpoint_step) == ("preempted", 42)
@@ -181,7 +181,7 @@ def test_the_reaper_replaces_a_stalled_vm(
     monkeypatch.setenv("SPOTLINE_STALL_TIMEOUT_S", "0")
     deps.reset()
     call("reaper", "reaper_tick", ReaperTick(), message_id="t1")
-    store = Store(project)
+    store = FirestoreStore(project)
     job = store.get_job("job1")
     assert job is not None and (job.attempt, job.preemptions) == (2, 0)
     assert [h.substatus for h in job.history][-3] == JobSubstatus.STALLED
@@ -209,7 +209,7 @@ def test_the_reaper_cancels_a_job_past_its_max_runtime(
     call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
     running(call, {**SPEC, "max_runtime_s": 1})
-    store = Store(project)
+    store = FirestoreStore(project)
     store.update_job(
         "job1",
         lambda job: job.model_copy(update={"created_at": datetime.now(UTC) - timedelta(seconds=5)}),
@@ -232,7 +232,7 @@ def test_the_reaper_places_a_job_whose_function_died(
     )
     call("submit_job", "submit", SPEC, message_id="s")
     host.capacity_errors.clear()
-    store = Store(project)
+    store = FirestoreStore(project)
     store.delete_queue("job1")  # as if the function died before queueing it
     store.update_job(
         "job1", lambda job: job.model_copy(update={"substatus": JobSubstatus.REQUESTING_SERVER})

@@ -11,7 +11,7 @@ import pytest
 from functions import deps
 from infra.cli.commands import main as cli
 from infra.localcloud.cloud import LocalCloud
-from shared.adapters.firestore_store import Store
+from shared.adapters.firestore_store import FirestoreStore
 from tests.conftest import SPEC
 
 pytestmark = pytest.mark.emulators
@@ -30,7 +30,7 @@ def test_a_machine_over_quota_is_passed_over_for_the_next(
 
     call("submit_job", "submit", SPEC)  # g2-standard-4, then n1-standard-8-t4.od
 
-    job = Store(project).get_job("job1")
+    job = FirestoreStore(project).get_job("job1")
     assert job is not None and job.machine_id == "n1-standard-8-t4.od"
     assert [vm["machine_type"] for vm in host.list()] == ["n1-standard-8"]
 

@@ -239,13 +239,13 @@ def test_an_unreachable_pubsub_fails_within_the_timeout(
 ) -> None:
     from datetime import UTC, datetime
 
-    from shared.adapters.pubsub_bus import Bus
+    from shared.adapters.pubsub_bus import PubsubBus
 
     monkeypatch.setenv("PUBSUB_EMULATOR_HOST", silent_host)
     event = SpotPreempted(job_id="j1", attempt=3, instance=INSTANCE, sent_at=datetime.now(UTC))
     started = time.monotonic()
     with pytest.raises(NoticeError):
-        publish(Bus("p"), event, timeout_s=1.0)
+        publish(PubsubBus("p"), event, timeout_s=1.0)
     assert time.monotonic() - started < 5.0
 
 

@@ -11,10 +11,9 @@ from typing import Any
 import pytest
 
 from functions import deps
-from functions.ops.release import release_instance
-from functions.ops.stopped import stop_instance
+from functions.ops.teardown import release_instance, stop_instance
 from infra.localcloud.cloud import LocalCloud
-from shared.adapters.firestore_store import Store
+from shared.adapters.firestore_store import FirestoreStore
 from shared.contract.events import Heartbeat, JobFinished, ReaperTick
 from shared.domain.lifecycle import instance_closing
 from shared.domain.states import InstanceStatus, InstanceSubstatus, JobSubstatus
@@ -32,7 +31,7 @@ def finish_first_job(call: Callable[..., Any], spec: dict[str, Any] = STOP) -> N
 
 
 def state(instance_name: str, project: str) -> tuple[str, str | None]:
-    instance = Store(project).get_instance(instance_name)
+    instance = FirestoreStore(project).get_instance(instance_name)
     assert instance is not None
     return instance.status, instance.substatus
 
@@ -41,7 +40,7 @@ def test_a_finished_on_demand_job_leaves_its_vm_stopped(
     call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
     finish_first_job(call)
-    store = Store(project)
+    store = FirestoreStore(project)
     instance = store.get_instance(VM)
     assert instance is not None and state(VM, project) == ("CLOSED", "STOPPED")
     assert instance.stopped_until is not None and instance.closed_at is not None
@@ -61,7 +60,7 @@ def test_the_next_job_of_the_user_restarts_it(
 ) -> None:
     finish_first_job(call)
     call("submit_job", "submit", {**STOP, "job_id": "job2"}, message_id="s2")
-    store = Store(project)
+    store = FirestoreStore(project)
     job = store.get_job("job2")
     assert job is not None and job.instance == VM
     assert job.substatus == JobSubstatus.CONNECTING_SERVER
@@ -110,7 +109,7 @@ def test_the_reaper_keeps_it_then_deletes_it_when_the_period_ends(
     assert state(VM, project) == ("CLOSED", "STOPPED")
     assert host.get(VM) is not None  # not taken for an orphan
 
-    store = Store(project)
+    store = FirestoreStore(project)
     store.update_instance(
         VM,
         lambda i: i.model_copy(update={"stopped_until": datetime.now(UTC) - timedelta(seconds=1)}),
@@ -130,7 +129,7 @@ def test_a_cooling_on_demand_vm_is_stopped_when_its_period_ends(
 ) -> None:
     finish_first_job(call, {**STOP, "cool_down_period_s": 600})
     assert state(VM, project) == ("COOLING", None)
-    Store(project).update_instance(
+    FirestoreStore(project).update_instance(
         VM,
         lambda i: i.model_copy(update={"cooling_until": datetime.now(UTC) - timedelta(seconds=1)}),
     )
@@ -138,7 +137,7 @@ def test_a_cooling_on_demand_vm_is_stopped_when_its_period_ends(
     assert state(VM, project) == ("CLOSED", "STOPPED")
     vm = host.get(VM)
     assert vm is not None and vm["state"] == "TERMINATED"
-    job = Store(project).get_job("job1")
+    job = FirestoreStore(project).get_job("job1")
     assert job is not None and job.cooling_charges.keys() == {VM}
 
 
@@ -149,7 +148,7 @@ def test_a_vm_deleted_while_stopped_is_closed(
     host.delete(VM)
     call("reaper", "reaper_tick", ReaperTick(), message_id="t1")
     assert state(VM, project) == ("CLOSED", "TERMINATED")
-    user = Store(project).get_user("alice")
+    user = FirestoreStore(project).get_user("alice")
     assert user is not None and user.stopped_instances == []
 
 
@@ -157,7 +156,7 @@ def test_a_stop_interrupted_by_a_crash_is_finished_by_the_reaper(
     call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
     call("submit_job", "submit", STOP, message_id="s1")
-    store = Store(project)
+    store = FirestoreStore(project)
     # The function wrote CLOSING/STOPPING, then died before stopping the VM.
     store.update_instance(
         VM,
@@ -175,7 +174,7 @@ def test_the_reaper_frees_a_stopped_slot_whose_instance_is_not_stopped(
     call: Callable[..., Any], project: str
 ) -> None:
     finish_first_job(call)
-    store = Store(project)
+    store = FirestoreStore(project)
     # A crash between taking the slot and stopping, then the VM deleted.
     store.update_user("alice", lambda u: u.model_copy(update={"stopped_instances": [VM, "gone"]}))
     call("reaper", "reaper_tick", ReaperTick(), message_id="t1")
@@ -190,7 +189,7 @@ def test_a_release_from_a_stale_sweep_keeps_a_vm_its_job_stopped(
     # found the job ended and released it: after on_job_finished stopped it.
     finish_first_job(call)
     assert state(VM, project) == ("CLOSED", "STOPPED")
-    release_instance(VM, datetime.now(UTC), note="no live job owns it")
+    release_instance(deps.current(), VM, datetime.now(UTC), note="no live job owns it")
     assert state(VM, project) == ("CLOSED", "STOPPED")
     vm = host.get(VM)
     assert vm is not None and vm["state"] == "TERMINATED"
@@ -201,11 +200,11 @@ def test_a_stop_that_comes_after_a_release_began_lets_the_release_finish(
 ) -> None:
     call("submit_job", "submit", STOP, message_id="s1")
     now = datetime.now(UTC)
-    store = Store(project)
+    store = FirestoreStore(project)
     store.update_instance(VM, lambda current: instance_closing(current, now, "released"))
     instance = store.get_instance(VM)
     assert instance is not None
-    stop_instance(instance, 3600, now, "job completed")
+    stop_instance(deps.current(), instance, 3600, now, "job completed")
     assert state(VM, project) == ("CLOSING", "TERMINATING")  # not stopped under the release
     user = store.get_user("alice")
     assert user is not None and user.stopped_instances == []
@@ -214,12 +213,14 @@ def test_a_stop_that_comes_after_a_release_began_lets_the_release_finish(
 def test_a_vm_restarted_during_a_sweep_is_no_orphan(
     call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
-    from functions.handlers.reaper import _check_orphan  # the sweep's step, on a stale listing
+    from functions.handlers.reaper import reap_vms  # the sweep's stage, on a stale listing
 
     finish_first_job(call)
-    listed = deps.compute().get("us-central1-a", VM) or deps.compute().get("us-central1-b", VM)
+    listed = deps.current().compute.get("us-central1-a", VM) or deps.current().compute.get(
+        "us-central1-b", VM
+    )
     assert listed is not None  # listed while stopped, owned by no live instance...
     call("submit_job", "submit", {**STOP, "job_id": "job2"}, message_id="s2")  # ...then restarted
-    assert _check_orphan(listed, datetime.now(UTC)) is None
+    assert not reap_vms(deps.current(), [], [], [listed], datetime.now(UTC))
     vm = host.get(VM)
     assert vm is not None and vm["state"] == "RUNNING"

@@ -1,0 +1,3 @@
+"""The entry points, one module per deployed function (``main.py`` exports
+them): decode the CloudEvent (``envelope``), load, decide (``shared.domain``),
+apply (``functions.ops``)."""

@@ -18,7 +18,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from functions import deps
+from functions import deps as process_deps
+from functions.deps import Deps
 from shared import logs
 from shared.domain.errors import InvalidMessage, PermanentError
 from shared.domain.spec import describe_validation_error
@@ -76,11 +77,12 @@ def _parse_time(value: object) -> datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
-Handler = Callable[[Message], None]
+Handler = Callable[[Message, Deps], None]
 
 
 def pubsub_handler(fn: Handler) -> Callable[[Any], None]:
-    """Wrap a handler of decoded messages with spotline's error policy.
+    """Wrap a handler of decoded messages with spotline's error policy, and
+    hand it the process's dependencies (``functions.deps.current()``).
 
     * a message older than the configured maximum age is dropped with a log line;
     * PermanentError: logged with its reason, then acknowledged (return);
@@ -95,8 +97,9 @@ def pubsub_handler(fn: Handler) -> Callable[[Any], None]:
         except InvalidMessage as err:
             logs.error(f"{name}: dropped an undecodable event: {err}", handler=name)
             return
-        age_s = _age_s(message)
-        if age_s is not None and age_s > deps.settings().max_event_age_s:
+        deps = process_deps.current()
+        age_s = _age_s(message, deps.clock())
+        if age_s is not None and age_s > deps.settings.max_event_age_s:
             logs.warning(
                 f"{name}: dropped message {message.message_id}, {age_s:.0f} s old",
                 handler=name,
@@ -104,7 +107,7 @@ def pubsub_handler(fn: Handler) -> Callable[[Any], None]:
             )
             return
         try:
-            fn(message)
+            fn(message, deps)
         except PermanentError as err:
             logs.warning(
                 f"{name}: {err}",
@@ -116,7 +119,7 @@ def pubsub_handler(fn: Handler) -> Callable[[Any], None]:
     return handle
 
 
-def _age_s(message: Message) -> float | None:
+def _age_s(message: Message, now: datetime) -> float | None:
     if message.publish_time is None:
         return None
-    return (datetime.now(UTC) - message.publish_time).total_seconds()
+    return (now - message.publish_time).total_seconds()

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from pydantic import ValidationError
 
-from functions import deps
+from functions.deps import Deps
 from functions.handlers.envelope import Message, pubsub_handler
 from functions.handlers.vm_events import apply_to_job
 from shared.contract.events import EpochDone, progress_adapter
@@ -18,21 +16,21 @@ from shared.domain.states import JobSubstatus
 
 
 @pubsub_handler
-def on_epoch_done(message: Message) -> None:
+def on_epoch_done(message: Message, deps: Deps) -> None:
     try:
         event = progress_adapter.validate_json(message.data)
     except ValidationError as err:
         raise InvalidMessage(describe_validation_error(err)) from err
-    now = datetime.now(UTC)
-    store = deps.store()
+    now = deps.clock()
+    store = deps.store
     if isinstance(event, EpochDone):
         epoch = event
-        apply_to_job(epoch, lambda current: lifecycle.epoch_done(current, epoch, now))
+        apply_to_job(deps, epoch, lambda current: lifecycle.epoch_done(current, epoch, now))
         store.put_epoch(epoch.job_id, lifecycle.epoch_doc(epoch, now))
         training = True
     else:
         beat = event
-        apply_to_job(beat, lambda current: lifecycle.heartbeat(current, beat, now))
+        apply_to_job(deps, beat, lambda current: lifecycle.heartbeat(current, beat, now))
         training = beat.phase in (JobSubstatus.TRAINING, JobSubstatus.RETURNING)
 
     def seen(instance: InstanceDoc) -> InstanceDoc:

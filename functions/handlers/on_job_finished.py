@@ -1,44 +1,33 @@
-"""spotline-job-finished -> on_job_finished: record the outcome, release the VM.
+"""spotline-job-finished -> on_job_finished: record the outcome, let the VM go.
 
 Re-entrant: a redelivery after the job is recorded still makes sure the VM is
-deleted and the instance closed.
+let go (cooling, stopped or deleted) and the job's slot freed.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
-from functions import deps
+from functions.deps import Deps
 from functions.handlers.envelope import Message, pubsub_handler
 from functions.handlers.vm_events import apply_to_job
-from functions.ops.quota import settle
-from functions.ops.stopped import retire_instance
+from functions.ops.jobs import settle
+from functions.ops.teardown import after_job
 from shared import logs
 from shared.contract.events import JobFinished
 from shared.domain import lifecycle
-from shared.domain.cooling import start_cooling
 
 
 @pubsub_handler
-def on_job_finished(message: Message) -> None:
+def on_job_finished(message: Message, deps: Deps) -> None:
     event = message.parse(JobFinished)
-    now = datetime.now(UTC)
-    job = apply_to_job(event, lambda current: lifecycle.finished(current, event, now))
+    now = deps.clock()
+    job = apply_to_job(deps, event, lambda current: lifecycle.finished(current, event, now))
     if event.last_epoch is not None:
-        deps.store().put_epoch(job.job_id, lifecycle.epoch_doc(event.last_epoch, now))
+        deps.store.put_epoch(job.job_id, lifecycle.epoch_doc(event.last_epoch, now))
     logs.info(
         f"job {job.job_id}: {job.status} (exit code {event.exit_code})",
         job_id=job.job_id,
         status=job.status,
     )
     if event.instance in lifecycle.current_vms(job):
-        period = job.spec.cool_down_period_s
-        if period > 0 and not job.nodes:
-            # Kept for the user's next job; the reaper ends it when the period ends.
-            deps.store().update_instance(
-                event.instance,
-                lambda current: start_cooling(current, now, period, deps.settings().cooling_rule),
-            )
-        else:
-            retire_instance(event.instance, now, note=f"job {job.status.lower()}")
-    settle(job, now)
+        after_job(deps, job, event.instance, now)
+    settle(deps, job, now)

@@ -9,49 +9,25 @@ it at once; the other is then stale and acknowledged.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from pydantic import ValidationError
 
-from functions import deps
+from functions.deps import Deps
 from functions.handlers.envelope import Message, pubsub_handler
-from functions.ops.recovery import recover
+from functions.ops.recovery import preempted
 from shared.contract.events import parse_preemption
 from shared.domain.errors import InvalidMessage, PermanentError
-from shared.domain.lifecycle import StaleEvent, saved_after_loss
-from shared.domain.states import JobSubstatus
+from shared.domain.lifecycle import StaleEvent
 
 
 @pubsub_handler
-def on_spot_preempted(message: Message) -> None:
+def on_spot_preempted(message: Message, deps: Deps) -> None:
     try:
         notice = parse_preemption(message.data)
     except (ValueError, ValidationError) as err:
         raise InvalidMessage(f"not a preemption: {err}") from err
-    instance = deps.store().get_instance(notice.instance)
+    instance = deps.store.get_instance(notice.instance)
     if instance is None:
         raise PermanentError(f"preemption of {notice.instance}, which spotline does not know")
     if notice.attempt is not None and notice.attempt != instance.attempt:
         raise StaleEvent(f"{notice.instance}: attempt {notice.attempt} is not the instance's")
-    source = "the agent" if notice.source == "agent" else "the preemption log"
-    try:
-        recover(
-            instance,
-            JobSubstatus.PREEMPTED,
-            datetime.now(UTC),
-            note=f"{instance.name} preempted (reported by {source})",
-            step=notice.step,
-            checkpoint_uri=notice.checkpoint_uri,
-            # The log entry comes at the start of the notice: let the VM save its state.
-            delete_vm=notice.source == "agent",
-        )
-    except StaleEvent:
-        # Recorded already; when the reaper recorded it (the VM vanished before
-        # this report came), the report still says what the attempt saved.
-        if notice.step is not None:
-            step = notice.step
-            deps.store().update_job(
-                instance.job_id,
-                lambda job: saved_after_loss(job, instance.attempt, step),
-            )
-        raise
+    preempted(deps, instance, notice, deps.clock())

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
-from functions import deps
+from functions.deps import Deps
 from functions.handlers.envelope import Message, pubsub_handler
 from functions.handlers.vm_events import apply_to_job
 from shared.contract.events import VmBooted
@@ -12,11 +10,11 @@ from shared.domain import lifecycle
 
 
 @pubsub_handler
-def on_vm_booted(message: Message) -> None:
+def on_vm_booted(message: Message, deps: Deps) -> None:
     event = message.parse(VmBooted)
-    now = datetime.now(UTC)
-    store = deps.store()
-    apply_to_job(event, lambda current: lifecycle.booted(current, event, now))
+    now = deps.clock()
+    store = deps.store
+    apply_to_job(deps, event, lambda current: lifecycle.booted(current, event, now))
     store.update_instance(
         event.instance,
         lambda instance: lifecycle.instance_seen(

@@ -1,17 +1,17 @@
 """spotline-reaper-tick -> reaper: the sweep Cloud Scheduler starts every minute.
 
 Level-triggered and idempotent (Scheduler may fire twice): it compares what
-Firestore believes with what Compute Engine says exists, and converges:
+Firestore believes with what Compute Engine says exists, and converges. Four
+stages, each load -> decide (pure, ``shared.domain.reaping``) -> apply:
 
-1. instances Firestore thinks live: a vanished VM is a missed preemption
-   (requeue); a silent one is stalled (delete, requeue); one its job no longer
-   owns is released; a CLOSING one is finished closing;
-2. stopped instances: deleted when their stop period is over; spotline-labelled
-   VMs no live or stopped instance owns: orphans, deleted;
-3. active jobs: past ``max_runtime_s`` -> CANCELED; stuck in REQUESTING_SERVER
+1. instances and VMs: a vanished VM is a missed preemption (requeue); a
+   silent one is stalled (delete, requeue); one its job no longer owns is
+   released; a CLOSING one is finished closing; cooling and stopped periods
+   are priced and ended; spotline-labelled VMs nothing owns are deleted;
+2. active jobs: past ``max_runtime_s`` -> CANCELED; stuck in REQUESTING_SERVER
    (the placing function died) -> placed again;
-4. the queue, in ``not_before`` order: placed again, or CANCELED after
-   ``wait_request_s``.
+3. the due queue: placed again, or CANCELED after ``wait_request_s``;
+4. users' slots a crash left taken: freed.
 
 It reads only active documents: terminal jobs and closed instances cost nothing.
 """
@@ -19,276 +19,251 @@ It reads only active documents: terminal jobs and closed instances cost nothing.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
-from datetime import UTC, datetime
-from functools import partial
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
 
-from functions import deps
-from functions.handlers.cancel_job import cancel
+from functions.deps import Deps
 from functions.handlers.envelope import Message, pubsub_handler
-from functions.ops.cooling import charge_cooling, end_cooling
-from functions.ops.launch import launch
-from functions.ops.quota import release_job, retry_waiting, settle
+from functions.ops.jobs import (
+    cancel,
+    place_again,
+    release_job,
+    retry_placement,
+    retry_waiting,
+    settle,
+)
+from functions.ops.queue import drop, give_up
 from functions.ops.recovery import recover
-from functions.ops.release import free_instance_slot, release_instance
-from functions.ops.stopped import end_stopped, free_stopped_slot, stop_instance
+from functions.ops.slots import free_instance_slot, free_stopped_slot
+from functions.ops.teardown import (
+    end_cooling,
+    end_stopped,
+    finish_closing,
+    forget_stopped,
+    lose_cooling,
+    price_cooling,
+    release_instance,
+)
 from shared import logs
-from shared.domain.cooling import while_cooling
-from shared.domain.documents import InstanceDoc, JobDoc, QueueEntry, UserDoc
+from shared.domain import reaping as r
+from shared.domain.documents import InstanceDoc, JobDoc
 from shared.domain.errors import PermanentError
-from shared.domain.lifecycle import accrue, advance, current_vms, instance_closed
-from shared.domain.placement import vm_attempt
-from shared.domain.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
-from shared.domain.stopping import STOPPING_OR_STOPPED
-from shared.domain.transitions import fail_job
-from shared.domain.vms import MANAGED_LABEL, Vm, VmState
-from shared.settings import Settings
+from shared.domain.lifecycle import accrue
+from shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
+from shared.domain.vms import MANAGED_LABEL, Vm
 
 
 @pubsub_handler
-def reaper(message: Message) -> None:
-    counts = sweep(datetime.now(UTC))
+def reaper(message: Message, deps: Deps) -> None:
+    counts = sweep(deps, deps.clock())
     logs.info(f"reaper: {dict(counts) or 'nothing to do'}", **counts)
 
 
-def sweep(now: datetime) -> Counter[str]:
-    store, compute = deps.store(), deps.compute()
-    counts: Counter[str] = Counter()
-    # Instances first, then VMs: an instance document is written after its VM
-    # is created, so every instance listed here has its VM in the VM listing.
+def sweep(deps: Deps, now: datetime) -> Counter[str]:
+    """One pass of the four stages; the count of each outcome."""
+    store, settings = deps.store, deps.settings
+    # 1. Instances first, then VMs (see ``decide_vms``).
     instances = store.list_instances(InstanceStatus.live())
-    vms = {vm.name: vm for vm in compute.list({MANAGED_LABEL: "true"})}
-    for instance in instances:
-        _each(counts, partial(_check_instance, instance, vms.get(instance.name), now))
     stopped = store.stopped_instances()
-    for instance in stopped:
-        _each(counts, partial(end_stopped, instance, vms.get(instance.name), now))
-    owned = {instance.name for instance in [*instances, *stopped]}
-    for vm in vms.values():
-        if vm.name not in owned:
-            _each(counts, partial(_check_orphan, vm, now))
-    for job in store.list_jobs(JobStatus.active()):
-        _each(counts, partial(_check_job, job, now))
-    for entry in store.due_queue(now):
-        _each(counts, partial(_drain, entry, now))
-    for user in store.list_users():
-        _each(counts, partial(_check_user, user, now))
+    counts = reap_vms(deps, instances, stopped, deps.compute.list({MANAGED_LABEL: "true"}), now)
+    # 2.
+    active = store.list_jobs(JobStatus.active())
+    apply(deps, r.decide_jobs(active, settings, now), now, counts)
+    # 3.
+    due = store.due_queue(now)
+    queued = _jobs(deps, [e.job_id for e in due if e.reason != "quota"])
+    apply(deps, r.decide_queue(due, queued, now), now, counts)
+    # 4. Jobs before instances (see ``decide_slots``).
+    users = store.list_users()
+    names = [n for u in users for n in [*u.active_instances, *u.stopped_instances]]
+    owners = _jobs(deps, [j for u in users for j in u.active_jobs] + list(map(r.job_of_vm, names)))
+    held = _instances(deps, names)
+    apply(deps, r.decide_slots(users, owners, held), now, counts)
     return counts
 
 
-def _each(counts: Counter[str], check: Callable[[], str | None]) -> None:
-    """One document at a time: a failure is logged and the sweep goes on (the
-    next tick retries it)."""
-    try:
-        outcome = check()
-    except PermanentError as err:
-        logs.warning(f"reaper: {err}")
-        outcome = "skipped"
-    except Exception as err:
-        logs.error(f"reaper: {type(err).__name__}: {err}")
-        outcome = "errors"
-    if outcome:
-        counts[outcome] += 1
+def reap_vms(
+    deps: Deps,
+    instances: Sequence[InstanceDoc],
+    stopped: Sequence[InstanceDoc],
+    vms: Sequence[Vm],
+    now: datetime,
+) -> Counter[str]:
+    """Stage 1 on listings made before: the jobs are read now, after them."""
+    wanted = [i.job_id for i in instances] + [vm.labels.get(r.JOB_LABEL, "") for vm in vms]
+    jobs = _jobs(deps, wanted)
+    return apply(deps, r.decide_vms(instances, stopped, vms, jobs, deps.settings, now), now)
 
 
-def _check_instance(instance: InstanceDoc, vm: Vm | None, now: datetime) -> str | None:
-    settings = deps.settings()
-    if instance.status == InstanceStatus.COOLING:
-        return _check_cooling(instance, vm, now)
-    if instance.status == InstanceStatus.CLOSING:
-        _finish_closing(instance, now)
-        return "closed"
-    job = deps.store().get_job(instance.job_id)
-    if job is not None and job.attempt == instance.attempt:
-        if job.substatus == JobSubstatus.REQUESTING_SERVER:
-            return None  # being placed right now: its job update is on the way
-        if instance.name in current_vms(job) and job.status in JobStatus.active():
-            if vm is None:
-                recover(
-                    instance,
-                    JobSubstatus.PREEMPTED,
-                    now,
-                    note=f"{instance.name} vanished without a notice (missed preemption)",
-                )
-                return "missed_preemptions"
-            if _silent_s(instance, now) > _allowed_s(instance, settings):
-                booted = instance.booted_at is not None
-                what = "no heartbeat" if booted else "not booted"
-                recover(
-                    instance,
-                    JobSubstatus.STALLED,
-                    now,
-                    note=f"{instance.name}: {what} for {_silent_s(instance, now):.0f} s",
-                )
-                return "stalled"
-            return None
-    # Not (or no longer) the VM of a live job: release it, unless it moved on
-    # since the sweep listed it (its finished job left it cooling, or a new
-    # job took it): the listing is older than the job just read.
-    current = deps.store().get_instance(instance.name)
-    if current is None or (current.status, current.job_id) != (instance.status, instance.job_id):
+def _jobs(deps: Deps, job_ids: Iterable[str]) -> dict[str, JobDoc]:
+    found = {job_id: deps.store.get_job(job_id) for job_id in set(job_ids) if job_id}
+    return {job_id: job for job_id, job in found.items() if job is not None}
+
+
+def _instances(deps: Deps, names: Iterable[str]) -> dict[str, InstanceDoc]:
+    found = {name: deps.store.get_instance(name) for name in set(names)}
+    return {name: instance for name, instance in found.items() if instance is not None}
+
+
+def apply(
+    deps: Deps, actions: Sequence[r.Action], now: datetime, counts: Counter[str] | None = None
+) -> Counter[str]:
+    """Run each action through ops, one at a time: a failure is logged and the
+    sweep goes on (the next tick retries it). The count of each outcome."""
+    counts = Counter() if counts is None else counts
+    for action in actions:
+        try:
+            outcome = _APPLY[type(action)](deps, action, now)
+        except PermanentError as err:
+            logs.warning(f"reaper: {err}")
+            outcome = "skipped"
+        except Exception as err:
+            logs.error(f"reaper: {type(err).__name__}: {err}")
+            outcome = "errors"
+        if outcome:
+            counts[outcome] += 1
+    return counts
+
+
+# -- each action through ops; the guards re-read what the listing may have missed --
+
+
+def _recover(deps: Deps, action: r.Recover, now: datetime) -> str:
+    recover(deps, action.instance, action.cause, now, note=action.note)
+    return "stalled" if action.cause == JobSubstatus.STALLED else "missed_preemptions"
+
+
+def _release(deps: Deps, action: r.Release, now: datetime) -> str | None:
+    # The listing is older than the job read: the instance may have moved on.
+    if r.moved_on(action.instance, deps.store.get_instance(action.instance.name)):
         return None
-    release_instance(instance.name, now, note="no live job owns it")
+    release_instance(deps, action.instance.name, now, note="no live job owns it")
     return "released"
 
 
-def _check_cooling(instance: InstanceDoc, vm: Vm | None, now: datetime) -> str:
-    """Price the cooling period so far; end it when it runs out or the VM is gone."""
-    store, rule = deps.store(), deps.settings().cooling_rule
-    priced = store.update_instance(instance.name, lambda current: while_cooling(current, now, rule))
-    if priced is None or priced.status != InstanceStatus.COOLING:
+def _finish_closing(deps: Deps, action: r.FinishClosing, now: datetime) -> str:
+    finish_closing(deps, action.instance, now)
+    return "closed"
+
+
+def _price_cooling(deps: Deps, action: r.PriceCooling, now: datetime) -> str:
+    price_cooling(deps, action.instance, now)
+    return "cooling"
+
+
+def _end_cooling(deps: Deps, action: r.EndCooling, now: datetime) -> str:
+    priced = price_cooling(deps, action.instance, now)
+    if priced is None:
         return "cooling"  # claimed meanwhile
+    # end_cooling's guarded write loses to a job claiming the VM at this moment.
     expired = priced.cooling_until is not None and now >= priced.cooling_until
-    if vm is not None:
-        ended = expired and end_cooling(priced, now, "cooling period over")
-        return "cooling_ended" if ended else "cooling"
-    charge_cooling(priced, now)
-    note, gone = "lost while cooling", InstanceSubstatus.PREEMPTED
-    store.update_instance(
-        priced.name, lambda current: instance_closed(current, now, note, gone, rule)
-    )
-    free_instance_slot(priced.user, priced.name, now)
+    ended = expired and end_cooling(deps, priced, now, "cooling period over")
+    return "cooling_ended" if ended else "cooling"
+
+
+def _lose_cooling(deps: Deps, action: r.LoseCooling, now: datetime) -> str:
+    priced = price_cooling(deps, action.instance, now)
+    if priced is None:
+        return "cooling"  # claimed meanwhile
+    lose_cooling(deps, priced, now)
     return "cooling_ended"
 
 
-def _finish_closing(instance: InstanceDoc, now: datetime) -> None:
-    """A function died while it closed the instance: stop or delete it, as it meant to."""
-    job = deps.store().get_job(instance.job_id)
-    if instance.substatus == InstanceSubstatus.STOPPING and job is not None:
-        stop_instance(instance, job.spec.stop_period_s, now, "stopped by the reaper")
-    else:
-        release_instance(instance.name, now, note="closed by the reaper")
+def _end_stopped(deps: Deps, action: r.EndStopped, now: datetime) -> str | None:
+    # The guarded write keeps a VM a job restarted meanwhile.
+    return "stopped_ended" if end_stopped(deps, action.instance, now) else None
 
 
-def _silent_s(instance: InstanceDoc, now: datetime) -> float:
-    # A restarted (stopped) VM's running segment began when it was restarted.
-    last = (
-        instance.last_heartbeat_at
-        or instance.booted_at
-        or instance.segment_started_at
-        or instance.created_at
-    )
-    return (now - last).total_seconds()
+def _forget_stopped(deps: Deps, action: r.ForgetStopped, now: datetime) -> str:
+    forget_stopped(deps, action.instance, now)
+    return "stopped_lost"
 
 
-def _allowed_s(instance: InstanceDoc, settings: Settings) -> float:
-    return settings.stall_timeout_s if instance.booted_at else settings.boot_timeout_s
-
-
-def _check_orphan(vm: Vm, now: datetime) -> str | None:
-    store = deps.store()
-    instance = store.get_instance(vm.name)
-    if instance is not None and (
-        instance.status in InstanceStatus.live() or instance.substatus in STOPPING_OR_STOPPED
-    ):
-        # Owned after all: its document moved between the sweep's listings (a
-        # stopped VM restarted for a job, a VM being stopped).
+def _delete_orphan(deps: Deps, action: r.DeleteOrphan, now: datetime) -> str | None:
+    vm = action.vm
+    # Owned after all? Its document may have moved between the sweep's
+    # listings (a stopped VM restarted for a job, a VM being stopped).
+    instance = deps.store.get_instance(vm.name)
+    job_id = vm.labels.get(r.JOB_LABEL, "")
+    job = deps.store.get_job(job_id) if job_id else None
+    if not r.orphaned(vm, instance, job):
         return None
-    job = store.get_job(vm.labels.get("spotline-job", ""))
-    attempt = vm.labels.get("spotline-attempt", "")
-    if (
-        job is not None
-        and job.status in JobStatus.active()
-        and str(job.attempt) == attempt
-        and job.substatus == JobSubstatus.REQUESTING_SERVER
-    ):
-        return None  # its job is being placed: the VM will be adopted
-    if vm.state == VmState.STOPPING:
-        return None  # already going
-    deps.compute().delete(vm.zone, vm.name)
+    deps.compute.delete(vm.zone, vm.name)
     logs.warning(f"reaper: deleted orphan VM {vm.name} in {vm.zone}", instance=vm.name)
     return "orphans_deleted"
 
 
-def _check_job(job: JobDoc, now: datetime) -> str | None:
-    if job.substatus in JobSubstatus.on_vm():
-        # The running attempt's cost so far, for a person watching the job.
-        deps.store().update_job(job.job_id, lambda current: accrue(current, now))
-    limit = job.spec.max_runtime_s
-    if limit is not None and (now - job.created_at).total_seconds() > limit:
-        cancel(job.job_id, f"max_runtime_s={limit} s reached", now)
-        return "over_max_runtime"
-    stuck_s = (now - job.updated_at).total_seconds()
-    if (
-        job.substatus == JobSubstatus.REQUESTING_SERVER
-        and stuck_s > deps.settings().request_timeout_s
-        and deps.store().get_queue(job.job_id) is None
-    ):
-        launch(job, now)
-        return "replaced"
-    return None
+def _accrue(deps: Deps, action: r.Accrue, now: datetime) -> None:
+    deps.store.update_job(action.job.job_id, lambda current: accrue(current, now))
 
 
-def _check_user(user: UserDoc, now: datetime) -> str | None:
-    """Free the slots of jobs that ended, of instances that closed or stopped,
-    and of VMs that were never made, when a crash left them taken."""
-    store = deps.store()
-    freed = 0
-    for job_id in user.active_jobs:
-        job = store.get_job(job_id)
-        if job is None or job.status in JobStatus.terminal():
-            release_job(user.user, job_id, now)
-            freed += 1
-    for name in user.active_instances:
-        if not _placing(name) and not _instance_live(name):
-            free_instance_slot(user.user, name, now)
-            freed += 1
-    for name in user.stopped_instances:
-        instance = store.get_instance(name)
-        if instance is None or instance.substatus not in STOPPING_OR_STOPPED:
-            free_stopped_slot(user.user, name, now)
-            freed += 1
-    return "slots_freed" if freed else None
+def _cancel(deps: Deps, action: r.Cancel, now: datetime) -> str:
+    cancel(deps, action.job.job_id, action.reason, now)
+    return "over_max_runtime"
 
 
-def _placing(name: str) -> bool:
-    """A placement is creating the VM ``name`` now: its slot is taken before
-    the VM exists, and its instance document is written after."""
-    made_for = vm_attempt(name)
-    if made_for is None:
-        return False
-    job_id, attempt = made_for
-    job = deps.store().get_job(job_id)
-    return (
-        job is not None
-        and job.attempt == attempt
-        and job.substatus == JobSubstatus.REQUESTING_SERVER
-    )
+def _place_again(deps: Deps, action: r.PlaceAgain, now: datetime) -> str | None:
+    return place_again(deps, action.job, now)
 
 
-def _instance_live(name: str) -> bool:
-    """Read after ``_placing``: a placement that finished in between wrote the
-    document before it moved the job on."""
-    instance = deps.store().get_instance(name)
-    return instance is not None and instance.status in InstanceStatus.live()
+def _retry_quota(deps: Deps, action: r.RetryQuota, now: datetime) -> str:
+    return retry_waiting(deps, action.entry, now)
 
 
-def _drain(entry: QueueEntry, now: datetime) -> str | None:
-    if entry.reason == "quota":
-        return retry_waiting(entry, now)
-    store = deps.store()
-    job = store.get_job(entry.job_id)
-    if job is None or job.status in JobStatus.terminal() or job.attempt != entry.attempt:
-        store.delete_queue(entry.job_id)
-        return "queue_dropped"
-    if job.substatus not in (JobSubstatus.REQUESTING_SERVER, JobSubstatus.WAITING_FOR_CAPACITY):
-        store.delete_queue(entry.job_id)  # placed meanwhile
-        return "queue_dropped"
-    waited_s = (now - entry.enqueued_at).total_seconds()
-    if waited_s > job.spec.wait_request_s:
-        reason = (
-            f"no capacity within wait_request_s={job.spec.wait_request_s} s; "
-            f"tried {entry.tries} time(s), last: {entry.last_error}"
-        )
-        ended = store.update_job(
-            job.job_id, lambda current: fail_job(current, JobSubstatus.CANCELED, now, reason)
-        )
-        store.delete_queue(entry.job_id)
-        settle(ended, now)
-        return "gave_up"
-    moved = store.update_job(
-        job.job_id,
-        lambda current: advance(current, JobSubstatus.REQUESTING_SERVER, now, note="retrying"),
-    )
-    launch(moved or job, now)
+def _retry_placement(deps: Deps, action: r.RetryPlacement, now: datetime) -> str:
+    retry_placement(deps, action.job, now)
     return "placed"
+
+
+def _give_up(deps: Deps, action: r.GiveUp, now: datetime) -> str:
+    settle(deps, give_up(deps, action.job.job_id, action.reason, now), now)
+    return "gave_up"
+
+
+def _drop(deps: Deps, action: r.DropEntry, now: datetime) -> str:
+    drop(deps, action.entry.job_id)
+    return "queue_dropped"
+
+
+def _free_job_slot(deps: Deps, action: r.FreeJobSlot, now: datetime) -> str:
+    release_job(deps, action.user, action.job_id, now)
+    return "slots_freed"
+
+
+def _free_instance_slot(deps: Deps, action: r.FreeInstanceSlot, now: datetime) -> str | None:
+    # Read again, job first: a placement may have taken or finished it since.
+    job = deps.store.get_job(r.job_of_vm(action.name)) if r.job_of_vm(action.name) else None
+    if not r.instance_slot_stale(action.name, job, deps.store.get_instance(action.name)):
+        return None
+    free_instance_slot(deps, action.user, action.name, now)
+    return "slots_freed"
+
+
+def _free_stopped_slot(deps: Deps, action: r.FreeStoppedSlot, now: datetime) -> str | None:
+    if not r.stopped_slot_stale(deps.store.get_instance(action.name)):
+        return None  # stopped (again) since it was read
+    free_stopped_slot(deps, action.user, action.name, now)
+    return "slots_freed"
+
+
+_APPLY: dict[type, Callable[..., str | None]] = {
+    r.Recover: _recover,
+    r.Release: _release,
+    r.FinishClosing: _finish_closing,
+    r.PriceCooling: _price_cooling,
+    r.EndCooling: _end_cooling,
+    r.LoseCooling: _lose_cooling,
+    r.EndStopped: _end_stopped,
+    r.ForgetStopped: _forget_stopped,
+    r.DeleteOrphan: _delete_orphan,
+    r.Accrue: _accrue,
+    r.Cancel: _cancel,
+    r.PlaceAgain: _place_again,
+    r.RetryQuota: _retry_quota,
+    r.RetryPlacement: _retry_placement,
+    r.GiveUp: _give_up,
+    r.DropEntry: _drop,
+    r.FreeJobSlot: _free_job_slot,
+    r.FreeInstanceSlot: _free_instance_slot,
+    r.FreeStoppedSlot: _free_stopped_slot,
+}

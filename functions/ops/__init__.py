@@ -1,0 +1,17 @@
+"""Orchestration: one module per thing managed, each step re-entrant.
+
+Every function takes the process's ``Deps`` first and reaches for nothing
+else; none imports a handler. The arrows point down only::
+
+    recovery    a lost VM: close the attempt, start the next one
+       |
+    jobs        settle, cancel, admit and start, retries from the queue
+       |
+    placement   VMs for an attempt: adopted, reused (cooling, stopped), new, gang
+       |     \\
+    teardown  queue     let a VM go (delete, stop, end cooling) | wait, give up
+       |
+    slots       the user's job, active-instance and stopped-instance slots
+
+The decisions they act on are pure functions in ``shared.domain``.
+"""

@@ -9,18 +9,22 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from functions import deps
-from functions.ops.launch import launch
-from functions.ops.quota import settle
-from functions.ops.release import free_instance_slot, release_instance
+from functions.deps import Deps
+from functions.ops.jobs import settle
+from functions.ops.placement import launch
+from functions.ops.queue import queue_next_attempt
+from functions.ops.slots import free_instance_slot
+from functions.ops.teardown import release_instance
 from shared import logs
+from shared.contract.events import PreemptionNotice
 from shared.domain import lifecycle
-from shared.domain.documents import InstanceDoc, JobDoc, QueueEntry, QueueReason
+from shared.domain.documents import InstanceDoc, JobDoc, QueueReason
 from shared.domain.errors import PermanentError
 from shared.domain.states import InstanceStatus, InstanceSubstatus, JobSubstatus
 
 
 def recover(
+    deps: Deps,
     instance: InstanceDoc,
     cause: JobSubstatus,
     now: datetime,
@@ -40,14 +44,14 @@ def recover(
     Raises:
         StaleEvent: the job is already past this VM (a duplicate report).
     """
-    store = deps.store()
+    store = deps.store
     substatus = (
         InstanceSubstatus.PREEMPTED
         if cause == JobSubstatus.PREEMPTED
         else InstanceSubstatus.TERMINATED
     )
     if delete_vm:
-        release_instance(instance.name, now, note, substatus)
+        release_instance(deps, instance.name, now, note, substatus)
     else:
         store.update_instance(
             instance.name,
@@ -55,7 +59,7 @@ def recover(
         )
         # Its slot goes to the next attempt: Compute Engine takes the VM within
         # the 30 s notice, so the user may hold one VM over the quota till then.
-        free_instance_slot(instance.user, instance.name, now)
+        free_instance_slot(deps, instance.user, instance.name, now)
     job = store.update_job(
         instance.job_id,
         lambda current: lifecycle.vm_lost(
@@ -71,26 +75,53 @@ def recover(
             and node.name != instance.name
             and node.status in InstanceStatus.live()
         ):
-            release_instance(node.name, now, note=f"its gang lost {instance.name}")
+            release_instance(deps, node.name, now, note=f"its gang lost {instance.name}")
     logs.warning(
         f"job {job.job_id}: {instance.name} {cause.lower()} ({note}); now {job.status}/"
         f"{job.substatus}, attempt {job.attempt}",
         job_id=job.job_id,
         instance=instance.name,
     )
-    settle(job, now)
+    settle(deps, job, now)
     if job.substatus == JobSubstatus.REQUESTING_SERVER:
         reason: QueueReason = "preempted" if cause == JobSubstatus.PREEMPTED else "stalled"
-        return relaunch(job, reason, now)
+        return relaunch(deps, job, reason, now)
     return job
 
 
-def relaunch(job: JobDoc, reason: QueueReason, now: datetime) -> JobDoc:
+def relaunch(deps: Deps, job: JobDoc, reason: QueueReason, now: datetime) -> JobDoc:
     """Queue the attempt first (if this process dies, the reaper places it),
     then place it now."""
-    deps.store().put_queue(
-        QueueEntry(
-            job_id=job.job_id, reason=reason, attempt=job.attempt, not_before=now, enqueued_at=now
+    queue_next_attempt(deps, job, reason, now)
+    return launch(deps, job, now)
+
+
+def preempted(deps: Deps, instance: InstanceDoc, notice: PreemptionNotice, now: datetime) -> None:
+    """A preemption report (the agent's or the log sink's): recover the job.
+
+    Raises:
+        StaleEvent: recorded already (by the other reporter, or by the reaper
+            when the VM vanished before this report came); the report's saved
+            step is still recorded on the lost attempt.
+    """
+    source = "the agent" if notice.source == "agent" else "the preemption log"
+    try:
+        recover(
+            deps,
+            instance,
+            JobSubstatus.PREEMPTED,
+            now,
+            note=f"{instance.name} preempted (reported by {source})",
+            step=notice.step,
+            checkpoint_uri=notice.checkpoint_uri,
+            # The log entry comes at the start of the notice: let the VM save its state.
+            delete_vm=notice.source == "agent",
         )
-    )
-    return launch(job, now)
+    except lifecycle.StaleEvent:
+        if notice.step is not None:
+            step = notice.step
+            deps.store.update_job(
+                instance.job_id,
+                lambda job: lifecycle.saved_after_loss(job, instance.attempt, step),
+            )
+        raise

@@ -24,8 +24,15 @@ DEFAULT_WORKDIR = Path(".spotline")
 
 
 def main(argv: list[str] | None = None) -> int:
+    from shared.settings import SettingsError
+
     args = _parser().parse_args(argv)
-    return int(args.run(args) or 0)
+    try:
+        return int(args.run(args) or 0)
+    except SettingsError as err:
+        # A bad variable or config value is the user's to fix: say which, no traceback.
+        print(err, file=sys.stderr)
+        return 2
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -120,6 +127,11 @@ def _parser() -> argparse.ArgumentParser:
     schema = sub.add_parser("schema", help="print the job spec's JSON Schema")
     schema.set_defaults(run=_schema)
 
+    settings = sub.add_parser(
+        "settings", help="every setting: its variable, value, where it came from, what it does"
+    )
+    settings.set_defaults(run=_settings)
+
     deploy = sub.add_parser("deploy", help="deploy (or update) spotline in a Google Cloud project")
     deploy_command.add_arguments(deploy)
     deploy.set_defaults(run=deploy_command.run)
@@ -135,20 +147,46 @@ def _quota_limit(text: str) -> tuple[str, float]:
     raise argparse.ArgumentTypeError(f"expected METRIC=LIMIT, e.g. NVIDIA_L4_GPUS=1: {text!r}")
 
 
-def _connect(workdir: Path) -> None:
-    """Point the clients at the running local stack, unless the environment
-    already names a project (then they talk to it, emulator or real)."""
-    from infra.localstack.stack import read_stack_env
+def _connect(workdir: Path) -> Settings:
+    """The settings of the system the CLI talks to, with its clients pointed there
+    (see ``_where``); exits when there is none."""
+    from shared.settings import Settings
 
-    if os.environ.get("FIRESTORE_EMULATOR_HOST") or os.environ.get("SPOTLINE_PROJECT"):
-        return
-    env = read_stack_env(workdir)
+    env, config_file, _ = _where(workdir)
     if env is None:
         raise SystemExit(
-            f"no local stack in {workdir}: run `spotline up` first "
-            "(or set SPOTLINE_PROJECT and credentials for a real project)"
+            f"no local stack in {workdir} and no deployed project in a config file: "
+            "run `spotline up`, or `spotline deploy` (or set SPOTLINE_PROJECT and credentials)"
         )
     os.environ.update(env)
+    return Settings.from_env(config_file=config_file)
+
+
+def _where(workdir: Path) -> tuple[dict[str, str] | None, bool, str]:
+    """Where the CLI's settings come from, in this order:
+
+    1. the environment, where it names the emulators or a compute endpoint (and
+       the config file under it);
+    2. else the local stack running in ``workdir``: its variables, no config file;
+    3. else the project ``spotline deploy`` wrote into the config file.
+
+    Returns the variables to add to the environment (None: no system found),
+    whether to read the config file, and a line saying which it is.
+    """
+    from infra.localstack.stack import read_stack_env
+    from shared.settings_file import config_path
+
+    path = config_path(os.environ)
+    found = path is not None and path.exists()
+    if os.environ.get("FIRESTORE_EMULATOR_HOST") or os.environ.get("SPOTLINE_COMPUTE_ENDPOINT"):
+        state = "read" if found else "absent"
+        return {}, True, f"the environment, over the config file {path} ({state})"
+    stack = read_stack_env(workdir)
+    if stack is not None:
+        return stack, False, f"the local stack running in {workdir} (no config file)"
+    if found:
+        return {}, True, f"the config file {path}, under the environment"
+    return None, True, f"the defaults and the environment (no local stack in {workdir}, no {path})"
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -175,13 +213,12 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _submit(args: argparse.Namespace) -> int:
-    from shared.adapters.pubsub_bus import Bus
-    from shared.settings import Settings
+    from shared.adapters.pubsub_bus import PubsubBus
 
-    _connect(args.workdir)
+    settings = _connect(args.workdir)
     data = args.file.read_bytes()
     # Exactly what `gcloud pubsub topics publish spotline-submit --message=...` sends.
-    message_id = Bus(Settings.from_env().project).publish("submit", data)
+    message_id = PubsubBus(settings.project).publish("submit", data)
     print(f"published message {message_id}")
     job_id = _job_id(data, message_id)
     if job_id:
@@ -202,32 +239,29 @@ def _job_id(data: bytes, message_id: str) -> str | None:
 
 
 def _cancel(args: argparse.Namespace) -> int:
-    from shared.adapters.pubsub_bus import Bus
+    from shared.adapters.pubsub_bus import PubsubBus
     from shared.contract.events import CancelRequest
-    from shared.settings import Settings
 
-    _connect(args.workdir)
+    settings = _connect(args.workdir)
     request = CancelRequest(job_id=args.job, reason=args.reason)
-    message_id = Bus(Settings.from_env().project).publish("cancel", request)
+    message_id = PubsubBus(settings.project).publish("cancel", request)
     print(f"cancel of {args.job} published (message {message_id})")
     return 0
 
 
 def _preempt(args: argparse.Namespace) -> int:
     from infra.localcloud.chaos_client import ChaosClient
-    from shared.adapters.firestore_store import Store
-    from shared.settings import Settings
+    from shared.adapters.firestore_store import FirestoreStore
 
-    _connect(args.workdir)
-    settings = Settings.from_env()
-    if settings.compute_endpoint is None:
+    settings = _connect(args.workdir)
+    if not settings.compute_endpoint:
         print(
             "preempt is a local chaos tool; on Compute Engine use "
             "`gcloud compute instances simulate-maintenance-event VM --zone Z`",
             file=sys.stderr,
         )
         return 2
-    store = Store(settings.project)
+    store = FirestoreStore(settings.project)
     job = store.get_job(args.target)
     name = job.instance if job is not None else args.target
     instance = store.get_instance(name or "")
@@ -247,13 +281,23 @@ def _preempt(args: argparse.Namespace) -> int:
     return 0
 
 
+def _settings(args: argparse.Namespace) -> int:
+    """Print every setting as the other commands would read it here."""
+    from infra.cli.report import settings_table
+    from shared.settings import load
+
+    env, config_file, where = _where(args.workdir)
+    loaded = load({**os.environ, **(env or {})}, config_file=config_file)
+    print(f"settings from {where}")
+    print(settings_table(loaded))
+    return 0
+
+
 def _status(args: argparse.Namespace) -> int:
     from infra.cli.report import job_detail, jobs_table
-    from shared.adapters.firestore_store import Store
-    from shared.settings import Settings
+    from shared.adapters.firestore_store import FirestoreStore
 
-    _connect(args.workdir)
-    store = Store(Settings.from_env().project)
+    store = FirestoreStore(_connect(args.workdir).project)
     if args.job:
         job = store.get_job(args.job)
         if job is None:
@@ -267,18 +311,16 @@ def _status(args: argparse.Namespace) -> int:
 
 def _rejected(args: argparse.Namespace) -> int:
     from infra.cli.report import table
-    from shared.adapters.firestore_store import Store
-    from shared.settings import Settings
+    from shared.adapters.firestore_store import FirestoreStore
 
-    _connect(args.workdir)
-    rejections = Store(Settings.from_env().project).recent_rejections(args.limit)
+    rejections = FirestoreStore(_connect(args.workdir).project).recent_rejections(args.limit)
     rows = [[r.message_id, f"{r.at:%Y-%m-%d %H:%M:%S}", r.reason] for r in rejections]
     print(table(["MESSAGE", "AT", "REASON"], rows))
     return 0
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from infra.localstack.demo import run_demo
+    from infra.cli.demo import run_demo
 
     workdir = args.workdir / "demo"
     shutil.rmtree(workdir, ignore_errors=True)
@@ -288,12 +330,10 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _job(args: argparse.Namespace) -> tuple[Settings, JobDoc]:
     """The settings and the job named on the command line; exits if there is none."""
-    from shared.adapters.firestore_store import Store
-    from shared.settings import Settings
+    from shared.adapters.firestore_store import FirestoreStore
 
-    _connect(args.workdir)
-    settings = Settings.from_env()
-    job = Store(settings.project).get_job(args.job)
+    settings = _connect(args.workdir)
+    job = FirestoreStore(settings.project).get_job(args.job)
     if job is None:
         raise SystemExit(f"no job {args.job}")
     return settings, job
@@ -354,14 +394,14 @@ def _tensorboard(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from shared.adapters.pubsub_bus import Bus
+    from shared.adapters.pubsub_bus import PubsubBus
     from shared.domain.lifecycle import job_id_for
 
     settings, job = _job(args)
     description = args.description or f"replay of {job.job_id}: {job.spec.description}"[:500]
     spec = job.spec.model_copy(update={"job_id": None, "description": description})
     data = spec.model_dump_json(exclude_none=True).encode()
-    message_id = Bus(settings.project).publish("submit", data)
+    message_id = PubsubBus(settings.project).publish("submit", data)
     print(f"replaying {job.job_id} as job {job_id_for(spec, message_id)} (message {message_id})")
     return 0
 
@@ -369,18 +409,16 @@ def _replay(args: argparse.Namespace) -> int:
 def _machines(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime, timedelta
 
-    from functions import deps
     from infra.cli.report import MachineRow, machines_table
-    from shared.adapters.firestore_store import Store
+    from shared.adapters.firestore_store import FirestoreStore
     from shared.domain.capacity import capacity
     from shared.domain.catalog import load_catalog
     from shared.domain.states import InstanceStatus
     from shared.domain.vms import Provisioning
 
-    _connect(args.workdir)
-    settings = deps.settings()
-    store = Store(settings.project)
-    quotas = _region_quotas(settings.region)
+    settings = _connect(args.workdir)
+    store = FirestoreStore(settings.project)
+    quotas = _region_quotas(settings)
     since = datetime.now(UTC) - timedelta(hours=24)
     live = [i.machine_id for i in store.list_instances(InstanceStatus.live())]
     rows = []
@@ -400,16 +438,17 @@ def _machines(args: argparse.Namespace) -> int:
     return 0
 
 
-def _region_quotas(region: str) -> dict[str, Quota] | None:
+def _region_quotas(settings: Settings) -> dict[str, Quota] | None:
     """The region's quotas through the settings' compute adapter, or None (and
     why, on stderr) when they cannot be read."""
     from google.auth.exceptions import GoogleAuthError
 
-    from functions import deps
+    from functions.deps import build_compute
     from shared.domain.errors import SpotlineError
 
+    region = settings.region
     try:
-        return deps.compute().region_quotas(region)
+        return build_compute(settings).region_quotas(region)
     except (SpotlineError, GoogleAuthError) as err:  # no credentials, no permission, down
         reason = " ".join(str(err).split())
         print(f"CAPACITY unknown: cannot read the quotas of {region}: {reason}", file=sys.stderr)

@@ -1,12 +1,17 @@
-"""Plain-text tables of jobs and epochs, like the seed article's experiment summary."""
+"""Plain-text tables of jobs, epochs, machines and settings (the jobs table like
+the seed article's experiment summary)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from shared.domain.catalog import Machine
 from shared.domain.documents import EpochDoc, JobDoc
+
+if TYPE_CHECKING:
+    from shared.settings import Loaded
 
 
 @dataclass(frozen=True)
@@ -152,3 +157,19 @@ def job_detail(job: JobDoc, epochs: Sequence[EpochDoc]) -> str:
         ]
         parts += ["", "epochs:", table(["EPOCH", "ATTEMPT", "STEP", *names, "INSTANCE"], rows)]
     return "\n".join(parts)
+
+
+def settings_table(loaded: Loaded) -> str:
+    """Every setting: name, variable, value, where it came from, what it does."""
+    from shared.settings import Settings, variables
+
+    env = loaded.settings.to_env()
+    rows = []
+    for name, field in Settings.model_fields.items():
+        value = env.get(variables(name)[0], "")
+        origin: str = loaded.origins[name]
+        source = loaded.sources.get(name, "")
+        if origin == "env" and source != variables(name)[0]:
+            origin = f"env {source}"  # read under another name (GOOGLE_CLOUD_PROJECT)
+        rows.append([name, variables(name)[0], value or "-", origin, field.description])
+    return table(["SETTING", "VARIABLE", "VALUE", "FROM", "DESCRIPTION"], rows)

@@ -3,7 +3,9 @@ variables) into a deploy configuration, every missing setting named at once, and
 the plan a dry run prints.
 
 The functions' other settings (quotas, timeouts, cooling) are the deploying
-shell's ``SPOTLINE_*`` variables, read as ``Settings.from_env`` reads them.
+shell's ``SPOTLINE_*`` variables, read as ``Settings.from_env`` reads them; the
+config file a previous deploy wrote fills in what neither flags nor variables
+give. A deploy writes that file (``shared.settings_file``); a dry run does not.
 For tests, ``SPOTLINE_FUNCTIONS_ENDPOINT``, ``SPOTLINE_SCHEDULER_ENDPOINT`` and
 ``SPOTLINE_EVENTARC_ENDPOINT`` point the clients at local doubles.
 """
@@ -11,18 +13,21 @@ For tests, ``SPOTLINE_FUNCTIONS_ENDPOINT``, ``SPOTLINE_SCHEDULER_ENDPOINT`` and
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from infra.topology import RUNTIME
-from shared.settings import DEFAULT_ZONES, Settings
+from shared.settings_file import config_path, write_config
 
 if TYPE_CHECKING:
-    # The client libraries cost over half a second: only deploy pays for them.
+    # The client libraries cost over half a second, pydantic-settings over a
+    # tenth: only deploy pays for them, not every `spotline` command.
     from infra.deploy.plan import DeployConfig
+    from shared.settings import Settings
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,46 +60,67 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> DeployConfig:
-    """The deploy configuration; SystemExit naming every missing setting."""
-    env = dict(os.environ if env is None else env)
-    project = args.project or env.get("SPOTLINE_PROJECT") or env.get("GOOGLE_CLOUD_PROJECT")
-    region = args.region or env.get("SPOTLINE_REGION")
-    storage_root = args.storage_root or env.get("SPOTLINE_STORAGE_ROOT")
+    """The deploy configuration: flags over the environment over the config file
+    a previous deploy wrote. SystemExit naming every missing setting;
+    SettingsError naming every bad one."""
+    from shared.settings import load
+
+    env = os.environ if env is None else env
+    flags = {
+        "project": args.project,
+        "region": args.region,
+        "zones": args.zones,
+        "storage_root": args.storage_root,
+        "image": args.image,
+        "service_account": args.vm_service_account,
+    }
+    loaded = load(env, flags=flags)
+    given = {name for name, origin in loaded.origins.items() if origin != "default"}
     functions_account = args.service_account or env.get("SPOTLINE_FUNCTIONS_SERVICE_ACCOUNT")
-    vm_account = args.vm_service_account or env.get("SPOTLINE_SERVICE_ACCOUNT")
-    zones_text = args.zones or env.get("SPOTLINE_ZONES") or ""
-    zones = tuple(z.strip() for z in zones_text.split(",") if z.strip())
     missing = [
         text
-        for value, text in (
-            (project, "--project (or SPOTLINE_PROJECT)"),
-            (region, "--region (or SPOTLINE_REGION)"),
-            (storage_root, "--storage-root gs://BUCKET/PREFIX (or SPOTLINE_STORAGE_ROOT)"),
-            (functions_account, "--service-account (or SPOTLINE_FUNCTIONS_SERVICE_ACCOUNT)"),
-            (vm_account, "--vm-service-account (or SPOTLINE_SERVICE_ACCOUNT)"),
+        for name, text in (
+            ("project", "--project (or SPOTLINE_PROJECT)"),
+            ("region", "--region (or SPOTLINE_REGION)"),
+            ("storage_root", "--storage-root gs://BUCKET/PREFIX (or SPOTLINE_STORAGE_ROOT)"),
+            ("functions", "--service-account (or SPOTLINE_FUNCTIONS_SERVICE_ACCOUNT)"),
+            ("service_account", "--vm-service-account (or SPOTLINE_SERVICE_ACCOUNT)"),
         )
-        if not value
+        if name not in given and not (name == "functions" and functions_account)
     ]
-    if region and not zones and region not in DEFAULT_ZONES:
-        missing.append(f"--zones (or SPOTLINE_ZONES): spotline knows no zones of {region}")
+    settings = loaded.settings
+    if "region" in given and not settings.zones:
+        missing.append(f"--zones (or SPOTLINE_ZONES): spotline knows no zones of {settings.region}")
     if missing:
         raise SystemExit("spotline deploy: missing " + "; ".join(missing))
-    if storage_root and not storage_root.startswith("gs://"):
-        raise SystemExit(f"spotline deploy: --storage-root must be gs://..., not {storage_root}")
-    assert project and region and storage_root and functions_account and vm_account
+    if not settings.storage_root.startswith("gs://"):
+        raise SystemExit(
+            f"spotline deploy: --storage-root must be gs://..., not {settings.storage_root}"
+        )
+    assert functions_account
     from infra.deploy.plan import DeployConfig
 
-    base = Settings.from_env({**env, "SPOTLINE_PROJECT": project})
-    settings = replace(
-        base,
-        region=region,
-        zones=zones or DEFAULT_ZONES[region],
-        compute_endpoint=None,
-        storage_root=storage_root,
-        image=args.image or env.get("SPOTLINE_IMAGE") or base.image,
-        service_account=vm_account,
-    )
+    settings = settings.replace(compute_endpoint=None)
     return DeployConfig(settings, functions_account, runtime=args.runtime)
+
+
+def save_config(config: DeployConfig, env: Mapping[str, str] | None = None) -> Path | None:
+    """Write what the CLI needs to find this deployment (see shared.settings_file);
+    the path written, or None where the environment names no place for it."""
+    path = config_path(os.environ if env is None else env)
+    if path is not None:
+        write_config(path, cli_config(config.settings))
+    return path
+
+
+def cli_config(settings: Settings) -> dict[str, object]:
+    """The settings the config file keeps: where the deployment is."""
+    return {
+        "project": settings.project,
+        "region": settings.region,
+        "zones": list(settings.zones),
+        "storage_root": settings.storage_root,
+    }
 
 
 def run(args: argparse.Namespace) -> int:
@@ -120,6 +146,11 @@ def run(args: argparse.Namespace) -> int:
     except (GoogleAPICallError, GoogleAuthError, RuntimeError, ValueError) as err:
         print(f"spotline deploy failed: {' '.join(str(err).split())}", file=sys.stderr)
         return 1
+    # The functions run even where a delivery policy is left to set by hand:
+    # the CLI can reach them from now on.
+    path = save_config(config)
+    if path is not None:
+        print(f"the CLI's config ({', '.join(cli_config(config.settings))}): {path}")
     unset = [change for change in changes if change.action == "not set"]
     if unset:
         print(
@@ -169,6 +200,9 @@ def describe(config: DeployConfig) -> list[str]:
         f"schedule:      {job.name.rsplit('/', 1)[-1]}: '{job.schedule}' ({job.time_zone}) "
         f"-> {job.pubsub_target.topic_name.rsplit('/', 1)[-1]}"
     )
+    path = config_path(os.environ)
+    written = json.dumps(cli_config(config.settings))
+    lines.append(f"CLI config:    {path or 'none (no HOME)'} would get {written}")
     lines.append("environment:")
     lines += [f"  {key}={value}" for key, value in sorted(config.settings.to_env().items())]
     return lines

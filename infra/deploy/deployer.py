@@ -139,10 +139,10 @@ class Deployer:
             self._record(Change("subscription", short, "unchanged"))
 
     def seed_catalog(self) -> None:
-        from shared.adapters.firestore_store import Store
+        from shared.adapters.firestore_store import FirestoreStore
 
         catalog = load_catalog()
-        Store(self.config.project).seed_machines(catalog)
+        FirestoreStore(self.config.project).seed_machines(catalog)
         self._record(Change("catalog", "machines/", "seeded", f"{len(catalog)} machine types"))
 
     # -- 3: functions ------------------------------------------------------------------

@@ -63,7 +63,7 @@ def problems(config: DeployConfig, functions: Sequence[Function] = FUNCTIONS) ->
     """What would make the deploy fail or the system not work, in words."""
     found = []
     settings = config.settings
-    if settings.compute_endpoint is not None:
+    if settings.compute_endpoint:
         found.append(
             f"the functions must create VMs on Compute Engine, not {settings.compute_endpoint}"
         )

@@ -34,8 +34,8 @@ from infra.localstack.processes import ManagedProcess, free_port, http_ok
 from infra.localstack.pubsub import apply_topology
 from infra.topology import FUNCTIONS, REAPER_SCHEDULE
 from shared import logs
-from shared.adapters.firestore_store import Store
-from shared.adapters.pubsub_bus import Bus
+from shared.adapters.firestore_store import FirestoreStore
+from shared.adapters.pubsub_bus import PubsubBus
 from shared.contract.events import ReaperTick
 from shared.domain.catalog import load_catalog
 
@@ -112,7 +112,7 @@ class LocalStack:
             self._saved_env = {name: os.environ.get(name) for name in self.client_env()}
             os.environ.update(self.client_env())
             apply_topology(self.options.project, self.endpoints)
-            Store(self.options.project).seed_machines(load_catalog())
+            FirestoreStore(self.options.project).seed_machines(load_catalog())
             self._ticker = threading.Thread(target=self._tick, daemon=True)
             self._ticker.start()
         except BaseException:
@@ -200,7 +200,7 @@ class LocalStack:
             server.wait_ready(functools.partial(http_ok, self.endpoints[name]), timeout_s=60)
 
     def _tick(self) -> None:
-        bus = Bus(self.options.project)
+        bus = PubsubBus(self.options.project)
         while not self._stop_ticks.wait(self.options.tick_s):
             try:
                 bus.publish(REAPER_SCHEDULE.topic, ReaperTick(sent_at=datetime.now(UTC)))

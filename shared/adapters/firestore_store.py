@@ -1,4 +1,6 @@
-"""The Firestore repository: every document spotline keeps, with guarded writes.
+"""The Firestore store: every document spotline keeps, with guarded writes.
+
+It implements ``shared.ports.store.Store``; the port's docstring is the contract.
 
 Writes are guarded instead of transactional: ``create()`` fails when the
 document exists, and ``update_*`` re-reads, re-applies a pure change and writes
@@ -14,6 +16,7 @@ import random
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict
+from dataclasses import fields as dataclass_fields
 from datetime import datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -48,10 +51,11 @@ JOBS, INSTANCES, QUEUE, REJECTED, EPOCHS, USERS, MACHINES = (
     "machines",
 )
 _UPDATE_ATTEMPTS = 20
+_IN_LIMIT = 30  # Firestore's bound on the values of an ``in`` filter
 
 
-class Store:
-    """Typed access to jobs, instances, the queue and rejected messages."""
+class FirestoreStore:
+    """Typed access to jobs, instances, the queue and rejected messages in Firestore."""
 
     def __init__(self, project: str, client: firestore.Client | None = None) -> None:
         self.project = project
@@ -181,6 +185,14 @@ class Store:
         for machine in catalog.values():
             self.client.collection(MACHINES).document(machine.machine_id).set(asdict(machine))
 
+    def get_machine(self, machine_id: str) -> Machine | None:
+        snap = self.client.collection(MACHINES).document(machine_id).get()
+        if not snap.exists:
+            return None
+        fields = snap.to_dict() or {}
+        # Only the catalog's fields: the document may gain console-only ones.
+        return Machine(**{field.name: fields[field.name] for field in dataclass_fields(Machine)})
+
     def record_request(self, machine_id: str, ok: bool, now: datetime) -> None:
         """Count one VM request of ``machine_id`` (Spot or ``.od``) in its hour.
 
@@ -286,5 +298,8 @@ class Store:
         query: Any = self.client.collection(collection)
         wanted = [str(value) for value in values] if values is not None else None
         if wanted is not None:
+            if not 0 < len(wanted) <= _IN_LIMIT:
+                # Firestore answers InvalidArgument; a caller's mistake is a ValueError.
+                raise ValueError(f"{field} in {wanted}: between 1 and {_IN_LIMIT} values")
             query = query.where(filter=FieldFilter(field, "in", wanted))
         return [model.model_validate(snap.to_dict()) for snap in query.limit(limit).stream()]

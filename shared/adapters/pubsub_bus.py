@@ -1,4 +1,4 @@
-"""Publishing to spotline's Pub/Sub topics."""
+"""Publishing to spotline's Pub/Sub topics: ``shared.ports.bus.Bus`` on Pub/Sub."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def _retry_policy(timeout_s: float) -> Retry:
     )
 
 
-class Bus:
+class PubsubBus:
     """Publishes event models as JSON to the topic named by its key in TOPICS."""
 
     def __init__(self, project: str, topics: dict[str, str] | None = None) -> None:

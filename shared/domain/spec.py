@@ -109,6 +109,16 @@ def _matches(pattern: str, value: str) -> bool:
     return re.fullmatch(pattern.strip("^$"), value) is not None
 
 
+def too_many_nodes(spec: JobSpec, max_active_instances: int) -> str | None:
+    """Why the job can never run (it needs more VMs at once than its user may
+    hold), or None."""
+    if spec.nodes > max_active_instances:
+        return (
+            f"nodes: {spec.nodes} VMs is over the active-instances quota of {max_active_instances}"
+        )
+    return None
+
+
 def parse_spec(payload: bytes) -> JobSpec:
     """Parse a submitted message, naming what is wrong when it is not a job spec.
 

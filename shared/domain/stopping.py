@@ -92,6 +92,17 @@ def restarted(instance: InstanceDoc, job_id: str, attempt: int, now: datetime) -
     )
 
 
+def restarted_for(instance: InstanceDoc, job_id: str, attempt: int, new_vm_name: str) -> bool:
+    """A stopped VM restarted for this attempt: LAUNCHING for it under a name
+    that is not the attempt's own (a new VM would carry ``new_vm_name``)."""
+    return (
+        instance.job_id == job_id
+        and instance.attempt == attempt
+        and instance.status == InstanceStatus.LAUNCHING
+        and instance.name != new_vm_name
+    )
+
+
 def stop_expired(instance: InstanceDoc, now: datetime) -> bool:
     """A stopped instance whose period is over (the reaper deletes it)."""
     return (

@@ -22,11 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from shared import logs
-from shared.adapters.pubsub_bus import Bus
+from shared.adapters.pubsub_bus import PubsubBus
 from shared.contract.assignment import Assignment
 from shared.contract.events import EpochDone, Heartbeat, JobFinished, SpotPreempted, VmBooted
 from shared.domain.states import JobSubstatus
 from shared.domain.vms import JOB_METADATA_KEY
+from shared.ports.bus import Bus
 from vm_image.agent.metadata import Metadata, MetadataError
 from vm_image.agent.trainer_process import (
     TENSORBOARD_DIR,
@@ -54,7 +55,7 @@ class Agent:
         self.instance_id = metadata.get("instance/id")
         self._job_raw, self._job_etag = metadata.get_with_etag(JOB_ATTRIBUTE)
         self.assignment = Assignment.model_validate_json(self._job_raw)
-        self.bus = bus or Bus(self.assignment.project)
+        self.bus = bus or PubsubBus(self.assignment.project)
         self.preempted = threading.Event()
         self.stopped = threading.Event()  # the agent is exiting
         self._report_lock = threading.Lock()

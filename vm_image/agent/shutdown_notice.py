@@ -23,10 +23,11 @@ from datetime import UTC, datetime
 from pydantic import ValidationError
 
 from shared import logs
-from shared.adapters.pubsub_bus import Bus
+from shared.adapters.pubsub_bus import PubsubBus
 from shared.contract.assignment import Assignment
 from shared.contract.events import SpotPreempted
 from shared.domain.vms import JOB_METADATA_KEY
+from shared.ports.bus import Bus
 from vm_image.agent.metadata import Metadata, MetadataError
 
 # The notice is 30 s and the shutdown script kills this after 20 s: everything
@@ -151,7 +152,7 @@ def report(metadata: Metadata, deadline: float) -> int:
             step=found.step,
         )
         publish_s = max(deadline - time.monotonic(), 1.0)
-        message_id = publish(Bus(assignment.project), event, publish_s)
+        message_id = publish(PubsubBus(assignment.project), event, publish_s)
     except NoticeError as err:
         logs.error(f"preempted, but spotline was not told: {err}")
         return 1

@@ -9,8 +9,8 @@ from pathlib import Path
 from infra.cli.report import job_detail
 from infra.localcloud.chaos_client import ChaosClient
 from infra.localstack.stack import LocalStack, StackOptions
-from shared.adapters.firestore_store import Store
-from shared.adapters.pubsub_bus import Bus
+from shared.adapters.firestore_store import FirestoreStore
+from shared.adapters.pubsub_bus import PubsubBus
 from shared.domain.documents import JobDoc
 from shared.domain.lifecycle import job_id_for
 from shared.domain.spec import parse_spec
@@ -18,7 +18,7 @@ from shared.domain.states import JobStatus
 
 
 def wait_for_job(
-    store: Store,
+    store: FirestoreStore,
     job_id: str,
     timeout_s: float,
     echo: bool = True,
@@ -69,10 +69,10 @@ def run_demo(
         )
         data = spec_path.read_bytes()
         spec = parse_spec(data)
-        message_id = Bus(options.project).publish("submit", data)
+        message_id = PubsubBus(options.project).publish("submit", data)
         job_id = job_id_for(spec, message_id)
         print(f"submitted {spec_path} as job {job_id}")
-        store = Store(options.project)
+        store = FirestoreStore(options.project)
         preempted: list[str] = []
 
         def chaos(job: JobDoc) -> None:

@@ -1,0 +1,154 @@
+"""A job's own course: settling one that ended (its slot goes to the user's
+next waiting job), canceling, and retrying a job that waits in the queue.
+
+Every step re-reads the job and acts only on what the job still is, so a late
+or repeated call (a redelivery, a second tick) changes nothing.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from functions.deps import Deps
+from functions.ops.placement import launch
+from functions.ops.queue import drop, give_up, wait_for_quota
+from functions.ops.slots import free_job_slot, take_job_slot
+from functions.ops.teardown import release_instance
+from shared import logs
+from shared.domain.documents import JobDoc, QueueEntry
+from shared.domain.errors import IllegalTransition, PermanentError
+from shared.domain.lifecycle import advance, end_attempt, job_id_for, new_job
+from shared.domain.queueing import give_up_reason
+from shared.domain.spec import JobSpec
+from shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
+from shared.domain.transitions import fail_job
+
+
+def admit(deps: Deps, spec: JobSpec, message_id: str, now: datetime) -> JobDoc:
+    """The submitted job, created; or, for a redelivered submission, as the
+    first delivery left it.
+
+    Raises:
+        PermanentError: another submission holds the job id.
+    """
+    job_id = job_id_for(spec, message_id)
+    job = new_job(spec, job_id, message_id, now)
+    if deps.store.create_job(job):
+        return job
+    existing = deps.store.get_job(job_id)
+    if existing is None:
+        raise RuntimeError(f"job {job_id} exists and vanished; retrying")
+    if existing.message_id != message_id:
+        raise PermanentError(f"job_id: {job_id!r} is already taken by another submission")
+    return existing  # a redelivery: carry on from where the first delivery got
+
+
+def start(deps: Deps, job: JobDoc, now: datetime) -> JobDoc:
+    """Take the job's slot and place it, or queue it for quota. Re-entrant: a
+    job past REQUESTING_SERVER is left as it is."""
+    if job.substatus != JobSubstatus.REQUESTING_SERVER:
+        logs.info(f"job {job.job_id}: already {job.substatus}, nothing to do", job_id=job.job_id)
+        return job
+    over_quota = take_job_slot(deps, job, now)
+    if over_quota is not None:
+        return wait_for_quota(deps, job, now, over_quota)
+    return launch(deps, job, now)
+
+
+def settle(deps: Deps, job: JobDoc | None, now: datetime) -> None:
+    """Free the slot of a job that has ended (no-op otherwise)."""
+    if job is not None and job.status in JobStatus.terminal():
+        release_job(deps, job.user, job.job_id, now)
+
+
+def release_job(deps: Deps, user: str, job_id: str, now: datetime) -> None:
+    """The job ended (or is gone): free its slot, then let the user's oldest
+    job waiting for quota try."""
+    free_job_slot(deps, user, job_id, now)
+    for entry in deps.store.queue_of_user(user):
+        if entry.reason == "quota" and entry.job_id != job_id:
+            retry_waiting(deps, entry, now)
+            return
+
+
+def cancel(deps: Deps, job_id: str, reason: str, now: datetime) -> JobDoc:
+    """CANCELED with the reason, queue entry dropped, VM deleted. Re-entrant:
+    canceling a canceled job finishes releasing its VM.
+
+    Raises:
+        PermanentError: no such job.
+    """
+    store = deps.store
+
+    def canceled(job: JobDoc) -> JobDoc:
+        if job.status in JobStatus.terminal():
+            return job
+        try:
+            return end_attempt(fail_job(job, JobSubstatus.CANCELED, now, reason), now, "canceled")
+        except IllegalTransition:
+            return job
+
+    job = store.update_job(job_id, canceled)
+    if job is None:
+        raise PermanentError(f"no job {job_id} to cancel")
+    if job.status != JobStatus.CANCELED:
+        logs.info(f"job {job_id}: already {job.status}; cancel ignored", job_id=job_id)
+        return job
+    store.delete_queue(job_id)
+    if job.instance:
+        instance = store.get_instance(job.instance)
+        if instance is not None and instance.status in InstanceStatus.live():
+            release_instance(deps, job.instance, now, note=f"job canceled: {reason}")
+    settle(deps, job, now)
+    logs.info(f"job {job_id}: canceled ({reason})", job_id=job_id)
+    return job
+
+
+def retry_waiting(deps: Deps, entry: QueueEntry, now: datetime) -> str:
+    """One more try for a job waiting for quota (a job slot, then slots for its
+    VMs): placed, still waiting, or CANCELED once ``wait_new_job_create_s`` has
+    passed since it began to wait. The queue entry stays until the job has its
+    VMs, so a job that gets its job slot but not its instance slots keeps its
+    place and its deadline."""
+    job = deps.store.get_job(entry.job_id)
+    if job is None or job.substatus != JobSubstatus.WAITING_FOR_QUOTA:
+        drop(deps, entry.job_id)
+        return "queue_dropped"
+    reason = take_job_slot(deps, job, now)
+    if reason is None:
+        moved = deps.store.update_job(
+            job.job_id,
+            lambda current: advance(current, JobSubstatus.REQUESTING_SERVER, now, "slot free"),
+        )
+        job = launch(deps, moved or job, now)
+        if job.substatus != JobSubstatus.WAITING_FOR_QUOTA:
+            return "placed"
+        reason = job.history[-1].note  # what launch found over quota
+    else:
+        job = wait_for_quota(deps, job, now, reason)
+    why = give_up_reason(entry, job.spec, now, last_error=reason)
+    if why is None:
+        return "waiting"
+    # It may hold a job slot (it was waiting for instance slots).
+    settle(deps, give_up(deps, job.job_id, why, now), now)
+    return "gave_up"
+
+
+def retry_placement(deps: Deps, job: JobDoc, now: datetime) -> JobDoc:
+    """One more try for a job waiting for a VM (no capacity, or its next
+    attempt's safety net). Whether it should still wait is the caller's
+    question (``shared.domain.queueing.give_up_reason``)."""
+    moved = deps.store.update_job(
+        job.job_id,
+        lambda current: advance(current, JobSubstatus.REQUESTING_SERVER, now, note="retrying"),
+    )
+    return launch(deps, moved or job, now)
+
+
+def place_again(deps: Deps, job: JobDoc, now: datetime) -> str | None:
+    """A job left in REQUESTING_SERVER with no queue entry (the placing
+    function died): place it again. None: it moved on, or the queue has it."""
+    if deps.store.get_queue(job.job_id) is not None:
+        return None
+    launch(deps, job, now)
+    return "replaced"

@@ -1,0 +1,92 @@
+"""A user's three kinds of slot (``shared.domain.quotas``), held on ``users/{user}``.
+
+- job slots (``max_active_jobs``): taken before a job's first VM is requested,
+  freed when the job ends;
+- active-instance slots (``max_active_instances``): one per VM name, taken
+  before a VM is created or a stopped one restarted, held while the VM lives
+  (cooling included: the user pays for it), freed when it closes or stops;
+- stopped-instance slots (``max_stopped_instances``): one per stopped VM.
+
+Every change is a guarded write of the user document, so concurrent placements
+never hold more than the quota. This module only keeps the lists: what to do
+when a list is full (end a cooling VM, wait) is the callers' business.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from functions.deps import Deps
+from shared import logs
+from shared.domain.documents import InstanceDoc, JobDoc, UserDoc
+from shared.domain.quotas import free_slot, holds, keep_slot, over_quota_reason, take_slots
+from shared.domain.stopping import stoppable
+
+
+def take_job_slot(deps: Deps, job: JobDoc, now: datetime) -> str | None:
+    """None when the job holds a slot (now or already); else why not."""
+    limit = deps.settings.max_active_jobs
+    user = deps.store.update_user(
+        job.user, lambda current: take_slots(current, "active_jobs", [job.job_id], limit, now)
+    )
+    if holds(user, "active_jobs", job.job_id):
+        return None
+    return over_quota_reason(user, "active_jobs", limit)
+
+
+def free_job_slot(deps: Deps, user: str, job_id: str, now: datetime) -> None:
+    deps.store.update_user(user, lambda current: free_slot(current, "active_jobs", job_id, now))
+
+
+def take_instance_slots(deps: Deps, job: JobDoc, names: Sequence[str], now: datetime) -> UserDoc:
+    """Hold a slot for each of the VMs ``names``, all or none; the user as
+    written (``holds_instance_slots`` says whether they are held)."""
+    limit = deps.settings.max_active_instances
+    return deps.store.update_user(
+        job.user, lambda current: take_slots(current, "active_instances", names, limit, now)
+    )
+
+
+def holds_instance_slots(user: UserDoc, names: Sequence[str]) -> bool:
+    return all(holds(user, "active_instances", name) for name in names)
+
+
+def instance_quota_reason(deps: Deps, user: UserDoc) -> str:
+    return over_quota_reason(user, "active_instances", deps.settings.max_active_instances)
+
+
+def keep_instance_slot(deps: Deps, user: str, name: str, now: datetime) -> None:
+    """The VM exists (adopted by a redelivered placement): it holds a slot,
+    whatever the limit, so the list stays true."""
+    deps.store.update_user(user, lambda current: keep_slot(current, "active_instances", name, now))
+
+
+def free_instance_slot(deps: Deps, user: str, name: str, now: datetime) -> None:
+    """The VM is gone or stopped (or was never made): it no longer counts
+    against the user's active-instances quota."""
+    deps.store.update_user(user, lambda current: free_slot(current, "active_instances", name, now))
+
+
+def take_stop_slot(deps: Deps, instance: InstanceDoc, now: datetime) -> int | None:
+    """The stop period, when the VM is to be stopped rather than deleted: its
+    job asks for that (``stop_period_s``, on demand, one node) and the user's
+    stopped-instances quota has room (the slot is now taken). None: delete it."""
+    job = deps.store.get_job(instance.job_id)
+    if job is None or job.nodes or not stoppable(instance, job.spec.stop_period_s):
+        return None
+    limit = deps.settings.max_stopped_instances
+    user = deps.store.update_user(
+        instance.user,
+        lambda current: take_slots(current, "stopped_instances", [instance.name], limit, now),
+    )
+    if not holds(user, "stopped_instances", instance.name):
+        logs.info(f"{instance.name}: not stopped, the stopped-instances quota ({limit}) is full")
+        return None
+    return job.spec.stop_period_s
+
+
+def free_stopped_slot(deps: Deps, user: str, name: str, now: datetime) -> None:
+    """The VM is no longer stopped (restarted, deleted, gone, or never got
+    there): it no longer counts against the user's stopped-instances quota."""
+    deps.store.update_user(user, lambda current: free_slot(current, "stopped_instances", name, now))

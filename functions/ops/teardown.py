@@ -1,0 +1,234 @@
+"""Letting a VM go: delete it (release), stop it for a later job, end its
+cooling or stopped period, and charge the cooling period to the job that left
+the VM cooling (see ``shared.domain.stopping`` and ``shared.domain.cooling``).
+
+Every step writes Firestore before it calls Compute Engine, so a crash in
+between leaves a document the reaper finishes: CLOSING/TERMINATING is deleted
+again, CLOSING/STOPPING is stopped again. Every step is re-entrant.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from functions.deps import Deps
+from functions.ops.slots import free_instance_slot, free_stopped_slot, take_stop_slot
+from shared import logs
+from shared.domain import lifecycle
+from shared.domain.cooling import charge, close_segment, start_cooling, while_cooling
+from shared.domain.documents import InstanceDoc, JobDoc
+from shared.domain.errors import PermanentError
+from shared.domain.states import InstanceStatus, InstanceSubstatus
+from shared.domain.stopping import (
+    STOPPING_OR_STOPPED,
+    stop_ended,
+    stop_expired,
+    stopped,
+    stopping,
+)
+
+# -- deleting --
+
+
+def release_instance(
+    deps: Deps,
+    name: str,
+    now: datetime,
+    note: str,
+    substatus: InstanceSubstatus = InstanceSubstatus.TERMINATED,
+) -> InstanceDoc:
+    """Close the instance: CLOSING/TERMINATING, delete the VM, then CLOSED.
+
+    The Firestore write comes before the delete, so a crash in between leaves
+    an instance the reaper sees CLOSING and finishes closing. Re-entrant.
+    """
+    store = deps.store
+    instance = store.update_instance(
+        name, lambda current: lifecycle.instance_closing(current, now, note)
+    )
+    if instance is None:
+        raise PermanentError(f"no instance document for {name}")
+    if instance.substatus in STOPPING_OR_STOPPED:
+        # Its job is stopping it, which the caller could not see (the reaper
+        # works from a listing made before): a stopped VM is kept, not deleted.
+        return instance
+    deps.compute.delete(instance.zone, instance.name)
+    closed = store.update_instance(
+        name, lambda current: lifecycle.instance_closed(current, now, note, substatus)
+    )
+    free_instance_slot(deps, instance.user, instance.name, now)
+    return closed or instance
+
+
+def finish_closing(deps: Deps, instance: InstanceDoc, now: datetime) -> None:
+    """A function died while it closed the instance: stop or delete it, as it meant to."""
+    job = deps.store.get_job(instance.job_id)
+    if instance.substatus == InstanceSubstatus.STOPPING and job is not None:
+        stop_instance(deps, instance, job.spec.stop_period_s, now, "stopped by the reaper")
+    else:
+        release_instance(deps, instance.name, now, note="closed by the reaper")
+
+
+# -- stopping --
+
+
+def after_job(deps: Deps, job: JobDoc, name: str, now: datetime) -> None:
+    """The job ended on the VM ``name``: keep it cooling for the user's next
+    job (``cool_down_period_s``, one node; the reaper ends it when the period
+    ends), else stop or delete it."""
+    period = job.spec.cool_down_period_s
+    if period > 0 and not job.nodes:
+        rule = deps.settings.cooling_rule
+        deps.store.update_instance(name, lambda current: start_cooling(current, now, period, rule))
+    else:
+        retire_instance(deps, name, now, note=f"job {job.status.lower()}")
+
+
+def retire_instance(deps: Deps, name: str, now: datetime, note: str) -> None:
+    """Its job is done with the VM: stop it (``try_stop``) or delete it."""
+    instance = deps.store.get_instance(name)
+    if instance is None or not try_stop(deps, instance, now, note):
+        release_instance(deps, name, now, note)
+
+
+def try_stop(deps: Deps, instance: InstanceDoc, now: datetime, note: str) -> bool:
+    """Stop the VM when ``take_stop_slot`` allows it. False: delete it instead."""
+    period_s = take_stop_slot(deps, instance, now)
+    if period_s is None:
+        return False
+    stop_instance(deps, instance, period_s, now, note)
+    return True
+
+
+def stop_instance(
+    deps: Deps, instance: InstanceDoc, period_s: int, now: datetime, note: str
+) -> None:
+    """CLOSING/STOPPING, stop the VM, then CLOSED/STOPPED. Re-entrant.
+
+    When the instance is being deleted already (the reaper released it while
+    its job was finishing), the deletion goes on and nothing is stopped.
+    """
+    store, rule = deps.store, deps.settings.cooling_rule
+    closing = store.update_instance(instance.name, lambda current: stopping(current, now, note))
+    if closing is None or closing.substatus not in STOPPING_OR_STOPPED:
+        free_stopped_slot(deps, instance.user, instance.name, now)
+        return
+    if not deps.compute.stop(instance.zone, instance.name):
+        _forget(deps, instance, now, "the VM was gone when it was to be stopped")
+        return
+    store.update_instance(instance.name, lambda current: stopped(current, now, period_s, rule))
+    # A stopped VM counts against the stopped-instances quota, not the active one.
+    free_instance_slot(deps, instance.user, instance.name, now)
+    logs.info(f"{instance.name}: stopped, kept {period_s} s", instance=instance.name)
+
+
+def end_stopped(deps: Deps, instance: InstanceDoc, now: datetime) -> bool:
+    """Delete a stopped VM whose period is over. The document is closed first,
+    with a guarded write, so a job restarting it at that moment keeps it: one of
+    the two wins. False: restarted (and maybe stopped again) meanwhile."""
+    ended = deps.store.update_instance(
+        instance.name,
+        lambda current: (
+            stop_ended(current, now, "stop period over") if stop_expired(current, now) else current
+        ),
+    )
+    if ended is None or ended.substatus != InstanceSubstatus.TERMINATED:
+        return False
+    deps.compute.delete(instance.zone, instance.name)
+    free_stopped_slot(deps, instance.user, instance.name, now)
+    return True
+
+
+def forget_stopped(deps: Deps, instance: InstanceDoc, now: datetime) -> None:
+    """The stopped VM is gone: close its document, free its slots."""
+    _forget(deps, instance, now, "the stopped VM is gone")
+
+
+def _forget(deps: Deps, instance: InstanceDoc, now: datetime, note: str) -> None:
+    """CLOSED/TERMINATED, and the user's stopped slot free."""
+    deps.store.update_instance(instance.name, lambda current: _terminated(current, now, note))
+    free_instance_slot(deps, instance.user, instance.name, now)
+    free_stopped_slot(deps, instance.user, instance.name, now)
+
+
+def _terminated(instance: InstanceDoc, now: datetime, note: str) -> InstanceDoc:
+    if instance.status == InstanceStatus.CLOSED:
+        return stop_ended(instance, now, note)
+    return lifecycle.instance_closed(instance, now, note)  # it never got to STOPPED
+
+
+# -- ending cooling --
+
+
+def price_cooling(deps: Deps, instance: InstanceDoc, now: datetime) -> InstanceDoc | None:
+    """The cooling period priced so far, written for a person watching. None:
+    no longer cooling (a job claimed the VM meanwhile)."""
+    rule = deps.settings.cooling_rule
+    priced = deps.store.update_instance(
+        instance.name, lambda current: while_cooling(current, now, rule)
+    )
+    return priced if priced is not None and priced.status == InstanceStatus.COOLING else None
+
+
+def end_cooling(deps: Deps, instance: InstanceDoc, now: datetime, note: str) -> bool:
+    """End a cooling period before a job claims the VM: charge it to the job
+    that left the VM cooling, close the instance, then stop or delete the VM.
+
+    The instance is closed with a guarded write that only moves a COOLING one,
+    so a job claiming the VM at that moment wins or loses whole. False: a job
+    claimed it first, and it runs on.
+    """
+    rule = deps.settings.cooling_rule
+    charge_cooling(deps, while_cooling(instance, now, rule), now)
+    period_s = take_stop_slot(deps, instance, now)  # None: delete it
+
+    def close(current: InstanceDoc) -> InstanceDoc:
+        if current.status != InstanceStatus.COOLING:
+            return current
+        priced = close_segment(current, now, rule)  # at the cooling price, escalated
+        if period_s is None:
+            return lifecycle.instance_closing(priced, now, note)
+        return stopping(priced, now, note)
+
+    closing = deps.store.update_instance(instance.name, close)
+    if closing is None or closing.status != InstanceStatus.CLOSING:
+        if period_s is not None:
+            free_stopped_slot(deps, instance.user, instance.name, now)
+        return False
+    if period_s is not None and closing.substatus == InstanceSubstatus.STOPPING:
+        stop_instance(deps, closing, period_s, now, note)
+    else:
+        release_instance(deps, instance.name, now, note)
+    return True
+
+
+def lose_cooling(deps: Deps, priced: InstanceDoc, now: datetime) -> None:
+    """The cooling VM is gone (preempted): charge its period, close it."""
+    rule = deps.settings.cooling_rule
+    charge_cooling(deps, priced, now)
+    note, gone = "lost while cooling", InstanceSubstatus.PREEMPTED
+    deps.store.update_instance(
+        priced.name, lambda current: lifecycle.instance_closed(current, now, note, gone, rule)
+    )
+    free_instance_slot(deps, priced.user, priced.name, now)
+
+
+def charge_cooling(deps: Deps, instance: InstanceDoc, now: datetime) -> None:
+    """Charge a cooling instance's period so far to the job that left it cooling
+    (before the instance closes: a crash in between leaves it cooling, and the
+    next sweep charges again, idempotently)."""
+    _charge(deps, instance.job_id, instance.name, instance.cooling_cost_usd, now)
+
+
+def charge_claimed(deps: Deps, instance: InstanceDoc, now: datetime) -> None:
+    """A claim closed the period: charge it to the job the VM cooled for."""
+    if instance.cooled_for_job:
+        _charge(deps, instance.cooled_for_job, instance.name, instance.cooling_cost_usd, now)
+
+
+def _charge(deps: Deps, job_id: str, instance_name: str, cost_usd: float, now: datetime) -> None:
+    if cost_usd <= 0:
+        return
+    deps.store.update_job(
+        job_id, lambda job: lifecycle.accrue(charge(job, instance_name, cost_usd), now)
+    )

@@ -1,0 +1,317 @@
+"""The in-memory store: the store port kept in a process's memory.
+
+It keeps the port's contract for real, so orchestration tested against it
+behaves as it does on Firestore: documents are held as the plain values
+Firestore would hold (``to_firestore``) and every read validates a fresh model
+(callers never share an object with the store); each document has a version,
+and ``update_*`` computes its change outside the lock and writes only if the
+version is still the one it read, re-applying the change otherwise, as
+Firestore's last-update-time precondition forces. It imports nothing from
+Google: tests and tools that use it start fast and need no emulator.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict
+from dataclasses import fields as dataclass_fields
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from shared.domain.catalog import Machine
+from shared.domain.documents import (
+    EpochDoc,
+    InstanceDoc,
+    JobDoc,
+    QueueEntry,
+    Rejection,
+    UserDoc,
+    to_firestore,
+)
+from shared.domain.errors import TransientError
+
+Doc = TypeVar("Doc", bound=BaseModel)
+JOBS, INSTANCES, QUEUE, REJECTED, USERS, MACHINES = (
+    "jobs",
+    "instances",
+    "queue",
+    "rejected",
+    "users",
+    "machines",
+)
+# The Firestore store's bound: past it, contention is reported, not waited out.
+_UPDATE_ATTEMPTS = 20
+# The re-read's jitter grows by this much per attempt.
+_JITTER_S = 0.002
+# Firestore's bound on the values of an ``in`` filter.
+_IN_LIMIT = 30
+
+
+def _stored(doc: BaseModel) -> dict[str, Any]:
+    """The document's fields as Firestore stores them: its values, with every
+    timestamp in UTC (the client library takes a naive one as UTC)."""
+    return _utc(to_firestore(doc))
+
+
+def _utc(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    if isinstance(value, dict):
+        return {key: _utc(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_utc(item) for item in value]
+    return value
+
+
+class InMemoryStore:
+    """``shared.ports.store.Store`` in memory, safe to share between threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # A document's version is the store-wide sequence number of its last
+        # write, as Firestore's update time is: a document deleted and created
+        # again never matches a version read before.
+        self._sequence = itertools.count(1)
+        # collection -> key -> (version, fields as Firestore would store them)
+        self._docs: dict[str, dict[str, tuple[int, dict[str, Any]]]] = {}
+        # (job id, epoch) and (machine id, hour key) live apart: subcollections.
+        self._epochs: dict[str, dict[int, dict[str, Any]]] = {}
+        self._hours: dict[str, dict[str, dict[str, Any]]] = {}
+
+    def version(self, collection: str, key: str) -> int | None:
+        """The version of ``{collection}/{key}``, changed by every write (None: absent).
+
+        Not part of the port: tests read it where they would read Firestore's
+        update time, to see that a change that changed nothing wrote nothing.
+        """
+        with self._lock:
+            stored = self._docs.get(collection, {}).get(key)
+        return stored[0] if stored is not None else None
+
+    # -- jobs -------------------------------------------------------------
+
+    def create_job(self, job: JobDoc) -> bool:
+        return self._create(JOBS, job.job_id, job)
+
+    def get_job(self, job_id: str) -> JobDoc | None:
+        return self._get(JOBS, job_id, JobDoc)
+
+    def update_job(self, job_id: str, change: Callable[[JobDoc], JobDoc]) -> JobDoc | None:
+        return self._update(JOBS, job_id, JobDoc, change)
+
+    def list_jobs(self, statuses: Iterable[str] | None = None, limit: int = 200) -> list[JobDoc]:
+        return self._list(JOBS, JobDoc, "status", statuses, limit)
+
+    def put_epoch(self, job_id: str, epoch: EpochDoc) -> None:
+        with self._lock:
+            self._epochs.setdefault(job_id, {})[epoch.epoch] = _stored(epoch)
+
+    def list_epochs(self, job_id: str) -> list[EpochDoc]:
+        with self._lock:
+            stored = sorted(self._epochs.get(job_id, {}).items())
+        return [EpochDoc.model_validate(fields) for _, fields in stored]
+
+    # -- instances --------------------------------------------------------
+
+    def create_instance(self, instance: InstanceDoc) -> bool:
+        return self._create(INSTANCES, instance.name, instance)
+
+    def get_instance(self, name: str) -> InstanceDoc | None:
+        return self._get(INSTANCES, name, InstanceDoc)
+
+    def update_instance(
+        self, name: str, change: Callable[[InstanceDoc], InstanceDoc]
+    ) -> InstanceDoc | None:
+        return self._update(INSTANCES, name, InstanceDoc, change)
+
+    def instances_of_job(self, job_id: str) -> list[InstanceDoc]:
+        return self._list(INSTANCES, InstanceDoc, "job_id", [job_id], None)
+
+    def list_instances(
+        self, statuses: Iterable[str] | None = None, limit: int = 500
+    ) -> list[InstanceDoc]:
+        return self._list(INSTANCES, InstanceDoc, "status", statuses, limit)
+
+    def stopped_instances(self, limit: int = 500) -> list[InstanceDoc]:
+        return self._list(INSTANCES, InstanceDoc, "substatus", ["STOPPED"], limit)
+
+    # -- queue ------------------------------------------------------------
+
+    def put_queue(self, entry: QueueEntry) -> None:
+        self._set(QUEUE, entry.job_id, entry)
+
+    def get_queue(self, job_id: str) -> QueueEntry | None:
+        return self._get(QUEUE, job_id, QueueEntry)
+
+    def due_queue(self, now: datetime, limit: int = 50) -> list[QueueEntry]:
+        due = [
+            (fields["not_before"], key, fields)
+            for key, fields in self._snapshot(QUEUE)
+            if fields["not_before"] <= _utc(now)
+        ]
+        due.sort(key=lambda row: (row[0], row[1]))
+        return [QueueEntry.model_validate(fields) for _, _, fields in due[:limit]]
+
+    def delete_queue(self, job_id: str) -> None:
+        with self._lock:
+            self._docs.get(QUEUE, {}).pop(job_id, None)
+
+    def queue_of_user(self, user: str) -> list[QueueEntry]:
+        mine = [(f["enqueued_at"], k, f) for k, f in self._snapshot(QUEUE) if f["user"] == user]
+        mine.sort(key=lambda row: (row[0], row[1]))
+        return [QueueEntry.model_validate(fields) for _, _, fields in mine]
+
+    # -- users --------------------------------------------------------------
+
+    def get_user(self, user: str) -> UserDoc | None:
+        return self._get(USERS, user, UserDoc)
+
+    def update_user(self, user: str, change: Callable[[UserDoc], UserDoc]) -> UserDoc:
+        updated = self._update(USERS, user, UserDoc, change)
+        if updated is None:
+            self._create(USERS, user, UserDoc(user=user))
+            updated = self._update(USERS, user, UserDoc, change)
+        assert updated is not None  # created just above; users are never deleted
+        return updated
+
+    def list_users(self, limit: int = 1000) -> list[UserDoc]:
+        return self._list(USERS, UserDoc, "user", None, limit)
+
+    # -- machines -------------------------------------------------------------
+
+    def seed_machines(self, catalog: dict[str, Machine]) -> None:
+        with self._lock:
+            machines = self._docs.setdefault(MACHINES, {})
+            for machine in catalog.values():
+                machines[machine.machine_id] = (next(self._sequence), asdict(machine))
+
+    def get_machine(self, machine_id: str) -> Machine | None:
+        with self._lock:
+            stored = self._docs.get(MACHINES, {}).get(machine_id)
+        if stored is None:
+            return None
+        fields = stored[1]
+        return Machine(**{field.name: fields[field.name] for field in dataclass_fields(Machine)})
+
+    def record_request(self, machine_id: str, ok: bool, now: datetime) -> None:
+        # The same hour key and hour start as Firestore's hourly documents.
+        key = now.strftime("%Y%m%d%H")
+        with self._lock:
+            hour = self._hours.setdefault(machine_id, {}).setdefault(
+                key,
+                {
+                    "hour": _utc(now.replace(minute=0, second=0, microsecond=0)),
+                    "requests": 0,
+                    "successes": 0,
+                },
+            )
+            hour["requests"] += 1
+            hour["successes"] += 1 if ok else 0
+
+    def availability(self, machine_id: str, since: datetime) -> tuple[int, int]:
+        with self._lock:
+            hours = [dict(hour) for hour in self._hours.get(machine_id, {}).values()]
+        recent = [hour for hour in hours if hour["hour"] >= _utc(since)]
+        return sum(h["requests"] for h in recent), sum(h["successes"] for h in recent)
+
+    # -- rejected messages ------------------------------------------------
+
+    def record_rejection(self, rejection: Rejection) -> bool:
+        return self._create(REJECTED, rejection.message_id, rejection)
+
+    def get_rejection(self, message_id: str) -> Rejection | None:
+        return self._get(REJECTED, message_id, Rejection)
+
+    def recent_rejections(self, limit: int = 20) -> list[Rejection]:
+        # Firestore breaks ties of a descending order by key, descending too.
+        rows = sorted(
+            ((fields["at"], key, fields) for key, fields in self._snapshot(REJECTED)),
+            key=lambda row: (row[0], row[1]),
+            reverse=True,
+        )
+        return [Rejection.model_validate(fields) for _, _, fields in rows[:limit]]
+
+    # -- the guarded primitives -------------------------------------------
+
+    def _create(self, collection: str, key: str, doc: BaseModel) -> bool:
+        fields = _stored(doc)
+        with self._lock:
+            documents = self._docs.setdefault(collection, {})
+            if key in documents:
+                return False
+            documents[key] = (next(self._sequence), fields)
+        return True
+
+    def _set(self, collection: str, key: str, doc: BaseModel) -> None:
+        fields = _stored(doc)
+        with self._lock:
+            documents = self._docs.setdefault(collection, {})
+            documents[key] = (next(self._sequence), fields)
+
+    def _get(self, collection: str, key: str, model: type[Doc]) -> Doc | None:
+        with self._lock:
+            stored = self._docs.get(collection, {}).get(key)
+        return model.model_validate(stored[1]) if stored is not None else None
+
+    def _update(
+        self, collection: str, key: str, model: type[Doc], change: Callable[[Doc], Doc]
+    ) -> Doc | None:
+        for attempt in range(_UPDATE_ATTEMPTS):
+            with self._lock:
+                stored = self._docs.get(collection, {}).get(key)
+            if stored is None:
+                return None
+            version, fields = stored
+            current = model.model_validate(fields)
+            # Outside the lock, as a Firestore writer computes between its read
+            # and its write: another writer may get in, and the version tells.
+            changed = change(current)
+            if changed is current or changed == current:
+                return current
+            new_fields = _stored(changed)
+            with self._lock:
+                documents = self._docs[collection]
+                stale = key not in documents or documents[key][0] != version
+                if not stale:
+                    documents[key] = (next(self._sequence), new_fields)
+            if not stale:
+                return model.model_validate(new_fields)
+            # Written (or deleted) since the read: re-apply after a jitter, as
+            # the Firestore store does, so that racing writers spread out.
+            time.sleep(random.uniform(0, _JITTER_S * (attempt + 1)))
+        raise TransientError(f"{collection}/{key}: too much write contention, try again")
+
+    def _snapshot(self, collection: str) -> list[tuple[str, dict[str, Any]]]:
+        """The collection's documents in key order (Firestore's default order).
+
+        The field dicts are the stored ones: callers only read them and
+        validate fresh models from them.
+        """
+        with self._lock:
+            documents = dict(self._docs.get(collection, {}))
+        return [(key, documents[key][1]) for key in sorted(documents)]
+
+    def _list(
+        self,
+        collection: str,
+        model: type[Doc],
+        field: str,
+        values: Iterable[str] | None,
+        limit: int | None,
+    ) -> list[Doc]:
+        wanted = [str(value) for value in values] if values is not None else None
+        if wanted is not None and not 0 < len(wanted) <= _IN_LIMIT:
+            # Firestore refuses such an ``in`` filter; fail here the same way.
+            raise ValueError(f"{field} in {wanted}: between 1 and {_IN_LIMIT} values")
+        rows = [
+            fields
+            for _, fields in self._snapshot(collection)
+            if wanted is None or fields.get(field) in wanted
+        ]
+        return [model.model_validate(fields) for fields in rows[:limit]]

@@ -1,0 +1,71 @@
+"""Is a VM alive, and is it wanted: the reaper's checks of one instance, pure.
+
+The reaper compares what Firestore believes with what Compute Engine lists;
+these say what a difference means. Each takes the documents and ``now``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from shared.domain.documents import InstanceDoc, JobDoc
+from shared.domain.lifecycle import current_vms
+from shared.domain.placement import vm_attempt
+from shared.domain.states import JobStatus, JobSubstatus
+
+
+def being_placed(job: JobDoc | None, job_id: str, attempt: int) -> bool:
+    """The job's attempt ``attempt`` is getting its VMs right now: a VM of it may
+    exist before its instance document (written next), and its slot before both."""
+    return (
+        job is not None
+        and job.job_id == job_id
+        and job.attempt == attempt
+        and job.status in JobStatus.active()
+        and job.substatus == JobSubstatus.REQUESTING_SERVER
+    )
+
+
+def vm_being_placed(name: str, job: JobDoc | None) -> bool:
+    """The VM ``name`` (named for its job and attempt) is being placed."""
+    made_for = vm_attempt(name)
+    return made_for is not None and being_placed(job, *made_for)
+
+
+def serves_its_job(instance: InstanceDoc, job: JobDoc | None) -> bool:
+    """The instance runs its live job's current attempt."""
+    return (
+        job is not None
+        and job.attempt == instance.attempt
+        and instance.name in current_vms(job)
+        and job.status in JobStatus.active()
+    )
+
+
+def silent_s(instance: InstanceDoc, now: datetime) -> float:
+    """Seconds since the VM last gave a sign of life (or was made)."""
+    # A restarted (stopped) VM's running segment began when it was restarted.
+    last = (
+        instance.last_heartbeat_at
+        or instance.booted_at
+        or instance.segment_started_at
+        or instance.created_at
+    )
+    return (now - last).total_seconds()
+
+
+def stall_note(
+    instance: InstanceDoc, now: datetime, stall_timeout_s: float, boot_timeout_s: float
+) -> str | None:
+    """Why the VM counts as stalled (a booted VM silent for ``stall_timeout_s``,
+    or one not booted after ``boot_timeout_s``); None while it is not."""
+    silent = silent_s(instance, now)
+    booted = instance.booted_at is not None
+    if silent <= (stall_timeout_s if booted else boot_timeout_s):
+        return None
+    what = "no heartbeat" if booted else "not booted"
+    return f"{instance.name}: {what} for {silent:.0f} s"
+
+
+def missed_preemption_note(instance: InstanceDoc) -> str:
+    return f"{instance.name} vanished without a notice (missed preemption)"

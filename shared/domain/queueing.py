@@ -1,0 +1,83 @@
+"""Waiting in the queue: the entries, the retry backoff and the give-up rule.
+
+A job waits for capacity (retried with exponential backoff until
+``wait_request_s``) or for quota (retried every ``wait_new_job_create_interval``
+until ``wait_new_job_create_s``; non-positive: for ever). Pure: the store
+writes the entries, the reaper asks ``give_up_reason`` before each retry.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from shared.domain.documents import JobDoc, QueueEntry, QueueReason
+from shared.domain.spec import JobSpec
+
+BACKOFF_BASE_S = 15
+BACKOFF_MAX_S = 300
+
+
+def capacity_backoff_s(tries: int) -> int:
+    """Seconds before the ``tries``-th retry of a job no zone had room for."""
+    return int(min(BACKOFF_BASE_S * 2 ** (max(tries, 1) - 1), BACKOFF_MAX_S))
+
+
+def waiting_for_capacity(
+    job: JobDoc, previous: QueueEntry | None, now: datetime, summary: str
+) -> QueueEntry:
+    """The entry of a job that found no capacity; ``previous`` keeps its start
+    (the deadline counts from there) and its count of tries."""
+    tries = previous.tries + 1 if previous else 1
+    return QueueEntry(
+        job_id=job.job_id,
+        reason="no-capacity",
+        attempt=job.attempt,
+        not_before=now + timedelta(seconds=capacity_backoff_s(tries)),
+        enqueued_at=previous.enqueued_at if previous else now,
+        tries=tries,
+        last_error=summary,
+    )
+
+
+def waiting_for_quota(
+    job: JobDoc, previous: QueueEntry | None, now: datetime, reason: str
+) -> QueueEntry:
+    """The entry of a job over its user's quota, retried at a fixed interval."""
+    return QueueEntry(
+        job_id=job.job_id,
+        reason="quota",
+        attempt=job.attempt,
+        not_before=now + timedelta(seconds=job.spec.wait_new_job_create_interval),
+        enqueued_at=previous.enqueued_at if previous else now,
+        tries=previous.tries + 1 if previous else 1,
+        last_error=reason,
+        user=job.user,
+    )
+
+
+def next_attempt(job: JobDoc, reason: QueueReason, now: datetime) -> QueueEntry:
+    """The safety net of an attempt placed at once: due now, for the reaper."""
+    return QueueEntry(
+        job_id=job.job_id, reason=reason, attempt=job.attempt, not_before=now, enqueued_at=now
+    )
+
+
+def give_up_reason(
+    entry: QueueEntry, spec: JobSpec, now: datetime, last_error: str | None = None
+) -> str | None:
+    """Why the job stops waiting (it is CANCELED with this), or None while it
+    may wait on. ``last_error``: what the latest try found, when newer than
+    the entry's."""
+    waited_s = (now - entry.enqueued_at).total_seconds()
+    error = last_error if last_error is not None else entry.last_error
+    if entry.reason == "quota":
+        limit_s = spec.wait_new_job_create_s
+        if limit_s > 0 and waited_s > limit_s:
+            return f"over quota for wait_new_job_create_s={limit_s} s: {error}"
+        return None
+    if waited_s > spec.wait_request_s:
+        return (
+            f"no capacity within wait_request_s={spec.wait_request_s} s; "
+            f"tried {entry.tries} time(s), last: {error}"
+        )
+    return None

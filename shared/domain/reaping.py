@@ -1,0 +1,389 @@
+"""The reaper's decisions, pure: documents and the VM listing in, actions out.
+
+The reaper (``functions.handlers.reaper``) sweeps in four stages; each loads
+what it needs, asks the ``decide_*`` function here, and applies the actions
+one at a time (a failure is logged and the sweep goes on). Each stage loads
+after the previous one applied its actions, because those change what the
+next one sees (a recovered job is placed again; a canceled job frees its
+slot), in the manner of dstack's background tasks, one per kind of resource:
+
+1. ``decide_vms``: live and stopped instances against the VM listing;
+2. ``decide_jobs``: active jobs (cost so far, max runtime, a dead placement);
+3. ``decide_queue``: due queue entries (retry, give up, drop);
+4. ``decide_slots``: users' slots that a crash left taken.
+
+The listing is older than the moment an action runs, so some actions carry a
+race guard that the apply step runs on fresh reads with the same predicate
+used here: ``Release`` (the instance moved on), ``DeleteOrphan`` (owned after
+all), ``FreeInstanceSlot`` and ``FreeStoppedSlot`` (a placement or a stop
+finished meanwhile). The others are guarded by their own write (a cooling VM
+claimed meanwhile is not ended; a stopped VM restarted meanwhile wins).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from shared.domain.documents import InstanceDoc, JobDoc, QueueEntry, UserDoc
+from shared.domain.liveness import (
+    being_placed,
+    missed_preemption_note,
+    serves_its_job,
+    stall_note,
+    vm_being_placed,
+)
+from shared.domain.placement import vm_attempt
+from shared.domain.queueing import give_up_reason
+from shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
+from shared.domain.stopping import STOPPING_OR_STOPPED, stop_expired
+from shared.domain.vms import Vm, VmState
+
+JOB_LABEL = "spotline-job"  # on every VM spotline makes (shared.domain.placement.vm_labels)
+ATTEMPT_LABEL = "spotline-attempt"
+
+
+class Timeouts(Protocol):
+    """The reaper's limits (``shared.settings.Settings`` has them)."""
+
+    @property
+    def stall_timeout_s(self) -> float: ...
+    @property
+    def boot_timeout_s(self) -> float: ...
+    @property
+    def request_timeout_s(self) -> float: ...
+
+
+# -- stage 1: instances and VMs --
+
+
+@dataclass(frozen=True)
+class Recover:
+    """The job's VM is lost (vanished: PREEMPTED; silent: STALLED): next attempt."""
+
+    instance: InstanceDoc
+    cause: JobSubstatus
+    note: str
+
+
+@dataclass(frozen=True)
+class Release:
+    """No live job owns the instance: delete its VM (unless it moved on meanwhile)."""
+
+    instance: InstanceDoc
+
+
+@dataclass(frozen=True)
+class FinishClosing:
+    """A function died while it closed the instance: stop or delete it, as it meant to."""
+
+    instance: InstanceDoc
+
+
+@dataclass(frozen=True)
+class PriceCooling:
+    """The cooling period so far, priced for a person watching."""
+
+    instance: InstanceDoc
+
+
+@dataclass(frozen=True)
+class EndCooling:
+    """The cooling period is over: priced, then ended (unless claimed meanwhile)."""
+
+    instance: InstanceDoc
+
+
+@dataclass(frozen=True)
+class LoseCooling:
+    """The cooling VM is gone: priced, charged, closed (unless claimed meanwhile)."""
+
+    instance: InstanceDoc
+
+
+@dataclass(frozen=True)
+class EndStopped:
+    """The stop period is over: delete the stopped VM (unless restarted meanwhile)."""
+
+    instance: InstanceDoc
+
+
+@dataclass(frozen=True)
+class ForgetStopped:
+    """The stopped VM is gone: close its document, free its slots."""
+
+    instance: InstanceDoc
+
+
+@dataclass(frozen=True)
+class DeleteOrphan:
+    """A spotline VM that no instance owns and no placement is making."""
+
+    vm: Vm
+
+
+# -- stage 2: jobs --
+
+
+@dataclass(frozen=True)
+class Accrue:
+    """The running attempt's cost so far, for a person watching the job."""
+
+    job: JobDoc
+
+
+@dataclass(frozen=True)
+class Cancel:
+    job: JobDoc
+    reason: str
+
+
+@dataclass(frozen=True)
+class PlaceAgain:
+    """Left in REQUESTING_SERVER (its function died): placed again, unless queued."""
+
+    job: JobDoc
+
+
+# -- stage 3: the queue --
+
+
+@dataclass(frozen=True)
+class RetryQuota:
+    """One more try for a job waiting for quota (the try decides whether it gives up)."""
+
+    entry: QueueEntry
+
+
+@dataclass(frozen=True)
+class RetryPlacement:
+    job: JobDoc
+    entry: QueueEntry
+
+
+@dataclass(frozen=True)
+class GiveUp:
+    job: JobDoc
+    entry: QueueEntry
+    reason: str
+
+
+@dataclass(frozen=True)
+class DropEntry:
+    """The entry is stale: the job ended, moved to another attempt, or was placed."""
+
+    entry: QueueEntry
+
+
+# -- stage 4: slots --
+
+
+@dataclass(frozen=True)
+class FreeJobSlot:
+    user: str
+    job_id: str
+
+
+@dataclass(frozen=True)
+class FreeInstanceSlot:
+    user: str
+    name: str
+
+
+@dataclass(frozen=True)
+class FreeStoppedSlot:
+    user: str
+    name: str
+
+
+VmAction = (
+    Recover
+    | Release
+    | FinishClosing
+    | PriceCooling
+    | EndCooling
+    | LoseCooling
+    | EndStopped
+    | ForgetStopped
+    | DeleteOrphan
+)
+JobAction = Accrue | Cancel | PlaceAgain
+QueueAction = RetryQuota | RetryPlacement | GiveUp | DropEntry
+SlotAction = FreeJobSlot | FreeInstanceSlot | FreeStoppedSlot
+Action = VmAction | JobAction | QueueAction | SlotAction
+
+
+def decide_vms(
+    instances: Sequence[InstanceDoc],
+    stopped: Sequence[InstanceDoc],
+    vms: Sequence[Vm],
+    jobs: Mapping[str, JobDoc],
+    timeouts: Timeouts,
+    now: datetime,
+) -> list[VmAction]:
+    """Stage 1.
+
+    Args:
+        instances: the live instances (listed before ``vms``: an instance
+            document is written after its VM is created, so each has its VM
+            in the listing unless the VM is gone).
+        stopped: the stopped instances, listed before ``vms`` too.
+        vms: spotline's VMs as Compute Engine lists them.
+        jobs: the jobs of those instances and of the VMs' labels, read after
+            the listings; a job missing here does not exist.
+    """
+    by_name = {vm.name: vm for vm in vms}
+    actions: list[VmAction] = []
+    for instance in instances:
+        action = _instance_action(instance, by_name.get(instance.name), jobs, timeouts, now)
+        if action is not None:
+            actions.append(action)
+    for instance in stopped:
+        if instance.name not in by_name:
+            actions.append(ForgetStopped(instance))
+        elif stop_expired(instance, now):
+            actions.append(EndStopped(instance))
+    owned = {instance.name for instance in [*instances, *stopped]}
+    for vm in vms:
+        if vm.name not in owned and orphaned(vm, None, jobs.get(vm.labels.get(JOB_LABEL, ""))):
+            actions.append(DeleteOrphan(vm))
+    return actions
+
+
+def _instance_action(
+    instance: InstanceDoc,
+    vm: Vm | None,
+    jobs: Mapping[str, JobDoc],
+    timeouts: Timeouts,
+    now: datetime,
+) -> VmAction | None:
+    if instance.status == InstanceStatus.COOLING:
+        if vm is None:
+            return LoseCooling(instance)
+        expired = instance.cooling_until is not None and now >= instance.cooling_until
+        return EndCooling(instance) if expired else PriceCooling(instance)
+    if instance.status == InstanceStatus.CLOSING:
+        return FinishClosing(instance)
+    job = jobs.get(instance.job_id)
+    if being_placed(job, instance.job_id, instance.attempt):
+        return None  # its job update is on the way
+    if serves_its_job(instance, job):
+        if vm is None:
+            return Recover(instance, JobSubstatus.PREEMPTED, missed_preemption_note(instance))
+        stalled = stall_note(instance, now, timeouts.stall_timeout_s, timeouts.boot_timeout_s)
+        return None if stalled is None else Recover(instance, JobSubstatus.STALLED, stalled)
+    return Release(instance)
+
+
+def moved_on(listed: InstanceDoc, current: InstanceDoc | None) -> bool:
+    """``Release``'s guard: the instance changed since it was listed (its
+    finished job left it cooling, or a new job took it): keep it."""
+    return current is None or (current.status, current.job_id) != (listed.status, listed.job_id)
+
+
+def orphaned(vm: Vm, instance: InstanceDoc | None, job: JobDoc | None) -> bool:
+    """A VM no instance owns and no placement is making, not already going.
+
+    Args:
+        instance: the VM's instance document, if any (live or being stopped: owned).
+        job: the job its labels name, if any (placing this attempt: the VM
+            will be adopted).
+    """
+    if instance is not None and (
+        instance.status in InstanceStatus.live() or instance.substatus in STOPPING_OR_STOPPED
+    ):
+        return False
+    attempt = vm.labels.get(ATTEMPT_LABEL, "")
+    if attempt.isdigit() and being_placed(job, vm.labels.get(JOB_LABEL, ""), int(attempt)):
+        return False
+    return vm.state != VmState.STOPPING
+
+
+def decide_jobs(jobs: Sequence[JobDoc], timeouts: Timeouts, now: datetime) -> list[JobAction]:
+    """Stage 2, over the active jobs."""
+    actions: list[JobAction] = []
+    for job in jobs:
+        if job.substatus in JobSubstatus.on_vm():
+            actions.append(Accrue(job))
+        limit = job.spec.max_runtime_s
+        if limit is not None and (now - job.created_at).total_seconds() > limit:
+            actions.append(Cancel(job, f"max_runtime_s={limit} s reached"))
+            continue
+        stuck_s = (now - job.updated_at).total_seconds()
+        if job.substatus == JobSubstatus.REQUESTING_SERVER and stuck_s > timeouts.request_timeout_s:
+            actions.append(PlaceAgain(job))
+    return actions
+
+
+def decide_queue(
+    entries: Sequence[QueueEntry], jobs: Mapping[str, JobDoc], now: datetime
+) -> list[QueueAction]:
+    """Stage 3, over the due entries; ``jobs``: their jobs (missing: gone)."""
+    actions: list[QueueAction] = []
+    for entry in entries:
+        if entry.reason == "quota":
+            actions.append(RetryQuota(entry))
+            continue
+        job = jobs.get(entry.job_id)
+        if job is None or job.status in JobStatus.terminal() or job.attempt != entry.attempt:
+            actions.append(DropEntry(entry))
+        elif job.substatus not in (
+            JobSubstatus.REQUESTING_SERVER,
+            JobSubstatus.WAITING_FOR_CAPACITY,
+        ):
+            actions.append(DropEntry(entry))  # placed meanwhile
+        elif (reason := give_up_reason(entry, job.spec, now)) is not None:
+            actions.append(GiveUp(job, entry, reason))
+        else:
+            actions.append(RetryPlacement(job, entry))
+    return actions
+
+
+def decide_slots(
+    users: Sequence[UserDoc],
+    jobs: Mapping[str, JobDoc],
+    instances: Mapping[str, InstanceDoc],
+) -> list[SlotAction]:
+    """Stage 4: free the slots of jobs that ended, of instances that closed or
+    stopped, and of VMs that were never made, when a crash left them taken.
+
+    Args:
+        jobs: the jobs the slots name (a VM's job from its name), read before
+            ``instances``: a placement writes the instance document before it
+            moves the job on, so a placement that finished in between is seen.
+        instances: the instances the slots name (missing: none).
+    """
+    actions: list[SlotAction] = []
+    for user in users:
+        for job_id in user.active_jobs:
+            job = jobs.get(job_id)
+            if job is None or job.status in JobStatus.terminal():
+                actions.append(FreeJobSlot(user.user, job_id))
+        for name in user.active_instances:
+            if instance_slot_stale(name, jobs.get(job_of_vm(name)), instances.get(name)):
+                actions.append(FreeInstanceSlot(user.user, name))
+        for name in user.stopped_instances:
+            if stopped_slot_stale(instances.get(name)):
+                actions.append(FreeStoppedSlot(user.user, name))
+    return actions
+
+
+def job_of_vm(name: str) -> str:
+    """The job a VM name was made for ("" for a name spotline did not make)."""
+    made_for = vm_attempt(name)
+    return made_for[0] if made_for else ""
+
+
+def instance_slot_stale(name: str, job: JobDoc | None, instance: InstanceDoc | None) -> bool:
+    """The active-instance slot of VM ``name`` is held by nothing: no placement
+    is making the VM (``job``: the one its name names) and no live instance is it."""
+    if vm_being_placed(name, job):
+        return False
+    return instance is None or instance.status not in InstanceStatus.live()
+
+
+def stopped_slot_stale(instance: InstanceDoc | None) -> bool:
+    """The stopped-instance slot is held by nothing stopped or being stopped."""
+    return instance is None or instance.substatus not in STOPPING_OR_STOPPED

@@ -1,0 +1,130 @@
+"""The store port: every document spotline keeps, and the contract of each call.
+
+Two adapters implement it: ``FirestoreStore`` (Firestore, in production and on
+the emulator) and ``InMemoryStore`` (a process's memory, for fast tests of the
+orchestration). ``tests/test_store_contract.py`` runs one suite against both.
+
+Contract, for every adapter:
+
+* Documents are the pydantic models of ``shared.domain.documents``; their
+  timestamps come back in UTC (a naive one is taken as UTC). What a call
+  returns is a copy: changing it changes nothing stored, and changing a model
+  after handing it to the store does not change what was stored.
+* ``create_*(doc)`` (and ``record_rejection``) writes the document under its
+  natural key (job id, instance name, message id) and returns True; when a
+  document with that key exists it writes nothing and returns False (a
+  redelivered event, not an error).
+* ``get_*(key)`` returns the document or None.
+* ``update_*(key, change)`` reads the document, applies ``change`` to it and
+  writes the result, guarded: when another writer wrote the document between
+  the read and the write, the write is refused and ``change`` runs again on the
+  fresh document, so no concurrent update is lost. ``change`` must therefore
+  be pure and may run more than once. When it returns the document unchanged
+  (the same object, or an equal one) nothing is written. Returns the document
+  as stored afterwards, or None when there is no such document (nothing is
+  created). Contention that outlasts the retries raises ``TransientError``
+  with nothing written (the caller raises, and Pub/Sub redelivers).
+* ``update_user(user, change)`` is ``update_*`` that first creates
+  ``UserDoc(user=user)`` when the user has no document: it never returns None.
+* ``list_jobs(statuses, limit)``, ``list_instances(statuses, limit)``: the
+  documents whose ``status`` is one of ``statuses`` (every document when None),
+  at most ``limit`` of them, in key order. ``statuses`` must hold 1 to 30
+  values (Firestore's bounds on an ``in`` filter); otherwise ``ValueError``.
+  ``stopped_instances(limit)``: the instances whose substatus is STOPPED, the
+  same way. ``instances_of_job(job_id)``: every instance of the job, in key
+  order. ``list_users(limit)``: every user, in key order.
+* ``put_epoch(job_id, epoch)`` writes or overwrites the epoch's document (the
+  epoch number is the key: a redelivered event overwrites it);
+  ``list_epochs(job_id)`` returns the job's epochs by epoch number.
+* ``put_queue(entry)`` enqueues or replaces the job's entry (one per job);
+  ``delete_queue(job_id)`` removes it, and removing a missing entry succeeds.
+  ``due_queue(now, limit)``: the entries with ``not_before <= now``, earliest
+  ``not_before`` first, at most ``limit``. ``queue_of_user(user)``: every entry
+  of the user, earliest ``enqueued_at`` first. Ties go in key order.
+* ``recent_rejections(limit)``: at most ``limit`` rejections, the newest
+  (``at``) first.
+* ``seed_machines(catalog)`` writes each machine under its id, again and again
+  with the same result; ``get_machine(machine_id)`` reads one back.
+* ``record_request(machine_id, ok, now)`` counts one VM request (and one
+  success when ``ok``) in the hour of ``now``; Spot (``NAME``) and on demand
+  (``NAME.od``) are different machine ids. Concurrent counts are never lost.
+  ``availability(machine_id, since)`` returns ``(requests, successes)`` summed
+  over the hours that start at or after ``since``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Protocol
+
+from shared.domain.catalog import Machine
+from shared.domain.documents import EpochDoc, InstanceDoc, JobDoc, QueueEntry, Rejection, UserDoc
+
+
+class Store(Protocol):
+    # -- jobs
+    def create_job(self, job: JobDoc) -> bool: ...
+
+    def get_job(self, job_id: str) -> JobDoc | None: ...
+
+    def update_job(self, job_id: str, change: Callable[[JobDoc], JobDoc]) -> JobDoc | None: ...
+
+    def list_jobs(
+        self, statuses: Iterable[str] | None = None, limit: int = 200
+    ) -> list[JobDoc]: ...
+
+    def put_epoch(self, job_id: str, epoch: EpochDoc) -> None: ...
+
+    def list_epochs(self, job_id: str) -> list[EpochDoc]: ...
+
+    # -- instances
+    def create_instance(self, instance: InstanceDoc) -> bool: ...
+
+    def get_instance(self, name: str) -> InstanceDoc | None: ...
+
+    def update_instance(
+        self, name: str, change: Callable[[InstanceDoc], InstanceDoc]
+    ) -> InstanceDoc | None: ...
+
+    def instances_of_job(self, job_id: str) -> list[InstanceDoc]: ...
+
+    def list_instances(
+        self, statuses: Iterable[str] | None = None, limit: int = 500
+    ) -> list[InstanceDoc]: ...
+
+    def stopped_instances(self, limit: int = 500) -> list[InstanceDoc]: ...
+
+    # -- queue
+    def put_queue(self, entry: QueueEntry) -> None: ...
+
+    def get_queue(self, job_id: str) -> QueueEntry | None: ...
+
+    def due_queue(self, now: datetime, limit: int = 50) -> list[QueueEntry]: ...
+
+    def delete_queue(self, job_id: str) -> None: ...
+
+    def queue_of_user(self, user: str) -> list[QueueEntry]: ...
+
+    # -- users
+    def get_user(self, user: str) -> UserDoc | None: ...
+
+    def update_user(self, user: str, change: Callable[[UserDoc], UserDoc]) -> UserDoc: ...
+
+    def list_users(self, limit: int = 1000) -> list[UserDoc]: ...
+
+    # -- machines
+    def seed_machines(self, catalog: dict[str, Machine]) -> None: ...
+
+    def get_machine(self, machine_id: str) -> Machine | None: ...
+
+    def record_request(self, machine_id: str, ok: bool, now: datetime) -> None: ...
+
+    def availability(self, machine_id: str, since: datetime) -> tuple[int, int]: ...
+
+    # -- rejected messages
+    def record_rejection(self, rejection: Rejection) -> bool: ...
+
+    def get_rejection(self, message_id: str) -> Rejection | None: ...
+
+    def recent_rejections(self, limit: int = 20) -> list[Rejection]: ...

@@ -1,0 +1,93 @@
+"""The reaper's apply step on the in-memory store, no emulator: each race
+guard re-reads what the sweep's listing may have missed, and a failing
+action does not stop the sweep."""
+
+from __future__ import annotations
+
+from functions.deps import Deps
+from functions.handlers.reaper import apply
+from shared.adapters.memory_store import InMemoryStore
+from shared.domain import reaping as r
+from shared.domain.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
+from shared.settings import Settings
+from tests.documents import T0, at, instance, job, user, vm
+
+I = InstanceStatus  # noqa: E741
+
+
+def world() -> tuple[Deps, InMemoryStore]:
+    """Compute is never built here: a guard that let an action through to a
+    VM would fail on the empty endpoint, and the count would say so."""
+    store = InMemoryStore()
+    return Deps(Settings(project="guards"), store=store), store
+
+
+def test_an_instance_that_moved_on_since_the_listing_is_not_released() -> None:
+    deps, store = world()
+    listed = instance()
+    store.create_instance(listed.model_copy(update={"status": I.COOLING}))  # its job ended
+    assert apply(deps, [r.Release(listed)], at(1)) == {}
+    current = store.get_instance(listed.name)
+    assert current is not None and current.status == I.COOLING
+
+
+def test_a_vm_restarted_since_the_listing_is_no_orphan() -> None:
+    deps, store = world()
+    listed = vm(labels={"spotline-job": "job1", "spotline-attempt": "1"})
+    store.create_instance(instance(job_id="job2", status=I.LAUNCHING))
+    assert apply(deps, [r.DeleteOrphan(listed)], at(1)) == {}
+
+
+def test_a_vm_whose_placement_began_since_the_listing_is_no_orphan() -> None:
+    deps, store = world()
+    listed = vm(labels={"spotline-job": "job1", "spotline-attempt": "1"})
+    store.create_job(job(substatus=JobSubstatus.REQUESTING_SERVER, status=JobStatus.QUEUING))
+    assert apply(deps, [r.DeleteOrphan(listed)], at(1)) == {}
+
+
+def test_a_cooling_vm_claimed_since_the_listing_is_not_ended() -> None:
+    deps, store = world()
+    listed = instance(status=I.COOLING, cooling_since=T0, cooling_until=at(60))
+    store.create_instance(instance(job_id="job2", status=I.EXECUTING))  # claimed
+    actions: list[r.Action] = [r.EndCooling(listed), r.LoseCooling(listed)]
+    assert apply(deps, actions, at(61)) == {"cooling": 2}
+    current = store.get_instance(listed.name)
+    assert current is not None and (current.status, current.job_id) == (I.EXECUTING, "job2")
+
+
+def test_a_stopped_vm_restarted_since_the_listing_is_kept() -> None:
+    deps, store = world()
+    stopped = instance(status=I.CLOSED, substatus=InstanceSubstatus.STOPPED, stopped_until=at(10))
+    store.create_instance(instance(job_id="job2", status=I.LAUNCHING))  # restarted
+    assert apply(deps, [r.EndStopped(stopped)], at(11)) == {}
+    current = store.get_instance(stopped.name)
+    assert current is not None and current.status == I.LAUNCHING
+
+
+def test_an_instance_slot_taken_by_a_placement_that_finished_meanwhile_is_kept() -> None:
+    deps, store = world()
+    store.update_user("alice", lambda u: user(active_instances=("sl-job2-a1", "sl-gone-a1")))
+    store.create_job(job("job2", substatus=JobSubstatus.CONNECTING_SERVER))
+    store.create_instance(instance("sl-job2-a1", "job2", status=I.LAUNCHING))
+    actions = [r.FreeInstanceSlot("alice", "sl-job2-a1"), r.FreeInstanceSlot("alice", "sl-gone-a1")]
+    assert apply(deps, actions, at(1)) == {"slots_freed": 1}
+    held = store.get_user("alice")
+    assert held is not None and held.active_instances == ["sl-job2-a1"]
+
+
+def test_a_stopped_slot_of_a_vm_stopped_meanwhile_is_kept() -> None:
+    deps, store = world()
+    store.update_user("alice", lambda u: user(stopped_instances=("a", "b")))
+    store.create_instance(instance("a", status=I.CLOSED, substatus=InstanceSubstatus.STOPPED))
+    actions = [r.FreeStoppedSlot("alice", "a"), r.FreeStoppedSlot("alice", "b")]
+    assert apply(deps, actions, at(1)) == {"slots_freed": 1}
+    held = store.get_user("alice")
+    assert held is not None and held.stopped_instances == ["a"]
+
+
+def test_a_failing_action_is_counted_and_the_sweep_goes_on() -> None:
+    deps, store = world()
+    store.update_user("alice", lambda u: user(stopped_instances=("b",)))
+    gone = job("gone")  # never stored: canceling it is a permanent error
+    actions: list[r.Action] = [r.Cancel(gone, "max"), r.FreeStoppedSlot("alice", "b")]
+    assert apply(deps, actions, at(1)) == {"skipped": 1, "slots_freed": 1}

@@ -1,0 +1,246 @@
+"""The reaper's decisions, pure (``shared.domain.reaping``): documents and a
+VM listing in, actions out. No emulator; every branch of the sweep."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from shared.domain import reaping as r
+from shared.domain.documents import InstanceDoc, JobDoc
+from shared.domain.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
+from shared.domain.vms import Vm, VmState
+from tests.documents import T0, at, entry, instance, job, user, vm
+
+S = JobSubstatus
+I = InstanceStatus  # noqa: E741
+
+
+@dataclass(frozen=True)
+class Limits:
+    stall_timeout_s: float = 300
+    boot_timeout_s: float = 600
+    request_timeout_s: float = 120
+
+
+LIMITS = Limits()
+BOOTED: dict[str, Any] = {"booted_at": T0, "last_heartbeat_at": T0}
+
+
+def vms_stage(
+    instances: list[InstanceDoc],
+    vms: list[Vm],
+    jobs: list[JobDoc],
+    now_s: float = 10,
+    stopped: list[InstanceDoc] | None = None,
+) -> list[r.VmAction]:
+    by_id = {j.job_id: j for j in jobs}
+    return r.decide_vms(instances, stopped or [], vms, by_id, LIMITS, at(now_s))
+
+
+# -- stage 1: instances --
+
+
+def test_a_healthy_vm_of_a_running_job_is_left_alone() -> None:
+    assert vms_stage([instance(**BOOTED)], [vm()], [job()]) == []
+
+
+def test_a_vanished_vm_of_a_running_job_is_a_missed_preemption() -> None:
+    lost = instance(**BOOTED)
+    [action] = vms_stage([lost], [], [job()])
+    assert action == r.Recover(lost, S.PREEMPTED, r.missed_preemption_note(lost))
+    assert "missed preemption" in action.note
+
+
+def test_a_silent_vm_is_stalled_and_a_slow_boot_too() -> None:
+    silent = instance(**BOOTED)
+    [action] = vms_stage([silent], [vm()], [job()], now_s=301)
+    assert isinstance(action, r.Recover) and action.cause == S.STALLED
+    assert action.note == "sl-job1-a1: no heartbeat for 301 s"
+    booting = instance()
+    assert vms_stage([booting], [vm()], [job()], now_s=600) == []
+    [slow] = vms_stage([booting], [vm()], [job()], now_s=601)
+    assert isinstance(slow, r.Recover) and "not booted" in slow.note
+
+
+def test_a_vm_whose_job_is_being_placed_keeps_going_even_when_missing() -> None:
+    placing = job(substatus=S.REQUESTING_SERVER, status=JobStatus.QUEUING)
+    assert vms_stage([instance()], [], [placing], now_s=10**4) == []
+
+
+def test_a_vm_no_live_job_owns_is_released() -> None:
+    for owner in (
+        [],  # the job is gone
+        [job(status=JobStatus.COMPLETED, substatus=S.COMPLETED)],
+        [job(attempt=2)],  # the job moved to its next attempt
+    ):
+        listed = instance(**BOOTED)
+        assert vms_stage([listed], [vm()], owner) == [r.Release(listed)]
+
+
+def test_release_is_guarded_by_a_fresh_read_of_the_instance() -> None:
+    listed = instance()
+    assert not r.moved_on(listed, listed)
+    assert r.moved_on(listed, None)
+    assert r.moved_on(listed, listed.model_copy(update={"status": I.COOLING}))  # left cooling
+    assert r.moved_on(listed, listed.model_copy(update={"job_id": "job2"}))  # claimed
+
+
+def test_a_closing_instance_is_finished() -> None:
+    closing = instance(status=I.CLOSING)
+    assert vms_stage([closing], [vm()], [job()]) == [r.FinishClosing(closing)]
+
+
+def test_a_cooling_vm_is_priced_ended_when_over_and_closed_when_gone() -> None:
+    cooling = instance(status=I.COOLING, cooling_since=T0, cooling_until=at(60))
+    assert vms_stage([cooling], [vm()], [], now_s=59) == [r.PriceCooling(cooling)]
+    assert vms_stage([cooling], [vm()], [], now_s=60) == [r.EndCooling(cooling)]
+    assert vms_stage([cooling], [], [], now_s=1) == [r.LoseCooling(cooling)]
+
+
+def test_a_stopped_vm_is_deleted_after_its_period_and_forgotten_when_gone() -> None:
+    stopped = instance(status=I.CLOSED, substatus=InstanceSubstatus.STOPPED, stopped_until=at(100))
+    assert vms_stage([], [vm(state=VmState.TERMINATED)], [], 99, [stopped]) == []
+    assert vms_stage([], [vm(state=VmState.TERMINATED)], [], 100, [stopped]) == [
+        r.EndStopped(stopped)
+    ]
+    assert vms_stage([], [], [], 1, [stopped]) == [r.ForgetStopped(stopped)]
+
+
+# -- stage 1: orphans --
+
+
+def labelled(job_id: str = "ghost", attempt: str = "1", state: VmState = VmState.RUNNING) -> Vm:
+    labels = {"spotline-job": job_id, "spotline-attempt": attempt}
+    return vm(f"sl-{job_id}-a{attempt}", state, labels)
+
+
+def test_a_vm_nothing_owns_is_an_orphan() -> None:
+    ghost = labelled()
+    assert vms_stage([], [ghost], []) == [r.DeleteOrphan(ghost)]
+
+
+def test_a_vm_being_placed_or_going_or_owned_is_no_orphan() -> None:
+    placing = job("ghost", substatus=S.REQUESTING_SERVER, status=JobStatus.QUEUING)
+    assert vms_stage([], [labelled()], [placing]) == []
+    assert vms_stage([], [labelled(attempt="2")], [placing]) == [
+        r.DeleteOrphan(labelled("ghost", "2"))
+    ]
+    assert vms_stage([], [labelled(state=VmState.STOPPING)], []) == []
+    owned = instance("sl-ghost-a1", job_id="ghost")
+    assert vms_stage([owned], [labelled()], [job("ghost")]) == []  # its instance owns it
+
+
+def test_the_orphan_guard_on_fresh_reads() -> None:
+    ghost = labelled()
+    assert r.orphaned(ghost, None, None)
+    restarted = instance("sl-ghost-a1", job_id="job2", status=I.LAUNCHING)
+    assert not r.orphaned(ghost, restarted, None)  # a stopped VM restarted meanwhile
+    stopping = instance("sl-ghost-a1", status=I.CLOSED, substatus=InstanceSubstatus.STOPPED)
+    assert not r.orphaned(ghost, stopping, None)
+    closed = instance("sl-ghost-a1", status=I.CLOSED, substatus=InstanceSubstatus.TERMINATED)
+    assert r.orphaned(ghost, closed, None)
+    assert r.orphaned(
+        vm("odd", labels={"spotline-job": "ghost", "spotline-attempt": "x"}), None, None
+    )
+
+
+# -- stage 2: jobs --
+
+
+def test_a_running_job_accrues_its_cost() -> None:
+    running = job()
+    assert r.decide_jobs([running], LIMITS, at(10)) == [r.Accrue(running)]
+    waiting = job(substatus=S.WAITING_FOR_QUOTA, status=JobStatus.QUEUING)
+    assert r.decide_jobs([waiting], LIMITS, at(10)) == []
+
+
+def test_a_job_past_its_max_runtime_is_canceled() -> None:
+    limited = job(spec={"max_runtime_s": 60})
+    assert r.decide_jobs([limited], LIMITS, at(60)) == [r.Accrue(limited)]
+    assert r.decide_jobs([limited], LIMITS, at(61)) == [
+        r.Accrue(limited),
+        r.Cancel(limited, "max_runtime_s=60 s reached"),
+    ]
+
+
+def test_a_job_stuck_in_requesting_server_is_placed_again() -> None:
+    stuck = job(substatus=S.REQUESTING_SERVER, status=JobStatus.QUEUING)
+    assert r.decide_jobs([stuck], LIMITS, at(120)) == []
+    assert r.decide_jobs([stuck], LIMITS, at(121)) == [r.PlaceAgain(stuck)]
+    over = job(substatus=S.REQUESTING_SERVER, status=JobStatus.QUEUING, spec={"max_runtime_s": 1})
+    assert r.decide_jobs([over], LIMITS, at(121)) == [r.Cancel(over, "max_runtime_s=1 s reached")]
+
+
+# -- stage 3: the queue --
+
+
+def test_a_job_waiting_for_quota_is_retried_by_ops() -> None:
+    waiting = entry(reason="quota")
+    assert r.decide_queue([waiting], {}, at(1)) == [r.RetryQuota(waiting)]
+
+
+def test_a_job_waiting_for_capacity_is_retried_until_it_gives_up() -> None:
+    waiting = job(
+        substatus=S.WAITING_FOR_CAPACITY, status=JobStatus.QUEUING, spec={"wait_request_s": 60}
+    )
+    queued = entry(tries=2, last_error="no room")
+    jobs = {"job1": waiting}
+    assert r.decide_queue([queued], jobs, at(60)) == [r.RetryPlacement(waiting, queued)]
+    [gave_up] = r.decide_queue([queued], jobs, at(61))
+    assert isinstance(gave_up, r.GiveUp) and "wait_request_s=60" in gave_up.reason
+
+
+def test_a_stale_queue_entry_is_dropped() -> None:
+    queued = entry()
+    for jobs in (
+        {},
+        {"job1": job(status=JobStatus.CANCELED, substatus=S.CANCELED)},
+        {"job1": job(attempt=2, substatus=S.REQUESTING_SERVER, status=JobStatus.RECOVERING)},
+        {"job1": job()},  # placed meanwhile
+    ):
+        assert r.decide_queue([queued], jobs, at(1)) == [r.DropEntry(queued)]
+
+
+# -- stage 4: slots --
+
+
+def test_slots_of_ended_or_missing_jobs_are_freed() -> None:
+    alice = user(active_jobs=("job1", "job2", "job3"))
+    jobs = {"job1": job(), "job2": job("job2", status=JobStatus.FAILED, substatus=S.FAILED)}
+    assert r.decide_slots([alice], jobs, {}) == [
+        r.FreeJobSlot("alice", "job2"),
+        r.FreeJobSlot("alice", "job3"),
+    ]
+
+
+def test_an_instance_slot_is_kept_while_its_vm_lives_or_is_being_made() -> None:
+    alice = user(active_instances=("sl-job1-a1", "sl-job2-a1", "sl-job3-a1", "sl-job4-a1"))
+    placing = job("job2", substatus=S.REQUESTING_SERVER, status=JobStatus.QUEUING)
+    jobs = {"job1": job(), "job2": placing, "job3": job("job3", attempt=2)}
+    instances = {
+        "sl-job1-a1": instance(),
+        "sl-job3-a1": instance("sl-job3-a1", "job3", status=I.CLOSED),
+    }
+    assert r.decide_slots([alice], jobs, instances) == [
+        r.FreeInstanceSlot("alice", "sl-job3-a1"),  # closed
+        r.FreeInstanceSlot("alice", "sl-job4-a1"),  # never made, nothing placing it
+    ]
+
+
+def test_a_stopped_slot_is_kept_while_its_vm_is_stopped_or_stopping() -> None:
+    alice = user(stopped_instances=("a", "b", "c"))
+    instances = {
+        "a": instance("a", status=I.CLOSED, substatus=InstanceSubstatus.STOPPED),
+        "b": instance("b", status=I.CLOSING, substatus=InstanceSubstatus.STOPPING),
+    }
+    assert r.decide_slots([alice], {}, instances) == [r.FreeStoppedSlot("alice", "c")]
+    restarted = instance("a", status=I.LAUNCHING)
+    assert r.stopped_slot_stale(restarted) and not r.stopped_slot_stale(instances["a"])
+
+
+def test_the_instance_slot_guard_sees_a_placement_that_finished_meanwhile() -> None:
+    placed = job("job2", substatus=S.CONNECTING_SERVER, status=JobStatus.QUEUING)
+    assert r.instance_slot_stale("sl-job2-a1", placed, None)
+    assert not r.instance_slot_stale("sl-job2-a1", placed, instance("sl-job2-a1", "job2"))
+    assert r.job_of_vm("sl-job2-a1") == "job2" and r.job_of_vm("other") == ""

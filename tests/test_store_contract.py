@@ -1,0 +1,392 @@
+"""The store port's contract (shared/ports/store.py), one suite for both adapters.
+
+Every test runs against ``InMemoryStore`` and against ``FirestoreStore`` on the
+real Firestore emulator (skipped, loudly, where the Google Cloud CLI is
+missing: see conftest.py), so the in-memory store that fast tests use keeps
+what Firestore does.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+
+from shared.adapters.firestore_store import FirestoreStore
+from shared.adapters.memory_store import InMemoryStore
+from shared.domain.catalog import load_catalog
+from shared.domain.documents import EpochDoc, InstanceDoc, JobDoc, QueueEntry, Rejection, UserDoc
+from shared.domain.errors import TransientError
+from shared.domain.lifecycle import new_job
+from shared.domain.spec import JobSpec
+from shared.domain.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
+from shared.domain.transitions import move_job
+from shared.domain.vms import Provisioning
+from shared.ports.store import Store
+
+T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
+
+
+@dataclass
+class Backend:
+    """A store under test, and how to tell that a document was written."""
+
+    store: Store
+    # A token that changes with every write of collection/key (Firestore's
+    # update time; the in-memory version).
+    stamp: Callable[[str, str], object]
+
+
+def _memory() -> Backend:
+    store = InMemoryStore()
+    return Backend(store, store.version)
+
+
+def _firestore(project: str) -> Backend:
+    store = FirestoreStore(project)
+
+    def stamp(collection: str, key: str) -> object:
+        return store.client.collection(collection).document(key).get().update_time
+
+    return Backend(store, stamp)
+
+
+@pytest.fixture(
+    params=["memory", pytest.param("firestore", marks=pytest.mark.emulators)],
+)
+def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    if request.param == "memory":
+        yield _memory()
+    else:
+        yield _firestore(request.getfixturevalue("project"))
+
+
+@pytest.fixture
+def store(backend: Backend) -> Store:
+    return backend.store
+
+
+def a_job(job_id: str = "job1", user: str = "alice") -> JobDoc:
+    spec = JobSpec(user=user, machine_ids=["g2-standard-4"], trainer="digits_mlp", epochs=3)
+    return new_job(spec, job_id, "m1", T0)
+
+
+def an_instance(
+    name: str,
+    job_id: str = "job1",
+    status: InstanceStatus = InstanceStatus.EXECUTING,
+    substatus: InstanceSubstatus | None = None,
+) -> InstanceDoc:
+    return InstanceDoc(
+        name=name,
+        job_id=job_id,
+        user="alice",
+        attempt=1,
+        machine_id="g2-standard-4",
+        machine_type="g2-standard-4",
+        zone="us-central1-a",
+        provisioning=Provisioning.SPOT,
+        status=status,
+        substatus=substatus,
+        created_at=T0,
+        updated_at=T0,
+    )
+
+
+def an_entry(
+    job_id: str, not_before_s: float = 0, enqueued_s: float = 0, **kw: object
+) -> QueueEntry:
+    return QueueEntry.model_validate(
+        {
+            "job_id": job_id,
+            "reason": "no-capacity",
+            "attempt": 1,
+            "not_before": T0 + timedelta(seconds=not_before_s),
+            "enqueued_at": T0 + timedelta(seconds=enqueued_s),
+            **kw,
+        }
+    )
+
+
+def a_rejection(message_id: str, at_s: float) -> Rejection:
+    return Rejection(
+        message_id=message_id,
+        reason="user: Field required",
+        payload="{}",
+        at=T0 + timedelta(seconds=at_s),
+    )
+
+
+# -- create, get, update ------------------------------------------------------
+
+
+def test_create_is_once_only_and_round_trips(store: Store) -> None:
+    job, instance, rejection = a_job(), an_instance("vm1"), a_rejection("42", 0)
+    assert store.get_job("job1") is None
+    assert store.create_job(job) is True
+    assert store.create_job(job.model_copy(update={"description": "second"})) is False
+    assert store.get_job("job1") == job  # the first one stays
+    assert store.create_instance(instance) is True
+    assert store.create_instance(instance.model_copy(update={"zone": "elsewhere"})) is False
+    assert store.get_instance("vm1") == instance
+    assert store.get_instance("vm2") is None
+    assert store.record_rejection(rejection) is True
+    assert store.record_rejection(rejection.model_copy(update={"reason": "again"})) is False
+    assert store.get_rejection("42") == rejection
+    assert store.get_rejection("43") is None
+
+
+def test_stored_documents_are_copies(store: Store) -> None:
+    job = a_job()
+    store.create_job(job)
+    job.metrics["loss"] = 1.0  # the caller's model, changed after the create
+    read = store.get_job("job1")
+    assert read is not None and read.metrics == {}
+    read.metrics["loss"] = 2.0
+    read.history.clear()
+    again = store.get_job("job1")
+    assert again is not None and again.metrics == {} and len(again.history) == 1
+    updated = store.update_job("job1", lambda j: j.model_copy(update={"step": 5}))
+    assert updated is not None and updated.step == 5
+    updated.metrics["loss"] = 3.0
+    assert store.get_job("job1") == again.model_copy(update={"step": 5})
+
+
+def test_update_of_a_missing_document_is_none_and_creates_nothing(store: Store) -> None:
+    assert store.update_job("nope", lambda job: job.model_copy(update={"step": 1})) is None
+    assert store.get_job("nope") is None
+    assert store.update_instance("nope", lambda i: i.model_copy(update={"zone": "z"})) is None
+    assert store.get_instance("nope") is None
+
+
+def test_a_change_that_changes_nothing_writes_nothing(backend: Backend) -> None:
+    store = backend.store
+    store.create_job(a_job())
+    before = backend.stamp("jobs", "job1")
+    # The same object, then an equal one, then a transition to where it is.
+    assert store.update_job("job1", lambda job: job) == a_job()
+    assert store.update_job("job1", lambda job: job.model_copy(deep=True)) == a_job()
+    same = store.update_job("job1", lambda job: move_job(job, JobSubstatus.REQUESTING_SERVER, T0))
+    assert same == a_job()
+    assert backend.stamp("jobs", "job1") == before
+    moved = store.update_job("job1", lambda job: move_job(job, JobSubstatus.CANCELED, T0))
+    assert moved is not None and moved.status == JobStatus.CANCELED
+    assert store.get_job("job1") == moved
+    assert backend.stamp("jobs", "job1") != before
+
+
+def _bump_concurrently(threads: int, bumps: int, update: Callable[[], object]) -> None:
+    """``threads`` writers, each updating ``bumps`` times; a TransientError (too
+    much contention, nothing written) is retried, as Pub/Sub would redeliver."""
+    errors: list[BaseException] = []
+
+    def writer() -> None:
+        try:
+            for _ in range(bumps):
+                while True:
+                    try:
+                        update()
+                        break
+                    except TransientError:
+                        continue
+        except BaseException as err:  # reported below: a thread's exception is lost
+            errors.append(err)
+
+    workers = [threading.Thread(target=writer) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert errors == []
+
+
+def test_concurrent_guarded_updates_lose_nothing(store: Store) -> None:
+    store.create_job(a_job())
+    runs = [0]
+    gate = threading.Lock()
+
+    def increment(job: JobDoc) -> JobDoc:
+        with gate:
+            runs[0] += 1
+        # A read-modify-write that takes a while, as a handler's decision does:
+        # without the guard, writers racing here lose each other's increments.
+        threading.Event().wait(0.001)
+        return job.model_copy(update={"step": job.step + 1})
+
+    _bump_concurrently(8, 25, lambda: store.update_job("job1", increment))
+    stored = store.get_job("job1")
+    assert stored is not None and stored.step == 8 * 25  # no lost update
+    assert runs[0] > 8 * 25  # the writers did race: changes on stale reads re-ran
+
+
+def test_users_are_created_on_first_update_even_by_racing_writers(store: Store) -> None:
+    assert store.get_user("alice") is None
+    names = iter(range(8))
+    gate = threading.Lock()
+
+    def take_slot() -> None:
+        with gate:
+            job = f"job{next(names)}"
+        store.update_user(
+            "alice",
+            lambda user: user.model_copy(update={"active_jobs": [*user.active_jobs, job]}),
+        )
+
+    _bump_concurrently(8, 1, take_slot)
+    user = store.get_user("alice")
+    assert user is not None and sorted(user.active_jobs) == [f"job{n}" for n in range(8)]
+    # An existing user, and a change that changes nothing: returned as stored.
+    assert store.update_user("alice", lambda u: u) == user
+    bob = store.update_user("bob", lambda u: u)
+    assert bob == UserDoc(user="bob") == store.get_user("bob")
+    assert [u.user for u in store.list_users()] == ["alice", "bob"]
+    assert [u.user for u in store.list_users(limit=1)] == ["alice"]
+
+
+def test_timestamps_come_back_in_utc(store: Store) -> None:
+    plus_two = timezone(timedelta(hours=2))
+    at = datetime(2026, 11, 21, 14, 0, 0, 123456, tzinfo=plus_two)
+    store.put_queue(an_entry("j", not_before=at, enqueued_at=at.replace(tzinfo=None)))
+    entry = store.get_queue("j")
+    assert entry is not None
+    assert entry.not_before == at and entry.not_before.utcoffset() == timedelta(0)
+    # A naive timestamp is taken as UTC.
+    assert entry.enqueued_at == at.replace(tzinfo=UTC)
+
+
+# -- lists: filters, limits, orders -------------------------------------------
+
+
+def test_lists_filter_by_status_in_key_order_up_to_a_limit(store: Store) -> None:
+    for job_id in ("c", "a", "d", "b"):  # created out of key order
+        job = a_job(job_id)
+        store.create_job(move_job(job, JobSubstatus.CANCELED, T0) if job_id in "bd" else job)
+    assert [j.job_id for j in store.list_jobs()] == ["a", "b", "c", "d"]
+    assert [j.job_id for j in store.list_jobs(limit=3)] == ["a", "b", "c"]
+    assert [j.job_id for j in store.list_jobs([JobStatus.CANCELED])] == ["b", "d"]
+    assert [j.job_id for j in store.list_jobs([JobStatus.CANCELED], limit=1)] == ["b"]
+    both = [JobStatus.QUEUING, JobStatus.CANCELED]
+    assert [j.job_id for j in store.list_jobs(both)] == ["a", "b", "c", "d"]
+    assert store.list_jobs([JobStatus.TRAINING]) == []
+
+    executing, closed = InstanceStatus.EXECUTING, InstanceStatus.CLOSED
+    store.create_instance(an_instance("vm3", "job2", closed, InstanceSubstatus.STOPPED))
+    store.create_instance(an_instance("vm1", "job1", executing))
+    store.create_instance(an_instance("vm4", "job1", closed, InstanceSubstatus.TERMINATED))
+    store.create_instance(an_instance("vm2", "job1", closed, InstanceSubstatus.STOPPED))
+    assert [i.name for i in store.list_instances()] == ["vm1", "vm2", "vm3", "vm4"]
+    assert [i.name for i in store.list_instances(InstanceStatus.live())] == ["vm1"]
+    assert [i.name for i in store.list_instances([closed], limit=2)] == ["vm2", "vm3"]
+    assert [i.name for i in store.stopped_instances()] == ["vm2", "vm3"]
+    assert [i.name for i in store.stopped_instances(limit=1)] == ["vm2"]
+    assert [i.name for i in store.instances_of_job("job1")] == ["vm1", "vm2", "vm4"]
+    assert store.instances_of_job("job9") == []
+
+
+def test_a_status_filter_holds_one_to_thirty_values(store: Store) -> None:
+    store.create_job(a_job())
+    with pytest.raises(ValueError):
+        store.list_jobs([])
+    with pytest.raises(ValueError):
+        store.list_instances([f"S{n}" for n in range(31)])
+    assert store.list_jobs([f"S{n}" for n in range(29)] + ["QUEUING"]) == [a_job()]
+
+
+# -- the queue -------------------------------------------------------------
+
+
+def test_queue_put_replaces_and_drains_in_not_before_order(store: Store) -> None:
+    for name, delay in (("late", 30), ("early", -30), ("future", 3600), ("middle", 0), ("now", 60)):
+        store.put_queue(an_entry(name, not_before_s=delay))
+    now = T0 + timedelta(seconds=60)
+    assert [e.job_id for e in store.due_queue(now)] == ["early", "middle", "late", "now"]
+    assert [e.job_id for e in store.due_queue(now, limit=2)] == ["early", "middle"]
+    # One entry per job: putting it again replaces it.
+    store.put_queue(an_entry("early", not_before_s=45, tries=2, last_error="no capacity"))
+    assert [e.job_id for e in store.due_queue(now)] == ["middle", "late", "early", "now"]
+    assert store.get_queue("early") == an_entry(
+        "early", not_before_s=45, tries=2, last_error="no capacity"
+    )
+    store.delete_queue("early")
+    assert store.get_queue("early") is None
+    store.delete_queue("early")  # a missing entry: nothing to do
+    assert [e.job_id for e in store.due_queue(now)] == ["middle", "late", "now"]
+
+
+def test_queue_of_user_is_oldest_first(store: Store) -> None:
+    store.put_queue(an_entry("b2", enqueued_s=20, user="bob"))
+    store.put_queue(an_entry("a3", enqueued_s=30, user="alice"))
+    store.put_queue(an_entry("a1", enqueued_s=10, user="alice"))
+    store.put_queue(an_entry("a0", enqueued_s=30, user="alice"))  # a tie with a3: key order
+    store.put_queue(an_entry("nobody", enqueued_s=0))
+    assert [e.job_id for e in store.queue_of_user("alice")] == ["a1", "a0", "a3"]
+    assert [e.job_id for e in store.queue_of_user("bob")] == ["b2"]
+    assert store.queue_of_user("carol") == []
+
+
+# -- epochs, availability, rejections, machines ------------------------------
+
+
+def test_epochs_are_keyed_by_number_and_listed_in_order(store: Store) -> None:
+    store.create_job(a_job())
+
+    def epoch(n: int, step: int) -> EpochDoc:
+        return EpochDoc(
+            epoch=n,
+            epochs=12,
+            attempt=1,
+            step=step,
+            metrics={"loss": 1.0 / n},
+            instance="vm",
+            at=T0,
+        )
+
+    for n in (10, 2, 1, 2):
+        store.put_epoch("job1", epoch(n, n * 10))
+    store.put_epoch("job1", epoch(2, 99))  # a redelivery overwrites the epoch
+    store.put_epoch("job2", epoch(1, 1))
+    assert store.list_epochs("job1") == [epoch(1, 10), epoch(2, 99), epoch(10, 100)]
+    assert store.list_epochs("job2") == [epoch(1, 1)]
+    assert store.list_epochs("job3") == []
+
+
+def test_availability_sums_the_hours_since(store: Store) -> None:
+    gpu = "g2-standard-4"
+    store.record_request(gpu, True, T0 - timedelta(hours=2, minutes=-5))  # 10:05
+    store.record_request(gpu, False, T0 - timedelta(minutes=30))  # 11:30
+    store.record_request(gpu, True, T0 - timedelta(minutes=10))  # 11:50
+    store.record_request(gpu, False, T0 + timedelta(minutes=1))  # 12:01
+    store.record_request(f"{gpu}.od", True, T0)  # on demand is counted apart
+    assert store.availability(gpu, T0 - timedelta(hours=3)) == (4, 2)
+    assert store.availability(gpu, T0 - timedelta(hours=1)) == (3, 1)  # hours 11 and 12
+    # An hour counts when it starts at or after ``since``: 11:00 < 11:30.
+    assert store.availability(gpu, T0 - timedelta(minutes=30)) == (1, 0)
+    assert store.availability(f"{gpu}.od", T0 - timedelta(hours=3)) == (1, 1)
+    assert store.availability("a2-highgpu-1g", T0 - timedelta(hours=3)) == (0, 0)
+
+    # Concurrent counts of one hour are never lost.
+    def count() -> None:
+        store.record_request("n1-standard-8-t4", True, T0)
+
+    _bump_concurrently(8, 5, count)
+    assert store.availability("n1-standard-8-t4", T0) == (40, 40)
+
+
+def test_rejections_newest_first(store: Store) -> None:
+    for message_id, at_s in (("41", 0), ("43", 2), ("40", 1), ("44", 2)):
+        store.record_rejection(a_rejection(message_id, at_s))
+    # A tie on ``at`` goes in descending key order, as Firestore breaks it.
+    assert [r.message_id for r in store.recent_rejections()] == ["44", "43", "40", "41"]
+    assert [r.message_id for r in store.recent_rejections(limit=2)] == ["44", "43"]
+
+
+def test_machines_are_seeded_idempotently(store: Store) -> None:
+    catalog = load_catalog()
+    store.seed_machines(catalog)
+    store.seed_machines(catalog)
+    for machine_id, machine in catalog.items():
+        assert store.get_machine(machine_id) == machine
+    assert store.get_machine("no-such-machine") is None
