@@ -126,7 +126,7 @@ def agent_only(tmp: Path, pubsub_host: str, epochs: int, run: int) -> tuple[list
         output_dir=str(tmp),
         heartbeat_s=5.0,
     )
-    identity = Identity(f"bench-{run}", "1", "local-a", "e2-standard-4", "bench", "1")
+    identity = Identity(f"bench-{run}", "1", "us-central1-a", "e2-standard-4", "bench", "1")
     server = MetadataServer(identity, {JOB_METADATA_KEY: assignment.model_dump_json()})
     server.start()
     log_path = tmp / f"agent-{run}.log"

@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from infra.cli.demo import wait_for_job  # noqa: E402
-from infra.localcloud.vm_host import VmHost  # noqa: E402
+from infra.localcloud.cloud import LocalCloud  # noqa: E402
 from infra.localstack.stack import LocalStack, StackOptions  # noqa: E402
 from shared.adapters.firestore_store import FirestoreStore  # noqa: E402
 from shared.adapters.pubsub_bus import PubsubBus  # noqa: E402
@@ -36,7 +36,7 @@ from shared.domain.spec import parse_spec  # noqa: E402
 
 def trial(stack: LocalStack, with_notice: bool, index: int) -> tuple[float, int | None]:
     """One preemption; returns (seconds to the replacement insert, steps lost)."""
-    host: VmHost = stack.vm_host  # type: ignore[assignment]
+    host: LocalCloud = stack.cloud  # type: ignore[assignment]
     store = FirestoreStore(stack.options.project)
     spec = {
         "user": "bench",

@@ -49,7 +49,7 @@ def import_seconds(module: str, runs: int) -> list[float]:
 
 
 def publish_to_insert(stack: LocalStack, jobs: int) -> list[float]:
-    assert stack.vm_host is not None
+    assert stack.cloud is not None
     spec = json.loads((REPO / "examples" / "digits.json").read_text())
     store = FirestoreStore(stack.options.project)
     bus = PubsubBus(stack.options.project)
@@ -59,7 +59,7 @@ def publish_to_insert(stack: LocalStack, jobs: int) -> list[float]:
         started = time.perf_counter()
         message_id = bus.publish("submit", data)
         job_id = job_id_for(parse_spec(data), message_id)
-        while not any(vm["labels"].get("spotline-job") == job_id for vm in stack.vm_host.list()):
+        while not any(vm["labels"].get("spotline-job") == job_id for vm in stack.cloud.list()):
             time.sleep(0.002)
         latencies.append(time.perf_counter() - started)
         wait_for_job(store, job_id, timeout_s=180, echo=False)
@@ -107,7 +107,7 @@ def main() -> None:
     print("\nlocal stack")
     show("  `spotline up` to ready", ready)
     show("  of which: both emulators ready", emulators)
-    show("  publish -> VM insert (LocalCompute)", latencies)
+    show("  publish -> VM insert (GceCompute, local cloud)", latencies)
 
 
 if __name__ == "__main__":

@@ -74,13 +74,9 @@ class Deps:
 
 def build_compute(settings: Settings) -> Compute:
     """The Compute adapter the settings name (imported here: it is heavy)."""
-    if settings.compute == "local":
-        from shared.adapters.local_compute import LocalCompute
-
-        return LocalCompute(settings.local_compute_url)
     from shared.adapters.gce_compute import GceCompute
 
-    return GceCompute(settings.project)
+    return GceCompute(settings.project, api_endpoint=settings.compute_endpoint)
 
 
 _current: Deps | None = None

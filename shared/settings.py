@@ -84,13 +84,10 @@ class Settings(BaseSettings):
         default=(),
         description="zones VMs are tried in, in order (comma list; default: the region's)",
     )
-    compute: Literal["gce", "local"] = Field(
-        default="local",
-        description="who makes VMs: Compute Engine, or the local VM host",
-    )
-    local_compute_url: str = Field(
-        default="",
-        description="the local VM host's URL, when compute is local",
+    compute_endpoint: str | None = Field(
+        default=None,
+        description="Compute Engine's API endpoint (default: compute.googleapis.com; "
+        "locally, the local cloud's URL)",
     )
     storage_root: str = Field(
         default="file:///tmp/spotline-storage",

@@ -23,14 +23,13 @@ import itertools
 import re
 import threading
 import zipfile
+from typing import Self
 
 from infra.deploy.deployer import Endpoints
+from infra.localcloud.wire import ApiError, HttpService, RecordedRequest, Recorder
 from tests.cloud_double_scheduler import SchedulerApi
 from tests.cloud_double_wire import (
     RPC_CODES,
-    CloudError,
-    CloudRequest,
-    Handler,
     JsonDict,
     PubsubSide,
     enum_value,
@@ -38,9 +37,8 @@ from tests.cloud_double_wire import (
     mask_paths,
     set_path,
 )
-from tests.http_double import HttpDouble
 
-__all__ = ["CloudDouble", "CloudError", "CloudRequest"]
+__all__ = ["ApiError", "CloudDouble", "RecordedRequest"]
 
 PUBLISHED = "google.cloud.pubsub.topic.v1.messagePublished"
 _RETRY = ["RETRY_POLICY_UNSPECIFIED", "RETRY_POLICY_DO_NOT_RETRY", "RETRY_POLICY_RETRY"]
@@ -61,7 +59,7 @@ _FUNCTION_MASK = {
 _UPLOAD_BUCKET = "gcf-v2-uploads-000000000000.us-central1.cloudfunctions.appspot.com"
 
 
-class CloudDouble(HttpDouble):
+class CloudDouble:
     """The three APIs for one project and region, on ``127.0.0.1`` and a free port.
 
     Args:
@@ -75,8 +73,6 @@ class CloudDouble(HttpDouble):
         functions, jobs, triggers: the resources, by full name, as their JSON.
         uploads: the zips PUT to upload URLs, by object name.
     """
-
-    handler_class = Handler
 
     def __init__(
         self,
@@ -96,7 +92,8 @@ class CloudDouble(HttpDouble):
         self.uploads: dict[str, bytes] = {}
         self._granted: set[str] = set()  # upload objects handed out, not yet PUT
         self._operations: dict[str, tuple[JsonDict, int]] = {}
-        self._requests: list[CloudRequest] = []
+        self._recorder = Recorder()
+        self._service = HttpService(self)
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         location = r"^/v[12]/projects/(?P<project>[^/]+)/locations/(?P<region>[^/]+)"
@@ -113,31 +110,47 @@ class CloudDouble(HttpDouble):
 
     # -- lifecycle and inspection ------------------------------------------------
 
+    def start(self) -> Self:
+        self._service.start()
+        return self
+
+    def stop(self) -> None:
+        self._service.stop()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+    @property
+    def endpoint(self) -> str:
+        return self._service.endpoint
+
     def endpoints(self) -> Endpoints:
         """The same double for all three APIs."""
         return Endpoints(functions=self.endpoint, scheduler=self.endpoint, eventarc=self.endpoint)
 
     @property
-    def requests(self) -> list[CloudRequest]:
-        with self._lock:
-            return list(self._requests)
+    def requests(self) -> list[RecordedRequest]:
+        return self._recorder.requests
 
-    def requests_to(self, method: str, path_suffix: str) -> list[CloudRequest]:
-        return [r for r in self.requests if r.method == method and r.path.endswith(path_suffix)]
+    def requests_to(self, method: str, path_suffix: str) -> list[RecordedRequest]:
+        return self._recorder.requests_to(method, path_suffix)
 
-    def writes(self) -> list[CloudRequest]:
+    def writes(self) -> list[RecordedRequest]:
         """Every request that could change something."""
         return [r for r in self.requests if r.method != "GET"]
 
-    def handle(self, request: CloudRequest) -> tuple[int, JsonDict]:
+    def handle(self, request: RecordedRequest) -> tuple[int, JsonDict]:
+        self._recorder.record(request)
         with self._lock:
-            self._requests.append(request)
             try:
                 return 200, self._answer(request)
-            except CloudError as error:
+            except ApiError as error:
                 return error.status, error.body
 
-    def _answer(self, request: CloudRequest) -> JsonDict:
+    def _answer(self, request: RecordedRequest) -> JsonDict:
         if request.method == "PUT" and request.path.startswith("/upload/"):
             return self._put_upload(request)
         for method, pattern, handler in self._routes:
@@ -145,16 +158,16 @@ class CloudDouble(HttpDouble):
             if method == request.method and match:
                 params = match.groupdict()
                 if (params.pop("project"), params.pop("region")) != (self.project, self.region):
-                    raise CloudError(404, f"{request.path}: unknown project or location")
+                    raise ApiError(404, f"{request.path}: unknown project or location")
                 result: JsonDict = handler(request, **params)
                 return result
-        raise CloudError(404, f"no route for {request.method} {request.path}")
+        raise ApiError(404, f"no route for {request.method} {request.path}")
 
     # -- source upload -------------------------------------------------------------
 
-    def _upload_url(self, request: CloudRequest) -> JsonDict:
+    def _upload_url(self, request: RecordedRequest) -> JsonDict:
         if enum_value((request.body or {}).get("environment"), _ENVIRONMENTS) != "GEN_2":
-            raise CloudError(400, "the double only uploads 2nd gen sources")
+            raise ApiError(400, "the double only uploads 2nd gen sources")
         name = f"{self.project}-{next(self._ids):04d}.zip"
         self._granted.add(name)
         return {
@@ -162,20 +175,20 @@ class CloudDouble(HttpDouble):
             "storageSource": {"bucket": _UPLOAD_BUCKET, "object": name},
         }
 
-    def _put_upload(self, request: CloudRequest) -> JsonDict:
+    def _put_upload(self, request: RecordedRequest) -> JsonDict:
         name = request.path.rsplit("/", 1)[-1]
         if name not in self._granted:
-            raise CloudError(403, f"no upload URL was generated for {name}")
+            raise ApiError(403, f"no upload URL was generated for {name}")
         if "authorization" in request.headers:
-            raise CloudError(403, "a signed URL takes no credentials")
+            raise ApiError(403, "a signed URL takes no credentials")
         if request.headers.get("content-type") != "application/zip":
-            raise CloudError(400, "content-type must be application/zip")
+            raise ApiError(400, "content-type must be application/zip")
         try:
             names = zipfile.ZipFile(io.BytesIO(request.content)).namelist()
         except zipfile.BadZipFile as err:
-            raise CloudError(400, f"not a zip: {err}") from err
+            raise ApiError(400, f"not a zip: {err}") from err
         if not {"main.py", "requirements.txt"} <= set(names):
-            raise CloudError(400, "the archive needs main.py and requirements.txt at its root")
+            raise ApiError(400, "the archive needs main.py and requirements.txt at its root")
         self._granted.discard(name)
         self.uploads[name] = request.content
         return {}
@@ -185,17 +198,17 @@ class CloudDouble(HttpDouble):
     def _function_name(self, fid: str) -> str:
         return f"projects/{self.project}/locations/{self.region}/functions/{fid}"
 
-    def _get_function(self, request: CloudRequest, fid: str) -> JsonDict:
+    def _get_function(self, request: RecordedRequest, fid: str) -> JsonDict:
         function = self.functions.get(self._function_name(fid))
         if function is None:
-            raise CloudError(404, f"Resource '{self._function_name(fid)}' was not found")
+            raise ApiError(404, f"Resource '{self._function_name(fid)}' was not found")
         return function
 
-    def _create_function(self, request: CloudRequest) -> JsonDict:
+    def _create_function(self, request: RecordedRequest) -> JsonDict:
         fid = request.query.get("functionId", "")
         name = self._function_name(fid)
         if not _FUNCTION_ID.fullmatch(fid):
-            raise CloudError(400, f"Invalid function id {fid!r}")
+            raise ApiError(400, f"Invalid function id {fid!r}")
         body = dict(request.body or {})
         body.pop("name", None)
         self._check_function(body, set(_FUNCTION_MASK))
@@ -215,11 +228,11 @@ class CloudDouble(HttpDouble):
         self.functions[name] = body
         return self._new_operation(name, "create")
 
-    def _patch_function(self, request: CloudRequest, fid: str) -> JsonDict:
+    def _patch_function(self, request: RecordedRequest, fid: str) -> JsonDict:
         current = self._get_function(request, fid)
         paths = mask_paths(request.query)
         if not paths or not set(paths) <= _FUNCTION_MASK:
-            raise CloudError(400, f"update mask {paths} is empty or names unknown fields")
+            raise ApiError(400, f"update mask {paths} is empty or names unknown fields")
         body = request.body or {}
         self._check_function(body, set(paths))
         for path in paths:
@@ -252,7 +265,7 @@ class CloudDouble(HttpDouble):
         if "eventTrigger" in paths:
             problems += self._trigger_problems(body.get("eventTrigger") or {})
         if problems:
-            raise CloudError(400, "; ".join(problems))
+            raise ApiError(400, "; ".join(problems))
 
     def _trigger_problems(self, trigger: JsonDict) -> list[str]:
         problems = []
@@ -280,10 +293,10 @@ class CloudDouble(HttpDouble):
         }
         return name
 
-    def _get_trigger(self, request: CloudRequest, tid: str) -> JsonDict:
+    def _get_trigger(self, request: RecordedRequest, tid: str) -> JsonDict:
         name = f"projects/{self.project}/locations/{self.region}/triggers/{tid}"
         if name not in self.triggers:
-            raise CloudError(404, f"Resource '{name}' was not found")
+            raise ApiError(404, f"Resource '{name}' was not found")
         return self.triggers[name]
 
     # -- operations ----------------------------------------------------------------
@@ -310,10 +323,10 @@ class CloudDouble(HttpDouble):
         self._operations[name] = (operation, self.operation_polls)
         return {key: value for key, value in operation.items() if key in ("name", "metadata")}
 
-    def _get_operation(self, request: CloudRequest, op: str) -> JsonDict:
+    def _get_operation(self, request: RecordedRequest, op: str) -> JsonDict:
         name = f"projects/{self.project}/locations/{self.region}/operations/{op}"
         if name not in self._operations:
-            raise CloudError(404, f"Operation '{name}' was not found")
+            raise ApiError(404, f"Operation '{name}' was not found")
         operation, polls = self._operations[name]
         self._operations[name] = (operation, polls - 1)
         if polls > 1:

@@ -11,9 +11,8 @@ import base64
 import re
 from typing import Any
 
+from infra.localcloud.wire import ApiError, RecordedRequest
 from tests.cloud_double_wire import (
-    CloudError,
-    CloudRequest,
     JsonDict,
     PubsubSide,
     get_path,
@@ -39,30 +38,30 @@ class SchedulerApi:
             ("PATCH", location + r"/jobs/(?P<jid>[^/]+)$", self._patch_job),
         ]
 
-    def _get_job(self, request: CloudRequest, jid: str) -> JsonDict:
+    def _get_job(self, request: RecordedRequest, jid: str) -> JsonDict:
         name = f"projects/{self.project}/locations/{self.region}/jobs/{jid}"
         if name not in self.jobs:
-            raise CloudError(404, f"Job not found: {name}")
+            raise ApiError(404, f"Job not found: {name}")
         return self.jobs[name]
 
-    def _create_job(self, request: CloudRequest) -> JsonDict:
+    def _create_job(self, request: RecordedRequest) -> JsonDict:
         job = dict(request.body or {})
         prefix = f"projects/{self.project}/locations/{self.region}/jobs/"
         name = job.get("name", "")
         if not re.fullmatch(re.escape(prefix) + r"[A-Za-z0-9_-]{1,500}", name):
-            raise CloudError(400, f"Job name {name!r} is not under {prefix}")
+            raise ApiError(400, f"Job name {name!r} is not under {prefix}")
         if name in self.jobs:
-            raise CloudError(409, f"Job {name} already exists")
+            raise ApiError(409, f"Job {name} already exists")
         self._check_job(job, set(_JOB_MASK))
         job["state"] = "ENABLED"
         self.jobs[name] = job
         return job
 
-    def _patch_job(self, request: CloudRequest, jid: str) -> JsonDict:
+    def _patch_job(self, request: RecordedRequest, jid: str) -> JsonDict:
         current = self._get_job(request, jid)
         paths = mask_paths(request.query)
         if not paths or not set(paths) <= _JOB_MASK:
-            raise CloudError(400, f"update mask {paths} is empty or names unknown fields")
+            raise ApiError(400, f"update mask {paths} is empty or names unknown fields")
         body = request.body or {}
         self._check_job(body, set(paths))
         for path in paths:
@@ -85,4 +84,4 @@ class SchedulerApi:
             if not base64.b64decode(target.get("data", "")) and not target.get("attributes"):
                 problems.append("a Pub/Sub message needs data or an attribute")
         if problems:
-            raise CloudError(400, "; ".join(problems))
+            raise ApiError(400, "; ".join(problems))

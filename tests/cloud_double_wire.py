@@ -1,92 +1,20 @@
-"""The wire side of ``CloudDouble``: requests as recorded, errors as the Google
-REST APIs write them, the HTTP handler, and JSON field helpers.
+"""JSON field helpers for ``CloudDouble``, and the Pub/Sub its APIs see.
 
-Unlike Compute Engine, these APIs answer errors with a canonical ``status``
-(``NOT_FOUND``, ``ALREADY_EXISTS``...), and the source upload is a raw zip.
+The request handler, the recorded requests and Google's error body are the
+local cloud's (``infra.localcloud.wire``): one copy of the HTTP plumbing.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import re
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler
-from typing import Any, Protocol
-from urllib.parse import parse_qs, urlsplit
+from typing import Any
 
 import requests
 
-JsonDict = dict[str, Any]
+from infra.localcloud.wire import JsonDict
 
-_STATUS = {
-    400: "INVALID_ARGUMENT",
-    403: "PERMISSION_DENIED",
-    404: "NOT_FOUND",
-    409: "ALREADY_EXISTS",
-    412: "FAILED_PRECONDITION",
-}
 # google.rpc.Code numbers, for errors inside a finished operation.
 RPC_CODES = {"INVALID_ARGUMENT": 3, "NOT_FOUND": 5, "ALREADY_EXISTS": 6}
-
-
-@dataclass(frozen=True)
-class CloudRequest:
-    """One request as it reached the double."""
-
-    method: str
-    path: str
-    query: dict[str, str]  # the last value of each parameter
-    body: Any  # the parsed JSON body, or None (an upload is not JSON)
-    content: bytes
-    headers: dict[str, str]  # lower-case names
-
-
-class CloudError(Exception):
-    """An error answer: an HTTP status and Google's JSON error body."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.status_name = _STATUS.get(status, "UNKNOWN")
-        self.body = {"error": {"code": status, "message": message, "status": self.status_name}}
-
-
-class Answerer(Protocol):
-    def handle(self, request: CloudRequest) -> tuple[int, JsonDict]: ...
-
-
-class Handler(BaseHTTPRequestHandler):
-    """Turns each HTTP request into a ``CloudRequest`` for ``owner`` to answer."""
-
-    owner: Answerer
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def do_GET(self) -> None:
-        method = self.command
-        url = urlsplit(self.path)
-        query = {key: values[-1] for key, values in parse_qs(url.query).items()}
-        length = int(self.headers.get("Content-Length") or 0)
-        content = self.rfile.read(length) if length else b""
-        body = None
-        if content and "json" in (self.headers.get("Content-Type") or "json"):
-            with contextlib.suppress(ValueError):
-                body = json.loads(content)
-        headers = {key.lower(): value for key, value in self.headers.items()}
-        status, answer = self.owner.handle(
-            CloudRequest(method, url.path, query, body, content, headers)
-        )
-        payload = json.dumps(answer).encode()
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json; charset=UTF-8")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-    do_POST = do_PUT = do_PATCH = do_DELETE = do_GET
 
 
 def camel(path: str) -> str:

@@ -19,7 +19,8 @@ import functions_framework
 import pytest
 
 from functions import deps
-from infra.localcloud.vm_host import VmHost
+from infra.localcloud.cloud import LocalCloud
+from infra.localcloud.launchers import RecordLauncher
 from infra.localstack.emulators import Emulator, emulators_available, start_firestore, start_pubsub
 from infra.localstack.stack import LocalStack, StackOptions
 from infra.localstack.storage import StorageEmulator, reload_fsspec_config, storage_emulator_missing
@@ -27,8 +28,8 @@ from tests.pubsub_events import post
 
 _MISSING = emulators_available()
 _NO_STORAGE = storage_emulator_missing()
-# The Compute Engine client against the wire double: `double`, `compute`.
-pytest_plugins = ["tests.gce_client"]
+# The Compute Engine client against the local cloud: `cloud`, `compute`.
+pytest_plugins = ["tests.local_cloud"]
 
 
 def pytest_report_header() -> list[str]:
@@ -163,27 +164,25 @@ SPEC = {
     "epochs": 3,
     "job_id": "job1",
 }
-SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
 
 
 @pytest.fixture
-def host(project: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[VmHost]:
-    vm_host = VmHost(tmp_path, project, SLEEPER, capacity_errors={})
-    vm_host.start()
-    monkeypatch.setenv("SPOTLINE_COMPUTE", "local")
-    monkeypatch.setenv("SPOTLINE_LOCAL_COMPUTE_URL", vm_host.url)
-    monkeypatch.setenv("SPOTLINE_ZONES", "local-a,local-b")
-    monkeypatch.setenv("SPOTLINE_STORAGE_ROOT", f"file://{tmp_path}/storage")
-    deps.reset()
-    try:
-        yield vm_host
-    finally:
-        vm_host.close()
+def host(project: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalCloud]:
+    """The local cloud (VMs are records, no processes), reached by the handlers
+    through GceCompute on its REST routes."""
+    with LocalCloud(project, RecordLauncher()) as cloud:
+        monkeypatch.setenv("SPOTLINE_COMPUTE_ENDPOINT", cloud.endpoint)
+        monkeypatch.setenv("SPOTLINE_ZONES", "us-central1-a,us-central1-b")
+        monkeypatch.setenv("SPOTLINE_STORAGE_ROOT", f"file://{tmp_path}/storage")
         deps.reset()
+        try:
+            yield cloud
+        finally:
+            deps.reset()
 
 
 @pytest.fixture
-def call(host: VmHost, project: str, repo_root: Path) -> Callable[..., Any]:
+def call(host: LocalCloud, project: str, repo_root: Path) -> Callable[..., Any]:
     clients: dict[str, Any] = {}
 
     def send(
@@ -210,7 +209,7 @@ def vm_event(cls: type, **fields: Any) -> Any:
 
 
 def submit_concurrently(
-    host: VmHost, project: str, repo_root: Path, specs: list[dict[str, Any]]
+    host: LocalCloud, project: str, repo_root: Path, specs: list[dict[str, Any]]
 ) -> int:
     """Deliver every spec to submit_job at once, a thread each, through the real
     functions framework; returns the most VMs the host held at any 10 ms sample."""

@@ -13,7 +13,7 @@ import pytest
 from functions import deps
 from functions.ops.placement import claim_cooling
 from functions.ops.teardown import charge_cooling, end_cooling
-from infra.localcloud.vm_host import VmHost
+from infra.localcloud.cloud import LocalCloud
 from shared.adapters.firestore_store import FirestoreStore
 from shared.contract.events import Heartbeat, JobFinished, ReaperTick
 from shared.domain.cooling import charge
@@ -34,7 +34,7 @@ def finish_first_job(call: Callable[..., Any]) -> None:
 
 
 def test_a_finished_job_leaves_its_vm_cooling(
-    call: Callable[..., Any], host: VmHost, project: str
+    call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
     finish_first_job(call)
     instance = FirestoreStore(project).get_instance("sl-job1-a1")
@@ -47,7 +47,7 @@ def test_a_finished_job_leaves_its_vm_cooling(
 
 
 def test_the_next_job_of_the_user_reuses_it(
-    call: Callable[..., Any], host: VmHost, project: str
+    call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
     finish_first_job(call)
     call("submit_job", "submit", {**COOL, "job_id": "job2"}, message_id="s2")
@@ -66,7 +66,7 @@ def test_the_next_job_of_the_user_reuses_it(
 
 
 def test_another_user_or_machine_gets_a_new_vm(
-    call: Callable[..., Any], host: VmHost, project: str
+    call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
     finish_first_job(call)
     call("submit_job", "submit", {**COOL, "job_id": "job2", "user": "bob"}, message_id="s2")
@@ -97,7 +97,7 @@ def test_one_cooling_vm_has_one_winner(call: Callable[..., Any], project: str) -
 
 
 def test_ending_a_cooling_vm_while_a_job_claims_it_has_one_winner(
-    call: Callable[..., Any], host: VmHost, project: str
+    call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
     finish_first_job(call)
     store = FirestoreStore(project)
@@ -132,7 +132,7 @@ def test_ending_a_cooling_vm_while_a_job_claims_it_has_one_winner(
 
 
 def test_a_sweep_that_listed_the_vm_running_leaves_it_cooling(
-    call: Callable[..., Any], host: VmHost, project: str
+    call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
     from functions.handlers.reaper import reap_vms  # the sweep's stage, on a stale listing
 
@@ -151,7 +151,7 @@ def test_a_sweep_that_listed_the_vm_running_leaves_it_cooling(
 
 
 def test_the_reaper_prices_the_cooling_vm_then_ends_it(
-    call: Callable[..., Any], host: VmHost, project: str
+    call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
     finish_first_job(call)
     store = FirestoreStore(project)

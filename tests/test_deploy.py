@@ -40,7 +40,6 @@ def deploy_config(project: str, **settings: object) -> DeployConfig:
     base = Settings(
         project=project,
         region=REGION,
-        compute="gce",
         storage_root="gs://acme-spotline/runs",
         image=f"projects/{project}/global/images/family/spotline-agent",
         service_account=VM_ACCOUNT,
@@ -79,7 +78,7 @@ def test_a_first_deploy_creates_the_whole_topology(cloud: CloudDouble, project: 
         body = request.body
         assert body["buildConfig"]["source"]["storageSource"]["object"] in cloud.uploads
         assert body["eventTrigger"]["pubsubTopic"].startswith(f"projects/{project}/topics/")
-        assert body["serviceConfig"]["environmentVariables"]["SPOTLINE_COMPUTE"] == "gce"
+        assert "SPOTLINE_COMPUTE_ENDPOINT" not in body["serviceConfig"]["environmentVariables"]
         assert body["serviceConfig"]["serviceAccountEmail"] == FUNCTIONS_ACCOUNT
     [reaper] = [r.body for r in creates if r.query["functionId"] == "spotline-reaper"]
     assert reaper["buildConfig"]["entryPoint"] == "reaper"

@@ -20,7 +20,6 @@ from shared.settings import Settings
 SETTINGS = Settings(
     project="acme-ml",
     region="us-central1",
-    compute="gce",
     storage_root="gs://acme-spotline/runs",
     image="projects/acme-ml/global/images/family/spotline-agent",
     service_account="spotline-vm@acme-ml.iam.gserviceaccount.com",
@@ -70,7 +69,7 @@ def test_the_functions_read_back_the_deployed_settings() -> None:
     env = dict(function.service_config.environment_variables)
 
     assert Settings.from_env(env) == SETTINGS
-    assert env["SPOTLINE_COMPUTE"] == "gce"
+    assert "SPOTLINE_COMPUTE_ENDPOINT" not in env  # compute.googleapis.com
     assert env["SPOTLINE_STORAGE_ROOT"] == "gs://acme-spotline/runs"
     assert env["SPOTLINE_SERVICE_ACCOUNT"] == "spotline-vm@acme-ml.iam.gserviceaccount.com"
     assert env["SPOTLINE_ZONES"] == "us-central1-a,us-central1-b,us-central1-c,us-central1-f"
@@ -192,10 +191,12 @@ def test_the_reaper_job_publishes_a_tick_every_minute_in_utc() -> None:
 
 
 def test_problems_name_what_would_break_the_system() -> None:
-    local = SETTINGS.replace(compute="local", storage_root="file:///tmp/s", zones=())
+    local = SETTINGS.replace(
+        compute_endpoint="http://127.0.0.1:8089", storage_root="file:///tmp/s", zones=()
+    )
     found = plan.problems(replace(CONFIG, settings=local))
 
-    assert any("compute 'gce'" in p for p in found)
+    assert any("on Compute Engine, not http://127.0.0.1:8089" in p for p in found)
     assert any("gs:// URL" in p for p in found)
     assert any("no zones" in p for p in found)
     slow = Function("slow_job", "submit", timeout_s=600)

@@ -51,14 +51,14 @@ def test_a_published_job_runs_to_completion(
     epochs = store.list_epochs(job_id)
     assert epochs[-1].metrics["val_accuracy"] > 0.8
     assert job.progress == "3/3" and job.checkpoint_uri
-    assert local_stack.vm_host is not None
+    assert local_stack.cloud is not None
     deadline = time.monotonic() + 15  # the VM is released just after the job is recorded
     while time.monotonic() < deadline:
         instance = store.get_instance(job.instance or "")
         if (
             instance
             and instance.status == "CLOSED"
-            and not local_stack.vm_host.list({"spotline-job": job_id})
+            and not local_stack.cloud.list({"spotline-job": job_id})
         ):
             break
         time.sleep(0.1)
@@ -67,7 +67,7 @@ def test_a_published_job_runs_to_completion(
         "TERMINATED",
     )
     assert instance.booted_at is not None and instance.last_heartbeat_at is not None
-    assert local_stack.vm_host.list({"spotline-job": job_id}) == []  # deleted, its process gone
+    assert local_stack.cloud.list({"spotline-job": job_id}) == []  # deleted, its process gone
 
     assert cli(["--workdir", str(local_stack.workdir), "status", job_id]) == 0
     shown = capsys.readouterr().out

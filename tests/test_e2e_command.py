@@ -46,8 +46,8 @@ def straight_through(tmp_path: Path, epochs: int, seed: int) -> dict[str, float]
 def test_a_command_job_survives_a_preemption(
     local_stack: LocalStack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert local_stack.vm_host is not None
-    host = local_stack.vm_host
+    assert local_stack.cloud is not None
+    host = local_stack.cloud
     assert local_stack.storage is not None
     code_uri = f"{local_stack.storage.root}/code/{tmp_path.name}"
     assert upload_folder(EXAMPLE, code_uri) >= 1  # the agent fetches it from the bucket
@@ -55,8 +55,11 @@ def test_a_command_job_survives_a_preemption(
         local_stack, trainer=None, command=["python", "train.py"], code_uri=code_uri,
         epochs=4, seed=5, hyperparameters={"step_time_s": 0.02},
     )  # fmt: skip
+    # `spotline preempt JOB`: the local cloud's chaos route, as a user runs it.
     preempt = once(
-        lambda job: host.preempt(job.instance or "", 10.0),
+        lambda job: cli(
+            ["--workdir", str(local_stack.workdir), "preempt", job.job_id, "--notice-s", "10"]
+        ),
         when=lambda job: job.attempt == 1 and job.epoch >= 1,
     )
     store = FirestoreStore(local_stack.options.project)

@@ -25,7 +25,7 @@ def first_epoch_s(store: FirestoreStore, job_id: str) -> float:
 
 
 def test_the_next_job_runs_on_the_cooling_vm(local_stack: LocalStack) -> None:
-    assert local_stack.vm_host is not None
+    assert local_stack.cloud is not None
     store = FirestoreStore(local_stack.options.project)
     cooling = {"user": "carol", "cool_down_period_s": 20, "epochs": 2}
 

@@ -24,8 +24,8 @@ pytestmark = [pytest.mark.emulators, pytest.mark.e2e]
 
 
 def test_a_keras_job_survives_a_preemption(local_stack: LocalStack) -> None:
-    assert local_stack.vm_host is not None
-    host = local_stack.vm_host
+    assert local_stack.cloud is not None
+    host = local_stack.cloud
     job_id = submit(
         local_stack,
         trainer="keras_ffnn",

@@ -16,6 +16,7 @@ import pytest
 from fsspec.core import url_to_fs
 
 from infra.cli.demo import wait_for_job
+from infra.localcloud.chaos_client import ChaosClient
 from infra.localstack.stack import LocalStack
 from infra.localstack.storage import BUCKET
 from shared.adapters.firestore_store import FirestoreStore
@@ -71,8 +72,8 @@ def epochs_of(store: FirestoreStore, job_id: str, count: int, timeout_s: float =
 
 
 def vms_of(stack: LocalStack, job_id: str) -> list[dict[str, Any]]:
-    assert stack.vm_host is not None
-    return stack.vm_host.list({"spotline-job": job_id})
+    assert stack.cloud is not None
+    return stack.cloud.list({"spotline-job": job_id})
 
 
 def wait_no_vms(stack: LocalStack, job_id: str, timeout_s: float = 20) -> None:
@@ -112,12 +113,14 @@ def stored(uri: str) -> bool:
 
 
 def test_a_preemption_mid_epoch_loses_nothing(local_stack: LocalStack, tmp_path: Path) -> None:
-    assert local_stack.vm_host is not None
-    host = local_stack.vm_host
+    assert local_stack.cloud is not None
+    host = local_stack.cloud
+    project = local_stack.options.project
     job_id = submit(local_stack)
+    chaos = ChaosClient(host.endpoint, project)  # as `spotline preempt` does
     preempt = once(
-        lambda job: host.preempt(job.instance or "", 10.0),
-        when=lambda job: job.attempt == 1 and job.epoch >= 1,
+        lambda job: chaos.preempt(job.zone or "", job.instance or "", 10.0),
+        when=lambda job: job.attempt == 1 and job.epoch >= 1 and bool(job.zone),
     )
     # The notice's checkpoint, looked up in the bucket while the second attempt
     # starts (later epochs' checkpoints replace it: two are kept).
@@ -128,7 +131,7 @@ def test_a_preemption_mid_epoch_loses_nothing(local_stack: LocalStack, tmp_path:
         if job.attempt == 2 and job.checkpoint_uri and not notice_checkpoint:
             notice_checkpoint[job.checkpoint_uri] = stored(job.checkpoint_uri)
 
-    store = FirestoreStore(local_stack.options.project)
+    store = FirestoreStore(project)
 
     job = wait_for_job(store, job_id, 180, echo=False, on_update=watch)
 
@@ -149,10 +152,26 @@ def test_a_preemption_mid_epoch_loses_nothing(local_stack: LocalStack, tmp_path:
     assert epochs_of(store, job_id, 4) == [1, 2, 3, 4]
     wait_no_vms(local_stack, job_id)
 
+    # The functions drove the VMs through GceCompute on Compute Engine's REST
+    # routes; the preemption came over the local cloud's chaos route.
+    compute = f"/compute/v1/projects/{project}"
+    inserted = [r for r in host.requests_to("POST", "/instances") if r.body]
+    assert {first.instance, second.instance} <= {r.body.get("name") for r in inserted}
+    assert all(r.path == f"{compute}/zones/{first.zone}/instances" for r in inserted[:1])
+    assert all("requestId" in r.query for r in inserted)
+    listed = [r.query.get("filter", "") for r in host.requests_to("GET", "/aggregated/instances")]
+    assert any(f'(labels.spotline-job = "{job_id}")' in f for f in listed)
+    [preempted] = host.requests_to("POST", f"/instances/{first.instance}/preempt")
+    assert preempted.path.startswith(f"/local/v1/projects/{project}/zones/{first.zone}/")
+    deleted = host.requests_to("DELETE", f"/instances/{second.instance}")
+    assert [r.path for r in deleted][:1] == [
+        f"{compute}/zones/{second.zone}/instances/{second.instance}"
+    ]
+
 
 def test_a_vm_killed_without_notice_is_requeued_by_the_reaper(local_stack: LocalStack) -> None:
-    assert local_stack.vm_host is not None
-    host = local_stack.vm_host
+    assert local_stack.cloud is not None
+    host = local_stack.cloud
     job_id = submit(local_stack, epochs=3)
     kill = once(
         lambda job: host.kill(job.instance or ""),
@@ -175,8 +194,8 @@ def test_a_vm_killed_without_notice_is_requeued_by_the_reaper(local_stack: Local
 def test_a_hung_vm_is_replaced_and_the_job_fails_after_max_attempts(
     local_stack: LocalStack,
 ) -> None:
-    assert local_stack.vm_host is not None
-    host = local_stack.vm_host
+    assert local_stack.cloud is not None
+    host = local_stack.cloud
     frozen: set[str] = set()
 
     def hang(job: JobDoc) -> None:
@@ -197,13 +216,13 @@ def test_a_hung_vm_is_replaced_and_the_job_fails_after_max_attempts(
 
 
 def test_an_orphan_vm_is_deleted_within_a_sweep(local_stack: LocalStack) -> None:
-    assert local_stack.vm_host is not None
-    host = local_stack.vm_host
+    assert local_stack.cloud is not None
+    host = local_stack.cloud
     labels = {"spotline": "true", "spotline-job": "ghost", "spotline-attempt": "1"}
     host.insert(
         {
             "name": "sl-ghost-a1",
-            "zone": "local-a",
+            "zone": "us-central1-a",
             "machine_type": "e2-standard-4",
             "labels": labels,
         }

@@ -28,7 +28,7 @@ def wait_for_instance(
 
 
 def test_the_next_job_boots_the_stopped_vm(local_stack: LocalStack) -> None:
-    host = local_stack.vm_host
+    host = local_stack.cloud
     assert host is not None
     store = FirestoreStore(local_stack.options.project)
     spec = {"user": "dave", "machine_ids": ["g2-standard-4.od"], "stop_period_s": 20, "epochs": 2}

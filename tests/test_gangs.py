@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from infra.localcloud.vm_host import VmHost
+from infra.localcloud.cloud import LocalCloud
 from shared.adapters.firestore_store import FirestoreStore
 from shared.contract.events import Heartbeat, JobFinished, SpotPreempted
 from shared.domain.states import JobStatus, JobSubstatus
@@ -20,7 +20,7 @@ GANG = {**SPEC, "nodes": 2}
 N0, N1 = "sl-job1-a1-n0", "sl-job1-a1-n1"
 
 
-def names(host: VmHost) -> list[str]:
+def names(host: LocalCloud) -> list[str]:
     return sorted(vm["name"] for vm in host.list())
 
 
@@ -29,13 +29,13 @@ def node(cls: type, name: str, **fields: Any) -> Any:
 
 
 def test_a_gang_is_placed_whole_in_one_zone(
-    call: Callable[..., Any], host: VmHost, project: str
+    call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
-    host.capacity_errors["local-a"] = "ZONE_RESOURCE_POOL_EXHAUSTED"
+    host.capacity_errors["us-central1-a"] = "ZONE_RESOURCE_POOL_EXHAUSTED"
     for _ in range(2):  # redelivered: still one gang
         call("submit_job", "submit", GANG, message_id="s1")
     assert names(host) == [N0, N1]
-    assert {vm["zone"] for vm in host.list()} == {"local-b"}
+    assert {vm["zone"] for vm in host.list()} == {"us-central1-b"}
     job = FirestoreStore(project).get_job("job1")
     assert job is not None and (job.instance, job.nodes) == (N0, [N0, N1])
     assert job.attempts[0].nodes == 2
@@ -48,10 +48,13 @@ def test_a_gang_is_placed_whole_in_one_zone(
 
 
 def test_no_zone_for_the_whole_gang_waits(
-    call: Callable[..., Any], host: VmHost, project: str
+    call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
     host.capacity_errors.update(
-        {"local-a": "ZONE_RESOURCE_POOL_EXHAUSTED", "local-b": "ZONE_RESOURCE_POOL_EXHAUSTED"}
+        {
+            "us-central1-a": "ZONE_RESOURCE_POOL_EXHAUSTED",
+            "us-central1-b": "ZONE_RESOURCE_POOL_EXHAUSTED",
+        }
     )
     call("submit_job", "submit", GANG, message_id="s1")
     job = FirestoreStore(project).get_job("job1")
@@ -59,7 +62,9 @@ def test_no_zone_for_the_whole_gang_waits(
     assert host.list() == []
 
 
-def test_the_job_ends_with_node_zero(call: Callable[..., Any], host: VmHost, project: str) -> None:
+def test_the_job_ends_with_node_zero(
+    call: Callable[..., Any], host: LocalCloud, project: str
+) -> None:
     call("submit_job", "submit", GANG, message_id="s1")
     call("on_epoch_done", "epoch_done", node(Heartbeat, N1, phase="TRAINING"), message_id="h1")
     call("on_job_finished", "job_finished", node(JobFinished, N1, exit_code=0), message_id="f1")
@@ -81,7 +86,7 @@ def test_a_failed_worker_fails_the_job(call: Callable[..., Any], project: str) -
 
 
 def test_losing_any_node_restarts_the_whole_gang(
-    call: Callable[..., Any], host: VmHost, project: str
+    call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
     call("submit_job", "submit", GANG, message_id="s1")
     call("on_epoch_done", "epoch_done", node(Heartbeat, N0, phase="TRAINING"), message_id="h0")

@@ -1,4 +1,4 @@
-"""GceCompute through the real google-cloud-compute client, against a local double."""
+"""GceCompute through the real google-cloud-compute client, against a local cloud."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from google.auth.credentials import AnonymousCredentials
 
+from infra.localcloud.cloud import LocalCloud
 from shared.adapters import gce_requests
 from shared.adapters.gce_compute import GceCompute
 from shared.adapters.gce_requests import ErrorKind
@@ -23,8 +24,7 @@ from shared.domain.vms import (
     VmRequest,
     VmState,
 )
-from tests.compute_double import ComputeDouble
-from tests.gce_client import client
+from tests.local_cloud import add_instance, client
 
 ZONE = "us-central1-a"
 IMAGE = "projects/spotline-test/global/images/family/spotline-gpu"
@@ -55,7 +55,7 @@ def vm_request(
     )
 
 
-def test_insert_sends_a_spot_gpu_instance(compute: GceCompute, double: ComputeDouble) -> None:
+def test_insert_sends_a_spot_gpu_instance(compute: GceCompute, cloud: LocalCloud) -> None:
     vm = compute.insert(vm_request())
 
     assert (vm.name, vm.zone, vm.state, vm.machine_type) == (
@@ -64,7 +64,7 @@ def test_insert_sends_a_spot_gpu_instance(compute: GceCompute, double: ComputeDo
         VmState.RUNNING,
         "n1-standard-8",
     )
-    [sent] = double.requests_to("POST", f"/zones/{ZONE}/instances")
+    [sent] = cloud.requests_to("POST", f"/zones/{ZONE}/instances")
     assert sent.path == f"/compute/v1/projects/spotline-test/zones/{ZONE}/instances"
     assert sent.query == {"requestId": "2f6c1d0e-5b7a-4c8e-9d3f-0a1b2c3d4e5f"}
     body = sent.body
@@ -102,11 +102,11 @@ def test_insert_sends_a_spot_gpu_instance(compute: GceCompute, double: ComputeDo
 
 
 def test_a_standard_gpu_vm_terminates_on_host_maintenance(
-    compute: GceCompute, double: ComputeDouble
+    compute: GceCompute, cloud: LocalCloud
 ) -> None:
     compute.insert(vm_request(provisioning=Provisioning.STANDARD))
 
-    [sent] = double.requests_to("POST", "/instances")
+    [sent] = cloud.requests_to("POST", "/instances")
     assert sent.body["scheduling"] == {
         "provisioningModel": "STANDARD",
         "automaticRestart": True,
@@ -121,45 +121,43 @@ def test_a_standard_vm_without_gpus_live_migrates() -> None:
     assert not gce_requests.instance_resource(request).guest_accelerators
 
 
-def test_insert_waits_for_the_operation(double: ComputeDouble) -> None:
-    double.operation_polls = 3
+def test_insert_waits_for_the_operation(cloud: LocalCloud) -> None:
+    cloud.operation_polls = 3
 
-    client(double).insert(vm_request())
+    client(cloud).insert(vm_request())
 
-    waits = double.requests_to("POST", "/wait")
+    waits = cloud.requests_to("POST", "/wait")
     assert len(waits) == 3
     assert waits[0].path.startswith(f"/compute/v1/projects/spotline-test/zones/{ZONE}/operations/")
 
 
-def test_an_operation_that_never_finishes_is_transient(double: ComputeDouble) -> None:
-    double.operation_polls = 10**9
+def test_an_operation_that_never_finishes_is_transient(cloud: LocalCloud) -> None:
+    cloud.operation_polls = 10**9
 
     # Under load the last, short wait may time out in the HTTP client rather
     # than in our loop: either way the insert is transient, to be retried.
     with pytest.raises(TransientError, match=r"not done|timed out"):
-        client(double, operation_timeout_s=0.3).insert(vm_request())
+        client(cloud, operation_timeout_s=0.3).insert(vm_request())
 
 
 def test_inserting_the_same_request_twice_makes_one_vm(
-    compute: GceCompute, double: ComputeDouble
+    compute: GceCompute, cloud: LocalCloud
 ) -> None:
     first = compute.insert(vm_request())
     second = compute.insert(vm_request())
 
     assert first == second
-    assert len(double.instances) == 1
-    assert len(double.requests_to("POST", "/instances")) == 2
+    assert len(cloud.list()) == 1
+    assert len(cloud.requests_to("POST", "/instances")) == 2
 
 
-def test_inserting_an_existing_name_returns_that_vm(
-    compute: GceCompute, double: ComputeDouble
-) -> None:
-    existing = double.add_instance(ZONE, "spotline-j-42-a1", labels={"spotline": "true"})
+def test_inserting_an_existing_name_returns_that_vm(compute: GceCompute, cloud: LocalCloud) -> None:
+    existing = add_instance(cloud, ZONE, "spotline-j-42-a1", labels={"spotline": "true"})
 
     vm = compute.insert(vm_request(request_id="another-attempt-of-the-same-step"))
 
     assert vm.id == existing["id"]
-    assert len(double.instances) == 1
+    assert len(cloud.list()) == 1
 
 
 @pytest.mark.parametrize(
@@ -171,41 +169,41 @@ def test_inserting_an_existing_name_returns_that_vm(
     ],
 )
 def test_a_capacity_error_from_the_insert_call(
-    compute: GceCompute, double: ComputeDouble, status: int, reason: str
+    compute: GceCompute, cloud: LocalCloud, status: int, reason: str
 ) -> None:
-    double.fail_inserts(ZONE, "n1-standard-8", reason, status=status)
+    cloud.fail_inserts(ZONE, "n1-standard-8", reason, status=status)
 
     with pytest.raises(CapacityError) as raised:
         compute.insert(vm_request())
 
     assert raised.value.reason == reason
     assert "does not have enough resources" in str(raised.value)
-    assert not double.instances
+    assert not cloud.list()
 
 
 @pytest.mark.parametrize("reason", ["ZONE_RESOURCE_POOL_EXHAUSTED", "QUOTA_EXCEEDED"])
 def test_a_capacity_error_inside_the_operation(
-    compute: GceCompute, double: ComputeDouble, reason: str
+    compute: GceCompute, cloud: LocalCloud, reason: str
 ) -> None:
-    double.fail_inserts(ZONE, "n1-standard-8", reason)
+    cloud.fail_inserts(ZONE, "n1-standard-8", reason)
 
     with pytest.raises(CapacityError) as raised:
         compute.insert(vm_request())
 
     assert raised.value.reason == reason
-    assert double.requests_to("POST", "/wait")
-    assert not double.instances
+    assert cloud.requests_to("POST", "/wait")
+    assert not cloud.list()
 
 
 def test_a_gpu_the_zone_does_not_offer_is_a_capacity_error(
-    compute: GceCompute, double: ComputeDouble
+    compute: GceCompute, cloud: LocalCloud
 ) -> None:
     message = (
         "Invalid value for field 'resource.guestAccelerators[0].acceleratorType': "
         f"'zones/{ZONE}/acceleratorTypes/nvidia-l4'. "
         f"Accelerator type 'nvidia-l4' does not exist in zone '{ZONE}'."
     )
-    double.fail_inserts(ZONE, "g2-standard-8", "invalid", status=400, message=message)
+    cloud.fail_inserts(ZONE, "g2-standard-8", "invalid", status=400, message=message)
 
     with pytest.raises(CapacityError):
         compute.insert(vm_request(machine_type="g2-standard-8"))
@@ -224,12 +222,12 @@ def test_a_gpu_the_zone_does_not_offer_is_a_capacity_error(
 )
 def test_other_insert_errors(
     compute: GceCompute,
-    double: ComputeDouble,
+    cloud: LocalCloud,
     status: int,
     reason: str,
     error: type[Exception],
 ) -> None:
-    double.fail_next("POST", "/instances$", status, reason)
+    cloud.fail_next("POST", "/instances$", status, reason)
 
     with pytest.raises(error) as raised:
         compute.insert(vm_request())
@@ -237,9 +235,9 @@ def test_other_insert_errors(
     assert not isinstance(raised.value, CapacityError)
 
 
-def test_an_unreachable_api_is_transient(double: ComputeDouble) -> None:
-    endpoint = double.endpoint
-    double.stop()
+def test_an_unreachable_api_is_transient(cloud: LocalCloud) -> None:
+    endpoint = cloud.endpoint
+    cloud.close()
     compute = GceCompute("spotline-test", api_endpoint=endpoint, credentials=AnonymousCredentials())
 
     with pytest.raises(TransientError):
@@ -250,8 +248,8 @@ def test_get_of_a_missing_vm_is_none(compute: GceCompute) -> None:
     assert compute.get(ZONE, "spotline-nothing-here") is None
 
 
-def test_get_reads_the_vm(compute: GceCompute, double: ComputeDouble) -> None:
-    double.add_instance(ZONE, "spotline-j-7-a2", labels={"job": "j-7"}, status="TERMINATED")
+def test_get_reads_the_vm(compute: GceCompute, cloud: LocalCloud) -> None:
+    add_instance(cloud, ZONE, "spotline-j-7-a2", labels={"job": "j-7"}, status="TERMINATED")
 
     vm = compute.get(ZONE, "spotline-j-7-a2")
 
@@ -259,41 +257,41 @@ def test_get_reads_the_vm(compute: GceCompute, double: ComputeDouble) -> None:
     assert (vm.zone, vm.state, vm.labels) == (ZONE, VmState.TERMINATED, {"job": "j-7"})
 
 
-def test_reads_retry_a_503(compute: GceCompute, double: ComputeDouble) -> None:
-    double.add_instance(ZONE, "spotline-j-42-a1")
-    double.fail_next("GET", "/instances/spotline-j-42-a1$", 503)
+def test_reads_retry_a_503(compute: GceCompute, cloud: LocalCloud) -> None:
+    add_instance(cloud, ZONE, "spotline-j-42-a1")
+    cloud.fail_next("GET", "/instances/spotline-j-42-a1$", 503)
 
     assert compute.get(ZONE, "spotline-j-42-a1") is not None
-    assert len(double.requests_to("GET", "/instances/spotline-j-42-a1")) == 2
+    assert len(cloud.requests_to("GET", "/instances/spotline-j-42-a1")) == 2
 
 
-def test_reads_give_up_as_transient(compute: GceCompute, double: ComputeDouble) -> None:
-    double.fail_next("GET", "/aggregated/instances$", 503, times=1000)
+def test_reads_give_up_as_transient(compute: GceCompute, cloud: LocalCloud) -> None:
+    cloud.fail_next("GET", "/aggregated/instances$", 503, times=1000)
 
     with pytest.raises(TransientError):
         compute.list({MANAGED_LABEL: "true"})
 
 
-def test_delete_of_a_missing_vm_succeeds(compute: GceCompute, double: ComputeDouble) -> None:
+def test_delete_of_a_missing_vm_succeeds(compute: GceCompute, cloud: LocalCloud) -> None:
     compute.delete(ZONE, "spotline-nothing-here")
 
-    assert [r.method for r in double.requests] == ["DELETE"]
+    assert [r.method for r in cloud.requests] == ["DELETE"]
 
 
-def test_delete_removes_the_vm(compute: GceCompute, double: ComputeDouble) -> None:
-    double.add_instance(ZONE, "spotline-j-42-a1")
+def test_delete_removes_the_vm(compute: GceCompute, cloud: LocalCloud) -> None:
+    add_instance(cloud, ZONE, "spotline-j-42-a1")
 
     compute.delete(ZONE, "spotline-j-42-a1")
 
-    assert not double.instances
-    [sent] = double.requests_to("DELETE", "/instances/spotline-j-42-a1")
+    assert not cloud.list()
+    [sent] = cloud.requests_to("DELETE", "/instances/spotline-j-42-a1")
     assert (
         sent.path == f"/compute/v1/projects/spotline-test/zones/{ZONE}/instances/spotline-j-42-a1"
     )
 
 
-def test_stop_then_start_keeps_the_vm(compute: GceCompute, double: ComputeDouble) -> None:
-    double.add_instance(ZONE, "spotline-j-42-a1")
+def test_stop_then_start_keeps_the_vm(compute: GceCompute, cloud: LocalCloud) -> None:
+    add_instance(cloud, ZONE, "spotline-j-42-a1")
 
     assert compute.stop(ZONE, "spotline-j-42-a1") is True
     stopped = compute.get(ZONE, "spotline-j-42-a1")
@@ -303,11 +301,11 @@ def test_stop_then_start_keeps_the_vm(compute: GceCompute, double: ComputeDouble
     assert started is not None and started.state == VmState.RUNNING
 
     base = f"/compute/v1/projects/spotline-test/zones/{ZONE}/instances/spotline-j-42-a1"
-    [stop] = double.requests_to("POST", "/instances/spotline-j-42-a1/stop")
-    [start] = double.requests_to("POST", "/instances/spotline-j-42-a1/start")
+    [stop] = cloud.requests_to("POST", "/instances/spotline-j-42-a1/stop")
+    [start] = cloud.requests_to("POST", "/instances/spotline-j-42-a1/start")
     assert (stop.path, start.path) == (f"{base}/stop", f"{base}/start")
     # Each waited on its zone operation through the same endpoint.
-    assert len(double.requests_to("POST", "/wait")) >= 2
+    assert len(cloud.requests_to("POST", "/wait")) >= 2
 
 
 def test_stop_of_a_missing_vm_is_false_and_start_is_permanent(compute: GceCompute) -> None:
@@ -316,14 +314,14 @@ def test_stop_of_a_missing_vm_is_false_and_start_is_permanent(compute: GceComput
         compute.start(ZONE, "spotline-nothing-here")
 
 
-def test_list_finds_labelled_vms_in_every_zone(compute: GceCompute, double: ComputeDouble) -> None:
+def test_list_finds_labelled_vms_in_every_zone(compute: GceCompute, cloud: LocalCloud) -> None:
     for zone, name, job in [
         ("us-central1-a", "spotline-j-1-a1", "j-1"),
         ("europe-west4-b", "spotline-j-1-a2", "j-1"),
         ("us-central1-a", "spotline-j-2-a1", "j-2"),
     ]:
-        double.add_instance(zone, name, labels={"spotline": "true", "job": job})
-    double.add_instance("us-central1-a", "someone-elses-vm")
+        add_instance(cloud, zone, name, labels={"spotline": "true", "job": job})
+    add_instance(cloud, "us-central1-a", "someone-elses-vm")
 
     vms = compute.list({"spotline": "true", "job": "j-1"})
 
@@ -331,35 +329,36 @@ def test_list_finds_labelled_vms_in_every_zone(compute: GceCompute, double: Comp
         ("europe-west4-b", "spotline-j-1-a2"),
         ("us-central1-a", "spotline-j-1-a1"),
     ]
-    [sent] = double.requests_to("GET", "/aggregated/instances")
+    [sent] = cloud.requests_to("GET", "/aggregated/instances")
     assert sent.path == "/compute/v1/projects/spotline-test/aggregated/instances"
     assert sent.query == {"filter": '(labels.job = "j-1") AND (labels.spotline = "true")'}
 
 
 def test_set_metadata_sends_the_fingerprint_and_keeps_other_items(
-    compute: GceCompute, double: ComputeDouble
+    compute: GceCompute, cloud: LocalCloud
 ) -> None:
-    vm = double.add_instance(
-        ZONE, "spotline-j-42-a1", metadata={JOB_METADATA_KEY: "{}", "startup-script": "#!/bin/sh"}
+    vm = add_instance(
+        cloud,
+        ZONE,
+        "spotline-j-42-a1",
+        metadata={JOB_METADATA_KEY: "{}", "startup-script": "#!/bin/sh"},
     )
     fingerprint = vm["metadata"]["fingerprint"]
 
     compute.set_metadata(ZONE, "spotline-j-42-a1", {JOB_METADATA_KEY: JOB_DOCUMENT})
 
-    [sent] = double.requests_to("POST", "/instances/spotline-j-42-a1/setMetadata")
+    [sent] = cloud.requests_to("POST", "/instances/spotline-j-42-a1/setMetadata")
     assert sent.body["fingerprint"] == fingerprint
     items = {
         item["key"]: item["value"]
-        for item in double.instances[(ZONE, "spotline-j-42-a1")]["metadata"]["items"]
+        for item in (cloud.instance(ZONE, "spotline-j-42-a1") or {})["metadata"]["items"]
     }
     assert items == {JOB_METADATA_KEY: JOB_DOCUMENT, "startup-script": "#!/bin/sh"}
 
 
-def test_a_concurrent_metadata_change_is_transient(
-    compute: GceCompute, double: ComputeDouble
-) -> None:
-    double.add_instance(ZONE, "spotline-j-42-a1")
-    double.fail_next("POST", "/setMetadata$", 412, "conditionNotMet")
+def test_a_concurrent_metadata_change_is_transient(compute: GceCompute, cloud: LocalCloud) -> None:
+    add_instance(cloud, ZONE, "spotline-j-42-a1")
+    cloud.fail_next("POST", "/setMetadata$", 412, "conditionNotMet")
 
     with pytest.raises(TransientError):
         compute.set_metadata(ZONE, "spotline-j-42-a1", {JOB_METADATA_KEY: JOB_DOCUMENT})
@@ -370,12 +369,13 @@ def test_set_metadata_of_a_missing_vm_is_permanent(compute: GceCompute) -> None:
         compute.set_metadata(ZONE, "spotline-nothing-here", {JOB_METADATA_KEY: JOB_DOCUMENT})
 
 
-def test_region_quotas_reads_the_region(compute: GceCompute, double: ComputeDouble) -> None:
-    double.region_quotas["us-central1"] = {
-        "CPUS": (24.0, 8.0),
-        "NVIDIA_T4_GPUS": (4.0, 1.0),
-        "PREEMPTIBLE_NVIDIA_T4_GPUS": (16.0, 0.0),
-    }
+def test_region_quotas_reads_the_region(compute: GceCompute, cloud: LocalCloud) -> None:
+    cloud.quota_limits.clear()
+    cloud.quota_limits.update(
+        {"CPUS": 24.0, "NVIDIA_T4_GPUS": 4.0, "PREEMPTIBLE_NVIDIA_T4_GPUS": 16}
+    )
+    compute.insert(vm_request(provisioning=Provisioning.STANDARD))  # 8 vCPUs and a T4
+    sent_before = len(cloud.requests)
 
     quotas = compute.region_quotas("us-central1")
 
@@ -384,7 +384,7 @@ def test_region_quotas_reads_the_region(compute: GceCompute, double: ComputeDoub
         "NVIDIA_T4_GPUS": Quota("NVIDIA_T4_GPUS", 4.0, 1.0),
         "PREEMPTIBLE_NVIDIA_T4_GPUS": Quota("PREEMPTIBLE_NVIDIA_T4_GPUS", 16.0, 0.0),
     }
-    [sent] = double.requests
+    [sent] = cloud.requests[sent_before:]
     assert (sent.method, sent.path) == (
         "GET",
         "/compute/v1/projects/spotline-test/regions/us-central1",
@@ -392,12 +392,13 @@ def test_region_quotas_reads_the_region(compute: GceCompute, double: ComputeDoub
     assert (sent.query, sent.body) == ({}, None)
 
 
-def test_region_quotas_retry_a_503(compute: GceCompute, double: ComputeDouble) -> None:
-    double.region_quotas["us-central1"] = {"CPUS": (24.0, 0.0)}
-    double.fail_next("GET", "/regions/us-central1$", 503)
+def test_region_quotas_retry_a_503(compute: GceCompute, cloud: LocalCloud) -> None:
+    cloud.quota_limits.clear()
+    cloud.quota_limits["CPUS"] = 24.0
+    cloud.fail_next("GET", "/regions/us-central1$", 503)
 
     assert compute.region_quotas("us-central1") == {"CPUS": Quota("CPUS", 24.0, 0.0)}
-    assert len(double.requests_to("GET", "/regions/us-central1")) == 2
+    assert len(cloud.requests_to("GET", "/regions/us-central1")) == 2
 
 
 @pytest.mark.parametrize(
@@ -410,13 +411,12 @@ def test_region_quotas_retry_a_503(compute: GceCompute, double: ComputeDouble) -
 )
 def test_region_quotas_errors(
     compute: GceCompute,
-    double: ComputeDouble,
+    cloud: LocalCloud,
     status: int,
     reason: str,
     error: type[Exception],
 ) -> None:
-    double.region_quotas["us-central1"] = {"CPUS": (24.0, 0.0)}
-    double.fail_next("GET", "/regions/us-central1$", status, reason, times=1000)
+    cloud.fail_next("GET", "/regions/us-central1$", status, reason, times=1000)
 
     with pytest.raises(error, match="quotas of us-central1"):
         compute.region_quotas("us-central1")

@@ -1,4 +1,4 @@
-"""GceCompute.insert_gang through the real google-cloud-compute client, against a local double."""
+"""GceCompute.insert_gang through the real google-cloud-compute client, against a local cloud."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from infra.localcloud.cloud import LocalCloud
 from shared.adapters import gce_gang
 from shared.adapters.gce_compute import GceCompute
 from shared.domain.errors import CapacityError, PermanentError, TransientError
@@ -20,8 +21,7 @@ from shared.domain.vms import (
     VmRequest,
     VmState,
 )
-from tests.compute_double import ComputeDouble
-from tests.gce_client import client
+from tests.local_cloud import add_instance, client, vm_keys
 
 REGION = "us-central1"
 ZONE_A, ZONE_B, ZONE_C = "us-central1-a", "us-central1-b", "us-central1-c"
@@ -58,10 +58,10 @@ def gang(zones: tuple[str, ...] = (ZONE_A, ZONE_B), request_id: str = REQUEST_ID
     )
 
 
-def test_one_bulk_insert_creates_all_or_nothing(compute: GceCompute, double: ComputeDouble) -> None:
+def test_one_bulk_insert_creates_all_or_nothing(compute: GceCompute, cloud: LocalCloud) -> None:
     compute.insert_gang(gang())
 
-    [sent] = double.requests_to("POST", "/instances/bulkInsert")
+    [sent] = cloud.requests_to("POST", "/instances/bulkInsert")
     assert sent.path == f"/compute/v1/projects/spotline-test/regions/{REGION}/instances/bulkInsert"
     assert sent.query == {"requestId": REQUEST_ID}
     body = sent.body
@@ -102,36 +102,34 @@ def test_one_bulk_insert_creates_all_or_nothing(compute: GceCompute, double: Com
     ]
 
 
-def test_the_nodes_land_in_one_zone_and_come_back_in_order(double: ComputeDouble) -> None:
-    double.operation_polls = 2
+def test_the_nodes_land_in_one_zone_and_come_back_in_order(cloud: LocalCloud) -> None:
+    cloud.operation_polls = 2
 
-    vms = client(double).insert_gang(gang())
+    vms = client(cloud).insert_gang(gang())
 
     assert [(vm.name, vm.zone, vm.state, vm.machine_type) for vm in vms] == [
         (name, ZONE_A, VmState.RUNNING, MACHINE) for name in NAMES
     ]
-    assert sorted(double.instances) == [(ZONE_A, name) for name in NAMES]
-    waits = double.requests_to("POST", "/wait")
+    assert vm_keys(cloud) == [(ZONE_A, name) for name in NAMES]
+    waits = cloud.requests_to("POST", "/wait")
     assert len(waits) == 2
     assert waits[0].path.startswith(
         f"/compute/v1/projects/spotline-test/regions/{REGION}/operations/"
     )
-    [listed] = double.requests_to("GET", "/aggregated/instances")
+    [listed] = cloud.requests_to("GET", "/aggregated/instances")
     assert listed.query == {
         "filter": '(labels.spotline = "true") AND (labels.spotline-attempt = "1") '
         'AND (labels.spotline-job = "j-9")'
     }
 
 
-def test_a_full_zone_sends_every_node_to_the_next(
-    compute: GceCompute, double: ComputeDouble
-) -> None:
-    double.fail_inserts(ZONE_A, MACHINE)
+def test_a_full_zone_sends_every_node_to_the_next(compute: GceCompute, cloud: LocalCloud) -> None:
+    cloud.fail_inserts(ZONE_A, MACHINE)
 
     vms = compute.insert_gang(gang())
 
     assert {vm.zone for vm in vms} == {ZONE_B}
-    assert sorted(double.instances) == [(ZONE_B, name) for name in NAMES]
+    assert vm_keys(cloud) == [(ZONE_B, name) for name in NAMES]
 
 
 @pytest.mark.parametrize(
@@ -145,48 +143,48 @@ def test_a_full_zone_sends_every_node_to_the_next(
     ],
 )
 def test_no_zone_for_every_node_is_a_capacity_error(
-    compute: GceCompute, double: ComputeDouble, reason: str, status: int | None
+    compute: GceCompute, cloud: LocalCloud, reason: str, status: int | None
 ) -> None:
     for zone in (ZONE_A, ZONE_B):
-        double.fail_inserts(zone, MACHINE, reason, status=status)
+        cloud.fail_inserts(zone, MACHINE, reason, status=status)
 
     with pytest.raises(CapacityError) as raised:
         compute.insert_gang(gang())
 
     assert raised.value.reason == reason
-    assert not double.instances
+    assert not cloud.list()
 
 
 def test_a_retry_with_the_same_request_id_creates_nothing_new(
-    compute: GceCompute, double: ComputeDouble
+    compute: GceCompute, cloud: LocalCloud
 ) -> None:
     first = compute.insert_gang(gang())
     second = compute.insert_gang(gang())
 
     assert first == second
-    assert len(double.instances) == 3
-    assert len(double.requests_to("POST", "/instances/bulkInsert")) == 2
+    assert len(cloud.list()) == 3
+    assert len(cloud.requests_to("POST", "/instances/bulkInsert")) == 2
 
 
-def test_existing_nodes_are_returned(compute: GceCompute, double: ComputeDouble) -> None:
+def test_existing_nodes_are_returned(compute: GceCompute, cloud: LocalCloud) -> None:
     existing = [
-        double.add_instance(ZONE_B, name, labels=node(rank).labels, machine_type=MACHINE)
+        add_instance(cloud, ZONE_B, name, labels=node(rank).labels, machine_type=MACHINE)
         for rank, name in enumerate(NAMES)
     ]
 
     vms = compute.insert_gang(gang(request_id="a-later-attempt-of-the-same-step"))
 
     assert [vm.id for vm in vms] == [instance["id"] for instance in existing]
-    assert len(double.instances) == 3
+    assert len(cloud.list()) == 3
 
 
 def test_an_operation_that_finds_the_nodes_there_returns_them(
-    compute: GceCompute, double: ComputeDouble
+    compute: GceCompute, cloud: LocalCloud
 ) -> None:
     for rank, name in enumerate(NAMES):
-        double.add_instance(ZONE_C, name, labels=node(rank).labels, machine_type=MACHINE)
+        add_instance(cloud, ZONE_C, name, labels=node(rank).labels, machine_type=MACHINE)
     for zone in (ZONE_A, ZONE_B):
-        double.fail_inserts(zone, MACHINE, "RESOURCE_ALREADY_EXISTS")
+        cloud.fail_inserts(zone, MACHINE, "RESOURCE_ALREADY_EXISTS")
 
     vms = compute.insert_gang(gang())
 
@@ -203,12 +201,12 @@ def test_an_operation_that_finds_the_nodes_there_returns_them(
 )
 def test_other_bulk_insert_errors(
     compute: GceCompute,
-    double: ComputeDouble,
+    cloud: LocalCloud,
     status: int,
     reason: str,
     error: type[Exception],
 ) -> None:
-    double.fail_next("POST", "/bulkInsert$", status, reason)
+    cloud.fail_next("POST", "/bulkInsert$", status, reason)
 
     with pytest.raises(error) as raised:
         compute.insert_gang(gang())
@@ -216,15 +214,15 @@ def test_other_bulk_insert_errors(
     assert not isinstance(raised.value, CapacityError)
 
 
-def test_a_region_operation_that_never_finishes_is_transient(double: ComputeDouble) -> None:
-    double.operation_polls = 10**9
+def test_a_region_operation_that_never_finishes_is_transient(cloud: LocalCloud) -> None:
+    cloud.operation_polls = 10**9
 
     with pytest.raises(TransientError, match="not done"):
-        client(double, operation_timeout_s=0.3).insert_gang(gang())
+        client(cloud, operation_timeout_s=0.3).insert_gang(gang())
 
 
 def test_nodes_that_differ_in_more_than_names_are_never_sent(
-    compute: GceCompute, double: ComputeDouble
+    compute: GceCompute, cloud: LocalCloud
 ) -> None:
     mixed = dataclasses.replace(
         gang(), nodes=(node(0), dataclasses.replace(node(1), machine_type="g2-standard-8"))
@@ -233,7 +231,7 @@ def test_nodes_that_differ_in_more_than_names_are_never_sent(
     with pytest.raises(PermanentError):
         compute.insert_gang(mixed)
 
-    assert not double.requests
+    assert not cloud.requests
 
 
 @pytest.mark.parametrize(

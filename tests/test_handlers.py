@@ -1,5 +1,5 @@
 """Every handler through the real functions framework, on the real Firestore
-emulator, with VMs from the local VM host (processes that only sleep)."""
+emulator, with VMs from the local cloud (records, no processes) through GceCompute."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from functions import deps
 from infra.cli.commands import main as cli
-from infra.localcloud.vm_host import VmHost
+from infra.localcloud.cloud import LocalCloud
 from shared.adapters.firestore_store import FirestoreStore
 from shared.contract.events import EpochDone, Heartbeat, JobFinished, ReaperTick, VmBooted
 from shared.domain.catalog import load_catalog
@@ -23,13 +23,17 @@ pytestmark = pytest.mark.emulators
 
 @pytest.mark.parametrize("mode", ["push", "binary"])
 def test_submit_creates_the_job_and_one_vm(
-    call: Callable[..., Any], host: VmHost, project: str, mode: str
+    call: Callable[..., Any], host: LocalCloud, project: str, mode: str
 ) -> None:
     assert call("submit_job", "submit", SPEC, mode=mode).status_code == 200
     job = FirestoreStore(project).get_job("job1")
     assert job is not None
     assert (job.status, job.substatus) == (JobStatus.QUEUING, JobSubstatus.CONNECTING_SERVER)
-    assert (job.instance, job.zone, job.machine_id) == ("sl-job1-a1", "local-a", "g2-standard-4")
+    assert (job.instance, job.zone, job.machine_id) == (
+        "sl-job1-a1",
+        "us-central1-a",
+        "g2-standard-4",
+    )
     assert [h.substatus for h in job.history] == ["REQUESTING_SERVER", "CONNECTING_SERVER"]
     instance = FirestoreStore(project).get_instance("sl-job1-a1")
     assert instance is not None and instance.status == InstanceStatus.LAUNCHING
@@ -38,7 +42,7 @@ def test_submit_creates_the_job_and_one_vm(
 
 
 def test_a_redelivered_submit_creates_nothing_twice(
-    call: Callable[..., Any], host: VmHost, project: str
+    call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
     spec = {k: v for k, v in SPEC.items() if k != "job_id"}
     for mode in ("push", "binary", "push"):
@@ -49,7 +53,7 @@ def test_a_redelivered_submit_creates_nothing_twice(
 
 
 def test_the_same_job_id_from_another_message_is_rejected(
-    call: Callable[..., Any], host: VmHost, project: str
+    call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
     call("submit_job", "submit", SPEC, message_id="1")
     assert call("submit_job", "submit", SPEC, message_id="2").status_code == 200
@@ -67,7 +71,7 @@ def test_the_same_job_id_from_another_message_is_rejected(
     ],
 )
 def test_bad_input_is_acknowledged_recorded_and_creates_nothing(
-    call: Callable[..., Any], host: VmHost, project: str, payload: Any, reason: str
+    call: Callable[..., Any], host: LocalCloud, project: str, payload: Any, reason: str
 ) -> None:
     response = call("submit_job", "submit", payload, message_id="bad")
     assert response.status_code == 200  # acknowledged: no redelivery loop
@@ -77,11 +81,11 @@ def test_bad_input_is_acknowledged_recorded_and_creates_nothing(
 
 
 def test_the_job_lifecycle_through_every_handler(
-    call: Callable[..., Any], host: VmHost, project: str
+    call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
     store = FirestoreStore(project)
     call("submit_job", "submit", SPEC)
-    call("on_vm_booted", "vm_booted", vm_event(VmBooted, zone="local-a", instance_id="123"))
+    call("on_vm_booted", "vm_booted", vm_event(VmBooted, zone="us-central1-a", instance_id="123"))
     assert store.get_job("job1").substatus == JobSubstatus.GEARING_UP_ENV  # type: ignore[union-attr]
     call("on_epoch_done", "epoch_done", vm_event(Heartbeat, phase="TRAINING"), message_id="2")
     instance = store.get_instance("sl-job1-a1")
@@ -146,10 +150,13 @@ def test_a_failed_trainer_fails_the_job_with_its_output(
 
 
 def test_no_capacity_queues_then_the_reaper_gives_up(
-    call: Callable[..., Any], host: VmHost, project: str
+    call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
     host.capacity_errors.update(
-        {"local-a": "ZONE_RESOURCE_POOL_EXHAUSTED", "local-b": "ZONE_RESOURCE_POOL_EXHAUSTED"}
+        {
+            "us-central1-a": "ZONE_RESOURCE_POOL_EXHAUSTED",
+            "us-central1-b": "ZONE_RESOURCE_POOL_EXHAUSTED",
+        }
     )
     call("submit_job", "submit", {**SPEC, "wait_request_s": 0})
     store = FirestoreStore(project)
@@ -157,7 +164,9 @@ def test_no_capacity_queues_then_the_reaper_gives_up(
     assert job is not None and job.substatus == JobSubstatus.WAITING_FOR_CAPACITY
     entry = store.get_queue("job1")
     assert entry is not None and entry.reason == "no-capacity"
-    assert entry.last_error is not None and "n1-standard-8-t4.od in local-b" in entry.last_error
+    assert (
+        entry.last_error is not None and "n1-standard-8-t4.od in us-central1-b" in entry.last_error
+    )
     store.put_queue(entry.model_copy(update={"not_before": datetime.now(UTC)}))
     call("reaper", "reaper_tick", ReaperTick(), message_id="tick")
     job = store.get_job("job1")
@@ -167,10 +176,13 @@ def test_no_capacity_queues_then_the_reaper_gives_up(
 
 
 def test_the_reaper_places_a_queued_job_once_capacity_returns(
-    call: Callable[..., Any], host: VmHost, project: str
+    call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
     host.capacity_errors.update(
-        {"local-a": "ZONE_RESOURCE_POOL_EXHAUSTED", "local-b": "ZONE_RESOURCE_POOL_EXHAUSTED"}
+        {
+            "us-central1-a": "ZONE_RESOURCE_POOL_EXHAUSTED",
+            "us-central1-b": "ZONE_RESOURCE_POOL_EXHAUSTED",
+        }
     )
     call("submit_job", "submit", SPEC)
     host.capacity_errors.clear()
@@ -187,7 +199,7 @@ def test_the_reaper_places_a_queued_job_once_capacity_returns(
 def test_an_unavailable_dependency_asks_for_redelivery(
     call: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("SPOTLINE_LOCAL_COMPUTE_URL", "http://127.0.0.1:9")  # nothing listens
+    monkeypatch.setenv("SPOTLINE_COMPUTE_ENDPOINT", "http://127.0.0.1:9")  # nothing listens
     deps.reset()
     assert call("submit_job", "submit", SPEC).status_code == 500
 
@@ -199,10 +211,10 @@ def test_a_too_old_message_is_dropped(call: Callable[..., Any], project: str) ->
 
 
 def test_placement_records_availability_for_spotline_machines(
-    call: Callable[..., Any], host: VmHost, project: str, capsys: pytest.CaptureFixture[str]
+    call: Callable[..., Any], host: LocalCloud, project: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    host.capacity_errors.update({"local-a": "ZONE_RESOURCE_POOL_EXHAUSTED"})
-    call("submit_job", "submit", SPEC)  # g2-standard-4: local-a fails, local-b succeeds
+    host.capacity_errors.update({"us-central1-a": "ZONE_RESOURCE_POOL_EXHAUSTED"})
+    call("submit_job", "submit", SPEC)  # g2-standard-4: us-central1-a fails, us-central1-b succeeds
     since = datetime.now(UTC) - timedelta(hours=1)
     assert FirestoreStore(project).availability("g2-standard-4", since) == (2, 1)
     assert FirestoreStore(project).availability("g2-standard-4.od", since) == (0, 0)

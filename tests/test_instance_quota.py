@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from functions import deps
-from infra.localcloud.vm_host import VmHost
+from infra.localcloud.cloud import LocalCloud
 from shared.adapters.firestore_store import FirestoreStore
 from shared.contract.events import Heartbeat, JobFinished, ReaperTick
 from shared.domain.quotas import take_slots
@@ -25,7 +25,7 @@ T4 = ["n1-standard-8-t4"]
 
 
 @pytest.fixture
-def instance_quota(monkeypatch: pytest.MonkeyPatch, host: VmHost) -> Callable[[int], None]:
+def instance_quota(monkeypatch: pytest.MonkeyPatch, host: LocalCloud) -> Callable[[int], None]:
     def set_quota(limit: int) -> None:
         monkeypatch.setenv("SPOTLINE_MAX_ACTIVE_INSTANCES", str(limit))
         deps.reset()
@@ -33,7 +33,7 @@ def instance_quota(monkeypatch: pytest.MonkeyPatch, host: VmHost) -> Callable[[i
     return set_quota
 
 
-def names(host: VmHost) -> list[str]:
+def names(host: LocalCloud) -> list[str]:
     return sorted(vm["name"] for vm in host.list())
 
 
@@ -50,7 +50,7 @@ def finish(call: Callable[..., Any], job_id: str, instance: str) -> None:
 
 
 def test_a_job_ends_a_cooling_vm_to_get_its_slot(
-    call: Callable[..., Any], host: VmHost, project: str, instance_quota: Callable[[int], None]
+    call: Callable[..., Any], host: LocalCloud, project: str, instance_quota: Callable[[int], None]
 ) -> None:
     instance_quota(2)
     call("submit_job", "submit", COOL, message_id="s1")
@@ -73,7 +73,7 @@ def test_a_job_ends_a_cooling_vm_to_get_its_slot(
 
 
 def test_over_the_instance_quota_a_job_waits_then_starts(
-    call: Callable[..., Any], host: VmHost, project: str, instance_quota: Callable[[int], None]
+    call: Callable[..., Any], host: LocalCloud, project: str, instance_quota: Callable[[int], None]
 ) -> None:
     instance_quota(3)
     gang = {**SPEC, "nodes": 2}
@@ -104,7 +104,7 @@ def test_over_the_instance_quota_a_job_waits_then_starts(
 
 
 def test_waiting_for_instance_slots_past_the_deadline_cancels_and_frees_the_job_slot(
-    call: Callable[..., Any], host: VmHost, project: str, instance_quota: Callable[[int], None]
+    call: Callable[..., Any], host: LocalCloud, project: str, instance_quota: Callable[[int], None]
 ) -> None:
     instance_quota(1)
     call("submit_job", "submit", SPEC, message_id="s1")
@@ -125,7 +125,7 @@ def test_waiting_for_instance_slots_past_the_deadline_cancels_and_frees_the_job_
 
 
 def test_a_gang_larger_than_the_quota_is_rejected_by_name(
-    call: Callable[..., Any], host: VmHost, project: str, instance_quota: Callable[[int], None]
+    call: Callable[..., Any], host: LocalCloud, project: str, instance_quota: Callable[[int], None]
 ) -> None:
     instance_quota(2)
     call("submit_job", "submit", {**SPEC, "nodes": 3}, message_id="s1")
@@ -157,7 +157,7 @@ def test_the_reaper_frees_slots_of_vms_never_made_but_not_of_one_being_made(
 
 
 def test_concurrent_placements_never_exceed_the_instance_quota(
-    host: VmHost, project: str, repo_root: Path, instance_quota: Callable[[int], None]
+    host: LocalCloud, project: str, repo_root: Path, instance_quota: Callable[[int], None]
 ) -> None:
     instance_quota(3)  # the job quota (5) is not what binds here
     specs = [{**SPEC, "job_id": f"job{n}"} for n in range(5)]

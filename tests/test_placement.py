@@ -45,6 +45,8 @@ def test_parse_machine_id() -> None:
 def test_names_and_request_ids_are_deterministic_per_attempt() -> None:
     assert vm_name("j1", 2) == vm_name("j1", 2) == "sl-j1-a2"
     assert request_id("j1", 1) == request_id("j1", 1) != request_id("j1", 2)
+    # Each try of an attempt (a placement pass, an option) has its own requestId.
+    assert len({request_id("j1", 1, key) for key in ("", "0/m/z-a", "0/m/z-b", "1/m/z-a")}) == 4
     assert len(vm_name("a" * 40, 999)) <= 63  # GCE's limit on instance names
 
 
@@ -71,6 +73,15 @@ def test_the_request_carries_the_job_and_labels() -> None:
     assert json.loads(request.metadata[JOB_METADATA_KEY])["job_id"] == "j1"
     assert request.metadata["shutdown-script"].endswith("exec /opt/spotline/scripts/shutdown.sh\n")
     assert request.labels["spotline-job"] == "j1" and request.labels["spotline-attempt"] == "1"
+    # A capacity error in one zone must not answer the next zone's or pass's insert.
+    other_zone = next(options(spec.machine_ids, ["z-b"], load_catalog()))
+    tries = {
+        build_vm_request(option, assignment, "img", "alice").request_id,
+        build_vm_request(other_zone, assignment, "img", "alice").request_id,
+        build_vm_request(option, assignment, "img", "alice", placement=3).request_id,
+    }
+    assert len(tries) == 3
+    assert build_vm_request(option, assignment, "img", "alice").request_id == request.request_id
     assert option_of(request.labels, "z-a", load_catalog()) == option
 
 
@@ -101,5 +112,6 @@ def test_a_gang_is_one_request_of_identical_nodes() -> None:
     gang = build_gang_request(option, assignment, "img", "alice", "r", ["z-a", "z-b"])
     assert [node.name for node in gang.nodes] == ["sl-j1-a2-n0", "sl-j1-a2-n1", "sl-j1-a2-n2"]
     assert len({(n.labels["spotline-job"], n.metadata[JOB_METADATA_KEY]) for n in gang.nodes}) == 1
-    assert gang.zones == ("z-a", "z-b") and gang.request_id == request_id("j1", 2)
+    assert gang.zones == ("z-a", "z-b")
+    assert gang.request_id == request_id("j1", 2, f"0/{option.machine.machine_id}/z-a,z-b")
     assert node_names("j1", 1, 1) == ["sl-j1-a1"]  # one node keeps the plain name

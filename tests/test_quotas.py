@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from functions import deps
-from infra.localcloud.vm_host import VmHost
+from infra.localcloud.cloud import LocalCloud
 from shared.adapters.firestore_store import FirestoreStore
 from shared.contract.events import JobFinished, ReaperTick
 from shared.domain.documents import UserDoc
@@ -46,7 +46,7 @@ def job_spec(n: int, **fields: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-def two_slots(monkeypatch: pytest.MonkeyPatch, host: VmHost) -> None:
+def two_slots(monkeypatch: pytest.MonkeyPatch, host: LocalCloud) -> None:
     monkeypatch.setenv("SPOTLINE_MAX_ACTIVE_JOBS", "2")
     deps.reset()
 
@@ -54,7 +54,7 @@ def two_slots(monkeypatch: pytest.MonkeyPatch, host: VmHost) -> None:
 @pytest.mark.emulators
 @pytest.mark.usefixtures("two_slots")
 def test_over_quota_waits_and_starts_when_a_slot_frees(
-    call: Callable[..., Any], host: VmHost, project: str
+    call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
     for n in (1, 2, 3):
         call("submit_job", "submit", job_spec(n), message_id=f"s{n}")
@@ -108,7 +108,7 @@ def test_the_reaper_frees_a_slot_a_crash_left_behind(
 
 @pytest.mark.emulators
 def test_twenty_concurrent_submissions_never_exceed_the_quota(
-    host: VmHost, project: str, repo_root: Path
+    host: LocalCloud, project: str, repo_root: Path
 ) -> None:
     most_vms = submit_concurrently(host, project, repo_root, [job_spec(n) for n in range(20)])
 

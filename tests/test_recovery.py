@@ -1,6 +1,6 @@
 """Spot recovery through the handlers: preemption reports from the agent and
 from the log sink, cancel, and every branch of the reaper. Real functions
-framework, real Firestore emulator, VMs from the local VM host."""
+framework, real Firestore emulator, VMs from the local cloud through GceCompute."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from functions import deps
-from infra.localcloud.vm_host import VmHost
+from infra.localcloud.cloud import LocalCloud
 from shared.adapters.firestore_store import FirestoreStore
 from shared.contract.events import CancelRequest, Heartbeat, ReaperTick, SpotPreempted, VmBooted
 from shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
@@ -20,7 +20,7 @@ from tests.conftest import SPEC, vm_event
 pytestmark = pytest.mark.emulators
 
 
-def log_sink_entry(instance: str, zone: str = "local-a") -> dict[str, Any]:
+def log_sink_entry(instance: str, zone: str = "us-central1-a") -> dict[str, Any]:
     """What a Cloud Logging sink publishes for a preemption (an audit LogEntry)."""
     return {
         "protoPayload": {
@@ -41,12 +41,12 @@ def running(call: Callable[..., Any], spec: dict[str, Any] | None = None) -> Non
     call("on_epoch_done", "epoch_done", vm_event(Heartbeat, phase="TRAINING"), message_id="hb")
 
 
-def names(host: VmHost) -> list[str]:
+def names(host: LocalCloud) -> list[str]:
     return sorted(vm["name"] for vm in host.list())
 
 
 def test_a_preemption_starts_the_next_attempt_at_once(
-    call: Callable[..., Any], host: VmHost, project: str
+    call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
     running(call)
     notice = vm_event(SpotPreempted, step=77, checkpoint_uri="file:///c/ckpt-77.pt")
@@ -75,7 +75,7 @@ def test_a_preemption_starts_the_next_attempt_at_once(
 
 
 def test_every_report_of_one_preemption_counts_once(
-    call: Callable[..., Any], host: VmHost, project: str
+    call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
     running(call)
     # The log sink first (the VM keeps its notice to save state), then the
@@ -105,7 +105,7 @@ def test_events_of_the_preempted_attempt_are_ignored_afterwards(
 
 
 def test_max_attempts_ends_the_job_with_the_reason(
-    call: Callable[..., Any], host: VmHost, project: str
+    call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
     running(call, {**SPEC, "max_attempts": 1})
     call("on_spot_preempted", "spot_preempted", vm_event(SpotPreempted), message_id="p1")
@@ -128,7 +128,7 @@ def test_repeated_preemptions_fall_back_to_on_demand(
 
 
 def test_cancel_deletes_the_vm_and_is_idempotent(
-    call: Callable[..., Any], host: VmHost, project: str
+    call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
     running(call)
     request = CancelRequest(job_id="job1", reason="wrong learning rate")
@@ -145,7 +145,7 @@ def test_cancel_deletes_the_vm_and_is_idempotent(
 
 
 def test_the_reaper_requeues_a_missed_preemption(
-    call: Callable[..., Any], host: VmHost, project: str
+    call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
     running(call)
     host.kill("sl-job1-a1")  # gone, with no notice and no event
@@ -158,7 +158,7 @@ def test_the_reaper_requeues_a_missed_preemption(
 
 
 def test_a_report_that_comes_after_the_reaper_still_records_the_saved_step(
-    call: Callable[..., Any], host: VmHost, project: str
+    call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
     running(call)
     # The agent saved at step 42 and published, then its VM went away; the
@@ -174,7 +174,7 @@ def test_a_report_that_comes_after_the_reaper_still_records_the_saved_step(
 
 
 def test_the_reaper_replaces_a_stalled_vm(
-    call: Callable[..., Any], host: VmHost, project: str, monkeypatch: pytest.MonkeyPatch
+    call: Callable[..., Any], host: LocalCloud, project: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     running(call)
     call("on_vm_booted", "vm_booted", vm_event(VmBooted), message_id="boot")
@@ -190,12 +190,12 @@ def test_the_reaper_replaces_a_stalled_vm(
     assert names(host) == ["sl-job1-a2"]
 
 
-def test_the_reaper_deletes_orphans(call: Callable[..., Any], host: VmHost) -> None:
+def test_the_reaper_deletes_orphans(call: Callable[..., Any], host: LocalCloud) -> None:
     labels = {"spotline": "true", "spotline-job": "ghost", "spotline-attempt": "1"}
     host.insert(
         {
             "name": "sl-ghost-a1",
-            "zone": "local-a",
+            "zone": "us-central1-a",
             "machine_type": "e2-standard-4",
             "labels": labels,
         }
@@ -206,7 +206,7 @@ def test_the_reaper_deletes_orphans(call: Callable[..., Any], host: VmHost) -> N
 
 
 def test_the_reaper_cancels_a_job_past_its_max_runtime(
-    call: Callable[..., Any], host: VmHost, project: str
+    call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
     running(call, {**SPEC, "max_runtime_s": 1})
     store = FirestoreStore(project)
@@ -222,10 +222,13 @@ def test_the_reaper_cancels_a_job_past_its_max_runtime(
 
 
 def test_the_reaper_places_a_job_whose_function_died(
-    call: Callable[..., Any], host: VmHost, project: str, monkeypatch: pytest.MonkeyPatch
+    call: Callable[..., Any], host: LocalCloud, project: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     host.capacity_errors.update(
-        {"local-a": "ZONE_RESOURCE_POOL_EXHAUSTED", "local-b": "ZONE_RESOURCE_POOL_EXHAUSTED"}
+        {
+            "us-central1-a": "ZONE_RESOURCE_POOL_EXHAUSTED",
+            "us-central1-b": "ZONE_RESOURCE_POOL_EXHAUSTED",
+        }
     )
     call("submit_job", "submit", SPEC, message_id="s")
     host.capacity_errors.clear()

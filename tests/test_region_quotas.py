@@ -10,7 +10,7 @@ import pytest
 
 from functions import deps
 from infra.cli.commands import main as cli
-from infra.localcloud.vm_host import VmHost
+from infra.localcloud.cloud import LocalCloud
 from shared.adapters.firestore_store import FirestoreStore
 from tests.conftest import SPEC
 
@@ -23,7 +23,7 @@ def capacities(shown: str) -> dict[str, str]:
 
 
 def test_a_machine_over_quota_is_passed_over_for_the_next(
-    call: Callable[..., Any], host: VmHost, project: str
+    call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
     # No L4 quota at all: a Spot g2-standard-4 is refused in every zone.
     host.quota_limits.update({"NVIDIA_L4_GPUS": 0, "PREEMPTIBLE_NVIDIA_L4_GPUS": 0})
@@ -36,7 +36,7 @@ def test_a_machine_over_quota_is_passed_over_for_the_next(
 
 
 def test_machines_shows_the_capacity_the_quotas_leave(
-    call: Callable[..., Any], host: VmHost, capsys: pytest.CaptureFixture[str]
+    call: Callable[..., Any], host: LocalCloud, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Three L4s and no preemptible L4 quota: Spot L4 VMs take standard quota.
     host.quota_limits.update({"NVIDIA_L4_GPUS": 3, "PREEMPTIBLE_NVIDIA_L4_GPUS": 0})
@@ -52,9 +52,12 @@ def test_machines_shows_the_capacity_the_quotas_leave(
 
 
 def test_machines_without_readable_quotas_shows_why(
-    host: VmHost, project: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    host: LocalCloud,
+    project: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("SPOTLINE_LOCAL_COMPUTE_URL", "http://127.0.0.1:9")  # nothing listens
+    monkeypatch.setenv("SPOTLINE_COMPUTE_ENDPOINT", "http://127.0.0.1:9")  # nothing listens
     deps.reset()
 
     assert cli(["machines"]) == 0

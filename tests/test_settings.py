@@ -36,8 +36,7 @@ def test_settings_survive_a_round_trip_through_the_environment() -> None:
         project="p-1",
         region="europe-west4",
         zones=("europe-west4-a", "europe-west4-c"),
-        compute="gce",
-        local_compute_url="http://127.0.0.1:9",
+        compute_endpoint="http://127.0.0.1:9",
         storage_root="gs://bucket/spotline",
         image="projects/p-1/global/images/family/spotline-agent",
         service_account="vm@p-1.iam.gserviceaccount.com",
@@ -62,8 +61,6 @@ def a_value(name: str) -> tuple[str, object]:
     default = Settings.model_fields[name].default
     if name == "zones":
         return " zone-x , zone-y", ("zone-x", "zone-y")
-    if name == "compute":
-        return "gce", "gce"
     if isinstance(default, bool) or default is None or isinstance(default, str):
         return f"{name}-value", f"{name}-value"
     if isinstance(default, int):
@@ -115,7 +112,7 @@ def test_every_bad_value_is_named_at_once_with_what_it_should_be() -> None:
         "SPOTLINE_STALL_TIMEOUT_S": "-30",
         "SPOTLINE_COOLING_UNIT": "1.5",
         "SPOTLINE_MAX_ACTIVE_INSTANCES": "2.5",
-        "SPOTLINE_COMPUTE": "aws",
+        "SPOTLINE_BOOT_TIMEOUT_S": "-1",
         "SPOTLINE_REGION": "us-east1",  # a good one, not named
     }
 
@@ -133,7 +130,7 @@ def test_every_bad_value_is_named_at_once_with_what_it_should_be() -> None:
         "SPOTLINE_STALL_TIMEOUT_S='-30': expected a number of at least 0",
         "SPOTLINE_COOLING_UNIT='1.5': expected a number of at most 1",
         "SPOTLINE_MAX_ACTIVE_INSTANCES='2.5': expected a whole number",
-        "SPOTLINE_COMPUTE='aws': expected 'gce' or 'local'",
+        "SPOTLINE_BOOT_TIMEOUT_S='-1': expected a number of at least 0",
     ):
         assert expected in message
     assert "REGION" not in message

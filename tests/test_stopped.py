@@ -12,7 +12,7 @@ import pytest
 
 from functions import deps
 from functions.ops.teardown import release_instance, stop_instance
-from infra.localcloud.vm_host import VmHost
+from infra.localcloud.cloud import LocalCloud
 from shared.adapters.firestore_store import FirestoreStore
 from shared.contract.events import Heartbeat, JobFinished, ReaperTick
 from shared.domain.lifecycle import instance_closing
@@ -37,7 +37,7 @@ def state(instance_name: str, project: str) -> tuple[str, str | None]:
 
 
 def test_a_finished_on_demand_job_leaves_its_vm_stopped(
-    call: Callable[..., Any], host: VmHost, project: str
+    call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
     finish_first_job(call)
     store = FirestoreStore(project)
@@ -56,7 +56,7 @@ def test_a_finished_on_demand_job_leaves_its_vm_stopped(
 
 
 def test_the_next_job_of_the_user_restarts_it(
-    call: Callable[..., Any], host: VmHost, project: str
+    call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
     finish_first_job(call)
     call("submit_job", "submit", {**STOP, "job_id": "job2"}, message_id="s2")
@@ -84,7 +84,7 @@ def test_the_next_job_of_the_user_restarts_it(
 
 
 def test_spot_vms_and_a_full_quota_delete_instead(
-    call: Callable[..., Any], host: VmHost, project: str, monkeypatch: pytest.MonkeyPatch
+    call: Callable[..., Any], host: LocalCloud, project: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SPOTLINE_MAX_STOPPED_INSTANCES", "0")
     deps.reset()
@@ -102,7 +102,7 @@ def test_spot_vms_and_a_full_quota_delete_instead(
 
 
 def test_the_reaper_keeps_it_then_deletes_it_when_the_period_ends(
-    call: Callable[..., Any], host: VmHost, project: str
+    call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
     finish_first_job(call)
     call("reaper", "reaper_tick", ReaperTick(), message_id="t1")
@@ -125,7 +125,7 @@ def test_the_reaper_keeps_it_then_deletes_it_when_the_period_ends(
 
 
 def test_a_cooling_on_demand_vm_is_stopped_when_its_period_ends(
-    call: Callable[..., Any], host: VmHost, project: str
+    call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
     finish_first_job(call, {**STOP, "cool_down_period_s": 600})
     assert state(VM, project) == ("COOLING", None)
@@ -142,7 +142,7 @@ def test_a_cooling_on_demand_vm_is_stopped_when_its_period_ends(
 
 
 def test_a_vm_deleted_while_stopped_is_closed(
-    call: Callable[..., Any], host: VmHost, project: str
+    call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
     finish_first_job(call)
     host.delete(VM)
@@ -153,7 +153,7 @@ def test_a_vm_deleted_while_stopped_is_closed(
 
 
 def test_a_stop_interrupted_by_a_crash_is_finished_by_the_reaper(
-    call: Callable[..., Any], host: VmHost, project: str
+    call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
     call("submit_job", "submit", STOP, message_id="s1")
     store = FirestoreStore(project)
@@ -183,7 +183,7 @@ def test_the_reaper_frees_a_stopped_slot_whose_instance_is_not_stopped(
 
 
 def test_a_release_from_a_stale_sweep_keeps_a_vm_its_job_stopped(
-    call: Callable[..., Any], host: VmHost, project: str
+    call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
     # The reaper listed the instance while its job was still running, then
     # found the job ended and released it: after on_job_finished stopped it.
@@ -196,7 +196,7 @@ def test_a_release_from_a_stale_sweep_keeps_a_vm_its_job_stopped(
 
 
 def test_a_stop_that_comes_after_a_release_began_lets_the_release_finish(
-    call: Callable[..., Any], host: VmHost, project: str
+    call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
     call("submit_job", "submit", STOP, message_id="s1")
     now = datetime.now(UTC)
@@ -211,12 +211,14 @@ def test_a_stop_that_comes_after_a_release_began_lets_the_release_finish(
 
 
 def test_a_vm_restarted_during_a_sweep_is_no_orphan(
-    call: Callable[..., Any], host: VmHost, project: str
+    call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
     from functions.handlers.reaper import reap_vms  # the sweep's stage, on a stale listing
 
     finish_first_job(call)
-    listed = deps.current().compute.get("local-a", VM) or deps.current().compute.get("local-b", VM)
+    listed = deps.current().compute.get("us-central1-a", VM) or deps.current().compute.get(
+        "us-central1-b", VM
+    )
     assert listed is not None  # listed while stopped, owned by no live instance...
     call("submit_job", "submit", {**STOP, "job_id": "job2"}, message_id="s2")  # ...then restarted
     assert not reap_vms(deps.current(), [], [], [listed], datetime.now(UTC))

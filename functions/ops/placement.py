@@ -106,7 +106,7 @@ def assignment_for(deps: Deps, job: JobDoc) -> Assignment:
     prefix = settings.job_prefix(job.job_id)
     nodes = node_names(job.job_id, job.attempt, job.spec.nodes) if job.spec.nodes > 1 else []
     # Nodes reach each other by VM name (internal DNS); local "VMs" share loopback.
-    hosts = ["127.0.0.1"] * len(nodes) if settings.compute == "local" else list(nodes)
+    hosts = ["127.0.0.1"] * len(nodes) if settings.compute_endpoint else list(nodes)
     return Assignment(
         nodes=nodes,
         hosts=hosts,
@@ -162,9 +162,11 @@ def _create_vm(deps: Deps, job: JobDoc, tried: list[str], now: datetime) -> Sing
     name = vm_name(job.job_id, job.attempt)
     hold_instance_slots(deps, job, [name], now)
     for option in options(_machine_ids(job), zones, load_catalog()):
+        # A new placement pass (the job's history grew) tries with new requestIds.
         request = build_vm_request(
-            option, assignment, settings.image, job.user, settings.service_account
-        )
+            option, assignment, settings.image, job.user, settings.service_account,
+            placement=len(job.history),
+        )  # fmt: skip
         try:
             vm = deps.compute.insert(request)
         except CapacityError as err:
@@ -199,7 +201,7 @@ def _create_gang(deps: Deps, job: JobDoc, tried: list[str], now: datetime) -> Fo
     for option in options(_machine_ids(job), zones[:1], load_catalog()):
         gang = build_gang_request(
             option, assignment, settings.image, job.user, settings.region, zones,
-            settings.service_account,
+            settings.service_account, placement=len(job.history),
         )  # fmt: skip
         try:
             vms = deps.compute.insert_gang(gang)

@@ -167,8 +167,8 @@ def _connect(workdir: Path) -> Settings:
 def _where(workdir: Path) -> tuple[dict[str, str] | None, bool, str]:
     """Where the CLI's settings come from, in this order:
 
-    1. the environment, where it names the emulators or Compute Engine (and the
-       config file under it);
+    1. the environment, where it names the emulators or a compute endpoint (and
+       the config file under it);
     2. else the local stack running in ``workdir``: its variables, no config file;
     3. else the project ``spotline deploy`` wrote into the config file.
 
@@ -180,7 +180,7 @@ def _where(workdir: Path) -> tuple[dict[str, str] | None, bool, str]:
 
     path = config_path(os.environ)
     found = path is not None and path.exists()
-    if os.environ.get("FIRESTORE_EMULATOR_HOST") or os.environ.get("SPOTLINE_COMPUTE") == "gce":
+    if os.environ.get("FIRESTORE_EMULATOR_HOST") or os.environ.get("SPOTLINE_COMPUTE_ENDPOINT"):
         state = "read" if found else "absent"
         return {}, True, f"the environment, over the config file {path} ({state})"
     stack = read_stack_env(workdir)
@@ -252,11 +252,11 @@ def _cancel(args: argparse.Namespace) -> int:
 
 
 def _preempt(args: argparse.Namespace) -> int:
+    from infra.localcloud.chaos_client import ChaosClient
     from shared.adapters.firestore_store import FirestoreStore
-    from shared.adapters.local_compute import LocalCompute
 
     settings = _connect(args.workdir)
-    if settings.compute != "local":
+    if not settings.compute_endpoint:
         print(
             "preempt is a local chaos tool; on Compute Engine use "
             "`gcloud compute instances simulate-maintenance-event VM --zone Z`",
@@ -270,7 +270,7 @@ def _preempt(args: argparse.Namespace) -> int:
     if instance is None:
         print(f"no job or VM named {args.target} (or it has no VM now)", file=sys.stderr)
         return 1
-    compute = LocalCompute(settings.local_compute_url)
+    compute = ChaosClient(settings.compute_endpoint, settings.project)
     if args.hang:
         compute.freeze(instance.zone, instance.name)
         print(f"froze {instance.name}: no more heartbeats")
@@ -345,7 +345,7 @@ def _logs(args: argparse.Namespace) -> int:
     from infra.localstack.stack import read_stack_workdir
 
     settings, job = _job(args)
-    vms = read_stack_workdir(args.workdir) / "vms" if settings.compute == "local" else None
+    vms = read_stack_workdir(args.workdir) / "vms" if settings.compute_endpoint else None
     attempts = [a for a in job.attempts if args.attempt in (None, a.attempt)]
     if not attempts:
         print(f"job {args.job} has no attempt {args.attempt or ''} with a VM yet", file=sys.stderr)

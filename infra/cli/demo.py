@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from infra.cli.report import job_detail
+from infra.localcloud.chaos_client import ChaosClient
 from infra.localstack.stack import LocalStack, StackOptions
 from shared.adapters.firestore_store import FirestoreStore
 from shared.adapters.pubsub_bus import PubsubBus
@@ -82,21 +83,22 @@ def run_demo(
                 and job.attempt == 1
                 and job.epoch >= preempt_after_epoch
                 and job.instance
+                and job.zone
             ):
-                assert stack.vm_host is not None
+                assert stack.cloud is not None
                 print(
                     f"  -- preempting {job.instance} after epoch {job.epoch} "
                     f"({notice_s:g} s notice) --",
                     flush=True,
                 )
-                stack.vm_host.preempt(job.instance, notice_s)
+                chaos = ChaosClient(stack.cloud.endpoint, options.project)
+                chaos.preempt(job.zone, job.instance, notice_s)
                 preempted.append(job.instance)
 
         job = wait_for_job(store, job_id, timeout_s, on_update=chaos)
         print()
         print(job_detail(job, store.list_epochs(job_id)))
         print(stored_files(Settings.from_env(config_file=False).job_prefix(job_id)))
-        assert stack.vm_host is not None
         vms_left = _wait_vms_gone(stack, timeout_s=30)
         print(f"\nVM processes left: {vms_left}")
     print(f"demo finished in {time.monotonic() - started:.1f} s: {job.status}")
@@ -117,10 +119,10 @@ def stored_files(prefix: str) -> str:
 
 
 def _wait_vms_gone(stack: LocalStack, timeout_s: float) -> int:
-    assert stack.vm_host is not None
+    assert stack.cloud is not None
     deadline = time.monotonic() + timeout_s
     while True:
-        running = sum(1 for vm in stack.vm_host.list() if vm["state"] == "RUNNING")
+        running = sum(1 for vm in stack.cloud.list() if vm["state"] == "RUNNING")
         if running == 0 or time.monotonic() > deadline:
             return running
         time.sleep(0.2)

@@ -100,7 +100,7 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
     assert functions_account
     from infra.deploy.plan import DeployConfig
 
-    settings = settings.replace(compute="gce", local_compute_url="")
+    settings = settings.replace(compute_endpoint=None)
     return DeployConfig(settings, functions_account, runtime=args.runtime)
 
 

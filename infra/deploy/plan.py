@@ -63,8 +63,10 @@ def problems(config: DeployConfig, functions: Sequence[Function] = FUNCTIONS) ->
     """What would make the deploy fail or the system not work, in words."""
     found = []
     settings = config.settings
-    if settings.compute != "gce":
-        found.append(f"the functions must create VMs with compute 'gce', not {settings.compute!r}")
+    if settings.compute_endpoint:
+        found.append(
+            f"the functions must create VMs on Compute Engine, not {settings.compute_endpoint}"
+        )
     if not settings.storage_root.startswith("gs://"):
         found.append(f"the storage root must be a gs:// URL, not {settings.storage_root!r}")
     if not settings.zones:

@@ -3,8 +3,9 @@ that can run here.
 
 1. the Firestore and Pub/Sub emulators (gcloud) and a Cloud Storage emulator
    holding the ``gs://`` storage root, on free ports;
-2. the local VM host: "VMs" are processes running the real agent, each with
-   its own metadata server;
+2. the local cloud (``infra.localcloud``): Compute Engine's REST API on
+   loopback, whose "VMs" are processes running the real agent, each with its
+   own metadata server; the functions reach it through ``GceCompute``;
 3. one functions-framework server per function in the topology;
 4. the topology applied to the Pub/Sub emulator, with push subscriptions;
 5. a tick loop publishing to the reaper's topic, standing in for Scheduler.
@@ -25,7 +26,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from infra.localcloud.vm_host import VmHost
+from infra.localcloud.chaos_client import ChaosClient
+from infra.localcloud.cloud import LocalCloud
+from infra.localcloud.launchers import ProcessLauncher
 from infra.localstack.chaos import RandomPreemptions
 from infra.localstack.emulators import Emulator, start_firestore, start_pubsub
 from infra.localstack.processes import ManagedProcess, free_port, http_ok
@@ -47,9 +50,10 @@ class StackOptions:
     project: str = "spotline-local"
     tick_s: float = 10.0  # Cloud Scheduler ticks every minute; locally faster
     heartbeat_s: float = 5.0
-    zones: tuple[str, ...] = ("local-a", "local-b")
+    region: str = "us-central1"
+    zones: tuple[str, ...] = ("us-central1-a", "us-central1-b")
     capacity_errors: dict[str, str] = field(default_factory=dict)
-    # Regional quota limits by metric, over the VM host's defaults (`up --quota`).
+    # Regional quota limits by metric, over the local cloud's defaults (`up --quota`).
     quota_limits: dict[str, float] = field(default_factory=dict)
     # The reaper's limits (production: 300 s, 600 s, 120 s); locally shorter.
     stall_timeout_s: float = 60.0
@@ -68,7 +72,7 @@ class LocalStack:
         self.firestore: Emulator | None = None
         self.pubsub: Emulator | None = None
         self.storage: StorageEmulator | None = None
-        self.vm_host: VmHost | None = None
+        self.cloud: LocalCloud | None = None
         self.chaos: RandomPreemptions | None = None
         self.functions: dict[str, ManagedProcess] = {}
         self.endpoints: dict[str, str] = {}
@@ -95,17 +99,17 @@ class LocalStack:
                 for wait in waits:
                     wait.result()
             self.timings["emulators_s"] = time.monotonic() - started
-            self.vm_host = VmHost(
-                self.workdir,
+            agent = [sys.executable, "-m", "vm_image.agent"]
+            self.cloud = LocalCloud(
                 self.options.project,
-                agent_command=[sys.executable, "-m", "vm_image.agent"],
-                env=self._vm_env(),
+                ProcessLauncher(self.workdir, agent, env=self._vm_env()),
+                zones={self.options.region: self.options.zones},
                 capacity_errors=self.options.capacity_errors or None,
                 quota_limits=self.options.quota_limits,
-            )
-            self.vm_host.start()
+            ).start()
             self.chaos = RandomPreemptions(
-                self.vm_host,
+                self.cloud.model.running_spot_vms,
+                ChaosClient(self.cloud.endpoint, self.options.project),
                 self.options.preempt_rate_per_vm_hour,
                 self.options.chaos_seed,
                 self.options.notice_s,
@@ -133,8 +137,8 @@ class LocalStack:
             self.chaos.stop()
         if self._ticker is not None:
             self._ticker.join(timeout=5)
-        if self.vm_host is not None:
-            self.vm_host.close()
+        if self.cloud is not None:
+            self.cloud.close()
         for server in self.functions.values():
             server.stop()
         for emulator in (self.storage, self.pubsub, self.firestore):
@@ -159,16 +163,16 @@ class LocalStack:
 
     def client_env(self) -> dict[str, str]:
         """What a client (CLI, test) needs to talk to this stack."""
-        assert self.firestore and self.pubsub and self.storage and self.vm_host
+        assert self.firestore and self.pubsub and self.storage and self.cloud
         return {
             "FIRESTORE_EMULATOR_HOST": self.firestore.host,
             "PUBSUB_EMULATOR_HOST": self.pubsub.host,
             "SPOTLINE_PROJECT": self.options.project,
             "GOOGLE_CLOUD_PROJECT": self.options.project,
-            "SPOTLINE_COMPUTE": "local",
-            "SPOTLINE_LOCAL_COMPUTE_URL": self.vm_host.url,
+            "SPOTLINE_COMPUTE_ENDPOINT": self.cloud.endpoint,
             "SPOTLINE_STORAGE_ROOT": self.storage.root,
             **self.storage.client_env(),
+            "SPOTLINE_REGION": self.options.region,
             "SPOTLINE_ZONES": ",".join(self.options.zones),
             "SPOTLINE_HEARTBEAT_S": str(self.options.heartbeat_s),
             "SPOTLINE_STALL_TIMEOUT_S": str(self.options.stall_timeout_s),

@@ -8,10 +8,12 @@ turns every failure into the port's ``CapacityError``, ``TransientError`` or
 
 from __future__ import annotations
 
+import ipaddress
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 import requests
 from google.api_core import exceptions as api_exceptions
@@ -38,8 +40,10 @@ class GceCompute:
     Args:
         project: the project ID.
         api_endpoint: overrides ``compute.googleapis.com``, e.g.
-            ``http://127.0.0.1:8089`` for a local double.
-        credentials: defaults to Application Default Credentials.
+            ``http://127.0.0.1:8089`` for the local cloud (``infra.localcloud``).
+        credentials: defaults to Application Default Credentials, or to
+            anonymous ones for a loopback ``http://`` endpoint (the local cloud
+            takes none, and no real credential should travel in clear text).
         operation_timeout_s: how long a call waits for its operation before
             raising ``TransientError`` (the operation carries on regardless).
         request_timeout_s: the HTTP timeout of each call that is not a wait.
@@ -63,6 +67,10 @@ class GceCompute:
         from google.cloud import compute_v1
 
         options = ClientOptions(api_endpoint=api_endpoint) if api_endpoint else None
+        if credentials is None and api_endpoint and is_loopback_http(api_endpoint):
+            from google.auth.credentials import AnonymousCredentials
+
+            credentials = AnonymousCredentials()
         self._project = project
         self._instances = compute_v1.InstancesClient(
             credentials=credentials, client_options=options
@@ -311,6 +319,19 @@ class GceCompute:
             f"operation {operation.name} in {where} not done after "
             f"{self._operation_timeout_s:g} s; it carries on, and a retry finds its result"
         )
+
+
+def is_loopback_http(endpoint: str) -> bool:
+    """Whether ``endpoint`` is plain HTTP on this machine (a local cloud)."""
+    url = urlsplit(endpoint)
+    if url.scheme != "http" or not url.hostname:
+        return False
+    if url.hostname == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(url.hostname).is_loopback
+    except ValueError:
+        return False
 
 
 @contextmanager

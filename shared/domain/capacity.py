@@ -5,7 +5,7 @@ vCPUs against ``CPUS``, its GPUs against their model's metric (``NVIDIA_L4_GPUS`
 A Spot VM counts against the ``PREEMPTIBLE_`` twin of a metric once Compute
 Engine has granted the project that quota in the region, and against the
 standard metric where it has not ("Quotas for Spot VMs",
-https://cloud.google.com/compute/docs/instances/spot#quotas). The VM host
+https://cloud.google.com/compute/docs/instances/spot#quotas). The local cloud
 applies the same rules to its local VMs.
 """
 

@@ -122,9 +122,16 @@ def node_names(job_id: str, attempt: int, nodes: int) -> list[str]:
     return [vm_name(job_id, attempt, rank) for rank in range(nodes)]
 
 
-def request_id(job_id: str, attempt: int) -> str:
-    """GCE requestId for the attempt: Compute Engine dedupes retried inserts by it."""
-    return str(uuid.uuid5(_REQUEST_NAMESPACE, f"{job_id}/{attempt}"))
+def request_id(job_id: str, attempt: int, try_key: str = "") -> str:
+    """GCE requestId of one insert try of the attempt.
+
+    Compute Engine answers a repeated requestId with the first call's operation,
+    a failed one included (a capacity error), and creates nothing. So each try
+    (``try_key``: the placement pass and the option it tries) has an id of its
+    own, and the same try, redelivered, repeats it.
+    """
+    key = f"{job_id}/{attempt}" + (f"/{try_key}" if try_key else "")
+    return str(uuid.uuid5(_REQUEST_NAMESPACE, key))
 
 
 def vm_labels(job_id: str, attempt: int, user: str) -> dict[str, str]:
@@ -162,11 +169,13 @@ def build_gang_request(
     region: str,
     zones: list[str] | tuple[str, ...],
     service_account: str | None = None,
+    placement: int = 0,
 ) -> GangRequest:
     """The nodes of a multi-node attempt: one bulk insert, all in one zone.
 
     The nodes differ in their names only (a bulk insert gives every instance
     the same properties); a node's rank is its name's ``-n{rank}`` suffix.
+    ``placement`` tells the job's placement passes apart (see ``request_id``).
     """
     base = build_vm_request(option, assignment, image, user, service_account)
     nodes = tuple(replace(base, name=name) for name in assignment.nodes)
@@ -174,7 +183,11 @@ def build_gang_request(
         nodes=nodes,
         region=region,
         zones=tuple(zones),
-        request_id=request_id(assignment.job_id, assignment.attempt),
+        request_id=request_id(
+            assignment.job_id,
+            assignment.attempt,
+            f"{placement}/{option.machine.machine_id}/{','.join(zones)}",
+        ),
     )
 
 
@@ -184,8 +197,10 @@ def build_vm_request(
     image: str,
     user: str,
     service_account: str | None = None,
+    placement: int = 0,
 ) -> VmRequest:
-    """The VM request for one attempt of a job on one option."""
+    """The VM request for one attempt of a job on one option; ``placement``
+    tells the job's placement passes apart (see ``request_id``)."""
     machine = option.machine
     accelerators: tuple[Accelerator, ...] = ()
     if machine.attaches_gpus and machine.gpu_type:
@@ -195,7 +210,11 @@ def build_vm_request(
         zone=option.zone,
         machine_type=machine.machine_type,
         provisioning=option.provisioning,
-        request_id=request_id(assignment.job_id, assignment.attempt),
+        request_id=request_id(
+            assignment.job_id,
+            assignment.attempt,
+            f"{placement}/{option.machine.machine_id}/{option.zone}",
+        ),
         image=image,
         labels=vm_labels(assignment.job_id, assignment.attempt, user) | option_labels(option),
         metadata={**BOOT_SCRIPTS, JOB_METADATA_KEY: assignment.model_dump_json()},

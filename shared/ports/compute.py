@@ -1,10 +1,11 @@
 """The compute port: what spotline needs from a VM provider, and its contract.
 
-Two adapters implement it: ``GceCompute`` (Compute Engine through
-google-cloud-compute) and ``LocalCompute`` (local processes running the real VM
-agent). Callers depend only on this module.
+One adapter implements it: ``GceCompute`` (Compute Engine through
+google-cloud-compute), against Compute Engine or, with ``api_endpoint``, the
+local cloud (``infra.localcloud``: local processes running the real VM agent
+behind Compute Engine's REST routes). Callers depend only on this module.
 
-Contract, for every adapter:
+Contract:
 
 * ``insert(request)`` creates the VM and returns once the provider accepted it.
   Inserting a VM whose name already exists succeeds and returns that VM (the

@@ -1,7 +1,7 @@
-"""The VmHost's regional quotas: the limits it is given, the usage of its live
-VMs, and the check that refuses a VM that would pass a limit.
+"""The local cloud's regional quotas: the limits it is given, the usage of the
+live VMs of a region, and the check that refuses VMs that would pass a limit.
 
-The host is one region, under whatever name a caller uses. Each VM is charged
+Every region has the same limits. Each VM is charged
 as Compute Engine charges it (``shared.domain.capacity``): its vCPUs and GPUs, looked
 up in the catalog, against ``CPUS`` and its GPU model's metric, or against their
 ``PREEMPTIBLE_`` twins for a Spot VM where those have a limit above 0. A metric
@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from infra.localcloud.vm_host_api import HostError
+from infra.localcloud.errors import QuotaExceeded
 from shared.domain.capacity import (
     CPU_METRIC,
     GPU_METRICS,
@@ -46,16 +46,13 @@ class Charge:
     needs: Mapping[str, int]
 
 
-def vm_charge(request: Mapping[str, Any]) -> Charge:
-    """The charge of a VM made from VmRequest fields: the vCPUs of its machine
-    type, and the GPUs it attaches or its machine type has built in."""
-    machine_type = str(request.get("machine_type") or "")
+def vm_charge(
+    machine_type: str, provisioning: Provisioning, accelerators: Iterable[tuple[str, int]]
+) -> Charge:
+    """The charge of a VM: the vCPUs of its machine type, and the GPUs it
+    attaches or its machine type has built in."""
     machine = next((m for m in load_catalog().values() if m.machine_type == machine_type), None)
-    try:
-        provisioning = Provisioning(str(request.get("provisioning") or Provisioning.SPOT))
-        gpus = [(str(a["type"]), int(a["count"])) for a in request.get("accelerators") or []]
-    except (KeyError, TypeError, ValueError) as e:
-        raise HostError(400, "invalid", f"Invalid provisioning or accelerators: {e}") from e
+    gpus = list(accelerators)
     if machine is not None and machine.gpu_type and not machine.attaches_gpus:
         gpus.append((machine.gpu_type, machine.gpu_count))
     return Charge(provisioning, demand(machine.vcpus if machine else 0, gpus))
@@ -72,7 +69,7 @@ def usage(limits: Mapping[str, float], charges: Iterable[Charge]) -> dict[str, f
 
 
 def quota_listing(limits: Mapping[str, float], live: Iterable[Charge]) -> list[dict[str, Any]]:
-    """The quotas as ``GET /regions/REGION/quotas`` answers them."""
+    """The quotas as ``regions.get`` lists them."""
     used = usage(limits, live)
     return [
         {"metric": metric, "limit": limit, "usage": used[metric]}
@@ -80,18 +77,16 @@ def quota_listing(limits: Mapping[str, float], live: Iterable[Charge]) -> list[d
     ]
 
 
-def check_quota(limits: Mapping[str, float], live: Iterable[Charge], new: Iterable[Charge]) -> None:
+def check_quota(
+    region: str, limits: Mapping[str, float], live: Iterable[Charge], new: Iterable[Charge]
+) -> None:
     """Refuse ``new`` VMs, all of them, when they would take a metric past its limit.
 
     Raises:
-        HostError: 403 ``QUOTA_EXCEEDED``, as Compute Engine answers an insert.
+        QuotaExceeded: naming the first metric past its limit.
     """
     used = usage(limits, live)
     for metric, amount in usage(limits, new).items():
         limit = limits.get(metric)
         if amount > 0 and limit is not None and used[metric] + amount > limit:
-            raise HostError(
-                403,
-                "QUOTA_EXCEEDED",
-                f"Quota '{metric}' exceeded. Limit: {limit:.1f} in the VM host's region.",
-            )
+            raise QuotaExceeded(metric, limit, region)

@@ -1,0 +1,59 @@
+"""The real google-cloud-compute client against the local cloud, whose VMs are
+records (no process): fixtures ``cloud`` and ``compute``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from infra.localcloud.cloud import LocalCloud
+from infra.localcloud.launchers import RecordLauncher
+from shared.adapters.gce_compute import GceCompute
+
+
+@pytest.fixture
+def cloud() -> Iterator[LocalCloud]:
+    with LocalCloud("spotline-test", RecordLauncher()) as running:
+        yield running
+
+
+def client(cloud: LocalCloud, operation_timeout_s: float = 5.0) -> GceCompute:
+    """GceCompute on the local cloud; anonymous credentials, as on any loopback endpoint."""
+    return GceCompute(
+        cloud.project,
+        api_endpoint=cloud.endpoint,
+        operation_timeout_s=operation_timeout_s,
+        read_retry_s=1.0,
+    )
+
+
+@pytest.fixture
+def compute(cloud: LocalCloud) -> GceCompute:
+    return client(cloud)
+
+
+def add_instance(
+    cloud: LocalCloud,
+    zone: str,
+    name: str,
+    *,
+    labels: dict[str, str] | None = None,
+    metadata: dict[str, str] | None = None,
+    status: str = "RUNNING",
+    machine_type: str = "n1-standard-4",
+) -> dict[str, Any]:
+    """Put a VM in place, as if another caller had made it; its Compute Engine JSON."""
+    fields = {"name": name, "zone": zone, "machine_type": machine_type}
+    cloud.insert({**fields, "labels": labels or {}, "metadata": metadata or {}})
+    if status == "TERMINATED":
+        cloud.stop(name, zone)
+    instance = cloud.instance(zone, name)
+    assert instance is not None and instance["status"] == status
+    return instance
+
+
+def vm_keys(cloud: LocalCloud) -> list[tuple[str, str]]:
+    """(zone, name) of every VM, sorted."""
+    return sorted((vm["zone"], vm["name"]) for vm in cloud.list())
