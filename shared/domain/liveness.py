@@ -32,14 +32,14 @@ def vm_being_placed(name: str, job: JobDoc | None) -> bool:
     return made_for is not None and being_placed(job, *made_for)
 
 
+def _current_vm_of(instance: InstanceDoc, job: JobDoc | None) -> bool:
+    """The instance is one of the VMs of its job's current attempt."""
+    return job is not None and job.attempt == instance.attempt and instance.name in current_vms(job)
+
+
 def serves_its_job(instance: InstanceDoc, job: JobDoc | None) -> bool:
     """The instance runs its live job's current attempt."""
-    return (
-        job is not None
-        and job.attempt == instance.attempt
-        and instance.name in current_vms(job)
-        and job.status in JobStatus.active()
-    )
+    return _current_vm_of(instance, job) and job is not None and job.status in JobStatus.active()
 
 
 def finishing(instance: InstanceDoc, job: JobDoc | None, now: datetime, grace_s: float) -> bool:
@@ -49,13 +49,9 @@ def finishing(instance: InstanceDoc, job: JobDoc | None, now: datetime, grace_s:
     yet. Released under that step's feet, a VM meant to cool is deleted. Past
     the grace, that step has died for good (a redelivery runs well inside it),
     and whatever it left is the reaper's."""
-    if (
-        job is None
-        or job.status not in JobStatus.terminal()
-        or job.attempt != instance.attempt
-        or instance.name not in current_vms(job)
-        or not job.history
-    ):
+    if job is None or not _current_vm_of(instance, job):
+        return False
+    if job.status not in JobStatus.terminal() or not job.history:
         return False
     # A terminal job never moves again: its last history line is its end.
     return (now - job.history[-1].at).total_seconds() <= grace_s
