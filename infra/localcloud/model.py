@@ -31,6 +31,7 @@ from typing import Any
 from infra.localcloud.errors import (
     AlreadyExists,
     FingerprintMismatch,
+    Invalid,
     NotFound,
     NotReady,
     Refused,
@@ -251,8 +252,14 @@ class ComputeModel:
 
     def preempt(self, name: str, zone: str | None = None, notice_s: float = 30.0) -> Instance:
         """Preempt the VM: ``instance/preempted`` TRUE and SIGTERM now, SIGKILL
-        when the notice ends; it is deleted once it ends. Returns at once."""
+        when the notice ends; it is deleted once it ends. Returns at once.
+
+        Raises:
+            Invalid: the VM is on demand (Compute Engine preempts Spot VMs only).
+        """
         with self._lock:
+            if self._get(name, zone).spec.provisioning != Provisioning.SPOT:
+                raise Invalid(f"The resource '{name}' is not a Spot VM: it cannot be preempted.")
             vm = self._begin_removal(name, zone)
             vm.preempted = True
             run = vm.run
