@@ -101,7 +101,7 @@ def after_job(deps: Deps, job: JobDoc, name: str, now: datetime) -> None:
             name, if_owned(owner, lambda current: start_cooling(current, now, period, rule))
         )
         if cooling is not None:
-            _still_held(cooling, owner)
+            _still_held(cooling, owner)  # logs it when the VM was another job's
     else:
         retire_instance(deps, owner, name, now, note=f"job {job.status.lower()}")
 
