@@ -7,7 +7,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from shared.domain import reaping as r
+from shared.domain.cooling import claim, start_cooling
 from shared.domain.documents import InstanceDoc, JobDoc
+from shared.domain.pricing import CoolingRule
 from shared.domain.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
 from shared.domain.vms import Vm, VmState
 from tests.documents import T0, at, entry, instance, job, user, vm
@@ -61,6 +63,19 @@ def test_a_silent_vm_is_stalled_and_a_slow_boot_too() -> None:
     assert vms_stage([booting], [vm()], [job()], now_s=600) == []
     [slow] = vms_stage([booting], [vm()], [job()], now_s=601)
     assert isinstance(slow, r.Recover) and "not booted" in slow.note
+
+
+def test_a_vm_claimed_after_cooling_longer_than_the_stall_timeout_is_not_stalled() -> None:
+    """job1 ends at 0 on a booted VM, which cools until job2 claims it at 1000
+    (past the 300 s stall timeout); the next sweep leaves job2 its VM."""
+    rule = CoolingRule()
+    cooling = start_cooling(instance(**BOOTED), T0, 3600, rule)
+    claimed = claim(cooling, "job2", 1, at(1000), rule)
+    job2 = job("job2", substatus=S.CONNECTING_SERVER, instance="sl-job1-a1")
+    assert vms_stage([claimed], [vm()], [job2], now_s=1001) == []
+    assert vms_stage([claimed], [vm()], [job2], now_s=1300) == []
+    [stalled] = vms_stage([claimed], [vm()], [job2], now_s=1301)  # job2's agent never spoke
+    assert isinstance(stalled, r.Recover) and stalled.cause == S.STALLED
 
 
 def test_a_vm_whose_job_is_being_placed_keeps_going_even_when_missing() -> None:

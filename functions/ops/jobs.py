@@ -18,6 +18,7 @@ from shared import logs
 from shared.domain.documents import JobDoc, QueueEntry
 from shared.domain.errors import IllegalTransition, PermanentError
 from shared.domain.lifecycle import advance, end_attempt, job_id_for, new_job
+from shared.domain.liveness import Owner
 from shared.domain.queueing import give_up_reason
 from shared.domain.spec import JobSpec
 from shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
@@ -95,10 +96,11 @@ def cancel(deps: Deps, job_id: str, reason: str, now: datetime) -> JobDoc:
         logs.info(f"job {job_id}: already {job.status}; cancel ignored", job_id=job_id)
         return job
     store.delete_queue(job_id)
-    if job.instance:
-        instance = store.get_instance(job.instance)
-        if instance is not None and instance.status in InstanceStatus.live():
-            release_instance(deps, job.instance, now, note=f"job canceled: {reason}")
+    instance = store.get_instance(job.instance) if job.instance else None
+    if instance and instance.job_id == job_id and instance.status in InstanceStatus.live():
+        # Guarded by that holder (the write checks it): not once another job has the VM.
+        note = f"job canceled: {reason}"
+        release_instance(deps, instance.name, now, note, owner=Owner.of(instance))
     settle(deps, job, now)
     logs.info(f"job {job_id}: canceled ({reason})", job_id=job_id)
     return job

@@ -1,17 +1,55 @@
-"""Is a VM alive, and is it wanted: the reaper's checks of one instance, pure.
+"""Is a VM alive, and is it wanted, and whose is it: checks of one instance, pure.
 
 The reaper compares what Firestore believes with what Compute Engine lists;
 these say what a difference means. Each takes the documents and ``now``.
+
+A VM outlives its job's hold on it: a cooling VM is claimed by the user's next
+job, a stopped one restarted for it, under the same name (and, when both are
+first attempts, the same attempt number). The instance document's ``job_id``
+and ``attempt`` say which job's attempt holds it now; what a job's event does
+to an instance is guarded by them (``if_owned``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
+from typing import NamedTuple
 
 from shared.domain.documents import InstanceDoc, JobDoc
 from shared.domain.lifecycle import current_vms
 from shared.domain.placement import vm_attempt
 from shared.domain.states import JobStatus, JobSubstatus
+
+
+class Owner(NamedTuple):
+    """One attempt of one job: the holder an instance is written on behalf of."""
+
+    job_id: str
+    attempt: int
+
+    @classmethod
+    def of(cls, doc: InstanceDoc | JobDoc) -> Owner:
+        """An instance's holder now, or a job's current attempt."""
+        return cls(doc.job_id, doc.attempt)
+
+
+def belongs_to(instance: InstanceDoc, owner: Owner) -> bool:
+    """The instance is still ``owner``'s: no other job (or attempt) took it since."""
+    return Owner.of(instance) == owner
+
+
+def if_owned(
+    owner: Owner, change: Callable[[InstanceDoc], InstanceDoc]
+) -> Callable[[InstanceDoc], InstanceDoc]:
+    """``change``, made only while the instance belongs to ``owner``: otherwise
+    the instance as it is. For a guarded update (``Store.update_instance``), so
+    the check runs on the document the write replaces, not on an earlier read."""
+
+    def guarded(instance: InstanceDoc) -> InstanceDoc:
+        return change(instance) if belongs_to(instance, owner) else instance
+
+    return guarded
 
 
 def being_placed(job: JobDoc | None, job_id: str, attempt: int) -> bool:
@@ -33,8 +71,13 @@ def vm_being_placed(name: str, job: JobDoc | None) -> bool:
 
 
 def _current_vm_of(instance: InstanceDoc, job: JobDoc | None) -> bool:
-    """The instance is one of the VMs of its job's current attempt."""
-    return job is not None and job.attempt == instance.attempt and instance.name in current_vms(job)
+    """The instance is one of the VMs of ``job``'s current attempt, and that
+    attempt still holds it."""
+    return (
+        job is not None
+        and belongs_to(instance, Owner.of(job))
+        and instance.name in current_vms(job)
+    )
 
 
 def serves_its_job(instance: InstanceDoc, job: JobDoc | None) -> bool:
@@ -58,15 +101,18 @@ def finishing(instance: InstanceDoc, job: JobDoc | None, now: datetime, grace_s:
 
 
 def silent_s(instance: InstanceDoc, now: datetime) -> float:
-    """Seconds since the VM last gave a sign of life (or was made)."""
-    # A restarted (stopped) VM's running segment began when it was restarted.
-    last = (
-        instance.last_heartbeat_at
-        or instance.booted_at
-        or instance.segment_started_at
-        or instance.created_at
-    )
-    return (now - last).total_seconds()
+    """Seconds since the VM last gave a sign of life, or since its job got it,
+    whichever is later.
+
+    Its job got it when it was made, or when its running segment began: a
+    claimed cooling VM and a restarted stopped one start a segment then. The
+    heartbeats of the job it served before say nothing of this one: counted
+    from them, a VM claimed after cooling past the stall timeout would stall
+    at the next sweep.
+    """
+    got = instance.segment_started_at or instance.created_at
+    heard = instance.last_heartbeat_at or instance.booted_at
+    return (now - max(got, heard) if heard else now - got).total_seconds()
 
 
 def stall_note(
