@@ -52,7 +52,15 @@ def start(deps: Deps, job: JobDoc, now: datetime) -> JobDoc:
     over_quota = take_job_slot(deps, job, now)
     if over_quota is not None:
         return wait_for_quota(deps, job, now, over_quota)
-    return launch(deps, job, now)
+    return place(deps, job, now)
+
+
+def place(deps: Deps, job: JobDoc, now: datetime) -> JobDoc:
+    """Launch the job's attempt; a job that launching FAILED (no option can ever
+    succeed) gives up its slot at once."""
+    placed = launch(deps, job, now)
+    settle(deps, placed, now)
+    return placed
 
 
 def settle(deps: Deps, job: JobDoc | None, now: datetime) -> None:
@@ -120,7 +128,9 @@ def retry_waiting(deps: Deps, entry: QueueEntry, now: datetime) -> str:
             job.job_id,
             lambda current: advance(current, JobSubstatus.REQUESTING_SERVER, now, "slot free"),
         )
-        job = launch(deps, moved or job, now)
+        job = place(deps, moved or job, now)
+        if job.status == JobStatus.FAILED:
+            return "failed"
         if job.substatus != JobSubstatus.WAITING_FOR_QUOTA:
             return "placed"
         reason = job.history[-1].note  # what launch found over quota
@@ -142,7 +152,7 @@ def retry_placement(deps: Deps, job: JobDoc, now: datetime) -> JobDoc:
         job.job_id,
         lambda current: advance(current, JobSubstatus.REQUESTING_SERVER, now, note="retrying"),
     )
-    return launch(deps, moved or job, now)
+    return place(deps, moved or job, now)
 
 
 def place_again(deps: Deps, job: JobDoc, now: datetime) -> str | None:
@@ -150,5 +160,5 @@ def place_again(deps: Deps, job: JobDoc, now: datetime) -> str | None:
     function died): place it again. None: it moved on, or the queue has it."""
     if deps.store.get_queue(job.job_id) is not None:
         return None
-    launch(deps, job, now)
-    return "replaced"
+    placed = place(deps, job, now)
+    return "failed" if placed.status == JobStatus.FAILED else "replaced"
