@@ -15,6 +15,8 @@ from functions.ops.queue import drop, give_up, wait_for_quota
 from functions.ops.slots import free_job_slot, take_job_slot
 from functions.ops.teardown import release_instance
 from shared import logs
+from shared.domain.admission import refusals
+from shared.domain.catalog import load_catalog
 from shared.domain.documents import JobDoc, QueueEntry
 from shared.domain.errors import IllegalTransition, PermanentError
 from shared.domain.lifecycle import advance, end_attempt, job_id_for, new_job
@@ -29,8 +31,12 @@ def admit(deps: Deps, spec: JobSpec, message_id: str, now: datetime) -> JobDoc:
     first delivery left it.
 
     Raises:
-        PermanentError: another submission holds the job id.
+        PermanentError: the deployment cannot take the job (``admission``), or
+            another submission holds the job id.
     """
+    problems = refusals(spec, load_catalog(), deps.settings.region)
+    if problems:
+        raise PermanentError("; ".join(problems))
     job_id = job_id_for(spec, message_id)
     job = new_job(spec, job_id, message_id, now)
     if deps.store.create_job(job):
