@@ -24,6 +24,7 @@ from functions.deps import Deps
 from functions.handlers.envelope import Message
 from functions.handlers.reaper import sweep
 from functions.handlers.submit_job import submit_job
+from functions.ops.recovery import recover
 from infra.cli.commands import main as cli
 from infra.localcloud.cloud import LocalCloud
 from shared.adapters.firestore_store import FirestoreStore
@@ -66,9 +67,9 @@ def world(cloud: LocalCloud) -> tuple[Deps, InMemoryStore]:
     return Deps(settings, store=store, clock=lambda: NOW), store
 
 
-def reaper_tick(deps: Deps, store: InMemoryStore) -> Counter[str]:
-    """One sweep an hour later: past every timeout and backoff."""
-    later = NOW + timedelta(hours=1)
+def reaper_tick(deps: Deps, store: InMemoryStore, at: datetime | None = None) -> Counter[str]:
+    """One sweep, by default an hour later: past every timeout and backoff."""
+    later = at or NOW + timedelta(hours=1)
     return sweep(Deps(deps.settings, store=store, compute=deps.compute, clock=lambda: later), later)
 
 
@@ -203,6 +204,44 @@ def test_a_queued_job_whose_machine_left_the_catalog_fails_at_the_reapers_retry(
     user = store.get_user("alice")
     assert user is not None and (user.active_jobs, user.active_instances) == ([], [])
     assert store.get_queue("job1") is None and inserts(cloud) == 0
+
+
+def test_a_job_waiting_for_capacity_fails_when_its_retry_is_refused_for_good(
+    cloud: LocalCloud,
+) -> None:
+    deps, store = world(cloud)
+    for zone in ("us-central1-a", "us-central1-b"):
+        cloud.capacity_errors[zone] = "ZONE_RESOURCE_POOL_EXHAUSTED"
+    submit(message(SPEC, "m1"), deps)
+    entry = store.get_queue("job1")
+    assert entry is not None
+    cloud.capacity_errors.clear()
+    cloud.missing_images.add(IMAGE)  # say, the image family was deleted meanwhile
+    reaper_tick(deps, store, at=entry.not_before)  # its retry is due, wait_request_s is not out
+    ended = store.get_job("job1")
+    assert ended is not None and ended.status == JobStatus.FAILED
+    assert ended.error is not None and "was not found" in ended.error
+    assert store.get_queue("job1") is None
+    user = store.get_user("alice")
+    assert user is not None and (user.active_jobs, user.active_instances) == ([], [])
+
+
+def test_the_next_attempt_after_a_preemption_fails_when_refused_for_good(
+    cloud: LocalCloud,
+) -> None:
+    deps, store = world(cloud)
+    submit(message(SPEC, "m1"), deps)
+    instance = store.get_instance("sl-job1-a1")
+    assert instance is not None
+    cloud.missing_images.add(IMAGE)
+    recover(deps, instance, JobSubstatus.PREEMPTED, NOW, note="preempted")
+    ended = store.get_job("job1")
+    assert ended is not None and (ended.status, ended.attempt) == (JobStatus.FAILED, 2)
+    assert ended.error is not None and "cannot be placed" in ended.error
+    # The attempt's queue entry (the safety net written before placing) is gone.
+    assert store.get_queue("job1") is None and cloud.list() == []
+    user = store.get_user("alice")
+    assert user is not None and (user.active_jobs, user.active_instances) == ([], [])
 
 
 # -- the wire: what the local cloud answers, and how GceCompute names it --
