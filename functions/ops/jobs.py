@@ -15,6 +15,8 @@ from functions.ops.queue import drop, give_up, wait_for_quota
 from functions.ops.slots import free_job_slot, take_job_slot
 from functions.ops.teardown import release_instance
 from shared import logs
+from shared.domain.admission import refusals
+from shared.domain.catalog import load_catalog
 from shared.domain.documents import JobDoc, QueueEntry
 from shared.domain.errors import IllegalTransition, PermanentError
 from shared.domain.lifecycle import advance, end_attempt, job_id_for, new_job
@@ -30,8 +32,12 @@ def admit(deps: Deps, spec: JobSpec, message_id: str, now: datetime) -> JobDoc:
     first delivery left it.
 
     Raises:
-        PermanentError: another submission holds the job id.
+        PermanentError: the deployment cannot take the job (``admission``), or
+            another submission holds the job id.
     """
+    problems = refusals(spec, load_catalog(), deps.settings.region)
+    if problems:
+        raise PermanentError("; ".join(problems))
     job_id = job_id_for(spec, message_id)
     job = new_job(spec, job_id, message_id, now)
     if deps.store.create_job(job):
@@ -53,7 +59,15 @@ def start(deps: Deps, job: JobDoc, now: datetime) -> JobDoc:
     over_quota = take_job_slot(deps, job, now)
     if over_quota is not None:
         return wait_for_quota(deps, job, now, over_quota)
-    return launch(deps, job, now)
+    return place(deps, job, now)
+
+
+def place(deps: Deps, job: JobDoc, now: datetime) -> JobDoc:
+    """Launch the job's attempt; a job that launching FAILED (no option can ever
+    succeed) gives up its slot at once."""
+    placed = launch(deps, job, now)
+    settle(deps, placed, now)
+    return placed
 
 
 def settle(deps: Deps, job: JobDoc | None, now: datetime) -> None:
@@ -122,7 +136,9 @@ def retry_waiting(deps: Deps, entry: QueueEntry, now: datetime) -> str:
             job.job_id,
             lambda current: advance(current, JobSubstatus.REQUESTING_SERVER, now, "slot free"),
         )
-        job = launch(deps, moved or job, now)
+        job = place(deps, moved or job, now)
+        if job.status == JobStatus.FAILED:
+            return "failed"
         if job.substatus != JobSubstatus.WAITING_FOR_QUOTA:
             return "placed"
         reason = job.history[-1].note  # what launch found over quota
@@ -144,7 +160,7 @@ def retry_placement(deps: Deps, job: JobDoc, now: datetime) -> JobDoc:
         job.job_id,
         lambda current: advance(current, JobSubstatus.REQUESTING_SERVER, now, note="retrying"),
     )
-    return launch(deps, moved or job, now)
+    return place(deps, moved or job, now)
 
 
 def place_again(deps: Deps, job: JobDoc, now: datetime) -> str | None:
@@ -152,5 +168,5 @@ def place_again(deps: Deps, job: JobDoc, now: datetime) -> str | None:
     function died): place it again. None: it moved on, or the queue has it."""
     if deps.store.get_queue(job.job_id) is not None:
         return None
-    launch(deps, job, now)
-    return "replaced"
+    placed = place(deps, job, now)
+    return "failed" if placed.status == JobStatus.FAILED else "replaced"
