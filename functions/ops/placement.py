@@ -37,6 +37,7 @@ from shared.domain.cooling import claim, claimable
 from shared.domain.documents import InstanceDoc, JobDoc, UserDoc
 from shared.domain.errors import CapacityError, PermanentError, SpotlineError, Unplaceable
 from shared.domain.lifecycle import vm_recorded
+from shared.domain.liveness import Owner
 from shared.domain.placement import (
     Option,
     build_gang_request,
@@ -382,7 +383,8 @@ def _boot(deps: Deps, job: JobDoc, instance: InstanceDoc, now: datetime) -> Sing
         deps.compute.start(instance.zone, instance.name)
     except (CapacityError, PermanentError) as err:
         logs.warning(f"{instance.name}: cannot restart ({err}); deleting it")
-        release_instance(deps, instance.name, now, f"cannot restart: {err}")
+        note = f"cannot restart: {err}"
+        release_instance(deps, instance.name, now, note, owner=Owner.of(job))
         return None
     logs.info(f"job {job.job_id}: restarted stopped instance {instance.name}", job_id=job.job_id)
     return held_vm(instance, load_catalog())
