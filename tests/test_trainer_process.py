@@ -110,3 +110,22 @@ def test_a_trainer_that_cannot_start_says_why(
         TrainerProcess(command, env, tmp_path, events, lambda record: None)
     assert raised.value.exit_code == code
     assert names in str(raised.value)
+
+
+# A report line that is not UTF-8, then a good one.
+BAD_REPORT = r"""
+import json, sys
+with open(sys.argv[1], "ab") as events:
+    events.write(b'{"type": "epoch", "epoch": "\xff"}\n')
+    events.write(json.dumps({"type": "epoch", "epoch": 2}).encode() + b"\n")
+"""
+
+
+def test_a_report_that_is_not_utf8_is_skipped(tmp_path: Path) -> None:
+    events = tmp_path / "events.jsonl"
+    relayed: list[Any] = []
+    command = [sys.executable, "-c", BAD_REPORT, str(events)]
+    trainer = TrainerProcess(command, {}, tmp_path, events, lambda r: relayed.append(r["epoch"]))
+
+    assert _wait_within(trainer, 30) == 0
+    assert relayed[-1] == 2

@@ -168,7 +168,15 @@ class TrainerProcess:
             self._read_reports()
 
     def _read_reports(self) -> None:
-        with open(self.events_path, encoding="utf-8") as events:
+        try:
+            self._read_new_reports()
+        except OSError as err:  # the trainer removed or broke its events file
+            logs.warning(f"cannot read the trainer's reports {self.events_path}: {err}")
+
+    def _read_new_reports(self) -> None:
+        # A line that is not UTF-8 is decoded with replacement: what does not
+        # parse, or does not make an event, is skipped with a warning.
+        with open(self.events_path, encoding="utf-8", errors="replace") as events:
             events.seek(self._offset)
             while True:
                 line = events.readline()
