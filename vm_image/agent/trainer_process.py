@@ -25,8 +25,10 @@ _TAIL_LINES = 20
 _TAIL_LINE_CHARS = 500
 TAIL_CHARS = 2000
 # The most read from the trainer's output at once: a "line" without a newline
-# (a progress bar, binary noise) is copied in pieces of this size, not held whole.
-_READ_BYTES = 16 * 1024
+# (a progress bar, binary noise) is copied in pieces of this size, not held
+# whole. Each piece becomes one JSON log line, up to 6 times longer (\ufffd
+# for every undecodable byte): 4 KiB keeps it under journald's LineMax (48K).
+_READ_BYTES = 4 * 1024
 TENSORBOARD_DIR = "tensorboard"
 
 
