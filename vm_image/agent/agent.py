@@ -302,7 +302,7 @@ class Agent:
                         f"job finished (exit code {event.exit_code}) could not be published "
                         f"to {self.bus.topic_path('job_finished')} in "
                         f"{self.finish_publish_s:.0f} s: {err!r}; exiting, so that the VM "
-                        "powers off and the reaper finds the job's VM gone",
+                        "powers off (the reaper then acts on its silence)",
                         job_id=event.job_id,
                         attempt=event.attempt,
                     )
