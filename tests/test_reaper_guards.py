@@ -5,7 +5,7 @@ action does not stop the sweep."""
 from __future__ import annotations
 
 from functions.deps import Deps
-from functions.handlers.reaper import apply
+from functions.ops.sweep import apply
 from shared.adapters.memory_store import InMemoryStore
 from shared.domain import reaping as r
 from shared.domain.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus

@@ -1,6 +1,6 @@
 """The reaper's decisions, pure: documents and the VM listing in, actions out.
 
-The reaper (``functions.handlers.reaper``) sweeps in four stages; each loads
+The reaper (``functions.ops.sweep``) sweeps in four stages; each loads
 what it needs, asks the ``decide_*`` function here, and applies the actions
 one at a time (a failure is logged and the sweep goes on). Each stage loads
 after the previous one applied its actions, because those change what the
