@@ -34,7 +34,13 @@ def recover(
     checkpoint_uri: str | None = None,
     delete_vm: bool = True,
 ) -> JobDoc | None:
-    """Close ``instance`` and move its job to the next attempt, then place it.
+    """Move the job to its next attempt, close ``instance``, then place the job.
+
+    The loss is written on the job first, so a crash at any later point is
+    finished by the reaper: the instance its job no longer owns is released
+    (or finished closing), and the job left in REQUESTING_SERVER is placed
+    again. (Closed first, the instance dropped out of the reaper's sight
+    while its job went on TRAINING on it, holding its slot for ever.)
 
     Args:
         cause: PREEMPTED or STALLED.
@@ -42,9 +48,18 @@ def recover(
             (the log-sink event fires at the start of the 30 s notice).
 
     Raises:
-        StaleEvent: the job is already past this VM (a duplicate report).
+        StaleEvent: the job is already past this VM (a duplicate report); the
+            instance is left as it is.
     """
     store = deps.store
+    job = store.update_job(
+        instance.job_id,
+        lambda current: lifecycle.vm_lost(
+            current, instance.name, instance.attempt, cause, now, note, step, checkpoint_uri
+        ),
+    )
+    if job is None:
+        raise PermanentError(f"instance {instance.name} belongs to unknown job {instance.job_id}")
     substatus = (
         InstanceSubstatus.PREEMPTED
         if cause == JobSubstatus.PREEMPTED
@@ -60,14 +75,6 @@ def recover(
         # Its slot goes to the next attempt: Compute Engine takes the VM within
         # the 30 s notice, so the user may hold one VM over the quota till then.
         free_instance_slot(deps, instance.user, instance.name, now)
-    job = store.update_job(
-        instance.job_id,
-        lambda current: lifecycle.vm_lost(
-            current, instance.name, instance.attempt, cause, now, note, step, checkpoint_uri
-        ),
-    )
-    if job is None:
-        raise PermanentError(f"instance {instance.name} belongs to unknown job {instance.job_id}")
     # A gang restarts whole: the other nodes of the lost attempt go too.
     for node in store.instances_of_job(instance.job_id):
         if (
