@@ -10,8 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from functions.deps import Deps
-from functions.ops.jobs import settle
-from functions.ops.placement import launch
+from functions.ops.jobs import settle, start
 from functions.ops.queue import queue_next_attempt
 from functions.ops.slots import free_instance_slot
 from functions.ops.teardown import release_instance
@@ -98,9 +97,9 @@ def recover(
 
 def relaunch(deps: Deps, job: JobDoc, reason: QueueReason, now: datetime) -> JobDoc:
     """Queue the attempt first (if this process dies, the reaper places it),
-    then place it now."""
+    then place it now, within the user's active-jobs quota (``start``)."""
     queue_next_attempt(deps, job, reason, now)
-    return launch(deps, job, now)
+    return start(deps, job, now)
 
 
 def preempted(deps: Deps, instance: InstanceDoc, notice: PreemptionNotice, now: datetime) -> None:

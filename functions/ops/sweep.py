@@ -207,8 +207,8 @@ def _retry_quota(deps: Deps, action: r.RetryQuota, now: datetime) -> str:
 
 
 def _retry_placement(deps: Deps, action: r.RetryPlacement, now: datetime) -> str:
-    retry_placement(deps, action.job, now)
-    return "placed"
+    tried = retry_placement(deps, action.job, now)
+    return "placed" if tried.substatus in JobSubstatus.on_vm() else "waiting"
 
 
 def _give_up(deps: Deps, action: r.GiveUp, now: datetime) -> str:
