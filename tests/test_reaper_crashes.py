@@ -32,6 +32,7 @@ from shared.contract.events import PreemptionNotice
 from shared.domain.documents import JobDoc
 from shared.domain.errors import PermanentError
 from shared.domain.lifecycle import advance, instance_executing, instance_seen
+from shared.domain.liveness import NOTICE_MARGIN_S, PREEMPTION_NOTICE_S
 from shared.domain.spec import JobSpec
 from shared.domain.states import InstanceStatus, JobSubstatus
 from shared.settings import Settings
@@ -191,3 +192,22 @@ def test_a_recovery_killed_before_any_side_effect_is_finished_later(how: str) ->
                 break
     assert k > 3, "the recovery made fewer side effects than it should"
     assert not stuck, "\n".join(stuck)
+
+
+def test_a_vm_the_log_sink_reported_preempted_is_deleted_after_its_notice() -> None:
+    with training("notice") as world:
+        _report("log-sink")(world, at(10))
+        sweep(world.deps, at(10 + PREEMPTION_NOTICE_S))
+        assert sorted(vm["name"] for vm in world.cloud.list()) == [LOST, NEXT]
+        sweep(world.deps, at(10 + PREEMPTION_NOTICE_S + NOTICE_MARGIN_S))
+        assert sorted(vm["name"] for vm in world.cloud.list()) == [NEXT]
+
+
+def test_the_agent_s_report_after_the_log_sink_s_ends_the_notice() -> None:
+    with training("saved") as world:
+        _report("log-sink")(world, at(10))
+        assert sorted(vm["name"] for vm in world.cloud.list()) == [LOST, NEXT]
+        _report("agent")(world, at(15))  # state saved: stale, yet the VM can go
+        assert sorted(vm["name"] for vm in world.cloud.list()) == [NEXT]
+        job = world.store.get_job("job1")
+        assert job is not None and job.attempts[0].checkpoint_step == 7

@@ -108,7 +108,8 @@ def preempted(deps: Deps, instance: InstanceDoc, notice: PreemptionNotice, now: 
     Raises:
         StaleEvent: recorded already (by the other reporter, or by the reaper
             when the VM vanished before this report came); the report's saved
-            step is still recorded on the lost attempt.
+            step is still recorded on the lost attempt, and after the log
+            sink's report the VM kept through its notice goes (its state is saved).
     """
     source = "the agent" if notice.source == "agent" else "the preemption log"
     try:
@@ -130,4 +131,15 @@ def preempted(deps: Deps, instance: InstanceDoc, notice: PreemptionNotice, now: 
                 instance.job_id,
                 lambda job: lifecycle.saved_after_loss(job, instance.attempt, step),
             )
+        if notice.source == "agent":
+            _end_notice(deps, instance.name)
         raise
+
+
+def _end_notice(deps: Deps, name: str) -> None:
+    """The log sink's report closed the instance PREEMPTED and kept the VM
+    through its notice (the reaper leaves it that long); the agent's report
+    says its state is saved, so the VM need not wait for Compute Engine."""
+    current = deps.store.get_instance(name)
+    if current is not None and current.substatus == InstanceSubstatus.PREEMPTED:
+        deps.compute.delete(current.zone, current.name)

@@ -178,11 +178,12 @@ def _forget_stopped(deps: Deps, action: r.ForgetStopped, now: datetime) -> str:
 def _delete_orphan(deps: Deps, action: r.DeleteOrphan, now: datetime) -> str | None:
     vm = action.vm
     # Owned after all? Its document may have moved between the sweep's
-    # listings (a stopped VM restarted for a job, a VM being stopped).
+    # listings (a stopped VM restarted for a job, a VM being stopped, a
+    # preempted one closed while it saves its state).
     instance = deps.store.get_instance(vm.name)
     job_id = vm.labels.get(r.JOB_LABEL, "")
     job = deps.store.get_job(job_id) if job_id else None
-    if not r.orphaned(vm, instance, job):
+    if not r.orphaned(vm, instance, job, now):
         return None
     deps.compute.delete(vm.zone, vm.name)
     logs.warning(f"reaper: deleted orphan VM {vm.name} in {vm.zone}", instance=vm.name)
