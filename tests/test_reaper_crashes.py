@@ -1,13 +1,15 @@
-"""Re-entrancy of recovery: a process killed before any one of its side
-effects (a document written, a VM created or deleted) leaves state that the
-redelivered event, or failing that the next sweeps, finish.
+"""Re-entrancy of recovery and of the reaper: a process killed before any one
+of its side effects (a document written, a VM created or deleted) leaves
+state that the redelivered event, or failing that the next sweeps, finish.
 
 For each way a VM is lost, the lost attempt is recovered once per crash point
 k = 0, 1, 2, ... (the process dies before its k-th side effect), until one
 run gets through uncrashed; after each crash, two sweeps later on must have
 converged: the job on its next attempt with a VM, the lost VM deleted, its
-slot free, the queue empty. The in-memory store and the local cloud (VMs are
-records) stand in for Firestore and Compute Engine.
+slot free, the queue empty. The same for a sweep that ends a VM (a job
+canceled past its max runtime, a cooling period over): killed anywhere, the
+next sweeps leave what an uncrashed one leaves. The in-memory store and the
+local cloud (VMs are records) stand in for Firestore and Compute Engine.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ from typing import Literal
 import pytest
 
 from functions.deps import Deps
-from functions.ops.jobs import admit, start
+from functions.ops.jobs import admit, settle, start
 from functions.ops.recovery import preempted
 from functions.ops.sweep import sweep
+from functions.ops.teardown import after_job
 from infra.localcloud.cloud import LocalCloud
 from infra.localcloud.launchers import RecordLauncher
 from shared.contract.events import PreemptionNotice
@@ -60,7 +63,7 @@ class World:
 
 
 @contextmanager
-def training(name: str) -> Iterator[World]:
+def training(name: str, **spec: object) -> Iterator[World]:
     """job1 TRAINING on its first VM, which last beat at T0."""
     with LocalCloud(f"crash-{name}", RecordLauncher()) as cloud:
         budget = Budget()
@@ -72,7 +75,7 @@ def training(name: str) -> Iterator[World]:
         )
         compute = CrashingCompute(client(cloud), budget)
         deps = Deps(settings, store=store, compute=compute, clock=lambda: T0)
-        start(deps, admit(deps, JobSpec.model_validate(SPEC), "m1", T0), T0)
+        start(deps, admit(deps, JobSpec.model_validate({**SPEC, **spec}), "m1", T0), T0)
         for phase in (S.GEARING_UP_ENV, S.SENDING_MODEL_AND_DATA, S.TRAINING):
             store.update_job("job1", partial(_advance, to=phase))
         store.update_instance(
@@ -211,3 +214,76 @@ def test_the_agent_s_report_after_the_log_sink_s_ends_the_notice() -> None:
         assert sorted(vm["name"] for vm in world.cloud.list()) == [NEXT]
         job = world.store.get_job("job1")
         assert job is not None and job.attempts[0].checkpoint_step == 7
+
+
+# -- the reaper's other steps that touch a VM --
+
+
+def _completed_and_cooling(world: World) -> None:
+    """job1 completed at T0 and left its VM cooling for 600 s, as on_job_finished does."""
+    for phase in (S.RETURNING, S.COMPLETED):
+        world.store.update_job("job1", partial(_advance, to=phase))
+    job = world.store.get_job("job1")
+    assert job is not None
+    settle(world.deps, job, T0)
+    after_job(world.deps, job, LOST, T0)
+
+
+def ended(world: World) -> tuple[object, ...]:
+    """What a sweep that ended job1's VM leaves: compared with an uncrashed sweep's."""
+    store = world.store
+    job, lost, user = store.get_job("job1"), store.get_instance(LOST), store.get_user("alice")
+    assert job is not None and lost is not None and user is not None
+    vms = sorted(vm["name"] for vm in world.cloud.list())
+    slots = (user.active_jobs, user.active_instances, user.stopped_instances)
+    queued = store.get_queue("job1") is not None
+    return job.status, job.cooling_cost_usd, lost.status, vms, slots, queued
+
+
+ENDINGS = {
+    "canceled past its max runtime": ({"max_runtime_s": 60}, _nothing, 61),
+    "its cooling period over": ({"cool_down_period_s": 600}, _completed_and_cooling, 601),
+}
+
+
+def end_run(how: str, k: int | None, first_s: float) -> tuple[str, tuple[object, ...]]:
+    """Sweep at ``first_s``, killed before its k-th side effect (None: never),
+    then twice past the grace left to a job's own end; the crash and the state."""
+    spec, prepare, at_s = ENDINGS[how]
+    later = at_s + REQUEST_TIMEOUT_S + 1
+    with training(f"end-{k}-{first_s}", **spec) as world:
+        prepare(world)
+        world.budget.left, world.budget.done = k, []
+        crash = "no crash"
+        try:
+            sweep(world.deps, at(first_s))
+        except Crash as killed:
+            crash = str(killed)
+        world.budget.left = None
+        sweep(world.deps, at(later))
+        sweep(world.deps, at(later + 1))
+        return crash, ended(world)
+
+
+@pytest.mark.parametrize("how", ENDINGS)
+def test_a_sweep_killed_while_it_ends_a_vm_is_finished_by_the_next(how: str) -> None:
+    at_s = ENDINGS[how][2]
+    whole = end_run(how, None, at_s)[1]
+    status, cost, lost, vms, slots, queued = whole
+    assert (lost, vms, slots, queued) == (InstanceStatus.CLOSED, [], ([], [], []), False)
+    assert status in ("CANCELED", "COMPLETED")
+    # A VM left cooling by the crash is charged till the sweep that ends it, no more.
+    late_cost = end_run(how, None, at_s + REQUEST_TIMEOUT_S + 1)[1][1]
+    assert isinstance(cost, float) and isinstance(late_cost, float)
+    if status == "COMPLETED":
+        assert 0 < cost < late_cost
+    else:
+        assert cost == late_cost == 0
+    wrong = []
+    for k in itertools.count():
+        crash, state = end_run(how, k, at_s)
+        if crash == "no crash":
+            break
+        if state[:1] + state[2:] != whole[:1] + whole[2:] or state[1] not in (cost, late_cost):
+            wrong.append(f"{crash}: {state}")
+    assert k > 2 and wrong == []
