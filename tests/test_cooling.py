@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from functions import deps
-from functions.ops.placement import claim_cooling
+from functions.ops.reuse import claim_cooling
 from functions.ops.teardown import charge_cooling, end_cooling
 from infra.localcloud.cloud import LocalCloud
 from shared.adapters.firestore_store import FirestoreStore
