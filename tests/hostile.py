@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -140,7 +140,7 @@ def log_records(text: str) -> list[dict[str, Any]]:
     return records
 
 
-def memory_world(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[World]:
+def memory_world(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Generator[World]:
     """The world on the in-memory store, its VMs in the local cloud (records)."""
     from infra.localcloud.cloud import LocalCloud
     from infra.localcloud.launchers import RecordLauncher
