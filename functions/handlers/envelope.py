@@ -43,7 +43,7 @@ class Message:
             return model.model_validate_json(self.data)
         except ValidationError as err:
             raise InvalidMessage(describe_validation_error(err)) from err
-        except (ValueError, RecursionError) as err:  # pydantic's own guards cover these
+        except (ValueError, RecursionError) as err:  # past pydantic's own limits: no JSON either
             raise InvalidMessage(f"the message is not JSON: {type(err).__name__}") from err
 
 

@@ -133,13 +133,17 @@ class JobSpec(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _one_entrypoint(self) -> JobSpec:
+    def _fits_in_metadata(self) -> JobSpec:
         size = len(self.model_dump_json(exclude_defaults=True))
         if size > MAX_SPEC_BYTES:
             raise ValueError(
                 f"the spec is {size} bytes as JSON, over {MAX_SPEC_BYTES}: it travels in the "
                 "VM's metadata; keep large inputs in data_uri or code_uri"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _one_entrypoint(self) -> JobSpec:
         for machine_id in self.machine_ids:
             if not _matches(MACHINE_ID_PATTERN, machine_id):
                 raise ValueError(f"machine_ids: {machine_id!r} is not a machine id")
