@@ -28,6 +28,7 @@ from tests.hostile import (
     memory_world,
     snapshot,
     valid,
+    vm_fields,
 )
 
 DEEP = "[" * 20_000 + "]" * 20_000  # past every JSON parser's recursion limit
@@ -129,6 +130,9 @@ EPOCH = [
     ("long-uri", vm("epoch", checkpoint_uri="gs://b/" + "x" * 10_000), "checkpoint_uri"),
 ]
 HEARTBEAT = [
+    ("phase-completed", vm("heartbeat", phase="COMPLETED"), "phase"),
+    ("phase-canceled", vm("heartbeat", phase="CANCELED"), "phase"),
+    ("phases-failed", vm("heartbeat", phases={"FAILED": vm_fields()["sent_at"]}), "phases"),
     ("beyond-int64-step", raw(valid("heartbeat"), step=INT64), "step"),
     ("negative-step", vm("heartbeat", resumed_from_step=-1), "resumed_from_step"),
 ]

@@ -13,7 +13,15 @@ from __future__ import annotations
 import math
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    field_validator,
+    model_validator,
+)
 
 from shared.domain.bounds import (
     MAX_EPOCHS,
@@ -31,6 +39,23 @@ from shared.domain.states import JobSubstatus
 
 # What the agent keeps of the trainer's output: its end, where the error is.
 LOG_TAIL_CHARS = 8000
+# The steps a VM reports entering. Only these: a heartbeat saying COMPLETED or
+# CANCELED would otherwise end the job, with its VM and slot still held.
+AGENT_PHASES = (
+    JobSubstatus.GEARING_UP_ENV,
+    JobSubstatus.SENDING_MODEL_AND_DATA,
+    JobSubstatus.TRAINING,
+    JobSubstatus.RETURNING,
+)
+
+
+def _agent_phase(phase: JobSubstatus) -> JobSubstatus:
+    if phase not in AGENT_PHASES:
+        raise ValueError(f"{phase.value} is not a step a VM reports ({', '.join(AGENT_PHASES)})")
+    return phase
+
+
+AgentPhase = Annotated[JobSubstatus, AfterValidator(_agent_phase)]
 
 
 class _Event(BaseModel):
@@ -45,7 +70,7 @@ class VmEvent(_Event):
     # When the agent entered each step so far. Events travel on different
     # subscriptions and arrive in any order; with these, whichever comes first
     # fills in the job's timeline with the VM's own times.
-    phases: dict[JobSubstatus, Timestamp] = Field(default_factory=dict)
+    phases: dict[AgentPhase, Timestamp] = Field(default_factory=dict)
 
 
 class VmBooted(VmEvent):
@@ -59,7 +84,7 @@ class Heartbeat(VmEvent):
     """spotline-epoch-done, kind=heartbeat: alive, and which step it is in."""
 
     kind: Literal["heartbeat"] = "heartbeat"
-    phase: JobSubstatus | None = None
+    phase: AgentPhase | None = None
     step: Step | None = None
     resumed_from_step: Step | None = None  # the trainer resumed from this step
 
