@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 
+import gcsfs
 import pytest
 
 from infra.cli.demo import wait_for_job
@@ -51,3 +52,15 @@ def test_a_keras_job_survives_a_preemption(local_stack: LocalStack) -> None:
     accuracy = next(v for k, v in job.metrics.items() if k.startswith("val_") and "acc" in k)
     assert (accuracy or 0.0) > 0.9, job.metrics  # None: not a finite number
     wait_no_vms(local_stack, job_id)
+    # Keras writes through TensorFlow's own files, which cannot reach the
+    # bucket: the state is mirrored there, and the agent uploads TensorBoard's.
+    assert local_stack.storage is not None
+    storage = gcsfs.GCSFileSystem(
+        endpoint_url=local_stack.storage.url, token="anon", skip_instance_cache=True
+    )
+    outputs = f"{local_stack.storage.root}/jobs/{job_id}".removeprefix("gs://")
+    stored = [path.removeprefix(outputs) for path in storage.find(outputs)]
+    assert (job.checkpoint_uri or "").startswith("gs://"), job.checkpoint_uri
+    assert "/checkpoints/latest.weights.h5" in stored, stored
+    assert "/checkpoints/training_metadata.json" in stored, stored
+    assert any(path.startswith("/outputs/tensorboard/train/") for path in stored), stored

@@ -18,6 +18,7 @@ from fsspec.core import url_to_fs
 from infra.localstack.storage import StorageEmulator
 from vm_image.agent.transfers import download_folder, upload_folder
 from vm_image.trainers.checkpoint_files import latest_checkpoint, latest_saved_state
+from vm_image.trainers.state_mirror import MirroredFolder
 from vm_image.trainers.torch_checkpoint import (
     list_checkpoints,
     load_latest_checkpoint,
@@ -120,3 +121,31 @@ def test_folders_go_up_and_come_down_at_the_same_names_every_time(
 def test_a_missing_code_uri_fails_with_its_name(gcs: str, tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="nothing stored under gs://"):
         download_folder(f"{gcs}/no-such-code", tmp_path / "code")
+
+
+def test_a_state_written_locally_is_mirrored_up_and_back_down(
+    gcs: str, storage_emulator: StorageEmulator, tmp_path: Path
+) -> None:
+    """Keras' state: written on the VM's disk, copied to the bucket after each
+    save, copied back into a new VM's folder before training starts."""
+    checkpoint_dir = f"{gcs}/jobs/j4/checkpoints"
+    first = MirroredFolder(checkpoint_dir, staging=tmp_path / "vm1")
+    assert first.remote and first.pull(["state.h5", "meta.json"]) == []  # nothing saved yet
+    (first.local / "state.h5").write_bytes(b"weights-1")
+    (first.local / "meta.json").write_text('{"epoch": 1}')
+    assert first.push(["state.h5", "meta.json", "absent"]) == ["state.h5", "meta.json"]
+    (first.local / "state.h5").write_bytes(b"weights-2")
+    assert first.push(["state.h5"]) == ["state.h5"]
+    assert _objects(storage_emulator, checkpoint_dir) == ["meta.json", "state.h5"]
+
+    second = MirroredFolder(checkpoint_dir, staging=tmp_path / "vm2")
+    assert second.pull(["state.h5", "meta.json"]) == ["state.h5", "meta.json"]
+    assert (second.local / "state.h5").read_bytes() == b"weights-2"
+    assert (second.local / "meta.json").read_text() == '{"epoch": 1}'
+
+
+def test_a_local_state_folder_is_used_as_it_is(tmp_path: Path) -> None:
+    folder = MirroredFolder((tmp_path / "ckpt").as_uri())
+    assert not folder.remote and folder.local == tmp_path / "ckpt"
+    assert folder.push(["state.h5"]) == [] and folder.pull(["state.h5"]) == []
+    assert MirroredFolder(str(tmp_path)).local == tmp_path

@@ -245,6 +245,19 @@ def test_preempted_agent_that_exits_is_gone_before_the_notice_ends(
     assert read_events(out, "job-8-a0")[-1]["event"] == "preempted"
 
 
+def test_an_on_demand_vm_cannot_be_preempted(
+    compute: GceCompute, chaos: ChaosClient, out: Path
+) -> None:
+    request = dataclasses.replace(_request("job-8b-a0"), provisioning=Provisioning.STANDARD)
+    compute.insert(request)
+    wait_event(out, "job-8b-a0", "watching")
+
+    with pytest.raises(ChaosError, match="not a Spot VM"):
+        chaos.preempt(ZONE, "job-8b-a0", notice_s=1.0)
+    assert _state(compute, "job-8b-a0") == VmState.RUNNING
+    compute.delete(ZONE, "job-8b-a0")
+
+
 def test_kill_gives_no_notice(compute: GceCompute, chaos: ChaosClient, out: Path) -> None:
     compute.insert(_request("job-9-a0"))
     pid = wait_event(out, "job-9-a0", "started")["pid"]

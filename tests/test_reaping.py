@@ -7,7 +7,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from shared.domain import reaping as r
-from shared.domain.documents import InstanceDoc, JobDoc
+from shared.domain.cooling import claim, start_cooling
+from shared.domain.documents import AttemptRecord, InstanceDoc, JobDoc
+from shared.domain.liveness import NOTICE_MARGIN_S, PREEMPTION_NOTICE_S
+from shared.domain.pricing import CoolingRule
 from shared.domain.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
 from shared.domain.vms import Vm, VmState
 from tests.documents import T0, at, entry, instance, job, user, vm
@@ -61,6 +64,19 @@ def test_a_silent_vm_is_stalled_and_a_slow_boot_too() -> None:
     assert vms_stage([booting], [vm()], [job()], now_s=600) == []
     [slow] = vms_stage([booting], [vm()], [job()], now_s=601)
     assert isinstance(slow, r.Recover) and "not booted" in slow.note
+
+
+def test_a_vm_claimed_after_cooling_longer_than_the_stall_timeout_is_not_stalled() -> None:
+    """job1 ends at 0 on a booted VM, which cools until job2 claims it at 1000
+    (past the 300 s stall timeout); the next sweep leaves job2 its VM."""
+    rule = CoolingRule()
+    cooling = start_cooling(instance(**BOOTED), T0, 3600, rule)
+    claimed = claim(cooling, "job2", 1, at(1000), rule)
+    job2 = job("job2", substatus=S.CONNECTING_SERVER, instance="sl-job1-a1")
+    assert vms_stage([claimed], [vm()], [job2], now_s=1001) == []
+    assert vms_stage([claimed], [vm()], [job2], now_s=1300) == []
+    [stalled] = vms_stage([claimed], [vm()], [job2], now_s=1301)  # job2's agent never spoke
+    assert isinstance(stalled, r.Recover) and stalled.cause == S.STALLED
 
 
 def test_a_vm_whose_job_is_being_placed_keeps_going_even_when_missing() -> None:
@@ -147,16 +163,65 @@ def test_a_vm_being_placed_or_going_or_owned_is_no_orphan() -> None:
 
 def test_the_orphan_guard_on_fresh_reads() -> None:
     ghost = labelled()
-    assert r.orphaned(ghost, None, None)
+    assert r.orphaned(ghost, None, None, T0)
     restarted = instance("sl-ghost-a1", job_id="job2", status=I.LAUNCHING)
-    assert not r.orphaned(ghost, restarted, None)  # a stopped VM restarted meanwhile
+    assert not r.orphaned(ghost, restarted, None, T0)  # a stopped VM restarted meanwhile
     stopping = instance("sl-ghost-a1", status=I.CLOSED, substatus=InstanceSubstatus.STOPPED)
-    assert not r.orphaned(ghost, stopping, None)
+    assert not r.orphaned(ghost, stopping, None, T0)
     closed = instance("sl-ghost-a1", status=I.CLOSED, substatus=InstanceSubstatus.TERMINATED)
-    assert r.orphaned(ghost, closed, None)
+    assert r.orphaned(ghost, closed, None, T0)
     assert r.orphaned(
-        vm("odd", labels={"spotline-job": "ghost", "spotline-attempt": "x"}), None, None
+        vm("odd", labels={"spotline-job": "ghost", "spotline-attempt": "x"}), None, None, T0
     )
+
+
+def preempted_on_attempt_1(outcome: str = "preempted") -> JobDoc:
+    """job1 moved to attempt 2 when its attempt 1's VM was reported lost at T0."""
+    lost = AttemptRecord(
+        attempt=1,
+        instance="sl-job1-a1",
+        zone="local-a",
+        machine_id="g2-standard-4",
+        started_at=T0,
+        ended_at=T0,
+        outcome=outcome,
+    )
+    return job(
+        attempt=2, substatus=S.CONNECTING_SERVER, status=JobStatus.RECOVERING, attempts=[lost]
+    )
+
+
+def test_a_preempted_vm_is_left_its_notice_to_save_its_state() -> None:
+    """The log sink reports a preemption at the start of Compute Engine's 30 s
+    notice, while the VM saves its state: neither its instance closed PREEMPTED
+    (the VM is then owned by nothing) nor, when the report's function died
+    before closing it, its instance still open is cut short."""
+    preempted = vm(labels={"spotline-job": "job1", "spotline-attempt": "1"})
+    moved = preempted_on_attempt_1()
+    notice_s = PREEMPTION_NOTICE_S + NOTICE_MARGIN_S
+    assert vms_stage([], [preempted], [moved], now_s=notice_s - 1) == []
+    assert vms_stage([], [preempted], [moved], now_s=notice_s) == [r.DeleteOrphan(preempted)]
+    still_open = instance(**BOOTED)
+    assert vms_stage([still_open], [preempted], [moved], now_s=notice_s - 1) == []
+    assert vms_stage([still_open], [preempted], [moved], now_s=notice_s) == [r.Release(still_open)]
+    # Gone already, or stalled rather than preempted: no notice to wait out.
+    assert vms_stage([still_open], [], [moved], now_s=1) == [r.Release(still_open)]
+    stalled = preempted_on_attempt_1("stalled")
+    assert vms_stage([], [preempted], [stalled], now_s=1) == [r.DeleteOrphan(preempted)]
+
+
+def test_the_orphan_guard_leaves_a_vm_closed_preempted_its_notice() -> None:
+    ghost = labelled()
+    closed = instance(
+        "sl-ghost-a1",
+        job_id="ghost",
+        status=I.CLOSED,
+        substatus=InstanceSubstatus.PREEMPTED,
+        closed_at=T0,
+    )
+    notice_s = PREEMPTION_NOTICE_S + NOTICE_MARGIN_S
+    assert not r.orphaned(ghost, closed, None, at(notice_s - 1))
+    assert r.orphaned(ghost, closed, None, at(notice_s))
 
 
 # -- stage 2: jobs --

@@ -330,25 +330,34 @@ def test_queue_of_user_is_oldest_first(store: Store) -> None:
 # -- epochs, availability, rejections, machines ------------------------------
 
 
-def test_epochs_are_keyed_by_number_and_listed_in_order(store: Store) -> None:
+def test_epochs_are_keyed_by_attempt_and_number_and_listed_in_order(store: Store) -> None:
     store.create_job(a_job())
 
-    def epoch(n: int, step: int) -> EpochDoc:
+    def epoch(n: int, step: int, attempt: int = 1) -> EpochDoc:
         return EpochDoc(
             epoch=n,
             epochs=12,
-            attempt=1,
+            attempt=attempt,
             step=step,
             metrics={"loss": 1.0 / n},
-            instance="vm",
+            instance=f"vm-a{attempt}",
             at=T0,
         )
 
     for n in (10, 2, 1, 2):
         store.put_epoch("job1", epoch(n, n * 10))
     store.put_epoch("job1", epoch(2, 99))  # a redelivery overwrites the epoch
+    # The next attempt, resumed from a save in epoch 2, records it again: both kept.
+    store.put_epoch("job1", epoch(3, 130, attempt=2))
+    store.put_epoch("job1", epoch(2, 120, attempt=2))
     store.put_epoch("job2", epoch(1, 1))
-    assert store.list_epochs("job1") == [epoch(1, 10), epoch(2, 99), epoch(10, 100)]
+    assert store.list_epochs("job1") == [
+        epoch(1, 10),
+        epoch(2, 99),
+        epoch(10, 100),
+        epoch(2, 120, attempt=2),
+        epoch(3, 130, attempt=2),
+    ]
     assert store.list_epochs("job2") == [epoch(1, 1)]
     assert store.list_epochs("job3") == []
 

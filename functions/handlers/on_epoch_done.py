@@ -11,6 +11,7 @@ from shared.contract.events import EpochDone, progress_adapter
 from shared.domain import lifecycle
 from shared.domain.documents import InstanceDoc
 from shared.domain.errors import InvalidMessage
+from shared.domain.liveness import Owner, if_owned
 from shared.domain.spec import describe_validation_error
 from shared.domain.states import JobSubstatus
 
@@ -37,4 +38,6 @@ def on_epoch_done(message: Message, deps: Deps) -> None:
         alive = lifecycle.instance_seen(instance, now)
         return lifecycle.instance_executing(alive, now) if training else alive
 
-    store.update_instance(event.instance, seen)
+    # Not once the VM is another job's (claimed, restarted): a late report of
+    # this job's agent must not make that job's VM look alive or training.
+    store.update_instance(event.instance, if_owned(Owner(event.job_id, event.attempt), seen))

@@ -7,6 +7,7 @@ from functions.handlers.envelope import Message, pubsub_handler
 from functions.handlers.vm_events import apply_to_job
 from shared.contract.events import VmBooted
 from shared.domain import lifecycle
+from shared.domain.liveness import Owner, if_owned
 
 
 @pubsub_handler
@@ -15,9 +16,14 @@ def on_vm_booted(message: Message, deps: Deps) -> None:
     now = deps.clock()
     store = deps.store
     apply_to_job(deps, event, lambda current: lifecycle.booted(current, event, now))
+    # Not once the VM is another job's (claimed, restarted): a late boot of
+    # this job's agent says nothing of that one.
     store.update_instance(
         event.instance,
-        lambda instance: lifecycle.instance_seen(
-            instance, now, booted=True, instance_id=event.instance_id
+        if_owned(
+            Owner(event.job_id, event.attempt),
+            lambda instance: lifecycle.instance_seen(
+                instance, now, booted=True, instance_id=event.instance_id
+            ),
         ),
     )

@@ -3,6 +3,8 @@
 Every function takes the process's ``Deps`` first and reaches for nothing
 else; none imports a handler. The arrows point down only::
 
+    sweep       the reaper's four stages: load, decide (pure), apply each action
+       |
     recovery    a lost VM: close the attempt, start the next one
        |
     jobs        settle, cancel, admit and start, retries from the queue

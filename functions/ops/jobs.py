@@ -15,9 +15,12 @@ from functions.ops.queue import drop, give_up, wait_for_quota
 from functions.ops.slots import free_job_slot, take_job_slot
 from functions.ops.teardown import release_instance
 from shared import logs
+from shared.domain.admission import refusals
+from shared.domain.catalog import load_catalog
 from shared.domain.documents import JobDoc, QueueEntry
 from shared.domain.errors import IllegalTransition, PermanentError
 from shared.domain.lifecycle import advance, end_attempt, job_id_for, new_job
+from shared.domain.liveness import Owner
 from shared.domain.queueing import give_up_reason
 from shared.domain.spec import JobSpec
 from shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
@@ -29,8 +32,12 @@ def admit(deps: Deps, spec: JobSpec, message_id: str, now: datetime) -> JobDoc:
     first delivery left it.
 
     Raises:
-        PermanentError: another submission holds the job id.
+        PermanentError: the deployment cannot take the job (``admission``), or
+            another submission holds the job id.
     """
+    problems = refusals(spec, load_catalog(), deps.settings.region)
+    if problems:
+        raise PermanentError("; ".join(problems))
     job_id = job_id_for(spec, message_id)
     job = new_job(spec, job_id, message_id, now)
     if deps.store.create_job(job):
@@ -45,14 +52,27 @@ def admit(deps: Deps, spec: JobSpec, message_id: str, now: datetime) -> JobDoc:
 
 def start(deps: Deps, job: JobDoc, now: datetime) -> JobDoc:
     """Take the job's slot and place it, or queue it for quota. Re-entrant: a
-    job past REQUESTING_SERVER is left as it is."""
+    job past REQUESTING_SERVER is left as it is.
+
+    Every placement of an attempt comes through here (submit_job, recovery,
+    the reaper's retries), so none gets a VM past the active-jobs quota: a job
+    holding its slot keeps it; one whose submission died before it took one
+    takes it now, or waits for quota."""
     if job.substatus != JobSubstatus.REQUESTING_SERVER:
         logs.info(f"job {job.job_id}: already {job.substatus}, nothing to do", job_id=job.job_id)
         return job
     over_quota = take_job_slot(deps, job, now)
     if over_quota is not None:
         return wait_for_quota(deps, job, now, over_quota)
-    return launch(deps, job, now)
+    return place(deps, job, now)
+
+
+def place(deps: Deps, job: JobDoc, now: datetime) -> JobDoc:
+    """Launch the job's attempt; a job that launching FAILED (no option can ever
+    succeed) gives up its slot at once."""
+    placed = launch(deps, job, now)
+    settle(deps, placed, now)
+    return placed
 
 
 def settle(deps: Deps, job: JobDoc | None, now: datetime) -> None:
@@ -95,10 +115,11 @@ def cancel(deps: Deps, job_id: str, reason: str, now: datetime) -> JobDoc:
         logs.info(f"job {job_id}: already {job.status}; cancel ignored", job_id=job_id)
         return job
     store.delete_queue(job_id)
-    if job.instance:
-        instance = store.get_instance(job.instance)
-        if instance is not None and instance.status in InstanceStatus.live():
-            release_instance(deps, job.instance, now, note=f"job canceled: {reason}")
+    instance = store.get_instance(job.instance) if job.instance else None
+    if instance and instance.job_id == job_id and instance.status in InstanceStatus.live():
+        # Guarded by that holder (the write checks it): not once another job has the VM.
+        note = f"job canceled: {reason}"
+        release_instance(deps, instance.name, now, note, owner=Owner.of(instance))
     settle(deps, job, now)
     logs.info(f"job {job_id}: canceled ({reason})", job_id=job_id)
     return job
@@ -120,7 +141,9 @@ def retry_waiting(deps: Deps, entry: QueueEntry, now: datetime) -> str:
             job.job_id,
             lambda current: advance(current, JobSubstatus.REQUESTING_SERVER, now, "slot free"),
         )
-        job = launch(deps, moved or job, now)
+        job = place(deps, moved or job, now)
+        if job.status == JobStatus.FAILED:
+            return "failed"
         if job.substatus != JobSubstatus.WAITING_FOR_QUOTA:
             return "placed"
         reason = job.history[-1].note  # what launch found over quota
@@ -142,7 +165,7 @@ def retry_placement(deps: Deps, job: JobDoc, now: datetime) -> JobDoc:
         job.job_id,
         lambda current: advance(current, JobSubstatus.REQUESTING_SERVER, now, note="retrying"),
     )
-    return launch(deps, moved or job, now)
+    return start(deps, moved or job, now)
 
 
 def place_again(deps: Deps, job: JobDoc, now: datetime) -> str | None:
@@ -150,5 +173,7 @@ def place_again(deps: Deps, job: JobDoc, now: datetime) -> str | None:
     function died): place it again. None: it moved on, or the queue has it."""
     if deps.store.get_queue(job.job_id) is not None:
         return None
-    launch(deps, job, now)
-    return "replaced"
+    placed = start(deps, job, now)
+    if placed.status == JobStatus.FAILED:
+        return "failed"
+    return "waiting" if placed.substatus == JobSubstatus.WAITING_FOR_QUOTA else "replaced"

@@ -19,7 +19,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from functions.deps import Deps
-from functions.ops.queue import wait_for_capacity, wait_for_quota
+from functions.ops.queue import fail_unplaceable, wait_for_capacity, wait_for_quota
 from functions.ops.slots import (
     free_instance_slot,
     free_stopped_slot,
@@ -35,8 +35,9 @@ from shared.contract.cluster import master_port
 from shared.domain.catalog import load_catalog
 from shared.domain.cooling import claim, claimable
 from shared.domain.documents import InstanceDoc, JobDoc, UserDoc
-from shared.domain.errors import CapacityError, PermanentError, SpotlineError
+from shared.domain.errors import CapacityError, PermanentError, SpotlineError, Unplaceable
 from shared.domain.lifecycle import vm_recorded
+from shared.domain.liveness import Owner
 from shared.domain.placement import (
     Option,
     build_gang_request,
@@ -46,6 +47,7 @@ from shared.domain.placement import (
     node_names,
     option_of,
     options,
+    refusal_summary,
     vm_name,
 )
 from shared.domain.states import InstanceStatus
@@ -62,13 +64,16 @@ class OverInstanceQuota(SpotlineError):
 
 def launch(deps: Deps, job: JobDoc, now: datetime) -> JobDoc:
     """Create (or adopt, or reuse) the attempt's VMs and record them; queue the
-    job when no option has capacity or the user is over quota. The job must be
-    in REQUESTING_SERVER."""
+    job when no option has capacity or the user is over quota; FAIL it when no
+    option can ever succeed (the caller settles it). The job must be in
+    REQUESTING_SERVER."""
     tried: list[str] = []
     try:
         found = _find_vms(deps, job, now, tried)
     except OverInstanceQuota as over:
         return wait_for_quota(deps, job, now, str(over))
+    except Unplaceable as refused:
+        return fail_unplaceable(deps, job.job_id, str(refused), now) or job
     if found is None:
         return wait_for_capacity(deps, job, now, tried)
     vms, option = found
@@ -127,6 +132,7 @@ def _find_vms(deps: Deps, job: JobDoc, now: datetime, tried: list[str]) -> Found
 
     Raises:
         OverInstanceQuota: a new or restarted VM would put the user over quota.
+        Unplaceable: no option can ever succeed.
     """
     if job.spec.nodes > 1:
         return _existing_gang(deps, job) or _create_gang(deps, job, tried, now)
@@ -160,8 +166,10 @@ def _create_vm(deps: Deps, job: JobDoc, tried: list[str], now: datetime) -> Sing
     assignment = assignment_for(deps, job)
     zones = job.spec.zones or list(settings.zones)
     name = vm_name(job.job_id, job.attempt)
+    choices = list(options(_machine_ids(job), zones, load_catalog()))
     hold_instance_slots(deps, job, [name], now)
-    for option in options(_machine_ids(job), zones, load_catalog()):
+    refused: list[tuple[str, str]] = []
+    for option in choices:
         # A new placement pass (the job's history grew) tries with new requestIds.
         request = build_vm_request(
             option, assignment, settings.image, job.user, settings.service_account,
@@ -173,9 +181,13 @@ def _create_vm(deps: Deps, job: JobDoc, tried: list[str], now: datetime) -> Sing
             tried.append(f"{option.machine_id} in {option.zone}: {err.reason}")
             _record_request(deps, option.machine_id, ok=False)
             continue
+        except Unplaceable as err:  # this option only: another zone or machine may do
+            refused.append((f"{option.machine_id} in {option.zone}", err.detail))
+            continue
         _record_request(deps, option.machine_id, ok=True)
         return vm, option
     free_instance_slot(deps, job.user, name, now)  # no VM: a waiting job holds no slot
+    _wait_or_give_up(tried, refused)
     return None
 
 
@@ -197,23 +209,42 @@ def _create_gang(deps: Deps, job: JobDoc, tried: list[str], now: datetime) -> Fo
     assignment = assignment_for(deps, job)
     zones = job.spec.zones or list(settings.zones)
     names = node_names(job.job_id, job.attempt, job.spec.nodes)
+    choices = list(options(_machine_ids(job), zones[:1], load_catalog()))
     hold_instance_slots(deps, job, names, now)
-    for option in options(_machine_ids(job), zones[:1], load_catalog()):
+    refused: list[tuple[str, str]] = []
+    for option in choices:
         gang = build_gang_request(
             option, assignment, settings.image, job.user, settings.region, zones,
             settings.service_account, placement=len(job.history),
         )  # fmt: skip
+        where = f"{job.spec.nodes} x {option.machine_id} in {zones}"
         try:
             vms = deps.compute.insert_gang(gang)
         except CapacityError as err:
-            tried.append(f"{job.spec.nodes} x {option.machine_id} in {zones}: {err.reason}")
+            tried.append(f"{where}: {err.reason}")
             _record_request(deps, option.machine_id, ok=False)
+            continue
+        except Unplaceable as err:
+            refused.append((where, err.detail))
             continue
         _record_request(deps, option.machine_id, ok=True)
         return vms, replace(option, zone=vms[0].zone)
     for name in names:
         free_instance_slot(deps, job.user, name, now)
+    _wait_or_give_up(tried, refused)
     return None
+
+
+def _wait_or_give_up(tried: list[str], refused: list[tuple[str, str]]) -> None:
+    """No VM: wait for capacity, unless every option was refused for good (then
+    waiting cannot help). ``tried`` gains the refusals, for the person.
+
+    Raises:
+        Unplaceable: no option can ever succeed.
+    """
+    if refused and not tried:
+        raise Unplaceable(f"Compute Engine refuses every option: {refusal_summary(refused)}")
+    tried.extend(f"{where}: {why}" for where, why in refused)
 
 
 def _record_request(deps: Deps, machine_id: str, ok: bool) -> None:
@@ -352,7 +383,8 @@ def _boot(deps: Deps, job: JobDoc, instance: InstanceDoc, now: datetime) -> Sing
         deps.compute.start(instance.zone, instance.name)
     except (CapacityError, PermanentError) as err:
         logs.warning(f"{instance.name}: cannot restart ({err}); deleting it")
-        release_instance(deps, instance.name, now, f"cannot restart: {err}")
+        note = f"cannot restart: {err}"
+        release_instance(deps, instance.name, now, note, owner=Owner.of(job))
         return None
     logs.info(f"job {job.job_id}: restarted stopped instance {instance.name}", job_id=job.job_id)
     return held_vm(instance, load_catalog())

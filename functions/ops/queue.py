@@ -63,6 +63,23 @@ def give_up(deps: Deps, job_id: str, reason: str, now: datetime) -> JobDoc | Non
     return ended
 
 
+def fail_unplaceable(deps: Deps, job_id: str, reason: str, now: datetime) -> JobDoc | None:
+    """FAILED: no VM request of the job can ever succeed (``Unplaceable``), so
+    it neither waits nor is retried; out of the queue. A job that ended or got
+    its VMs meanwhile is left as it is. The caller settles the job."""
+    error = f"cannot be placed: {reason}"
+
+    def failed(current: JobDoc) -> JobDoc:
+        if current.substatus in {*JobSubstatus.endings(), *JobSubstatus.on_vm()}:
+            return current
+        return fail_job(current, JobSubstatus.FAILED, now, error)
+
+    ended = deps.store.update_job(job_id, failed)
+    deps.store.delete_queue(job_id)
+    logs.warning(f"job {job_id}: {error}", job_id=job_id)
+    return ended
+
+
 def drop(deps: Deps, job_id: str) -> None:
     """The entry is stale (the job ended, moved on, or was placed meanwhile)."""
     deps.store.delete_queue(job_id)

@@ -5,10 +5,16 @@ the VM cooling (see ``shared.domain.stopping`` and ``shared.domain.cooling``).
 Every step writes Firestore before it calls Compute Engine, so a crash in
 between leaves a document the reaper finishes: CLOSING/TERMINATING is deleted
 again, CLOSING/STOPPING is stopped again. Every step is re-entrant.
+
+A step taken for a job (its end, its cancel) lets go of the VM only while the
+instance is still that job's attempt's (``shared.domain.liveness.if_owned``,
+checked inside the guarded write): a late or redelivered event of a job whose
+VM the user's next job has claimed or restarted since leaves it to that job.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 
 from functions.deps import Deps
@@ -18,6 +24,7 @@ from shared.domain import lifecycle
 from shared.domain.cooling import charge, close_segment, start_cooling, while_cooling
 from shared.domain.documents import InstanceDoc, JobDoc
 from shared.domain.errors import PermanentError
+from shared.domain.liveness import Owner, belongs_to, if_owned
 from shared.domain.states import InstanceStatus, InstanceSubstatus
 from shared.domain.stopping import (
     STOPPING_OR_STOPPED,
@@ -36,25 +43,33 @@ def release_instance(
     now: datetime,
     note: str,
     substatus: InstanceSubstatus = InstanceSubstatus.TERMINATED,
+    *,
+    owner: Owner | None = None,
 ) -> InstanceDoc:
     """Close the instance: CLOSING/TERMINATING, delete the VM, then CLOSED.
 
     The Firestore write comes before the delete, so a crash in between leaves
     an instance the reaper sees CLOSING and finishes closing. Re-entrant.
+
+    Args:
+        owner: the job attempt it is closed for; when another holds the
+            instance now, nothing is written or deleted. None: whoever holds it.
     """
     store = deps.store
     instance = store.update_instance(
-        name, lambda current: lifecycle.instance_closing(current, now, note)
+        name, _for(owner, lambda current: lifecycle.instance_closing(current, now, note))
     )
     if instance is None:
         raise PermanentError(f"no instance document for {name}")
+    if owner is not None and not _still_held(instance, owner):
+        return instance
     if instance.substatus in STOPPING_OR_STOPPED:
         # Its job is stopping it, which the caller could not see (the reaper
         # works from a listing made before): a stopped VM is kept, not deleted.
         return instance
     deps.compute.delete(instance.zone, instance.name)
     closed = store.update_instance(
-        name, lambda current: lifecycle.instance_closed(current, now, note, substatus)
+        name, _for(owner, lambda current: lifecycle.instance_closed(current, now, note, substatus))
     )
     free_instance_slot(deps, instance.user, instance.name, now)
     return closed or instance
@@ -75,20 +90,30 @@ def finish_closing(deps: Deps, instance: InstanceDoc, now: datetime) -> None:
 def after_job(deps: Deps, job: JobDoc, name: str, now: datetime) -> None:
     """The job ended on the VM ``name``: keep it cooling for the user's next
     job (``cool_down_period_s``, one node; the reaper ends it when the period
-    ends), else stop or delete it."""
+    ends), else stop or delete it. Only while the job's current attempt holds
+    it: a redelivered end, come after the next job claimed or restarted the
+    VM, leaves it to that job."""
+    owner = Owner.of(job)
     period = job.spec.cool_down_period_s
     if period > 0 and not job.nodes:
         rule = deps.settings.cooling_rule
-        deps.store.update_instance(name, lambda current: start_cooling(current, now, period, rule))
+        cooling = deps.store.update_instance(
+            name, if_owned(owner, lambda current: start_cooling(current, now, period, rule))
+        )
+        if cooling is not None:
+            _still_held(cooling, owner)  # logs it when the VM was another job's
     else:
-        retire_instance(deps, name, now, note=f"job {job.status.lower()}")
+        retire_instance(deps, owner, name, now, note=f"job {job.status.lower()}")
 
 
-def retire_instance(deps: Deps, name: str, now: datetime, note: str) -> None:
-    """Its job is done with the VM: stop it (``try_stop``) or delete it."""
+def retire_instance(deps: Deps, owner: Owner, name: str, now: datetime, note: str) -> None:
+    """``owner`` is done with the VM: stop it (``try_stop``) or delete it.
+    Another job holds it now: left to that one."""
     instance = deps.store.get_instance(name)
+    if instance is not None and not _still_held(instance, owner):
+        return
     if instance is None or not try_stop(deps, instance, now, note):
-        release_instance(deps, name, now, note)
+        release_instance(deps, name, now, note, owner=owner)
 
 
 def try_stop(deps: Deps, instance: InstanceDoc, now: datetime, note: str) -> bool:
@@ -106,20 +131,49 @@ def stop_instance(
     """CLOSING/STOPPING, stop the VM, then CLOSED/STOPPED. Re-entrant.
 
     When the instance is being deleted already (the reaper released it while
-    its job was finishing), the deletion goes on and nothing is stopped.
+    its job was finishing), the deletion goes on and nothing is stopped. Every
+    write is for the job attempt that held ``instance`` when it was read: when
+    another holds it now (a claim, a restart), nothing is written or stopped.
     """
-    store, rule = deps.store, deps.settings.cooling_rule
-    closing = store.update_instance(instance.name, lambda current: stopping(current, now, note))
+    store, rule, owner = deps.store, deps.settings.cooling_rule, Owner.of(instance)
+    closing = store.update_instance(
+        instance.name, if_owned(owner, lambda current: stopping(current, now, note))
+    )
     if closing is None or closing.substatus not in STOPPING_OR_STOPPED:
+        # The stopped slot is per VM name: free unless the VM is being stopped
+        # or is stopped (by whichever job holds it now).
         free_stopped_slot(deps, instance.user, instance.name, now)
+        return
+    if not _still_held(closing, owner):
         return
     if not deps.compute.stop(instance.zone, instance.name):
         _forget(deps, instance, now, "the VM was gone when it was to be stopped")
         return
-    store.update_instance(instance.name, lambda current: stopped(current, now, period_s, rule))
+    store.update_instance(
+        instance.name, if_owned(owner, lambda current: stopped(current, now, period_s, rule))
+    )
     # A stopped VM counts against the stopped-instances quota, not the active one.
     free_instance_slot(deps, instance.user, instance.name, now)
     logs.info(f"{instance.name}: stopped, kept {period_s} s", instance=instance.name)
+
+
+def _for(
+    owner: Owner | None, change: Callable[[InstanceDoc], InstanceDoc]
+) -> Callable[[InstanceDoc], InstanceDoc]:
+    return change if owner is None else if_owned(owner, change)
+
+
+def _still_held(instance: InstanceDoc, owner: Owner) -> bool:
+    """The instance is still ``owner``'s; logged when another job holds it now."""
+    if belongs_to(instance, owner):
+        return True
+    logs.info(
+        f"{instance.name}: left to job {instance.job_id} (attempt {instance.attempt}), which "
+        f"holds it now, not job {owner.job_id} (attempt {owner.attempt})",
+        instance=instance.name,
+        job_id=owner.job_id,
+    )
+    return False
 
 
 def end_stopped(deps: Deps, instance: InstanceDoc, now: datetime) -> bool:

@@ -16,7 +16,7 @@ preemption), answering a VM as ``Instance.summary()``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Self
 
 from infra.localcloud.errors import AlreadyExists
@@ -34,7 +34,8 @@ class LocalCloud:
     Args:
         project: the only project it knows.
         launcher: what a booted VM is (``ProcessLauncher`` or ``RecordLauncher``).
-        zones, capacity_errors, quota_limits, stop_grace_s: as ``ComputeModel``.
+        zones, capacity_errors, missing_images, quota_limits, stop_grace_s: as
+            ``ComputeModel``.
         operation_polls: ``wait`` calls before an operation reads DONE.
     """
 
@@ -45,6 +46,7 @@ class LocalCloud:
         *,
         zones: Mapping[str, Sequence[str]] | None = None,
         capacity_errors: CapacityErrors | None = None,
+        missing_images: Iterable[str] = (),
         quota_limits: Mapping[str, float] | None = None,
         stop_grace_s: float = 3.0,
         operation_polls: int = 1,
@@ -56,6 +58,7 @@ class LocalCloud:
             launcher,
             zones=zones,
             capacity_errors=capacity_errors,
+            missing_images=missing_images,
             quota_limits=quota_limits,
             stop_grace_s=stop_grace_s,
         )
@@ -91,6 +94,12 @@ class LocalCloud:
     def capacity_errors(self) -> dict[Any, str | CapacityRule]:
         """Inserts and starts to refuse, by zone or (machine_type, zone); mutable."""
         return self.model.capacity_errors
+
+    @property
+    def missing_images(self) -> set[str]:
+        """Boot images that do not exist: an insert naming one is answered 404
+        ``notFound``, as Compute Engine answers an image it cannot find; mutable."""
+        return self.model.missing_images
 
     @property
     def quota_limits(self) -> dict[str, float]:

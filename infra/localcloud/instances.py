@@ -39,6 +39,7 @@ class Spec:
     labels: Mapping[str, str] = field(default_factory=dict)
     metadata: Mapping[str, str] = field(default_factory=dict)
     accelerators: tuple[tuple[str, int], ...] = ()
+    image: str = ""  # the boot disk's sourceImage, as sent ("": none named)
     resource: Mapping[str, Any] = field(default_factory=dict)  # the rest of the body, echoed
 
     def __post_init__(self) -> None:
@@ -81,6 +82,8 @@ def spec_from_resource(body: Mapping[str, Any], zone: str, *, zonal_urls: bool =
             raise Invalid("bulkInsert's instanceProperties take short type names.")
         model = str((body.get("scheduling") or {}).get("provisioningModel") or "STANDARD")
         items = (body.get("metadata") or {}).get("items") or []
+        boot = [d for d in body.get("disks") or [] if d.get("boot")]
+        image = (boot[0].get("initializeParams") or {}).get("sourceImage") if boot else None
         return Spec(
             name=str(body.get("name") or ""),
             zone=zone,
@@ -89,6 +92,7 @@ def spec_from_resource(body: Mapping[str, Any], zone: str, *, zonal_urls: bool =
             labels={str(k): str(v) for k, v in (body.get("labels") or {}).items()},
             metadata={str(item["key"]): str(item.get("value", "")) for item in items},
             accelerators=tuple(accelerators),
+            image=str(image or ""),
             resource=dict(body),
         )
     except (AttributeError, KeyError, TypeError, ValueError) as e:

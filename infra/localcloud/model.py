@@ -2,7 +2,8 @@
 
 It does what Compute Engine documents, with no HTTP in it (``rest_api`` serves
 it): VMs are keyed by zone and name; an insert may be refused by a configured
-capacity rule (by zone, or by machine type and zone) or by a regional quota;
+capacity rule (by zone, or by machine type and zone) or by a regional quota,
+and one whose boot image is missing is not found (404, as Compute Engine);
 a stopped VM is listed TERMINATED and keeps its id, metadata and disk, and a
 start boots it again; a Spot VM's preemption sets ``instance/preempted``, sends
 SIGTERM, SIGKILL when the notice ends, and deletes the VM
@@ -24,13 +25,14 @@ import secrets
 import signal
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from infra.localcloud.errors import (
     AlreadyExists,
     FingerprintMismatch,
+    Invalid,
     NotFound,
     NotReady,
     Refused,
@@ -75,6 +77,8 @@ class ComputeModel:
         launcher: what boots a VM.
         zones: each region's zones; a VM lives in one of them.
         capacity_errors: inserts and starts to refuse (see ``CapacityRule``).
+        missing_images: boot images (``sourceImage`` as sent) that do not
+            exist; every other image does (the local cloud bakes none).
         quota_limits: regional quota limits by metric, over ``quotas.DEFAULT_LIMITS``.
         stop_grace_s: SIGTERM to SIGKILL for a stop, a delete and ``close``.
     """
@@ -86,6 +90,7 @@ class ComputeModel:
         *,
         zones: Mapping[str, Sequence[str]] | None = None,
         capacity_errors: CapacityErrors | None = None,
+        missing_images: Iterable[str] = (),
         quota_limits: Mapping[str, float] | None = None,
         stop_grace_s: float = 3.0,
     ) -> None:
@@ -93,6 +98,7 @@ class ComputeModel:
         self.launcher = launcher
         self.zones = {region: tuple(z) for region, z in (zones or DEFAULT_ZONES).items()}
         self.capacity_errors: dict[Any, str | CapacityRule] = {**(capacity_errors or {})}
+        self.missing_images: set[str] = set(missing_images)
         self.quota_limits: dict[str, float] = {**DEFAULT_LIMITS, **(quota_limits or {})}
         self.stop_grace_s = stop_grace_s
         self.numeric_project_id = str(int(hashlib.sha256(project.encode()).hexdigest(), 16))[:12]
@@ -153,7 +159,7 @@ class ComputeModel:
         """Create and boot every VM of ``specs``, or none of them.
 
         Raises:
-            NotFound: a zone that is not one of the model's.
+            NotFound: a zone that is not one of the model's, or a missing image.
             AlreadyExists: a VM of that name exists in that zone.
             Refused: a capacity rule refuses one of them.
             QuotaExceeded: together they would pass a regional limit.
@@ -163,6 +169,8 @@ class ComputeModel:
                 raise NotReady("The local cloud is shutting down.")
             for spec in specs:
                 self._check_region(region_of(spec.zone), spec.zone)
+                if spec.image in self.missing_images:
+                    raise NotFound(f"The resource '{spec.image}' was not found")
                 if (spec.zone, spec.name) in self._vms:
                     raise AlreadyExists(
                         f"The resource 'projects/{self.project}/zones/{spec.zone}"
@@ -251,8 +259,14 @@ class ComputeModel:
 
     def preempt(self, name: str, zone: str | None = None, notice_s: float = 30.0) -> Instance:
         """Preempt the VM: ``instance/preempted`` TRUE and SIGTERM now, SIGKILL
-        when the notice ends; it is deleted once it ends. Returns at once."""
+        when the notice ends; it is deleted once it ends. Returns at once.
+
+        Raises:
+            Invalid: the VM is on demand (Compute Engine preempts Spot VMs only).
+        """
         with self._lock:
+            if self._get(name, zone).spec.provisioning != Provisioning.SPOT:
+                raise Invalid(f"The resource '{name}' is not a Spot VM: it cannot be preempted.")
             vm = self._begin_removal(name, zone)
             vm.preempted = True
             run = vm.run

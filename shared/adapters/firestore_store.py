@@ -31,6 +31,8 @@ from shared.domain.documents import (
     QueueEntry,
     Rejection,
     UserDoc,
+    epoch_key,
+    epoch_order,
     to_firestore,
 )
 from shared.domain.errors import TransientError
@@ -91,14 +93,19 @@ class FirestoreStore:
         return self._list(JOBS, JobDoc, "status", statuses, limit)
 
     def put_epoch(self, job_id: str, epoch: EpochDoc) -> None:
-        """Write ``jobs/{id}/epochs/{n}``; the epoch number is the key, so a
-        redelivered event overwrites the same document."""
+        """Write ``jobs/{id}/epochs/{attempt}-{epoch}``: a redelivered event
+        overwrites the same document, a later attempt's record of the same
+        epoch is another one."""
         ref = self.client.collection(JOBS).document(job_id).collection(EPOCHS)
-        ref.document(f"{epoch.epoch:05d}").set(to_firestore(epoch))
+        ref.document(epoch_key(epoch)).set(to_firestore(epoch))
 
     def list_epochs(self, job_id: str) -> list[EpochDoc]:
         ref = self.client.collection(JOBS).document(job_id).collection(EPOCHS)
-        return [EpochDoc.model_validate(snap.to_dict()) for snap in ref.order_by("epoch").stream()]
+        # Sorted here, not by the query: documents written under the epoch
+        # number alone (before attempts had keys) sort among the others.
+        return sorted(
+            (EpochDoc.model_validate(snap.to_dict()) for snap in ref.stream()), key=epoch_order
+        )
 
     # -- instances --------------------------------------------------------
 

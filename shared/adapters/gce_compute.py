@@ -3,7 +3,7 @@
 Requests are built by the pure functions of ``gce_requests`` and ``gce_gang``;
 this module sends them, waits for the zone and region operations they start, and
 turns every failure into the port's ``CapacityError``, ``TransientError`` or
-``PermanentError``.
+``PermanentError`` (``Unplaceable`` for an insert Compute Engine refuses for good).
 """
 
 from __future__ import annotations
@@ -21,7 +21,13 @@ from google.auth import exceptions as auth_exceptions
 
 from shared.adapters import gce_gang, gce_requests
 from shared.adapters.gce_requests import ErrorKind
-from shared.domain.errors import CapacityError, PermanentError, SpotlineError, TransientError
+from shared.domain.errors import (
+    CapacityError,
+    PermanentError,
+    SpotlineError,
+    TransientError,
+    Unplaceable,
+)
 from shared.domain.vms import GangRequest, Quota, Vm, VmRequest, VmState
 
 if TYPE_CHECKING:
@@ -105,9 +111,10 @@ class GceCompute:
         Raises:
             CapacityError: no capacity or quota for this machine in this zone.
             TransientError: the call may pass later.
-            PermanentError: Compute Engine will never accept this request.
+            Unplaceable: Compute Engine will never accept this request (e.g. no
+                such image or zone).
         """
-        with _translated_errors(f"insert {request.name} in {request.zone}"):
+        with _translated_errors(f"insert {request.name} in {request.zone}", unplaceable=True):
             try:
                 operation = self._instances.insert_unary(
                     request=gce_requests.insert_request(self._project, request),
@@ -120,7 +127,7 @@ class GceCompute:
                 return existing
             operation = self._wait(request.zone, operation)
         if _error_codes(operation) != {_ALREADY_EXISTS}:
-            _raise_for_operation(operation)
+            _raise_for_operation(operation, unplaceable=True)
         vm = self.get(request.zone, request.name)
         if vm is None:
             # A Spot VM can be preempted, and so deleted, before it is read back.
@@ -146,10 +153,11 @@ class GceCompute:
         Raises:
             CapacityError: no allowed zone has the capacity or quota for every node.
             TransientError: the call may pass later.
-            PermanentError: Compute Engine will never accept this request.
+            Unplaceable: Compute Engine will never accept this request.
         """
         request = gce_gang.bulk_insert_request(self._project, gang)
-        with _translated_errors(f"bulk insert {len(gang.nodes)} VMs in {gang.region}"):
+        action = f"bulk insert {len(gang.nodes)} VMs in {gang.region}"
+        with _translated_errors(action, unplaceable=True):
             try:
                 operation = self._region_instances.bulk_insert_unary(
                     request=request, timeout=self._request_timeout_s
@@ -158,7 +166,7 @@ class GceCompute:
                 return self._existing_gang(gang)
             operation = self._wait_region(gang.region, operation)
         if _error_codes(operation) != {_ALREADY_EXISTS}:
-            _raise_for_operation(operation)
+            _raise_for_operation(operation, unplaceable=True)
         return self._existing_gang(gang)
 
     def _existing_gang(self, gang: GangRequest) -> list[Vm]:
@@ -335,15 +343,18 @@ def is_loopback_http(endpoint: str) -> bool:
 
 
 @contextmanager
-def _translated_errors(action: str) -> Iterator[None]:
-    """Turn the client's exceptions into the port's."""
+def _translated_errors(action: str, unplaceable: bool = False) -> Iterator[None]:
+    """Turn the client's exceptions into the port's; with ``unplaceable`` (an
+    insert), a permanent one is ``Unplaceable``."""
     try:
         yield
     except api_exceptions.GoogleAPICallError as exc:
         reasons = [(str(e.get("reason", "")), str(e.get("message", ""))) for e in exc.errors]
+        # The errors' own messages, without the method and URL the client puts first.
+        summary = "; ".join(dict.fromkeys(m for _, m in reasons if m)) or exc.message
         if exc.reason:
             reasons.append((exc.reason, exc.message))
-        raise _port_error(action, reasons, exc.code, exc.message) from exc
+        raise _port_error(action, reasons, exc.code, summary, unplaceable) from exc
     except (
         api_exceptions.RetryError,
         requests.RequestException,
@@ -356,18 +367,22 @@ def _error_codes(operation: compute_v1.Operation) -> set[str]:
     return {error.code for error in operation.error.errors}
 
 
-def _raise_for_operation(operation: compute_v1.Operation) -> None:
+def _raise_for_operation(operation: compute_v1.Operation, unplaceable: bool = False) -> None:
     errors = operation.error.errors
     if not errors:
         return
     reasons = [(error.code, error.message) for error in errors]
     summary = "; ".join(f"{code}: {message}" for code, message in reasons)
     status = operation.http_error_status_code or None
-    raise _port_error(f"operation {operation.name}", reasons, status, summary)
+    raise _port_error(f"operation {operation.name}", reasons, status, summary, unplaceable)
 
 
 def _port_error(
-    action: str, reasons: Sequence[tuple[str, str]], status: int | None, summary: str
+    action: str,
+    reasons: Sequence[tuple[str, str]],
+    status: int | None,
+    summary: str,
+    unplaceable: bool = False,
 ) -> SpotlineError:
     """The port's error for an API error's reasons, then its HTTP status."""
     kinds = [(gce_requests.classify_error(r, m), r, m) for r, m in reasons]
@@ -378,4 +393,6 @@ def _port_error(
         return TransientError(f"{action}: {summary}")
     if status is not None and gce_requests.kind_for_status(status) is ErrorKind.TRANSIENT:
         return TransientError(f"{action}: {summary}")
+    if unplaceable:
+        return Unplaceable(f"{action}: {summary}", detail=summary)
     return PermanentError(f"{action}: {summary}")

@@ -33,6 +33,8 @@ from shared.domain.documents import (
     QueueEntry,
     Rejection,
     UserDoc,
+    epoch_key,
+    epoch_order,
     to_firestore,
 )
 from shared.domain.errors import TransientError
@@ -142,7 +144,7 @@ class InMemoryStore:
         # collection -> key -> (version, fields as Firestore would store them)
         self._docs: dict[str, dict[str, tuple[int, dict[str, Any]]]] = {}
         # (job id, epoch) and (machine id, hour key) live apart: subcollections.
-        self._epochs: dict[str, dict[int, dict[str, Any]]] = {}
+        self._epochs: dict[str, dict[str, dict[str, Any]]] = {}
         self._hours: dict[str, dict[str, dict[str, Any]]] = {}
 
     def version(self, collection: str, key: str) -> int | None:
@@ -172,12 +174,12 @@ class InMemoryStore:
     def put_epoch(self, job_id: str, epoch: EpochDoc) -> None:
         _key(job_id)
         with self._lock:
-            self._epochs.setdefault(job_id, {})[epoch.epoch] = _stored(epoch)
+            self._epochs.setdefault(job_id, {})[epoch_key(epoch)] = _stored(epoch)
 
     def list_epochs(self, job_id: str) -> list[EpochDoc]:
         with self._lock:
-            stored = sorted(self._epochs.get(job_id, {}).items())
-        return [EpochDoc.model_validate(fields) for _, fields in stored]
+            stored = list(self._epochs.get(job_id, {}).values())
+        return sorted((EpochDoc.model_validate(fields) for fields in stored), key=epoch_order)
 
     # -- instances --------------------------------------------------------
 

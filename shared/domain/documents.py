@@ -89,7 +89,7 @@ class JobDoc(_Doc):
 
 
 class EpochDoc(_Doc):
-    """jobs/{job_id}/epochs/{epoch:05d}"""
+    """jobs/{job_id}/epochs/{attempt:03d}-{epoch:05d} (``epoch_key``)"""
 
     epoch: int
     epochs: int
@@ -99,6 +99,18 @@ class EpochDoc(_Doc):
     checkpoint_uri: str | None = None
     instance: str
     at: datetime
+
+
+def epoch_key(epoch: EpochDoc) -> str:
+    """An epoch's record is one per attempt: the next attempt, resumed from a
+    save made inside an epoch, reports that epoch again, and must not overwrite
+    what the attempt before recorded of it."""
+    return f"{epoch.attempt:03d}-{epoch.epoch:05d}"
+
+
+def epoch_order(epoch: EpochDoc) -> tuple[int, int]:
+    """Records in the order they were made: by attempt, then epoch."""
+    return epoch.attempt, epoch.epoch
 
 
 class InstanceDoc(_Doc):

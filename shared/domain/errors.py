@@ -36,3 +36,15 @@ class CapacityError(SpotlineError):
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(f"{reason}: {message}")
         self.reason = reason  # e.g. ZONE_RESOURCE_POOL_EXHAUSTED, QUOTA_EXCEEDED
+
+
+class Unplaceable(PermanentError):
+    """A VM request that can never succeed, wherever and whenever it is tried:
+    Compute Engine refuses it for good (an image or zone that does not exist, a
+    malformed request, no permission; not capacity, not quota), or the job names
+    a machine the catalog does not have. The job it was for ends FAILED."""
+
+    def __init__(self, message: str, detail: str | None = None) -> None:
+        super().__init__(message)
+        # What was refused and why, without the call that found it: for a person.
+        self.detail = detail or message

@@ -8,6 +8,7 @@ must not have side effects.
 from __future__ import annotations
 
 import hashlib
+import re
 from datetime import datetime
 
 from shared.contract.events import EpochDone, Heartbeat, JobFinished, VmBooted, VmEvent
@@ -22,6 +23,9 @@ from shared.domain.transitions import fail_job, move_instance, move_job, next_at
 S_ON_VM = JobSubstatus.on_vm()
 
 _LOG_TAIL_CHARS = 2000
+# What job_id_for derives from a message id; a user's own job id may not take
+# this form, or it could take the id of a submission yet to come.
+DERIVED_JOB_ID = re.compile(r"j[0-9a-f]{12}")
 
 
 class StaleEvent(PermanentError):

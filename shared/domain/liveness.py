@@ -1,17 +1,61 @@
-"""Is a VM alive, and is it wanted: the reaper's checks of one instance, pure.
+"""Is a VM alive, and is it wanted, and whose is it: checks of one instance, pure.
 
 The reaper compares what Firestore believes with what Compute Engine lists;
 these say what a difference means. Each takes the documents and ``now``.
+
+A VM outlives its job's hold on it: a cooling VM is claimed by the user's next
+job, a stopped one restarted for it, under the same name (and, when both are
+first attempts, the same attempt number). The instance document's ``job_id``
+and ``attempt`` say which job's attempt holds it now; what a job's event does
+to an instance is guarded by them (``if_owned``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
+from typing import NamedTuple
 
 from shared.domain.documents import InstanceDoc, JobDoc
 from shared.domain.lifecycle import current_vms
 from shared.domain.placement import vm_attempt
-from shared.domain.states import JobStatus, JobSubstatus
+from shared.domain.states import InstanceSubstatus, JobStatus, JobSubstatus
+
+# Compute Engine stops a preempted Spot VM 30 s after its preemption notice,
+# and the log sink reports the preemption at the notice's start, while the VM
+# still saves its state. The margin covers the report's delivery and clocks.
+PREEMPTION_NOTICE_S = 30.0
+NOTICE_MARGIN_S = 15.0
+
+
+class Owner(NamedTuple):
+    """One attempt of one job: the holder an instance is written on behalf of."""
+
+    job_id: str
+    attempt: int
+
+    @classmethod
+    def of(cls, doc: InstanceDoc | JobDoc) -> Owner:
+        """An instance's holder now, or a job's current attempt."""
+        return cls(doc.job_id, doc.attempt)
+
+
+def belongs_to(instance: InstanceDoc, owner: Owner) -> bool:
+    """The instance is still ``owner``'s: no other job (or attempt) took it since."""
+    return Owner.of(instance) == owner
+
+
+def if_owned(
+    owner: Owner, change: Callable[[InstanceDoc], InstanceDoc]
+) -> Callable[[InstanceDoc], InstanceDoc]:
+    """``change``, made only while the instance belongs to ``owner``: otherwise
+    the instance as it is. For a guarded update (``Store.update_instance``), so
+    the check runs on the document the write replaces, not on an earlier read."""
+
+    def guarded(instance: InstanceDoc) -> InstanceDoc:
+        return change(instance) if belongs_to(instance, owner) else instance
+
+    return guarded
 
 
 def being_placed(job: JobDoc | None, job_id: str, attempt: int) -> bool:
@@ -33,8 +77,13 @@ def vm_being_placed(name: str, job: JobDoc | None) -> bool:
 
 
 def _current_vm_of(instance: InstanceDoc, job: JobDoc | None) -> bool:
-    """The instance is one of the VMs of its job's current attempt."""
-    return job is not None and job.attempt == instance.attempt and instance.name in current_vms(job)
+    """The instance is one of the VMs of ``job``'s current attempt, and that
+    attempt still holds it."""
+    return (
+        job is not None
+        and belongs_to(instance, Owner.of(job))
+        and instance.name in current_vms(job)
+    )
 
 
 def serves_its_job(instance: InstanceDoc, job: JobDoc | None) -> bool:
@@ -57,16 +106,51 @@ def finishing(instance: InstanceDoc, job: JobDoc | None, now: datetime, grace_s:
     return (now - job.history[-1].at).total_seconds() <= grace_s
 
 
+def in_preemption_notice(
+    name: str, instance: InstanceDoc | None, job: JobDoc | None, now: datetime
+) -> bool:
+    """The VM ``name`` was reported preempted less than the notice (and its
+    margin) ago: it may still be saving its state, so it is not deleted yet.
+
+    Args:
+        instance: its instance document, if any: closed PREEMPTED when the
+            report was recorded (the VM is kept through the notice).
+        job: its job, if any: the lost attempt's record says when, also when
+            the report's function died before it closed the instance.
+    """
+    since = None
+    if instance is not None and instance.substatus == InstanceSubstatus.PREEMPTED:
+        since = instance.closed_at
+    elif job is not None:
+        since = _preempted_at(job, name)
+    notice_s = PREEMPTION_NOTICE_S + NOTICE_MARGIN_S
+    return since is not None and (now - since).total_seconds() < notice_s
+
+
+def _preempted_at(job: JobDoc, name: str) -> datetime | None:
+    """When the job recorded the attempt of VM ``name`` preempted (None: it did not)."""
+    made_for = vm_attempt(name)
+    if made_for is None or made_for[0] != job.job_id:
+        return None
+    for record in job.attempts:
+        if record.attempt == made_for[1] and record.outcome == "preempted":
+            return record.ended_at
+    return None
+
+
 def silent_s(instance: InstanceDoc, now: datetime) -> float:
-    """Seconds since the VM last gave a sign of life (or was made)."""
-    # A restarted (stopped) VM's running segment began when it was restarted.
-    last = (
-        instance.last_heartbeat_at
-        or instance.booted_at
-        or instance.segment_started_at
-        or instance.created_at
-    )
-    return (now - last).total_seconds()
+    """Seconds since the VM last gave a sign of life, or since its job got it,
+    whichever is later.
+
+    Its job got it when it was made, or when its running segment began: a
+    claimed cooling VM and a restarted stopped one start a segment then. The
+    heartbeats of the job it served before say nothing of this one: counted
+    from them, a VM claimed after cooling past the stall timeout would stall
+    at the next sweep.
+    """
+    got = instance.segment_started_at or instance.created_at
+    heard = instance.last_heartbeat_at or instance.booted_at
+    return (now - max(got, heard) if heard else now - got).total_seconds()
 
 
 def stall_note(

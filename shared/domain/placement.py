@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from shared.contract.assignment import Assignment
 from shared.domain.catalog import Machine
 from shared.domain.documents import InstanceDoc
-from shared.domain.errors import PermanentError
+from shared.domain.errors import Unplaceable
 from shared.domain.vms import (
     JOB_METADATA_KEY,
     MANAGED_LABEL,
@@ -88,18 +88,28 @@ def options(
     """Each machine id in the given order, each across the allowed zones.
 
     Raises:
-        PermanentError: a machine id is not in the catalog.
+        Unplaceable: a machine id is not in the catalog (submissions are
+            checked, but the catalog may have lost it since), or no zones.
     """
     if not zones:
-        raise PermanentError("no zones to place the job in: set 'zones' or SPOTLINE_ZONES")
+        raise Unplaceable("no zones to place the job in: set 'zones' or SPOTLINE_ZONES")
     for machine_id in machine_ids:
         name, provisioning = parse_machine_id(machine_id)
         machine = catalog.get(name)
         if machine is None:
             known = ", ".join(sorted(catalog))
-            raise PermanentError(f"machine_ids: {machine_id!r} is not in the catalog ({known})")
+            raise Unplaceable(f"machine_ids: {machine_id!r} is not in the catalog ({known})")
         for zone in zones:
             yield Option(machine=machine, provisioning=provisioning, zone=zone)
+
+
+def refusal_summary(refused: list[tuple[str, str]]) -> str:
+    """Options refused for good, as ``(where, why)``: each reason once, with
+    the options it refused (a missing image refuses them all alike)."""
+    by_reason: dict[str, list[str]] = {}
+    for where, why in refused:
+        by_reason.setdefault(why, []).append(where)
+    return "; ".join(f"{why} ({', '.join(where)})" for why, where in by_reason.items())
 
 
 def vm_name(job_id: str, attempt: int, rank: int | None = None) -> str:

@@ -12,7 +12,8 @@ Contract:
   name is deterministic per job attempt, so this is a redelivered request, not
   a second VM). Capacity and quota failures raise ``CapacityError``; anything
   else that may pass raises ``TransientError``; a request the provider will
-  never accept raises ``PermanentError``.
+  never accept (no such image or zone, a malformed field, no permission)
+  raises ``Unplaceable``, a ``PermanentError``.
 * ``get(zone, name)`` returns the VM or ``None`` when it does not exist.
 * ``list(labels)`` returns every VM carrying all the given labels.
 * ``delete(zone, name)`` removes the VM; deleting a missing VM succeeds.

@@ -33,9 +33,12 @@ Contract, for every adapter:
   ``stopped_instances(limit)``: the instances whose substatus is STOPPED, the
   same way. ``instances_of_job(job_id)``: every instance of the job, in key
   order. ``list_users(limit)``: every user, in key order.
-* ``put_epoch(job_id, epoch)`` writes or overwrites the epoch's document (the
-  epoch number is the key: a redelivered event overwrites it);
-  ``list_epochs(job_id)`` returns the job's epochs by epoch number.
+* ``put_epoch(job_id, epoch)`` writes or overwrites the epoch's document, keyed
+  by the attempt and the epoch number (``epoch_key``): a redelivered event
+  overwrites it; a later attempt that records the same epoch again (resumed
+  from a save made in it) writes another. ``list_epochs(job_id)`` returns every
+  record of the job by attempt, then epoch number (``epoch_order``): in the
+  order they were made.
 * ``put_queue(entry)`` enqueues or replaces the job's entry (one per job);
   ``delete_queue(job_id)`` removes it, and removing a missing entry succeeds.
   ``due_queue(now, limit)``: the entries with ``not_before <= now``, earliest

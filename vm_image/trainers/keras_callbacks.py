@@ -36,9 +36,8 @@ import time
 from collections.abc import Iterable, Mapping
 from types import FrameType
 from typing import Any
-from urllib.parse import unquote, urlparse
-from urllib.request import url2pathname
 
+from vm_image.trainers import state_mirror
 from vm_image.trainers.checkpoint_files import KERAS_STATE_FILE
 from vm_image.trainers.report import report_checkpoint, report_epoch, report_resumed
 
@@ -64,18 +63,15 @@ __all__ = [
 # What a shell reports for a process ended by SIGTERM; the agent reads it as
 # "stopped on request, checkpoint saved".
 EXIT_PREEMPTED = 143
+# What BackupAndRestore writes for one state, the file that names the epoch to
+# start from last: a copy cut short leaves the previous epoch's metadata.
+STATE_FILES = (KERAS_STATE_FILE, "training_metadata.json")
 
 
 def local_path(uri: str) -> str:
-    """``uri`` as Keras and TensorFlow take it: a ``file://`` URL becomes a plain path.
-
-    Other URLs pass through unchanged; ``gs://`` works through TensorFlow's own
-    GCS filesystem (``tf.io.gfile``), not through fsspec.
-    """
-    parsed = urlparse(uri)
-    if parsed.scheme != "file":
-        return uri
-    return url2pathname(unquote(parsed.path))
+    """``uri`` as Keras and TensorFlow take it: a ``file://`` URL becomes a plain
+    path; other URLs pass through unchanged."""
+    return state_mirror.local_path(uri) or uri
 
 
 def global_step(model: Any) -> int:
@@ -129,15 +125,18 @@ class PreemptibleBackupAndRestore(keras.callbacks.BackupAndRestore):
     public way to save on demand.
 
     Args:
-        checkpoint_dir: a local folder, a ``file://`` URL, or a ``gs://`` URL,
-            which needs TensorFlow's own GCS filesystem (``tf.io.gfile``).
+        checkpoint_dir: a local folder, a ``file://`` URL, or any fsspec URL
+            (``gs://``): then the state is written to a local folder, copied
+            there after every save and copied back when training begins
+            (``state_mirror``: TensorFlow's own GCS client cannot reach it).
         flag: the SIGTERM flag to poll; installed when training begins and
             uninstalled when it ends, unless a SIGTERM came.
     """
 
     def __init__(self, checkpoint_dir: str, flag: SigtermFlag) -> None:
+        self.mirror = state_mirror.MirroredFolder(checkpoint_dir)
         super().__init__(
-            local_path(checkpoint_dir),
+            str(self.mirror.local),
             save_freq="epoch",
             double_checkpoint=True,
             delete_checkpoint=False,
@@ -154,6 +153,7 @@ class PreemptibleBackupAndRestore(keras.callbacks.BackupAndRestore):
 
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         self.flag.install()
+        self.mirror.pull(STATE_FILES)
         before = global_step(self.model)
         super().on_train_begin(logs)
         step = global_step(self.model)
@@ -191,6 +191,10 @@ class PreemptibleBackupAndRestore(keras.callbacks.BackupAndRestore):
         # it exits with its own status.
         if not self.flag.requested:
             self.flag.uninstall()
+
+    def _save_model(self) -> None:
+        super()._save_model()
+        self.mirror.push(STATE_FILES)
 
     def _epochs(self) -> int:
         return int(self.params.get("epochs") or 0)
@@ -259,10 +263,13 @@ def spotline_callbacks(
     Args:
         checkpoint_dir: where the training state lives; default
             ``SPOTLINE_CHECKPOINT_DIR``. A plain path, a ``file://`` URL, or a
-            ``gs://`` URL (through TensorFlow's own GCS filesystem).
-        output_dir: TensorBoard logs go to its ``tensorboard`` folder; default
-            ``SPOTLINE_OUTPUT_DIR``; none when neither is set, or when the
-            ``tensorboard`` package is missing (a line says so).
+            ``gs://`` (any fsspec) URL, mirrored from a local folder.
+        output_dir: TensorBoard logs go to its ``tensorboard`` folder when it
+            is local; default ``SPOTLINE_OUTPUT_DIR``. On a spotline VM they
+            go to ``SPOTLINE_TENSORBOARD_DIR``, a local folder the agent copies
+            to the job's outputs. None when neither is set or the output
+            folder is remote, or when the ``tensorboard`` package is missing
+            (a line says so).
         env: where to read the defaults; default the process's environment.
         flag: the SIGTERM flag; default a new one, installed now so that a
             notice that comes before ``fit`` starts is not lost. Call from the
@@ -283,15 +290,28 @@ def spotline_callbacks(
     checkpoint_dir = checkpoint_dir or env.get("SPOTLINE_CHECKPOINT_DIR")
     if not checkpoint_dir:
         raise ValueError("no checkpoint folder: pass one or set SPOTLINE_CHECKPOINT_DIR")
-    output_dir = output_dir or env.get("SPOTLINE_OUTPUT_DIR")
+    log_dir = _tensorboard_dir(output_dir or env.get("SPOTLINE_OUTPUT_DIR"), env)
     backup = PreemptibleBackupAndRestore(checkpoint_dir, flag or SigtermFlag().install())
     # The reporter comes first: Keras calls callbacks in list order, and an
     # epoch's report should precede a SIGTERM checkpoint taken at its end.
     callbacks: list[Any] = [EpochReporter(backup), backup]
-    if output_dir and importlib.util.find_spec("tensorboard") is None:
+    if log_dir and importlib.util.find_spec("tensorboard") is None:
         # TensorFlow 2.21 no longer depends on it, and tf.summary fails without it.
         print("no TensorBoard logs: the tensorboard package is not installed", flush=True)
-    elif output_dir:
-        log_dir = local_path(output_dir).rstrip("/") + "/tensorboard"
+    elif log_dir:
         callbacks.append(keras.callbacks.TensorBoard(log_dir=log_dir))
     return callbacks
+
+
+def _tensorboard_dir(output_dir: str | None, env: Mapping[str, str]) -> str | None:
+    """A local folder for TensorBoard's files (tf.summary writes through
+    TensorFlow's own file API, which cannot reach a gs:// bucket here)."""
+    if env.get("SPOTLINE_TENSORBOARD_DIR"):
+        return env["SPOTLINE_TENSORBOARD_DIR"]
+    if not output_dir:
+        return None
+    folder = state_mirror.local_path(output_dir)
+    if folder is None:
+        print(f"no TensorBoard logs: {output_dir} is not a local folder", flush=True)
+        return None
+    return folder.rstrip("/") + "/tensorboard"

@@ -123,7 +123,7 @@ def train(settings: Settings) -> int:
     from vm_image.trainers.keras_callbacks import exit_code, spotline_callbacks, stopped_by_sigterm
 
     # First: from here on a SIGTERM is a flag, served at a batch end.
-    callbacks = spotline_callbacks(settings.checkpoint_dir, settings.output_dir, env={})
+    callbacks = spotline_callbacks(settings.checkpoint_dir, settings.output_dir, env=os.environ)
     keras.utils.set_random_seed(settings.seed)
     data = load_digits_split(settings.seed, settings.validation_split)
     model = build_model(keras, settings.lr)

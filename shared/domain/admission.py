@@ -1,0 +1,44 @@
+"""What a submission must be, beyond its schema, for the deployment to take it.
+
+Known at submission and never to change for the job: its machine ids are in
+the catalog, its zones are in the region spotline is deployed in, and a job id
+of its own does not take the form spotline derives from message ids. A job
+refused here is a rejected submission: no job document, no slot.
+
+Pure: the caller passes the catalog and the region (the settings' business).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from shared.domain.catalog import Machine
+from shared.domain.lifecycle import DERIVED_JOB_ID
+from shared.domain.placement import parse_machine_id
+from shared.domain.spec import JobSpec
+
+
+def refusals(spec: JobSpec, catalog: Mapping[str, Machine], region: str) -> list[str]:
+    """Why the deployment cannot take the job, one line per problem; empty: it can."""
+    problems = [
+        f"machine_ids: {machine_id!r} is not in the catalog ({', '.join(sorted(catalog))})"
+        for machine_id in spec.machine_ids
+        if parse_machine_id(machine_id)[0] not in catalog
+    ]
+    problems += [
+        f"zones: {zone!r} is not a zone of {region}, the region spotline is deployed in"
+        for zone in spec.zones
+        if not in_region(zone, region)
+    ]
+    if spec.job_id is not None and DERIVED_JOB_ID.fullmatch(spec.job_id):
+        problems.append(
+            f"job_id: {spec.job_id!r} has the form spotline derives from message ids "
+            "('j' and 12 hex digits); choose another"
+        )
+    return problems
+
+
+def in_region(zone: str, region: str) -> bool:
+    """``us-central1-a`` is in ``us-central1``; ``us-central1`` and ``us-east1-b`` are not."""
+    prefix, _, suffix = zone.rpartition("-")
+    return prefix == region and suffix.isalnum()
