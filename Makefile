@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo test lint tools bench clean
+.PHONY: demo test lint tools bench soak clean
 
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,12 @@ tools:
 
 test: lint tools
 	$(BIN)/pytest
+
+# The hostile-input fuzzer at length (not part of `make test`, which runs it
+# briefly): SPOTLINE_FUZZ_EXAMPLES inputs per message kind.
+FUZZ_EXAMPLES ?= 5000
+soak: $(INSTALLED)
+	SPOTLINE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest -q -p no:cacheprovider tests/test_fuzz_events.py
 
 bench: $(INSTALLED)
 	$(BIN)/python benchmarks/bench_skeleton.py
