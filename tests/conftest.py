@@ -26,6 +26,11 @@ from infra.localstack.stack import LocalStack, StackOptions
 from infra.localstack.storage import StorageEmulator, reload_fsspec_config, storage_emulator_missing
 from tests.pubsub_events import post
 
+# gcsfs reads this once, when first imported (whichever test module does it
+# first): without it, every gs:// call asks the gRPC Storage Control API about
+# the bucket, which the storage emulator does not serve, and backs off for
+# minutes. The stacks' client_env sets it too, for the processes they start.
+os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 _MISSING = emulators_available()
 _NO_STORAGE = storage_emulator_missing()
 # The Compute Engine client against the local cloud: `cloud`, `compute`.

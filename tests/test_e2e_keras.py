@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import sys
 
-import gcsfs
 import pytest
 
 from infra.cli.demo import wait_for_job
@@ -55,6 +54,8 @@ def test_a_keras_job_survives_a_preemption(local_stack: LocalStack) -> None:
     # Keras writes through TensorFlow's own files, which cannot reach the
     # bucket: the state is mirrored there, and the agent uploads TensorBoard's.
     assert local_stack.storage is not None
+    import gcsfs  # not at collection: gcsfs reads its settings once, when imported
+
     storage = gcsfs.GCSFileSystem(
         endpoint_url=local_stack.storage.url, token="anon", skip_instance_cache=True
     )
