@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo test lint tools bench clean
+.PHONY: demo test lint tools bench clean soak-replay
 
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,15 @@ tools:
 
 test: lint tools
 	$(BIN)/pytest
+
+# Issue 10's big replay: many jobs, every message 1-5 times in shuffled order,
+# a few seeds (override SPOTLINE_REPLAY_JOBS / SPOTLINE_REPLAY_SEED). Prints the
+# events replayed. Nothing depends on it; `make test` runs a small one.
+SOAK_JOBS ?= 150
+SOAK_SEEDS ?= 101,102,103
+soak-replay: $(INSTALLED)
+	SPOTLINE_REPLAY_JOBS=$(SOAK_JOBS) SPOTLINE_REPLAY_SEED=$(SOAK_SEEDS) \
+	  $(BIN)/pytest -q -p no:cacheprovider tests/test_replay.py tests/test_crash_points.py
 
 bench: $(INSTALLED)
 	$(BIN)/python benchmarks/bench_skeleton.py

@@ -26,9 +26,9 @@ import random
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Self
 
 from cloudevents.http import CloudEvent
 from pydantic import BaseModel
@@ -94,7 +94,7 @@ HANDLERS: dict[str, Callable[[Any], None]] = {
 LOSS_REPORTS = ("agent", "log-sink", "both", "silent")
 
 
-class Crash(BaseException):  # noqa: N818 (a process dying, not an error a handler may catch)
+class Crash(BaseException):
     """The function's process died here: no handler or sweep catches it."""
 
 
@@ -123,8 +123,11 @@ class Plan:
 
     Args:
         losses: attempt -> (the epoch its VM is taken while running, who reports
-            it); an attempt that resumed past that epoch loses it in its first.
-        cancel_epoch: the user cancels while attempt 1 runs this epoch.
+            it); an attempt that resumed past that epoch loses it in its first;
+            0: taken before its agent booted (only the log sink can tell).
+        cancel_epoch: the user cancels once attempt ``cancel_attempt`` has run
+            this epoch (or a later one, when it resumed past it).
+        twice: the user publishes the submission twice (two messages).
         fail_epoch: the trainer exits 3 instead of running this epoch.
     """
 
@@ -134,8 +137,15 @@ class Plan:
     submit_step: int
     losses: dict[int, tuple[int, str]] = field(default_factory=dict)
     cancel_epoch: int | None = None
+    cancel_attempt: int = 1
     fail_epoch: int | None = None
+    twice: bool = False
     saved_epoch: int = 0  # the newest checkpoint in the job's storage
+    canceled: bool = False
+
+    def fresh(self) -> Plan:
+        """The plan before any run (a run writes what its agents saved and did)."""
+        return replace(self, losses=dict(self.losses), saved_epoch=0, canceled=False)
 
     def spec(self) -> dict[str, Any]:
         return {
@@ -149,7 +159,7 @@ class Plan:
     def expected(self) -> tuple[JobStatus, int, int]:
         """(status, attempt, preemptions) a run of this plan ends with."""
         if self.cancel_epoch is not None:
-            return JobStatus.CANCELED, 1, 0
+            return JobStatus.CANCELED, self.cancel_attempt, self.cancel_attempt - 1
         status = JobStatus.FAILED if self.fail_epoch is not None else JobStatus.COMPLETED
         return status, 1 + len(self.losses), len(self.losses)
 
@@ -159,14 +169,18 @@ def draw_plans(rng: random.Random, jobs: int) -> list[Plan]:
     for n in range(jobs):
         epochs = rng.randint(1, 4)
         plan = Plan(f"r{n:03d}", f"u{n % 7}", epochs, submit_step=rng.randint(1, 2 * TICK_EVERY))
+        plan.twice = rng.random() < 0.1
         fate = rng.random()
-        if fate < 0.15:
+        if fate < 0.2:
             plan.cancel_epoch = rng.randint(1, epochs)
-        elif fate < 0.25:
+            if rng.random() < 0.5:  # on its second attempt
+                plan.cancel_attempt = 2
+                plan.losses[1] = (rng.randint(0, epochs), rng.choice(LOSS_REPORTS))
+        elif fate < 0.3:
             plan.fail_epoch = rng.randint(1, epochs)
-        elif fate < 0.7:
+        elif fate < 0.75:
             for attempt in range(1, rng.randint(1, 2) + 1):
-                plan.losses[attempt] = (rng.randint(1, epochs), rng.choice(LOSS_REPORTS))
+                plan.losses[attempt] = (rng.randint(0, epochs), rng.choice(LOSS_REPORTS))
         plans.append(plan)
     return plans
 
@@ -213,7 +227,8 @@ class Delivery:
         self.due[message.step].append(message)
 
     def take(self, step: int) -> list[Published]:
-        return self.due.pop(step, [])
+        """The copies due by ``step``, oldest first."""
+        return [m for due in sorted(s for s in self.due if s <= step) for m in self.due.pop(due)]
 
     def failed(self, message: Published, step: int) -> None:
         """A 500: Pub/Sub redelivers it (here, in the next step)."""
@@ -280,7 +295,7 @@ class World:
         self._wrap_compute = wrap_compute
         self._times: list[tuple[int, datetime]] = []
 
-    def __enter__(self) -> World:
+    def __enter__(self) -> Self:
         self.cloud.start()
         self.gce = GceCompute(
             PROJECT, api_endpoint=self.cloud.endpoint, operation_timeout_s=5.0, read_retry_s=1.0
@@ -321,7 +336,10 @@ class World:
 
     def submit(self, plan: Plan) -> Published:
         self.plans[plan.job_id] = plan
-        return self.publish("submit", json.dumps(plan.spec()).encode())
+        message = self.publish("submit", json.dumps(plan.spec()).encode())
+        if plan.twice:  # another message, the same job id: refused
+            self.publish("submit", json.dumps(plan.spec()).encode())
+        return message
 
     def cancel(self, job_id: str) -> Published:
         return self.publish("cancel", CancelRequest(job_id=job_id, reason="replay cancel"))
@@ -374,8 +392,16 @@ class World:
             self.run_step()
             busy = any(not a.done for a in self.agents.values()) or self.cloud.list()
             waiting = any(p.submit_step > self.step for p in self.plans.values())
-            if not busy and not waiting and not self.delivery.pending():
+            # A job whose VM vanished unreported waits for the reaper's tick.
+            active = self.memory.list_jobs(JobStatus.active())
+            if not (busy or waiting or active or self.delivery.pending()):
                 break
+
+    def idle(self, seconds: float) -> None:
+        """Time passes with no agent moving on: each still heartbeats."""
+        for _ in range(round(seconds / STEP_S)):
+            self.advance()
+            self.heartbeats()
 
     def settle(self, sweeps: int = 3, seconds: float = 600.0) -> None:
         """A few reaper sweeps with the clock well past every timeout."""
@@ -452,7 +478,11 @@ class AgentSim:
             self.done = True  # deleted or stopped under it: the agent is gone
             return
         world, attempt = self.world, self.assignment.attempt
-        if self.stage == 0:
+        loss = self.plan.losses.get(attempt)
+        if self.stage == 0 and loss and loss[0] == 0:
+            # Taken before its agent ran: only the log sink can report it.
+            self.lose("log-sink" if loss[1] in ("log-sink", "both") else "silent")
+        elif self.stage == 0:
             self.phases[JobSubstatus.GEARING_UP_ENV] = world.now
             world.publish(
                 "vm_booted", VmBooted(**self.common(), zone=self.zone, instance_id=self.instance_id)
@@ -471,14 +501,17 @@ class AgentSim:
                         resumed_from_step=step,
                     ),
                 )
-        elif (loss := self.plan.losses.get(attempt)) and loss[0] <= self.next_epoch:
+        elif loss and loss[0] <= self.next_epoch:
             self.lose(loss[1])
         elif self.plan.fail_epoch == self.next_epoch:
             self.finish(3)
         elif self.next_epoch <= self.plan.epochs:
             self.epoch()
-            if attempt == 1 and self.plan.cancel_epoch == self.next_epoch - 1:
-                world.cancel(self.plan.job_id)
+            plan = self.plan
+            cancel = plan.cancel_epoch is not None and plan.cancel_epoch < self.next_epoch
+            if cancel and attempt == plan.cancel_attempt and not plan.canceled:
+                plan.canceled = True
+                world.cancel(plan.job_id)
         else:
             self.finish(0)
         self.stage += 1
