@@ -140,6 +140,7 @@ class Plan:
     cancel_attempt: int = 1
     fail_epoch: int | None = None
     twice: bool = False
+    cool_down_s: int = 0
     saved_epoch: int = 0  # the newest checkpoint in the job's storage
     canceled: bool = False
 
@@ -154,6 +155,7 @@ class Plan:
             "machine_ids": ["g2-standard-4"],
             "trainer": "digits_mlp",
             "epochs": self.epochs,
+            "cool_down_period_s": self.cool_down_s,
         }
 
     def expected(self) -> tuple[JobStatus, int, int]:
@@ -164,11 +166,16 @@ class Plan:
         return status, 1 + len(self.losses), len(self.losses)
 
 
-def draw_plans(rng: random.Random, jobs: int) -> list[Plan]:
+def draw_plans(rng: random.Random, jobs: int, *, cooling: bool = False) -> list[Plan]:
+    """``jobs`` plans; ``cooling``: some jobs keep their VM cooling, and the
+    submissions are spread out, so the users' next jobs claim those VMs."""
     plans = []
+    spread = 8 * TICK_EVERY if cooling else 2 * TICK_EVERY
     for n in range(jobs):
         epochs = rng.randint(1, 4)
-        plan = Plan(f"r{n:03d}", f"u{n % 7}", epochs, submit_step=rng.randint(1, 2 * TICK_EVERY))
+        plan = Plan(f"r{n:03d}", f"u{n % 7}", epochs, submit_step=rng.randint(1, spread))
+        if cooling and rng.random() < 0.6:
+            plan.cool_down_s = rng.choice([30, 60, 120])
         plan.twice = rng.random() < 0.1
         fate = rng.random()
         if fate < 0.2:
@@ -412,13 +419,20 @@ class World:
     # -- agents --
 
     def wake_agents(self) -> None:
-        """An agent for each VM booted since the last step (a VM exists first)."""
+        """An agent for each VM booted since the last step (a VM exists first),
+        and a new job's run for each cooling VM handed one in its metadata."""
         for vm in self.cloud.list({MANAGED_LABEL: "true"}):
-            if vm["name"] in self.agents or vm["state"] != "RUNNING":
+            if vm["state"] != "RUNNING":
                 continue
             assignment = Assignment.model_validate_json(vm["metadata"][JOB_METADATA_KEY])
+            running = self.agents.get(vm["name"])
+            reused = running is not None
+            if running is not None:
+                same = (running.assignment.job_id, running.assignment.attempt)
+                if not running.done or same == (assignment.job_id, assignment.attempt):
+                    continue
             plan = self.plans[assignment.job_id]
-            self.agents[vm["name"]] = AgentSim(self, vm, assignment, plan)
+            self.agents[vm["name"]] = AgentSim(self, vm, assignment, plan, reused=reused)
 
     def heartbeats(self) -> None:
         """Every booted agent still running says it is alive (delivered now)."""
@@ -433,7 +447,13 @@ class AgentSim:
     built from the VM's assignment as the agent builds them."""
 
     def __init__(
-        self, world: World, vm: dict[str, Any], assignment: Assignment, plan: Plan
+        self,
+        world: World,
+        vm: dict[str, Any],
+        assignment: Assignment,
+        plan: Plan,
+        *,
+        reused: bool = False,
     ) -> None:
         self.world = world
         self.name: str = vm["name"]
@@ -442,6 +462,7 @@ class AgentSim:
         self.assignment = assignment
         self.plan = plan
         self.stage = 0
+        self.reused = reused  # a cooling VM's agent, handed its next job: no boot
         self.done = False
         self.phase = JobSubstatus.GEARING_UP_ENV
         self.phases: dict[JobSubstatus, datetime] = {}
@@ -482,6 +503,8 @@ class AgentSim:
         if self.stage == 0 and loss and loss[0] == 0:
             # Taken before its agent ran: only the log sink can report it.
             self.lose("log-sink" if loss[1] in ("log-sink", "both") else "silent")
+        elif self.stage == 0 and self.reused:
+            self.enter(JobSubstatus.SENDING_MODEL_AND_DATA)
         elif self.stage == 0:
             self.phases[JobSubstatus.GEARING_UP_ENV] = world.now
             world.publish(
