@@ -5,9 +5,10 @@ action does not stop the sweep."""
 from __future__ import annotations
 
 from functions.deps import Deps
-from functions.handlers.reaper import apply
+from functions.ops.sweep import apply
 from shared.adapters.memory_store import InMemoryStore
 from shared.domain import reaping as r
+from shared.domain.liveness import PREEMPTION_NOTICE_S
 from shared.domain.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
 from shared.settings import Settings
 from tests.documents import T0, at, instance, job, user, vm
@@ -91,3 +92,15 @@ def test_a_failing_action_is_counted_and_the_sweep_goes_on() -> None:
     gone = job("gone")  # never stored: canceling it is a permanent error
     actions: list[r.Action] = [r.Cancel(gone, "max"), r.FreeStoppedSlot("alice", "b")]
     assert apply(deps, actions, at(1)) == {"skipped": 1, "slots_freed": 1}
+
+
+def test_a_vm_closed_preempted_is_kept_through_its_notice() -> None:
+    """The log sink's report closed the instance PREEMPTED at T0 and kept the
+    VM (it saves its state); a listing that showed the VM owned by nothing
+    must not delete it before the notice is over."""
+    deps, store = world()
+    listed = vm(labels={"spotline-job": "job1", "spotline-attempt": "1"})
+    store.create_instance(
+        instance(status=I.CLOSED, substatus=InstanceSubstatus.PREEMPTED, closed_at=T0)
+    )
+    assert apply(deps, [r.DeleteOrphan(listed)], at(PREEMPTION_NOTICE_S)) == {}

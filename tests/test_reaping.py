@@ -8,7 +8,8 @@ from typing import Any
 
 from shared.domain import reaping as r
 from shared.domain.cooling import claim, start_cooling
-from shared.domain.documents import InstanceDoc, JobDoc
+from shared.domain.documents import AttemptRecord, InstanceDoc, JobDoc
+from shared.domain.liveness import NOTICE_MARGIN_S, PREEMPTION_NOTICE_S
 from shared.domain.pricing import CoolingRule
 from shared.domain.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
 from shared.domain.vms import Vm, VmState
@@ -162,16 +163,65 @@ def test_a_vm_being_placed_or_going_or_owned_is_no_orphan() -> None:
 
 def test_the_orphan_guard_on_fresh_reads() -> None:
     ghost = labelled()
-    assert r.orphaned(ghost, None, None)
+    assert r.orphaned(ghost, None, None, T0)
     restarted = instance("sl-ghost-a1", job_id="job2", status=I.LAUNCHING)
-    assert not r.orphaned(ghost, restarted, None)  # a stopped VM restarted meanwhile
+    assert not r.orphaned(ghost, restarted, None, T0)  # a stopped VM restarted meanwhile
     stopping = instance("sl-ghost-a1", status=I.CLOSED, substatus=InstanceSubstatus.STOPPED)
-    assert not r.orphaned(ghost, stopping, None)
+    assert not r.orphaned(ghost, stopping, None, T0)
     closed = instance("sl-ghost-a1", status=I.CLOSED, substatus=InstanceSubstatus.TERMINATED)
-    assert r.orphaned(ghost, closed, None)
+    assert r.orphaned(ghost, closed, None, T0)
     assert r.orphaned(
-        vm("odd", labels={"spotline-job": "ghost", "spotline-attempt": "x"}), None, None
+        vm("odd", labels={"spotline-job": "ghost", "spotline-attempt": "x"}), None, None, T0
     )
+
+
+def preempted_on_attempt_1(outcome: str = "preempted") -> JobDoc:
+    """job1 moved to attempt 2 when its attempt 1's VM was reported lost at T0."""
+    lost = AttemptRecord(
+        attempt=1,
+        instance="sl-job1-a1",
+        zone="local-a",
+        machine_id="g2-standard-4",
+        started_at=T0,
+        ended_at=T0,
+        outcome=outcome,
+    )
+    return job(
+        attempt=2, substatus=S.CONNECTING_SERVER, status=JobStatus.RECOVERING, attempts=[lost]
+    )
+
+
+def test_a_preempted_vm_is_left_its_notice_to_save_its_state() -> None:
+    """The log sink reports a preemption at the start of Compute Engine's 30 s
+    notice, while the VM saves its state: neither its instance closed PREEMPTED
+    (the VM is then owned by nothing) nor, when the report's function died
+    before closing it, its instance still open is cut short."""
+    preempted = vm(labels={"spotline-job": "job1", "spotline-attempt": "1"})
+    moved = preempted_on_attempt_1()
+    notice_s = PREEMPTION_NOTICE_S + NOTICE_MARGIN_S
+    assert vms_stage([], [preempted], [moved], now_s=notice_s - 1) == []
+    assert vms_stage([], [preempted], [moved], now_s=notice_s) == [r.DeleteOrphan(preempted)]
+    still_open = instance(**BOOTED)
+    assert vms_stage([still_open], [preempted], [moved], now_s=notice_s - 1) == []
+    assert vms_stage([still_open], [preempted], [moved], now_s=notice_s) == [r.Release(still_open)]
+    # Gone already, or stalled rather than preempted: no notice to wait out.
+    assert vms_stage([still_open], [], [moved], now_s=1) == [r.Release(still_open)]
+    stalled = preempted_on_attempt_1("stalled")
+    assert vms_stage([], [preempted], [stalled], now_s=1) == [r.DeleteOrphan(preempted)]
+
+
+def test_the_orphan_guard_leaves_a_vm_closed_preempted_its_notice() -> None:
+    ghost = labelled()
+    closed = instance(
+        "sl-ghost-a1",
+        job_id="ghost",
+        status=I.CLOSED,
+        substatus=InstanceSubstatus.PREEMPTED,
+        closed_at=T0,
+    )
+    notice_s = PREEMPTION_NOTICE_S + NOTICE_MARGIN_S
+    assert not r.orphaned(ghost, closed, None, at(notice_s - 1))
+    assert r.orphaned(ghost, closed, None, at(notice_s))
 
 
 # -- stage 2: jobs --

@@ -64,3 +64,24 @@ def test_every_example_is_a_valid_job_spec(repo_root: Path) -> None:
     assert examples
     for example in examples:
         parse_spec(example.read_bytes())
+
+
+@pytest.mark.parametrize(
+    ("fields", "names"),
+    [
+        ({"env": {"A=B": "1"}}, "env: Value error, variable name 'A=B' holds '='"),
+        ({"env": {"A\0": "1"}}, "env: Value error, variable name 'A\\x00' holds '=' or a NUL"),
+        ({"env": {"A": "1\0"}}, "env: Value error, variable 'A' has a NUL byte in its value"),
+        (
+            {"trainer": None, "command": ["python", "-c", "1\0"]},
+            "command: Value error, argument '1\\x00' holds a NUL byte",
+        ),
+    ],
+)
+def test_what_no_process_can_be_started_with_is_refused(
+    fields: dict[str, object], names: str
+) -> None:
+    # The VM could only fail the job (see tests/test_trainer_process.py); say so at submit.
+    with pytest.raises(InvalidMessage) as caught:
+        parse_spec(spec_bytes(**fields))
+    assert names in str(caught.value)

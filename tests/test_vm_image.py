@@ -91,6 +91,8 @@ def test_the_service_leaves_the_notice_to_the_trainer() -> None:
     assert service["KillMode"] == "control-group"  # SIGTERM to agent and trainer alike
     assert int(service["TimeoutStopSec"]) < 30  # inside the Spot notice
     assert unit["Install"]["WantedBy"] == "multi-user.target"
+    # A failed agent (exit 1: job finished could not be published) stops the VM.
+    assert unit["Unit"]["FailureAction"] == "poweroff" and service["Restart"] == "no"
 
 
 def test_plugins_are_pinned() -> None:

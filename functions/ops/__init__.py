@@ -3,13 +3,17 @@
 Every function takes the process's ``Deps`` first and reaches for nothing
 else; none imports a handler. The arrows point down only::
 
+    sweep       the reaper's four stages: load, decide (pure), apply each action
+       |
     recovery    a lost VM: close the attempt, start the next one
        |
     jobs        settle, cancel, admit and start, retries from the queue
        |
-    placement   VMs for an attempt: adopted, reused (cooling, stopped), new, gang
+    placement   VMs for an attempt: adopted, reused, new, gang
        |     \\
-    teardown  queue     let a VM go (delete, stop, end cooling) | wait, give up
+    reuse      |        claim a cooling VM, restart a stopped one; instance slots
+       |     queue      wait for capacity or quota, give up
+    teardown            let a VM go (delete, stop, end cooling)
        |
     slots       the user's job, active-instance and stopped-instance slots
 

@@ -52,7 +52,12 @@ def admit(deps: Deps, spec: JobSpec, message_id: str, now: datetime) -> JobDoc:
 
 def start(deps: Deps, job: JobDoc, now: datetime) -> JobDoc:
     """Take the job's slot and place it, or queue it for quota. Re-entrant: a
-    job past REQUESTING_SERVER is left as it is."""
+    job past REQUESTING_SERVER is left as it is.
+
+    Every placement of an attempt comes through here (submit_job, recovery,
+    the reaper's retries), so none gets a VM past the active-jobs quota: a job
+    holding its slot keeps it; one whose submission died before it took one
+    takes it now, or waits for quota."""
     if job.substatus != JobSubstatus.REQUESTING_SERVER:
         logs.info(f"job {job.job_id}: already {job.substatus}, nothing to do", job_id=job.job_id)
         return job
@@ -160,7 +165,7 @@ def retry_placement(deps: Deps, job: JobDoc, now: datetime) -> JobDoc:
         job.job_id,
         lambda current: advance(current, JobSubstatus.REQUESTING_SERVER, now, note="retrying"),
     )
-    return place(deps, moved or job, now)
+    return start(deps, moved or job, now)
 
 
 def place_again(deps: Deps, job: JobDoc, now: datetime) -> str | None:
@@ -168,5 +173,7 @@ def place_again(deps: Deps, job: JobDoc, now: datetime) -> str | None:
     function died): place it again. None: it moved on, or the queue has it."""
     if deps.store.get_queue(job.job_id) is not None:
         return None
-    placed = place(deps, job, now)
-    return "failed" if placed.status == JobStatus.FAILED else "replaced"
+    placed = start(deps, job, now)
+    if placed.status == JobStatus.FAILED:
+        return "failed"
+    return "waiting" if placed.substatus == JobSubstatus.WAITING_FOR_QUOTA else "replaced"

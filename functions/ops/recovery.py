@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from functions.deps import Deps
-from functions.ops.jobs import place, settle
+from functions.ops.jobs import settle, start
 from functions.ops.queue import queue_next_attempt
 from functions.ops.slots import free_instance_slot
 from functions.ops.teardown import release_instance
@@ -19,6 +19,7 @@ from shared.contract.events import PreemptionNotice
 from shared.domain import lifecycle
 from shared.domain.documents import InstanceDoc, JobDoc, QueueReason
 from shared.domain.errors import PermanentError
+from shared.domain.liveness import Owner, belongs_to, if_owned
 from shared.domain.states import InstanceStatus, InstanceSubstatus, JobSubstatus
 
 
@@ -33,7 +34,13 @@ def recover(
     checkpoint_uri: str | None = None,
     delete_vm: bool = True,
 ) -> JobDoc | None:
-    """Close ``instance`` and move its job to the next attempt, then place it.
+    """Move the job to its next attempt, close ``instance``, then place the job.
+
+    The loss is written on the job first, so a crash at any later point is
+    finished by the reaper: the instance its job no longer owns is released
+    (or finished closing), and the job left in REQUESTING_SERVER is placed
+    again. (Closed first, the instance dropped out of the reaper's sight
+    while its job went on TRAINING on it, holding its slot for ever.)
 
     Args:
         cause: PREEMPTED or STALLED.
@@ -41,24 +48,10 @@ def recover(
             (the log-sink event fires at the start of the 30 s notice).
 
     Raises:
-        StaleEvent: the job is already past this VM (a duplicate report).
+        StaleEvent: the job is already past this VM (a duplicate report); the
+            instance is left as it is.
     """
     store = deps.store
-    substatus = (
-        InstanceSubstatus.PREEMPTED
-        if cause == JobSubstatus.PREEMPTED
-        else InstanceSubstatus.TERMINATED
-    )
-    if delete_vm:
-        release_instance(deps, instance.name, now, note, substatus)
-    else:
-        store.update_instance(
-            instance.name,
-            lambda current: lifecycle.instance_closed(current, now, note, substatus),
-        )
-        # Its slot goes to the next attempt: Compute Engine takes the VM within
-        # the 30 s notice, so the user may hold one VM over the quota till then.
-        free_instance_slot(deps, instance.user, instance.name, now)
     job = store.update_job(
         instance.job_id,
         lambda current: lifecycle.vm_lost(
@@ -67,6 +60,26 @@ def recover(
     )
     if job is None:
         raise PermanentError(f"instance {instance.name} belongs to unknown job {instance.job_id}")
+    substatus = (
+        InstanceSubstatus.PREEMPTED
+        if cause == JobSubstatus.PREEMPTED
+        else InstanceSubstatus.TERMINATED
+    )
+    # Every instance write is for the lost attempt only (if_owned, owner=): a
+    # VM another job holds since the caller read it is not that job's loss.
+    owner = Owner.of(instance)
+    if delete_vm:
+        release_instance(deps, instance.name, now, note, substatus, owner=owner)
+    else:
+
+        def close(current: InstanceDoc) -> InstanceDoc:
+            return lifecycle.instance_closed(current, now, note, substatus)
+
+        closed = store.update_instance(instance.name, if_owned(owner, close))
+        # Its slot goes to the next attempt: Compute Engine takes the VM within
+        # the 30 s notice, so the user may hold one VM over the quota till then.
+        if closed is not None and belongs_to(closed, owner):
+            free_instance_slot(deps, instance.user, instance.name, now)
     # A gang restarts whole: the other nodes of the lost attempt go too.
     for node in store.instances_of_job(instance.job_id):
         if (
@@ -74,7 +87,8 @@ def recover(
             and node.name != instance.name
             and node.status in InstanceStatus.live()
         ):
-            release_instance(deps, node.name, now, note=f"its gang lost {instance.name}")
+            gone = f"its gang lost {instance.name}"
+            release_instance(deps, node.name, now, note=gone, owner=Owner.of(node))
     logs.warning(
         f"job {job.job_id}: {instance.name} {cause.lower()} ({note}); now {job.status}/"
         f"{job.substatus}, attempt {job.attempt}",
@@ -90,9 +104,9 @@ def recover(
 
 def relaunch(deps: Deps, job: JobDoc, reason: QueueReason, now: datetime) -> JobDoc:
     """Queue the attempt first (if this process dies, the reaper places it),
-    then place it now."""
+    then place it now, within the user's active-jobs quota (``start``)."""
     queue_next_attempt(deps, job, reason, now)
-    return place(deps, job, now)
+    return start(deps, job, now)
 
 
 def preempted(deps: Deps, instance: InstanceDoc, notice: PreemptionNotice, now: datetime) -> None:
@@ -101,7 +115,8 @@ def preempted(deps: Deps, instance: InstanceDoc, notice: PreemptionNotice, now: 
     Raises:
         StaleEvent: recorded already (by the other reporter, or by the reaper
             when the VM vanished before this report came); the report's saved
-            step is still recorded on the lost attempt.
+            step is still recorded on the lost attempt, and after the log
+            sink's report the VM kept through its notice goes (its state is saved).
     """
     source = "the agent" if notice.source == "agent" else "the preemption log"
     try:
@@ -123,4 +138,15 @@ def preempted(deps: Deps, instance: InstanceDoc, notice: PreemptionNotice, now: 
                 instance.job_id,
                 lambda job: lifecycle.saved_after_loss(job, instance.attempt, step),
             )
+        if notice.source == "agent":
+            _end_notice(deps, instance.name)
         raise
+
+
+def _end_notice(deps: Deps, name: str) -> None:
+    """The log sink's report closed the instance PREEMPTED and kept the VM
+    through its notice (the reaper leaves it that long); the agent's report
+    says its state is saved, so the VM need not wait for Compute Engine."""
+    current = deps.store.get_instance(name)
+    if current is not None and current.substatus == InstanceSubstatus.PREEMPTED:
+        deps.compute.delete(current.zone, current.name)

@@ -19,7 +19,13 @@ from typing import NamedTuple
 from shared.domain.documents import InstanceDoc, JobDoc
 from shared.domain.lifecycle import current_vms
 from shared.domain.placement import vm_attempt
-from shared.domain.states import JobStatus, JobSubstatus
+from shared.domain.states import InstanceSubstatus, JobStatus, JobSubstatus
+
+# Compute Engine stops a preempted Spot VM 30 s after its preemption notice,
+# and the log sink reports the preemption at the notice's start, while the VM
+# still saves its state. The margin covers the report's delivery and clocks.
+PREEMPTION_NOTICE_S = 30.0
+NOTICE_MARGIN_S = 15.0
 
 
 class Owner(NamedTuple):
@@ -98,6 +104,38 @@ def finishing(instance: InstanceDoc, job: JobDoc | None, now: datetime, grace_s:
         return False
     # A terminal job never moves again: its last history line is its end.
     return (now - job.history[-1].at).total_seconds() <= grace_s
+
+
+def in_preemption_notice(
+    name: str, instance: InstanceDoc | None, job: JobDoc | None, now: datetime
+) -> bool:
+    """The VM ``name`` was reported preempted less than the notice (and its
+    margin) ago: it may still be saving its state, so it is not deleted yet.
+
+    Args:
+        instance: its instance document, if any: closed PREEMPTED when the
+            report was recorded (the VM is kept through the notice).
+        job: its job, if any: the lost attempt's record says when, also when
+            the report's function died before it closed the instance.
+    """
+    since = None
+    if instance is not None and instance.substatus == InstanceSubstatus.PREEMPTED:
+        since = instance.closed_at
+    elif job is not None:
+        since = _preempted_at(job, name)
+    notice_s = PREEMPTION_NOTICE_S + NOTICE_MARGIN_S
+    return since is not None and (now - since).total_seconds() < notice_s
+
+
+def _preempted_at(job: JobDoc, name: str) -> datetime | None:
+    """When the job recorded the attempt of VM ``name`` preempted (None: it did not)."""
+    made_for = vm_attempt(name)
+    if made_for is None or made_for[0] != job.job_id:
+        return None
+    for record in job.attempts:
+        if record.attempt == made_for[1] and record.outcome == "preempted":
+            return record.ended_at
+    return None
 
 
 def silent_s(instance: InstanceDoc, now: datetime) -> float:

@@ -1,6 +1,6 @@
 """The reaper's decisions, pure: documents and the VM listing in, actions out.
 
-The reaper (``functions.handlers.reaper``) sweeps in four stages; each loads
+The reaper (``functions.ops.sweep``) sweeps in four stages; each loads
 what it needs, asks the ``decide_*`` function here, and applies the actions
 one at a time (a failure is logged and the sweep goes on). Each stage loads
 after the previous one applied its actions, because those change what the
@@ -12,10 +12,12 @@ slot), in the manner of dstack's background tasks, one per kind of resource:
 3. ``decide_queue``: due queue entries (retry, give up, drop);
 4. ``decide_slots``: users' slots that a crash left taken.
 
-The listing is older than the moment an action runs, so some actions carry a
-race guard that the apply step runs on fresh reads with the same predicate
-used here: ``Release`` (the instance moved on), ``DeleteOrphan`` (owned after
-all), ``FreeInstanceSlot`` and ``FreeStoppedSlot`` (a placement or a stop
+The actions are ``shared.domain.reaper_actions``' (read here as
+``reaping.Recover``, ...). The listing is older than the moment an action
+runs, so some actions carry a race guard that the apply step runs on fresh
+reads with the same predicate used here: ``Release`` (the instance moved on),
+``DeleteOrphan`` (owned after all, or saving its state in a preemption
+notice), ``FreeInstanceSlot`` and ``FreeStoppedSlot`` (a placement or a stop
 finished meanwhile). The others are guarded by their own write (a cooling VM
 claimed meanwhile is not ended; a stopped VM restarted meanwhile wins).
 """
@@ -23,7 +25,6 @@ claimed meanwhile is not ended; a stopped VM restarted meanwhile wins).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
@@ -31,6 +32,7 @@ from shared.domain.documents import InstanceDoc, JobDoc, QueueEntry, UserDoc
 from shared.domain.liveness import (
     being_placed,
     finishing,
+    in_preemption_notice,
     missed_preemption_note,
     serves_its_job,
     stall_note,
@@ -38,6 +40,32 @@ from shared.domain.liveness import (
 )
 from shared.domain.placement import vm_attempt
 from shared.domain.queueing import give_up_reason
+from shared.domain.reaper_actions import (
+    Accrue,
+    Cancel,
+    DeleteOrphan,
+    DropEntry,
+    EndCooling,
+    EndStopped,
+    FinishClosing,
+    ForgetStopped,
+    FreeInstanceSlot,
+    FreeJobSlot,
+    FreeStoppedSlot,
+    GiveUp,
+    JobAction,
+    LoseCooling,
+    PlaceAgain,
+    PriceCooling,
+    QueueAction,
+    Recover,
+    Release,
+    RetryPlacement,
+    RetryQuota,
+    SlotAction,
+    VmAction,
+)
+from shared.domain.reaper_actions import Action as Action  # callers read reaping.Action
 from shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
 from shared.domain.stopping import STOPPING_OR_STOPPED, stop_expired
 from shared.domain.vms import Vm, VmState
@@ -55,165 +83,6 @@ class Timeouts(Protocol):
     def boot_timeout_s(self) -> float: ...
     @property
     def request_timeout_s(self) -> float: ...
-
-
-# -- stage 1: instances and VMs --
-
-
-@dataclass(frozen=True)
-class Recover:
-    """The job's VM is lost (vanished: PREEMPTED; silent: STALLED): next attempt."""
-
-    instance: InstanceDoc
-    cause: JobSubstatus
-    note: str
-
-
-@dataclass(frozen=True)
-class Release:
-    """No live job owns the instance: delete its VM (unless it moved on meanwhile)."""
-
-    instance: InstanceDoc
-
-
-@dataclass(frozen=True)
-class FinishClosing:
-    """A function died while it closed the instance: stop or delete it, as it meant to."""
-
-    instance: InstanceDoc
-
-
-@dataclass(frozen=True)
-class PriceCooling:
-    """The cooling period so far, priced for a person watching."""
-
-    instance: InstanceDoc
-
-
-@dataclass(frozen=True)
-class EndCooling:
-    """The cooling period is over: priced, then ended (unless claimed meanwhile)."""
-
-    instance: InstanceDoc
-
-
-@dataclass(frozen=True)
-class LoseCooling:
-    """The cooling VM is gone: priced, charged, closed (unless claimed meanwhile)."""
-
-    instance: InstanceDoc
-
-
-@dataclass(frozen=True)
-class EndStopped:
-    """The stop period is over: delete the stopped VM (unless restarted meanwhile)."""
-
-    instance: InstanceDoc
-
-
-@dataclass(frozen=True)
-class ForgetStopped:
-    """The stopped VM is gone: close its document, free its slots."""
-
-    instance: InstanceDoc
-
-
-@dataclass(frozen=True)
-class DeleteOrphan:
-    """A spotline VM that no instance owns and no placement is making."""
-
-    vm: Vm
-
-
-# -- stage 2: jobs --
-
-
-@dataclass(frozen=True)
-class Accrue:
-    """The running attempt's cost so far, for a person watching the job."""
-
-    job: JobDoc
-
-
-@dataclass(frozen=True)
-class Cancel:
-    job: JobDoc
-    reason: str
-
-
-@dataclass(frozen=True)
-class PlaceAgain:
-    """Left in REQUESTING_SERVER (its function died): placed again, unless queued."""
-
-    job: JobDoc
-
-
-# -- stage 3: the queue --
-
-
-@dataclass(frozen=True)
-class RetryQuota:
-    """One more try for a job waiting for quota (the try decides whether it gives up)."""
-
-    entry: QueueEntry
-
-
-@dataclass(frozen=True)
-class RetryPlacement:
-    job: JobDoc
-    entry: QueueEntry
-
-
-@dataclass(frozen=True)
-class GiveUp:
-    job: JobDoc
-    entry: QueueEntry
-    reason: str
-
-
-@dataclass(frozen=True)
-class DropEntry:
-    """The entry is stale: the job ended, moved to another attempt, or was placed."""
-
-    entry: QueueEntry
-
-
-# -- stage 4: slots --
-
-
-@dataclass(frozen=True)
-class FreeJobSlot:
-    user: str
-    job_id: str
-
-
-@dataclass(frozen=True)
-class FreeInstanceSlot:
-    user: str
-    name: str
-
-
-@dataclass(frozen=True)
-class FreeStoppedSlot:
-    user: str
-    name: str
-
-
-VmAction = (
-    Recover
-    | Release
-    | FinishClosing
-    | PriceCooling
-    | EndCooling
-    | LoseCooling
-    | EndStopped
-    | ForgetStopped
-    | DeleteOrphan
-)
-JobAction = Accrue | Cancel | PlaceAgain
-QueueAction = RetryQuota | RetryPlacement | GiveUp | DropEntry
-SlotAction = FreeJobSlot | FreeInstanceSlot | FreeStoppedSlot
-Action = VmAction | JobAction | QueueAction | SlotAction
 
 
 def decide_vms(
@@ -248,7 +117,8 @@ def decide_vms(
             actions.append(EndStopped(instance))
     owned = {instance.name for instance in [*instances, *stopped]}
     for vm in vms:
-        if vm.name not in owned and orphaned(vm, None, jobs.get(vm.labels.get(JOB_LABEL, ""))):
+        job = jobs.get(vm.labels.get(JOB_LABEL, ""))
+        if vm.name not in owned and orphaned(vm, None, job, now):
             actions.append(DeleteOrphan(vm))
     return actions
 
@@ -277,17 +147,26 @@ def _instance_action(
         return None if stalled is None else Recover(instance, JobSubstatus.STALLED, stalled)
     if finishing(instance, job, now, timeouts.request_timeout_s):
         return None  # its job's end is letting it go: cooling, stopped or deleted
+    if vm is not None and in_preemption_notice(instance.name, instance, job, now):
+        return None  # its job moved on, and the VM saves its state till the notice ends
     return Release(instance)
 
 
 def moved_on(listed: InstanceDoc, current: InstanceDoc | None) -> bool:
     """``Release``'s guard: the instance changed since it was listed (its
-    finished job left it cooling, or a new job took it): keep it."""
-    return current is None or (current.status, current.job_id) != (listed.status, listed.job_id)
+    finished job left it cooling, or a new job or attempt took it): keep it."""
+    if current is None:
+        return True
+    return (current.status, current.job_id, current.attempt) != (
+        listed.status,
+        listed.job_id,
+        listed.attempt,
+    )
 
 
-def orphaned(vm: Vm, instance: InstanceDoc | None, job: JobDoc | None) -> bool:
-    """A VM no instance owns and no placement is making, not already going.
+def orphaned(vm: Vm, instance: InstanceDoc | None, job: JobDoc | None, now: datetime) -> bool:
+    """A VM no instance owns and no placement is making, not already going,
+    and not saving its state in a preemption notice.
 
     Args:
         instance: the VM's instance document, if any (live or being stopped: owned).
@@ -300,6 +179,8 @@ def orphaned(vm: Vm, instance: InstanceDoc | None, job: JobDoc | None) -> bool:
         return False
     attempt = vm.labels.get(ATTEMPT_LABEL, "")
     if attempt.isdigit() and being_placed(job, vm.labels.get(JOB_LABEL, ""), int(attempt)):
+        return False
+    if in_preemption_notice(vm.name, instance, job, now):
         return False
     return vm.state != VmState.STOPPING
 

@@ -11,7 +11,14 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from shared.domain.errors import InvalidMessage
 
@@ -101,6 +108,26 @@ class JobSpec(BaseModel):
                 "on demand (add a NAME.od id, or on_demand_fallback)"
             )
         return self
+
+    # The OS can start no process with these (execve takes NUL-terminated
+    # strings, and "NAME=value" pairs): refused here, not on the VM.
+    @field_validator("command")
+    @classmethod
+    def _no_nul_in_command(cls, command: list[str] | None) -> list[str] | None:
+        for arg in command or []:
+            if "\0" in arg:
+                raise ValueError(f"argument {arg!r:.60} holds a NUL byte")
+        return command
+
+    @field_validator("env")
+    @classmethod
+    def _env_the_os_takes(cls, env: dict[str, str]) -> dict[str, str]:
+        for name, value in env.items():
+            if "=" in name or "\0" in name:
+                raise ValueError(f"variable name {name!r:.60} holds '=' or a NUL byte")
+            if "\0" in value:
+                raise ValueError(f"variable {name!r:.60} has a NUL byte in its value")
+        return env
 
 
 def _matches(pattern: str, value: str) -> bool:

@@ -5,7 +5,10 @@
 3. fetch code, then run the trainer, relaying each reported epoch;
 4. watch ``instance/preempted`` (wait_for_change) and SIGTERM: on the 30 s
    notice the trainer checkpoints at its next step and spotline is told where;
-5. publish job finished with the exit code and the tail of the log.
+5. publish job finished with the exit code and the tail of the log (a trainer
+   that cannot start is a failed job too), retrying for FINISH_PUBLISH_S; if
+   spotline still was not told, exit 1: the unit's FailureAction powers the VM
+   off, and the reaper notices.
 
 It needs no Firestore access: only the metadata server, Pub/Sub and storage.
 """
@@ -31,6 +34,7 @@ from shared.ports.bus import Bus
 from vm_image.agent.metadata import Metadata, MetadataError
 from vm_image.agent.trainer_process import (
     TENSORBOARD_DIR,
+    CannotStart,
     TrainerProcess,
     trainer_command,
     trainer_env,
@@ -45,12 +49,26 @@ COOLING_GRACE_S = 60
 # often (and always once the trainer exits): each upload copies every event
 # file again, which for short epochs cost the agent more than the epoch's event.
 TENSORBOARD_UPLOAD_S = 30.0
+# How long the agent tries to publish job finished before it gives up and
+# exits: the reaper's default stall timeout, after which it would act anyway.
+FINISH_PUBLISH_S = 300.0
+# Each try's own limit (the client retries transient errors within it), and
+# the longest wait between tries.
+_FINISH_TRY_S = 30.0
+_FINISH_BACKOFF_MAX_S = 30.0
 
 
 class Agent:
-    def __init__(self, metadata: Metadata, workdir: Path, bus: Bus | None = None) -> None:
+    def __init__(
+        self,
+        metadata: Metadata,
+        workdir: Path,
+        bus: Bus | None = None,
+        finish_publish_s: float = FINISH_PUBLISH_S,
+    ) -> None:
         self.metadata = metadata
         self.workdir = workdir
+        self.finish_publish_s = finish_publish_s
         self.name = metadata.get("instance/name")
         self.zone = metadata.get("instance/zone").rsplit("/", 1)[-1]
         self.instance_id = metadata.get("instance/id")
@@ -100,7 +118,10 @@ class Agent:
     def _enter(self, phase: JobSubstatus) -> None:
         self.phase = phase
         self.phases[phase] = datetime.now(UTC)
-        self._heartbeat()
+        try:
+            self._heartbeat()
+        except Exception as err:  # the next beat or event carries the phase too
+            logs.warning(f"heartbeat on entering {phase} failed: {err}")
 
     def _on_report(self, record: dict[str, Any]) -> None:
         kind = record.get("type")
@@ -172,7 +193,12 @@ class Agent:
 
     def run(self) -> int:
         """Run the VM's job; with a cooling period, idle for the next one and
-        run it too, until the period ends or the VM is taken away."""
+        run it too, until the period ends or the VM is taken away.
+
+        Returns:
+            The exit status: 0, or 1 when spotline could not be told that a
+            job finished (the VM must not wait for a delete that will not come).
+        """
         signal.signal(signal.SIGTERM, lambda *_: self._on_notice("SIGTERM"))
         threading.Thread(target=self._watch_preemption, daemon=True).start()
         self.bus.publish(
@@ -180,7 +206,8 @@ class Agent:
         )
         try:
             while True:
-                self._run_job()
+                if not self._run_job():
+                    return 1
                 period = self.assignment.spec.cool_down_period_s
                 if self.preempted.is_set() or period <= 0:
                     return 0
@@ -212,38 +239,81 @@ class Agent:
                 return Assignment.model_validate_json(raw)
         return None
 
-    def _run_job(self) -> None:
+    def _run_job(self) -> bool:
+        """Run the current job to its end; whether spotline was told of it."""
         threading.Thread(target=self._beat, args=(self.job_done,), daemon=True).start()
-        self._enter(JobSubstatus.SENDING_MODEL_AND_DATA)
-        code_dir = self._fetch_code()
-        self._enter(JobSubstatus.TRAINING)
-        events_path = self.job_dir / "events.jsonl"
-        self.trainer = TrainerProcess(
-            trainer_command(self.assignment),
-            trainer_env(self.assignment, events_path, dict(os.environ), self.name),
-            code_dir,
-            events_path,
-            self._on_report,
-            labels={"job_id": self.assignment.job_id, "attempt": self.assignment.attempt},
-        )
-        exit_code = self.trainer.wait()
-        self._upload_tensorboard()
-        if self.preempted.is_set():
-            self._report_preempted()
-            self.job_done.set()
-            return
-        self._enter(JobSubstatus.RETURNING)
-        self.bus.publish(
-            "job_finished",
-            JobFinished(
+        try:
+            self._enter(JobSubstatus.SENDING_MODEL_AND_DATA)
+            code_dir = self._fetch_code()
+            self._enter(JobSubstatus.TRAINING)
+            exit_code, log_tail = self._train(code_dir)
+            self._upload_tensorboard()
+            if self.preempted.is_set():
+                self._report_preempted()
+                return True
+            self._enter(JobSubstatus.RETURNING)
+            event = JobFinished(
                 **self._common(),
                 exit_code=exit_code,
-                log_tail=self.trainer.log_tail(),
+                log_tail=log_tail,
                 checkpoint_uri=self.checkpoint_uri,
                 last_epoch=self.last_epoch,
-            ),
-        )
-        self.job_done.set()
+            )
+            return self._publish_finished(event)
+        finally:
+            self.job_done.set()
+
+    def _train(self, code_dir: Path) -> tuple[int, str]:
+        """Run the trainer; its exit code and last output lines. A trainer
+        that cannot start fails the job with the reason as its output."""
+        events_path = self.job_dir / "events.jsonl"
+        try:
+            self.trainer = TrainerProcess(
+                trainer_command(self.assignment),
+                trainer_env(self.assignment, events_path, dict(os.environ), self.name),
+                code_dir,
+                events_path,
+                self._on_report,
+                labels={"job_id": self.assignment.job_id, "attempt": self.assignment.attempt},
+            )
+        except CannotStart as err:
+            logs.error(str(err), job_id=self.assignment.job_id, attempt=self.assignment.attempt)
+            return err.exit_code, f"{err}\n"
+        return self.trainer.wait(), self.trainer.log_tail()
+
+    def _publish_finished(self, event: JobFinished) -> bool:
+        """Publish job finished, trying again with backoff for
+        ``finish_publish_s``; whether it went out. Every failure is retried,
+        a permanent-looking one too: a topic or a permission may be repaired
+        meanwhile, and this event is what lets spotline end the job."""
+        deadline = time.monotonic() + self.finish_publish_s
+        wait_s = 1.0
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                self.bus.publish(
+                    "job_finished", event, timeout_s=max(min(_FINISH_TRY_S, remaining), 1.0)
+                )
+                return True
+            except Exception as err:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    logs.error(
+                        f"job finished (exit code {event.exit_code}) could not be published "
+                        f"to {self.bus.topic_path('job_finished')} in "
+                        f"{self.finish_publish_s:.0f} s: {err!r}; exiting, so that the VM "
+                        "powers off (the reaper then acts on its silence)",
+                        job_id=event.job_id,
+                        attempt=event.attempt,
+                    )
+                    return False
+                logs.warning(
+                    f"job finished not published ({err!r}); trying again in {wait_s:.0f} s",
+                    job_id=event.job_id,
+                    attempt=event.attempt,
+                )
+            time.sleep(min(wait_s, remaining))
+            wait_s = min(wait_s * 2, _FINISH_BACKOFF_MAX_S)
 
     def _report_preempted(self) -> None:
         """Publish spot-preempted once, with the newest saved state."""
@@ -282,4 +352,5 @@ class Agent:
 def main() -> int:
     workdir = Path(os.environ.get("SPOTLINE_WORKDIR") or tempfile.mkdtemp(prefix="spotline-vm-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    return Agent(Metadata(), workdir).run()
+    finish_publish_s = float(os.environ.get("SPOTLINE_FINISH_PUBLISH_S") or FINISH_PUBLISH_S)
+    return Agent(Metadata(), workdir, finish_publish_s=finish_publish_s).run()

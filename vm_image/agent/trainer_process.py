@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import collections
+import contextlib
+import errno
 import json
 import os
 import subprocess
@@ -16,8 +18,27 @@ from shared import logs
 from shared.contract.assignment import Assignment
 from shared.contract.cluster import cluster_env
 
-_TAIL_LINES = 40
+# The job's error shows the trainer's last lines: this many, each cut to
+# _TAIL_LINE_CHARS and all of them to TAIL_CHARS, so that a trainer printing
+# megabytes on one line cannot make job finished too big to publish.
+_TAIL_LINES = 20
+_TAIL_LINE_CHARS = 500
+TAIL_CHARS = 2000
+# The most read from the trainer's output at once: a "line" without a newline
+# (a progress bar, binary noise) is copied in pieces of this size, not held
+# whole. Each piece becomes one JSON log line, up to 6 times longer (\ufffd
+# for every undecodable byte): 4 KiB keeps it under journald's LineMax (48K).
+_READ_BYTES = 4 * 1024
 TENSORBOARD_DIR = "tensorboard"
+
+
+class CannotStart(RuntimeError):
+    """The trainer could not be started; ``exit_code`` is what a shell would
+    answer (127: no such program, 126: it cannot be run)."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 def trainer_command(assignment: Assignment) -> list[str]:
@@ -82,17 +103,17 @@ class TrainerProcess:
         self._offset = 0
         self._done = threading.Event()
         events_path.touch()
-        # Same process group as the agent: whatever stops the VM stops both.
-        self.process = subprocess.Popen(
-            command,
-            env=env,
-            cwd=workdir,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            bufsize=1,
-        )
         self._log = open(workdir / "trainer.log", "a", encoding="utf-8")  # noqa: SIM115
+        self._log_failed = False
+        # Same process group as the agent: whatever stops the VM stops both.
+        # Bytes, not text: a trainer's output need not be UTF-8 (see _copy).
+        try:
+            self.process = subprocess.Popen(
+                command, env=env, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+            )
+        except (OSError, ValueError) as err:
+            self._log.close()
+            raise _cannot_start(command, env, err) from err
         assert self.process.stdout is not None
         self._pump = threading.Thread(target=self._copy, args=(self.process.stdout,), daemon=True)
         self._pump.start()
@@ -105,23 +126,43 @@ class TrainerProcess:
 
     def wait(self) -> int:
         code = self.process.wait()
+        # A child the trainer left behind may still hold the pipe: the copy
+        # then goes on draining it, and closes the log when it ends.
         self._pump.join(timeout=5)
         self._done.set()
         self._follow.join(timeout=5)
         self._read_reports()  # whatever was written just before exit
-        self._log.close()
         return code
 
     def log_tail(self) -> str:
-        return "".join(self.tail)
+        """The trainer's last lines, at most TAIL_CHARS characters."""
+        return "".join(self.tail)[-TAIL_CHARS:]
 
-    def _copy(self, stream: IO[str]) -> None:
+    def _copy(self, stream: IO[bytes]) -> None:
+        # This thread must outlive anything the trainer writes: once it stops
+        # reading, the pipe fills (64 KiB) and the trainer blocks on its next
+        # print for ever while the agent's heartbeats go on. So: bytes read in
+        # bounded pieces, decoded with replacement, and a failure to log one
+        # piece never ends the loop.
+        try:
+            while piece := stream.readline(_READ_BYTES):
+                self._relay(piece.decode("utf-8", errors="replace"))
+        finally:
+            self._log.close()
+
+    def _relay(self, line: str) -> None:
         # One JSON object a line on our stdout: Cloud Logging (through the
         # journal) keeps each as a structured entry labelled with the job and
         # attempt, findable after the VM is gone. trainer.log keeps raw lines.
-        for line in stream:
-            self.tail.append(line)
+        self.tail.append(line if len(line) <= _TAIL_LINE_CHARS else line[-_TAIL_LINE_CHARS:])
+        try:
             self._log.write(line)
+        except (OSError, ValueError) as err:  # a full disk must not stop the copy
+            if not self._log_failed:
+                logs.warning(f"could not write trainer.log: {err}", **self.labels)
+            self._log_failed = True
+        # Our own stdout gone: trainer.log and the tail still have the line.
+        with contextlib.suppress(OSError, ValueError):
             logs.emit("INFO", line.rstrip("\n"), stream="trainer", **self.labels)
 
     def _follow_reports(self) -> None:
@@ -129,7 +170,15 @@ class TrainerProcess:
             self._read_reports()
 
     def _read_reports(self) -> None:
-        with open(self.events_path, encoding="utf-8") as events:
+        try:
+            self._read_new_reports()
+        except OSError as err:  # the trainer removed or broke its events file
+            logs.warning(f"cannot read the trainer's reports {self.events_path}: {err}")
+
+    def _read_new_reports(self) -> None:
+        # A line that is not UTF-8 is decoded with replacement: what does not
+        # parse, or does not make an event, is skipped with a warning.
+        with open(self.events_path, encoding="utf-8", errors="replace") as events:
             events.seek(self._offset)
             while True:
                 line = events.readline()
@@ -145,3 +194,28 @@ class TrainerProcess:
                         self.on_report(record)
                     except Exception as err:  # e.g. Pub/Sub out of reach: keep following
                         logs.warning(f"could not relay the trainer's report {record}: {err}")
+
+
+def _cannot_start(
+    command: list[str], env: dict[str, str], err: OSError | ValueError
+) -> CannotStart:
+    """What went wrong, naming the argument or variable. Popen raises
+    ValueError for what the OS can never take (NUL in an argument or the
+    environment, "=" in a variable's name), OSError for a missing or
+    unrunnable program."""
+    program = command[0] if command else ""
+    if isinstance(err, OSError):
+        code = 127 if err.errno == errno.ENOENT else 126
+        return CannotStart(f"cannot start the trainer {program!r}: {err}", code)
+    bad_args = [arg for arg in command if "\0" in arg]
+    bad_names = [name for name in env if "=" in name or "\0" in name]
+    bad_values = [name for name, value in env.items() if "\0" in value]
+    if bad_args:
+        why = f"command argument {bad_args[0]!r:.80} holds a NUL byte"
+    elif bad_names:
+        why = f"environment variable name {bad_names[0]!r:.80} holds '=' or a NUL byte"
+    elif bad_values:
+        why = f"environment variable {bad_values[0]!r:.80} has a NUL byte in its value"
+    else:
+        why = str(err)
+    return CannotStart(f"cannot start the trainer: {why} ({err})", 126)

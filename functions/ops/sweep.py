@@ -1,0 +1,268 @@
+"""The reaper's sweep: what Cloud Scheduler's tick starts every minute
+(``functions.handlers.reaper``).
+
+Level-triggered and idempotent (Scheduler may fire twice): it compares what
+Firestore believes with what Compute Engine says exists, and converges. Four
+stages, each load -> decide (pure, ``shared.domain.reaping``) -> apply:
+
+1. instances and VMs: a vanished VM is a missed preemption (requeue); a
+   silent one is stalled (delete, requeue); one its job no longer owns is
+   released; a CLOSING one is finished closing; cooling and stopped periods
+   are priced and ended; spotline-labelled VMs nothing owns are deleted;
+2. active jobs: past ``max_runtime_s`` -> CANCELED; stuck in REQUESTING_SERVER
+   (the placing function died) -> placed again;
+3. the due queue: placed again, or CANCELED after ``wait_request_s``;
+4. users' slots a crash left taken: freed.
+
+It reads only active documents: terminal jobs and closed instances cost nothing.
+Every step it applies is re-entrant, so a sweep killed part-way is finished
+by the next one.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
+
+from functions.deps import Deps
+from functions.ops.jobs import (
+    cancel,
+    place_again,
+    release_job,
+    retry_placement,
+    retry_waiting,
+    settle,
+)
+from functions.ops.queue import drop, give_up
+from functions.ops.recovery import recover
+from functions.ops.slots import free_instance_slot, free_stopped_slot
+from functions.ops.teardown import (
+    end_cooling,
+    end_stopped,
+    finish_closing,
+    forget_stopped,
+    lose_cooling,
+    price_cooling,
+    release_instance,
+)
+from shared import logs
+from shared.domain import reaping as r
+from shared.domain.documents import InstanceDoc, JobDoc
+from shared.domain.errors import PermanentError
+from shared.domain.lifecycle import accrue
+from shared.domain.liveness import Owner
+from shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
+from shared.domain.vms import MANAGED_LABEL, Vm
+
+
+def sweep(deps: Deps, now: datetime) -> Counter[str]:
+    """One pass of the four stages; the count of each outcome."""
+    store, settings = deps.store, deps.settings
+    # 1. Instances first, then VMs (see ``decide_vms``).
+    instances = store.list_instances(InstanceStatus.live())
+    stopped = store.stopped_instances()
+    counts = reap_vms(deps, instances, stopped, deps.compute.list({MANAGED_LABEL: "true"}), now)
+    # 2.
+    active = store.list_jobs(JobStatus.active())
+    apply(deps, r.decide_jobs(active, settings, now), now, counts)
+    # 3.
+    due = store.due_queue(now)
+    queued = _jobs(deps, [e.job_id for e in due if e.reason != "quota"])
+    apply(deps, r.decide_queue(due, queued, now), now, counts)
+    # 4. Jobs before instances (see ``decide_slots``).
+    users = store.list_users()
+    names = [n for u in users for n in [*u.active_instances, *u.stopped_instances]]
+    owners = _jobs(deps, [j for u in users for j in u.active_jobs] + list(map(r.job_of_vm, names)))
+    held = _instances(deps, names)
+    apply(deps, r.decide_slots(users, owners, held), now, counts)
+    return counts
+
+
+def reap_vms(
+    deps: Deps,
+    instances: Sequence[InstanceDoc],
+    stopped: Sequence[InstanceDoc],
+    vms: Sequence[Vm],
+    now: datetime,
+) -> Counter[str]:
+    """Stage 1 on listings made before: the jobs are read now, after them."""
+    wanted = [i.job_id for i in instances] + [vm.labels.get(r.JOB_LABEL, "") for vm in vms]
+    jobs = _jobs(deps, wanted)
+    return apply(deps, r.decide_vms(instances, stopped, vms, jobs, deps.settings, now), now)
+
+
+def _jobs(deps: Deps, job_ids: Iterable[str]) -> dict[str, JobDoc]:
+    found = {job_id: deps.store.get_job(job_id) for job_id in set(job_ids) if job_id}
+    return {job_id: job for job_id, job in found.items() if job is not None}
+
+
+def _instances(deps: Deps, names: Iterable[str]) -> dict[str, InstanceDoc]:
+    found = {name: deps.store.get_instance(name) for name in set(names)}
+    return {name: instance for name, instance in found.items() if instance is not None}
+
+
+def apply(
+    deps: Deps, actions: Sequence[r.Action], now: datetime, counts: Counter[str] | None = None
+) -> Counter[str]:
+    """Run each action through ops, one at a time: a failure is logged and the
+    sweep goes on (the next tick retries it). The count of each outcome."""
+    counts = Counter() if counts is None else counts
+    for action in actions:
+        try:
+            outcome = _APPLY[type(action)](deps, action, now)
+        except PermanentError as err:
+            logs.warning(f"reaper: {err}")
+            outcome = "skipped"
+        except Exception as err:
+            logs.error(f"reaper: {type(err).__name__}: {err}")
+            outcome = "errors"
+        if outcome:
+            counts[outcome] += 1
+    return counts
+
+
+# -- each action through ops; the guards re-read what the listing may have missed --
+
+
+def _recover(deps: Deps, action: r.Recover, now: datetime) -> str:
+    recover(deps, action.instance, action.cause, now, note=action.note)
+    return "stalled" if action.cause == JobSubstatus.STALLED else "missed_preemptions"
+
+
+def _release(deps: Deps, action: r.Release, now: datetime) -> str | None:
+    # The listing is older than the job read: the instance may have moved on.
+    if r.moved_on(action.instance, deps.store.get_instance(action.instance.name)):
+        return None
+    owner = Owner.of(action.instance)  # and between that read and this write
+    release_instance(deps, action.instance.name, now, note="no live job owns it", owner=owner)
+    return "released"
+
+
+def _finish_closing(deps: Deps, action: r.FinishClosing, now: datetime) -> str:
+    finish_closing(deps, action.instance, now)
+    return "closed"
+
+
+def _price_cooling(deps: Deps, action: r.PriceCooling, now: datetime) -> str:
+    price_cooling(deps, action.instance, now)
+    return "cooling"
+
+
+def _end_cooling(deps: Deps, action: r.EndCooling, now: datetime) -> str:
+    priced = price_cooling(deps, action.instance, now)
+    if priced is None:
+        return "cooling"  # claimed meanwhile
+    # end_cooling's guarded write loses to a job claiming the VM at this moment.
+    expired = priced.cooling_until is not None and now >= priced.cooling_until
+    ended = expired and end_cooling(deps, priced, now, "cooling period over")
+    return "cooling_ended" if ended else "cooling"
+
+
+def _lose_cooling(deps: Deps, action: r.LoseCooling, now: datetime) -> str:
+    priced = price_cooling(deps, action.instance, now)
+    if priced is None:
+        return "cooling"  # claimed meanwhile
+    lose_cooling(deps, priced, now)
+    return "cooling_ended"
+
+
+def _end_stopped(deps: Deps, action: r.EndStopped, now: datetime) -> str | None:
+    # The guarded write keeps a VM a job restarted meanwhile.
+    return "stopped_ended" if end_stopped(deps, action.instance, now) else None
+
+
+def _forget_stopped(deps: Deps, action: r.ForgetStopped, now: datetime) -> str:
+    forget_stopped(deps, action.instance, now)
+    return "stopped_lost"
+
+
+def _delete_orphan(deps: Deps, action: r.DeleteOrphan, now: datetime) -> str | None:
+    vm = action.vm
+    # Owned after all? Its document may have moved between the sweep's
+    # listings (a stopped VM restarted for a job, a VM being stopped, a
+    # preempted one closed while it saves its state).
+    instance = deps.store.get_instance(vm.name)
+    job_id = vm.labels.get(r.JOB_LABEL, "")
+    job = deps.store.get_job(job_id) if job_id else None
+    if not r.orphaned(vm, instance, job, now):
+        return None
+    deps.compute.delete(vm.zone, vm.name)
+    logs.warning(f"reaper: deleted orphan VM {vm.name} in {vm.zone}", instance=vm.name)
+    return "orphans_deleted"
+
+
+def _accrue(deps: Deps, action: r.Accrue, now: datetime) -> None:
+    deps.store.update_job(action.job.job_id, lambda current: accrue(current, now))
+
+
+def _cancel(deps: Deps, action: r.Cancel, now: datetime) -> str:
+    cancel(deps, action.job.job_id, action.reason, now)
+    return "over_max_runtime"
+
+
+def _place_again(deps: Deps, action: r.PlaceAgain, now: datetime) -> str | None:
+    return place_again(deps, action.job, now)
+
+
+def _retry_quota(deps: Deps, action: r.RetryQuota, now: datetime) -> str:
+    return retry_waiting(deps, action.entry, now)
+
+
+def _retry_placement(deps: Deps, action: r.RetryPlacement, now: datetime) -> str:
+    tried = retry_placement(deps, action.job, now)
+    return "placed" if tried.substatus in JobSubstatus.on_vm() else "waiting"
+
+
+def _give_up(deps: Deps, action: r.GiveUp, now: datetime) -> str:
+    settle(deps, give_up(deps, action.job.job_id, action.reason, now), now)
+    return "gave_up"
+
+
+def _drop(deps: Deps, action: r.DropEntry, now: datetime) -> str:
+    drop(deps, action.entry.job_id)
+    return "queue_dropped"
+
+
+def _free_job_slot(deps: Deps, action: r.FreeJobSlot, now: datetime) -> str:
+    release_job(deps, action.user, action.job_id, now)
+    return "slots_freed"
+
+
+def _free_instance_slot(deps: Deps, action: r.FreeInstanceSlot, now: datetime) -> str | None:
+    # Read again, job first: a placement may have taken or finished it since.
+    job = deps.store.get_job(r.job_of_vm(action.name)) if r.job_of_vm(action.name) else None
+    if not r.instance_slot_stale(action.name, job, deps.store.get_instance(action.name)):
+        return None
+    free_instance_slot(deps, action.user, action.name, now)
+    return "slots_freed"
+
+
+def _free_stopped_slot(deps: Deps, action: r.FreeStoppedSlot, now: datetime) -> str | None:
+    if not r.stopped_slot_stale(deps.store.get_instance(action.name)):
+        return None  # stopped (again) since it was read
+    free_stopped_slot(deps, action.user, action.name, now)
+    return "slots_freed"
+
+
+_APPLY: dict[type, Callable[..., str | None]] = {
+    r.Recover: _recover,
+    r.Release: _release,
+    r.FinishClosing: _finish_closing,
+    r.PriceCooling: _price_cooling,
+    r.EndCooling: _end_cooling,
+    r.LoseCooling: _lose_cooling,
+    r.EndStopped: _end_stopped,
+    r.ForgetStopped: _forget_stopped,
+    r.DeleteOrphan: _delete_orphan,
+    r.Accrue: _accrue,
+    r.Cancel: _cancel,
+    r.PlaceAgain: _place_again,
+    r.RetryQuota: _retry_quota,
+    r.RetryPlacement: _retry_placement,
+    r.GiveUp: _give_up,
+    r.DropEntry: _drop,
+    r.FreeJobSlot: _free_job_slot,
+    r.FreeInstanceSlot: _free_instance_slot,
+    r.FreeStoppedSlot: _free_stopped_slot,
+}

@@ -1,0 +1,251 @@
+"""The real VM agent on odd trainers and a failing Pub/Sub: it reports what
+happened and ends, never hangs and never dies silently.
+
+The agent runs as on a VM (``python -m vm_image.agent``) against its own
+metadata server and the Pub/Sub emulator; pull subscriptions show what it sent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from infra.localcloud.metadata_server import Identity, MetadataServer
+from shared.contract.assignment import Assignment
+from shared.contract.events import JobFinished
+from shared.domain.spec import JobSpec
+from shared.domain.vms import JOB_METADATA_KEY
+from shared.settings import TOPICS
+
+pytestmark = pytest.mark.emulators
+REPO = Path(__file__).resolve().parent.parent
+INSTANCE = "sl-j1-a1"
+
+# Bytes that are not UTF-8, then far more output than a pipe holds, then exit 3.
+UNDECODABLE = r"""
+import sys
+out = sys.stdout.buffer
+out.write(b"caf\xe9 \xff\xfe not utf-8\n")
+for n in range(20000):
+    out.write(b"line %d of the noise\n" % n)
+out.write(b"last words\n")
+out.flush()
+sys.exit(3)
+"""
+
+
+class Topics:
+    """The agent's topics in the test's project, each with a pull subscription."""
+
+    def __init__(self, project: str) -> None:
+        from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
+
+        self.project = project
+        self.publisher = PublisherClient()
+        self.subscriber = SubscriberClient()
+
+    def create(self, key: str) -> None:
+        topic = self.publisher.topic_path(self.project, TOPICS[key])
+        self.publisher.create_topic(name=topic)
+        self.subscriber.create_subscription(name=self._subscription(key), topic=topic)
+
+    def _subscription(self, key: str) -> str:
+        return self.subscriber.subscription_path(self.project, f"agent-test-{key}")
+
+    def pull(self, key: str, wait_s: float) -> list[bytes]:
+        """Every message on ``key`` that arrives within ``wait_s`` (at least one
+        pull), acknowledged."""
+        from google.api_core.exceptions import DeadlineExceeded
+
+        found: list[bytes] = []
+        deadline = time.monotonic() + wait_s
+        while not found and (remaining := deadline - time.monotonic()) > 0:
+            try:
+                response = self.subscriber.pull(
+                    subscription=self._subscription(key),
+                    max_messages=10,
+                    timeout=max(remaining, 0.1),
+                )
+            except DeadlineExceeded:
+                break
+            if not response.received_messages:
+                time.sleep(0.1)
+                continue
+            found += [received.message.data for received in response.received_messages]
+            self.subscriber.acknowledge(
+                subscription=self._subscription(key),
+                ack_ids=[received.ack_id for received in response.received_messages],
+            )
+        return found
+
+    def close(self) -> None:
+        self.subscriber.close()
+
+
+@pytest.fixture
+def topics(project: str) -> Iterator[Topics]:
+    topics = Topics(project)
+    yield topics
+    topics.close()
+
+
+class RunningAgent:
+    """The agent process of one VM, its output in ``log``."""
+
+    def __init__(self, process: subprocess.Popen[bytes], log: Path) -> None:
+        self.process = process
+        self.log = log
+
+    def wait(self, timeout_s: float) -> int | None:
+        """The agent's exit status, or None when it is still running after
+        ``timeout_s`` (it is then killed, with the trainer in its group)."""
+        try:
+            return self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return None
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)  # its own group: agent and trainer
+            self.process.wait(10)
+
+    def lines(self) -> list[dict[str, object]]:
+        found = []
+        for line in self.log.read_text(errors="replace").splitlines():
+            try:
+                found.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        return found
+
+    def said(self, severity: str, text: str) -> bool:
+        return any(
+            line.get("severity") == severity and text in str(line.get("message"))
+            for line in self.lines()
+        )
+
+
+@pytest.fixture
+def start_agent(project: str, tmp_path: Path) -> Iterator[Callable[..., RunningAgent]]:
+    servers: list[MetadataServer] = []
+    agents: list[RunningAgent] = []
+
+    def start(command: list[str], **env: str) -> RunningAgent:
+        spec = JobSpec(
+            user="alice", machine_ids=["g2-standard-4"], framework="command", command=command
+        )
+        assignment = Assignment(
+            job_id="j1",
+            attempt=1,
+            project=project,
+            spec=spec,
+            checkpoint_dir=tmp_path.joinpath("ckpt").as_uri(),
+            output_dir=tmp_path.joinpath("out").as_uri(),
+            heartbeat_s=0.5,
+        )
+        identity = Identity(
+            INSTANCE, "1234567890123456789", "us-central1-a", "g2-standard-4", project, "42"
+        )
+        server = MetadataServer(identity, {JOB_METADATA_KEY: assignment.model_dump_json()})
+        server.start()
+        servers.append(server)
+        log = tmp_path / "agent.log"
+        process = subprocess.Popen(
+            [sys.executable, "-m", "vm_image.agent"],
+            cwd=REPO,
+            env={
+                **os.environ,
+                "PYTHONPATH": str(REPO),
+                "GCE_METADATA_HOST": server.host,
+                "SPOTLINE_WORKDIR": str(tmp_path / "vm"),
+                **env,
+            },
+            stdout=log.open("wb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        agents.append(RunningAgent(process, log))
+        return agents[-1]
+
+    yield start
+    for agent in agents:
+        agent.kill()
+    for server in servers:
+        server.close()
+
+
+def finished(topics: Topics, wait_s: float = 5.0) -> JobFinished:
+    messages = topics.pull("job_finished", wait_s)
+    assert len(messages) == 1, messages
+    return JobFinished.model_validate_json(messages[0])
+
+
+def test_a_trainer_printing_bytes_that_are_not_utf8_is_reported(
+    topics: Topics, start_agent: Callable[..., RunningAgent]
+) -> None:
+    for key in ("vm_booted", "epoch_done", "job_finished"):
+        topics.create(key)
+    agent = start_agent([sys.executable, "-c", UNDECODABLE])
+
+    assert agent.wait(60) == 0, agent.log.read_text(errors="replace")[-3000:]
+    event = finished(topics)
+    assert event.exit_code == 3
+    assert event.log_tail.endswith("line 19999 of the noise\nlast words\n")
+    assert len(event.log_tail) <= 2000
+
+
+def test_a_missing_program_is_reported_as_the_jobs_failure(
+    topics: Topics, start_agent: Callable[..., RunningAgent]
+) -> None:
+    for key in ("vm_booted", "epoch_done", "job_finished"):
+        topics.create(key)
+    agent = start_agent(["no-such-trainer-binary", "--epochs", "3"])
+
+    assert agent.wait(60) == 0, agent.log.read_text(errors="replace")[-3000:]
+    event = finished(topics)
+    assert event.exit_code == 127
+    assert "cannot start the trainer 'no-such-trainer-binary'" in event.log_tail
+
+
+def test_job_finished_is_retried_until_pubsub_takes_it(
+    topics: Topics, start_agent: Callable[..., RunningAgent]
+) -> None:
+    # Its topic is missing (NotFound, which Pub/Sub's client does not retry)
+    # until the agent has failed to publish at least once.
+    topics.create("vm_booted")
+    topics.create("epoch_done")
+    agent = start_agent([sys.executable, "-c", "print('done')"])
+    deadline = time.monotonic() + 60
+    while not agent.said("WARNING", "job finished") and time.monotonic() < deadline:
+        if agent.process.poll() is not None:
+            break
+        time.sleep(0.05)
+    topics.create("job_finished")
+
+    assert agent.wait(60) == 0, agent.log.read_text(errors="replace")[-3000:]
+    event = finished(topics)
+    assert event.exit_code == 0 and event.log_tail == "done\n"
+
+
+def test_a_job_finished_that_cannot_be_published_ends_the_agent(
+    topics: Topics, start_agent: Callable[..., RunningAgent]
+) -> None:
+    topics.create("vm_booted")
+    topics.create("epoch_done")
+    agent = start_agent([sys.executable, "-c", "print('done')"], SPOTLINE_FINISH_PUBLISH_S="3")
+
+    # It exits (locally the VM is then TERMINATED; on Compute Engine the unit's
+    # FailureAction powers it off), saying loudly that spotline was not told.
+    started = time.monotonic()
+    assert agent.wait(60) == 1, agent.log.read_text(errors="replace")[-3000:]
+    assert time.monotonic() - started < 30
+    assert agent.said("ERROR", "job finished")
