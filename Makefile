@@ -33,12 +33,13 @@ test: lint tools
 	$(BIN)/pytest
 
 # Issue 10's big replay: many jobs, every message 1-5 times in shuffled order,
-# a few seeds (override SPOTLINE_REPLAY_JOBS / SPOTLINE_REPLAY_SEED). Prints the
-# events replayed. Nothing depends on it; `make test` runs a small one.
+# a few seeds (override SOAK_JOBS / SOAK_SEEDS), and the crash suite at every
+# crash point. Prints the events replayed and the crash points injected.
+# Nothing depends on it; `make test` runs a small one of each.
 SOAK_JOBS ?= 150
 SOAK_SEEDS ?= 101,102,103
 soak-replay: $(INSTALLED)
-	SPOTLINE_REPLAY_JOBS=$(SOAK_JOBS) SPOTLINE_REPLAY_SEED=$(SOAK_SEEDS) \
+	SPOTLINE_REPLAY_JOBS=$(SOAK_JOBS) SPOTLINE_REPLAY_SEED=$(SOAK_SEEDS) SPOTLINE_CRASH_EVERY=1 \
 	  $(BIN)/pytest -q -p no:cacheprovider tests/test_replay.py tests/test_crash_points.py
 
 bench: $(INSTALLED)

@@ -63,22 +63,14 @@ TARGETS = [
     ),
     Target("cancel_job", plan(cancel_epoch=1), first("cancel")),
 ]
-# Found by this suite: the reaper's Recover of a VM that vanished closes the
-# instance (CLOSING, delete, CLOSED, slot freed) before it moves the job to its
-# next attempt; dying in between leaves the job TRAINING on a CLOSED instance,
-# which no later sweep looks at (FinishClosing finishes the instance, nothing
-# recovers the job): stuck for ever, its cost still accruing.
-REAPER_STRANDS_THE_JOB = (
-    "functions/ops/recovery.py recover(): a crash after release_instance() and before "
-    "the job's vm_lost() update strands the job on a CLOSED instance; the reaper never "
-    "recovers it (crash before calls 6-9 / after calls 5-8 of the sweep)"
-)
+# Found by this suite before main merged branch 'reentrant': the reaper's
+# Recover of a VM that vanished closed the instance before it moved the job to
+# its next attempt; dying in between (before calls 6-9, after calls 5-8 of the
+# sweep) left the job TRAINING on a CLOSED instance that no later sweep looked
+# at: stuck for ever, its cost still accruing. recovery now writes the loss first.
 PARAMS = [
     *TARGETS,
-    pytest.param(
-        Target("reaper/missed-preemption", plan(losses={1: (2, "silent")}), tick_after_loss),
-        marks=pytest.mark.xfail(strict=True, reason=REAPER_STRANDS_THE_JOB),
-    ),
+    Target("reaper/missed-preemption", plan(losses={1: (2, "silent")}), tick_after_loss),
 ]
 # Every EVERY-th crash point (each mode at its own offset); 1 in ``make soak-replay``.
 EVERY = int(os.environ.get("SPOTLINE_CRASH_EVERY", "3"))
