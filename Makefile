@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo test lint tools bench clean soak-replay
+.PHONY: demo test lint tools bench soak soak-replay clean
 
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,12 @@ SOAK_SEEDS ?= 101,102,103
 soak-replay: $(INSTALLED)
 	SPOTLINE_REPLAY_JOBS=$(SOAK_JOBS) SPOTLINE_REPLAY_SEED=$(SOAK_SEEDS) SPOTLINE_CRASH_EVERY=1 \
 	  $(BIN)/pytest -q -p no:cacheprovider tests/test_replay.py tests/test_crash_points.py
+
+# The hostile-input fuzzer at length (not part of `make test`, which runs it
+# briefly): SPOTLINE_FUZZ_EXAMPLES inputs per message kind.
+FUZZ_EXAMPLES ?= 5000
+soak: $(INSTALLED)
+	SPOTLINE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest -q -p no:cacheprovider tests/test_fuzz_events.py
 
 bench: $(INSTALLED)
 	$(BIN)/python benchmarks/bench_skeleton.py

@@ -42,6 +42,10 @@ def pytest_report_header() -> list[str]:
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
+    fuzz = sys.modules.get("tests.test_fuzz_events")
+    line = fuzz.summary() if fuzz is not None else None
+    if line:
+        terminalreporter.write_line(line, bold=True)
     if _MISSING:
         terminalreporter.write_line(
             f"!!! EMULATOR TESTS WERE SKIPPED: {_MISSING} !!!", red=True, bold=True

@@ -49,7 +49,7 @@ def test_a_published_job_runs_to_completion(
     ]
     assert epochs_of(store, job_id, 3) == [1, 2, 3]
     epochs = store.list_epochs(job_id)
-    assert epochs[-1].metrics["val_accuracy"] > 0.8
+    assert (epochs[-1].metrics["val_accuracy"] or 0.0) > 0.8  # None: not a finite number
     assert job.progress == "3/3" and job.checkpoint_uri
     assert local_stack.cloud is not None
     deadline = time.monotonic() + 15  # the VM is released just after the job is recorded

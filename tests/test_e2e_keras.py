@@ -50,7 +50,7 @@ def test_a_keras_job_survives_a_preemption(local_stack: LocalStack) -> None:
     assert second.resumed_from_step == first.checkpoint_step
     assert epochs_of(store, job_id, 3) == [1, 2, 3]
     accuracy = next(v for k, v in job.metrics.items() if k.startswith("val_") and "acc" in k)
-    assert accuracy > 0.9, job.metrics
+    assert (accuracy or 0.0) > 0.9, job.metrics  # None: not a finite number
     wait_no_vms(local_stack, job_id)
     # Keras writes through TensorFlow's own files, which cannot reach the
     # bucket: the state is mirrored there, and the agent uploads TensorBoard's.

@@ -399,3 +399,32 @@ def test_machines_are_seeded_idempotently(store: Store) -> None:
     for machine_id, machine in catalog.items():
         assert store.get_machine(machine_id) == machine
     assert store.get_machine("no-such-machine") is None
+
+
+# -- what Firestore refuses, the in-memory store refuses too --------------------
+
+
+@pytest.mark.parametrize(
+    "epoch",
+    [
+        {"metrics": {"__loss__": 1.0}},  # a reserved field name
+        {"metrics": {"": 1.0}},  # an empty one
+        {"step": 2**63},  # past int64
+    ],
+    ids=["reserved-key", "empty-key", "int64"],
+)
+def test_a_value_firestore_refuses_is_refused(store: Store, epoch: dict[str, object]) -> None:
+    doc = EpochDoc.model_validate(
+        {"epoch": 1, "epochs": 3, "attempt": 1, "step": 0, "instance": "i", "at": T0, **epoch}
+    )
+    with pytest.raises(Exception):  # noqa: B017 - ValueError or InvalidArgument
+        store.put_epoch("job1", doc)
+    assert store.list_epochs("job1") == []
+
+
+def test_a_document_id_with_a_slash_is_refused(store: Store) -> None:
+    with pytest.raises(ValueError):
+        store.create_instance(an_instance("sl-a/b"))
+    with pytest.raises(ValueError):
+        store.get_job("a/b")
+    assert store.list_instances() == []

@@ -25,6 +25,8 @@ from shared.domain.errors import InvalidMessage, PermanentError
 from shared.domain.spec import describe_validation_error
 
 Model = TypeVar("Model", bound=BaseModel)
+_ID_CHARS = 128  # Pub/Sub's message ids are short numbers
+_PAYLOAD_LOGGED = 200
 
 
 @dataclass(frozen=True)
@@ -41,28 +43,37 @@ class Message:
             return model.model_validate_json(self.data)
         except ValidationError as err:
             raise InvalidMessage(describe_validation_error(err)) from err
+        except (ValueError, RecursionError) as err:  # past pydantic's own limits: no JSON either
+            raise InvalidMessage(f"the message is not JSON: {type(err).__name__}") from err
 
 
 def decode(cloud_event: Any) -> Message:
     """The Pub/Sub message inside a CloudEvent.
 
     Raises:
-        InvalidMessage: the event carries no Pub/Sub message.
+        InvalidMessage: the event carries no Pub/Sub message, or its data is not
+            a base64 string.
     """
     data = cloud_event.data if hasattr(cloud_event, "data") else None
     message = data.get("message") if isinstance(data, dict) else None
     if not isinstance(message, dict):
         raise InvalidMessage("the CloudEvent carries no Pub/Sub message")
+    encoded = message.get("data") or ""
+    if not isinstance(encoded, str):
+        raise InvalidMessage(f"the message data is a {type(encoded).__name__}, not base64 text")
     try:
-        payload = base64.b64decode(message.get("data") or "", validate=True)
+        payload = base64.b64decode(encoded, validate=True)
     except (binascii.Error, ValueError) as err:
         raise InvalidMessage(f"the message data is not base64: {err}") from err
-    message_id = str(message.get("messageId") or message.get("message_id") or cloud_event["id"])
+    message_id = message.get("messageId") or message.get("message_id") or cloud_event["id"]
+    attributes = message.get("attributes")
     return Message(
         data=payload,
-        message_id=message_id,
+        message_id=str(message_id)[:_ID_CHARS],
         publish_time=_parse_time(message.get("publishTime") or message.get("publish_time")),
-        attributes=dict(message.get("attributes") or {}),
+        attributes=(
+            {str(k): str(v) for k, v in attributes.items()} if isinstance(attributes, dict) else {}
+        ),
         source=str(cloud_event["source"]),
     )
 
@@ -109,14 +120,22 @@ def pubsub_handler(fn: Handler) -> Callable[[Any], None]:
         try:
             fn(message, deps)
         except PermanentError as err:
+            # Acknowledged: the reason, and for a message that is not valid the
+            # start of what was published, are all that is kept of it.
+            invalid = isinstance(err, InvalidMessage)
             logs.warning(
                 f"{name}: {err}",
                 handler=name,
                 message_id=message.message_id,
                 error_type=type(err).__name__,
+                **({"payload": _start(message.data)} if invalid else {}),
             )
 
     return handle
+
+
+def _start(data: bytes) -> str:
+    return data[:_PAYLOAD_LOGGED].decode("utf-8", errors="replace")
 
 
 def _age_s(message: Message, now: datetime) -> float | None:

@@ -21,7 +21,7 @@ def on_job_finished(message: Message, deps: Deps) -> None:
     event = message.parse(JobFinished)
     now = deps.clock()
     job = apply_to_job(deps, event, lambda current: lifecycle.finished(current, event, now))
-    if event.last_epoch is not None:
+    if event.last_epoch is not None and lifecycle.within_epochs(job, event.last_epoch):
         deps.store.put_epoch(job.job_id, lifecycle.epoch_doc(event.last_epoch, now))
     logs.info(
         f"job {job.job_id}: {job.status} (exit code {event.exit_code})",

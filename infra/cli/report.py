@@ -36,8 +36,13 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
-def _metrics(metrics: dict[str, float]) -> str:
-    return " ".join(f"{name}={value:.4g}" for name, value in sorted(metrics.items()))
+def _metrics(metrics: dict[str, float | None]) -> str:
+    return " ".join(f"{name}={_number(value, '.4g')}" for name, value in sorted(metrics.items()))
+
+
+def _number(value: float | None, spec: str) -> str:
+    """A metric; None is one the trainer reported as not a finite number."""
+    return "nan" if value is None else format(value, spec)
 
 
 def jobs_table(jobs: Sequence[JobDoc]) -> str:
@@ -150,7 +155,7 @@ def job_detail(job: JobDoc, epochs: Sequence[EpochDoc]) -> str:
                 e.epoch,
                 e.attempt,
                 e.step,
-                *(f"{e.metrics.get(n, float('nan')):.4f}" for n in names),
+                *(_number(e.metrics.get(n), ".4f") for n in names),
                 e.instance,
             ]
             for e in epochs

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -57,8 +58,68 @@ _IN_LIMIT = 30
 
 def _stored(doc: BaseModel) -> dict[str, Any]:
     """The document's fields as Firestore stores them: its values, with every
-    timestamp in UTC (the client library takes a naive one as UTC)."""
-    return _utc(to_firestore(doc))
+    timestamp in UTC (the client library takes a naive one as UTC).
+
+    Raises:
+        ValueError: a value Firestore would refuse (see ``_refused``).
+    """
+    fields = _utc(to_firestore(doc))
+    problem = _refused(fields, 0, in_array=False)
+    if problem is None and _size(fields) > _DOC_BYTES:
+        problem = f"the document is over {_DOC_BYTES} bytes"
+    if problem is not None:
+        raise ValueError(f"Firestore would refuse {type(doc).__name__}: {problem}")
+    return fields
+
+
+# Firestore's limits, kept here so that what passes in memory also passes there:
+# the client library raises ValueError (int64, empty keys) and the server
+# InvalidArgument (nesting, arrays in arrays, reserved names, size).
+_DOC_BYTES = 1_048_576
+_DEPTH = 20
+_RESERVED = re.compile(r"^__.*__$", re.DOTALL)
+
+
+def _refused(value: Any, depth: int, in_array: bool) -> str | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) and not -(2**63) <= value < 2**63:
+        return f"{value} is outside the 64-bit range"
+    if isinstance(value, dict | list) and depth > _DEPTH:
+        return f"maps and arrays nest more than {_DEPTH} deep"
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str) or not key or _RESERVED.match(key):
+                return f"the field name {key!r} is empty or reserved"
+            problem = _refused(item, depth + 1, in_array=False)
+            if problem is not None:
+                return problem
+    if isinstance(value, list):
+        if in_array:
+            return "an array holds an array"
+        for item in value:
+            problem = _refused(item, depth + 1, in_array=True)
+            if problem is not None:
+                return problem
+    return None
+
+
+def _size(value: Any) -> int:
+    """Firestore's storage size of a value, near enough (strings: UTF-8 + 1)."""
+    if isinstance(value, str):
+        return len(value.encode("utf-8", errors="replace")) + 1
+    if isinstance(value, dict):
+        return sum(_size(key) + _size(item) for key, item in value.items())
+    if isinstance(value, list):
+        return sum(_size(item) for item in value)
+    return 8
+
+
+def _key(key: str) -> str:
+    """A document id Firestore takes; ValueError otherwise."""
+    if not key or "/" in key or key in (".", "..") or _RESERVED.match(key):
+        raise ValueError(f"{key!r} is not a Firestore document id")
+    return key
 
 
 def _utc(value: Any) -> Any:
@@ -111,6 +172,7 @@ class InMemoryStore:
         return self._list(JOBS, JobDoc, "status", statuses, limit)
 
     def put_epoch(self, job_id: str, epoch: EpochDoc) -> None:
+        _key(job_id)
         with self._lock:
             self._epochs.setdefault(job_id, {})[epoch_key(epoch)] = _stored(epoch)
 
@@ -242,7 +304,7 @@ class InMemoryStore:
     # -- the guarded primitives -------------------------------------------
 
     def _create(self, collection: str, key: str, doc: BaseModel) -> bool:
-        fields = _stored(doc)
+        key, fields = _key(key), _stored(doc)
         with self._lock:
             documents = self._docs.setdefault(collection, {})
             if key in documents:
@@ -251,12 +313,13 @@ class InMemoryStore:
         return True
 
     def _set(self, collection: str, key: str, doc: BaseModel) -> None:
-        fields = _stored(doc)
+        key, fields = _key(key), _stored(doc)
         with self._lock:
             documents = self._docs.setdefault(collection, {})
             documents[key] = (next(self._sequence), fields)
 
     def _get(self, collection: str, key: str, model: type[Doc]) -> Doc | None:
+        _key(key)
         with self._lock:
             stored = self._docs.get(collection, {}).get(key)
         return model.model_validate(stored[1]) if stored is not None else None
@@ -264,6 +327,7 @@ class InMemoryStore:
     def _update(
         self, collection: str, key: str, model: type[Doc], change: Callable[[Doc], Doc]
     ) -> Doc | None:
+        _key(key)
         for attempt in range(_UPDATE_ATTEMPTS):
             with self._lock:
                 stored = self._docs.get(collection, {}).get(key)

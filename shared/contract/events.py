@@ -2,16 +2,60 @@
 
 Every VM event names its job, the attempt it belongs to and the instance that
 sent it, so a handler can ignore events of an older attempt.
+
+Anyone who may publish to a topic can send anything: every field is bounded
+(``shared.domain.bounds``), so that what validates can be stored and computed
+with, and what does not is dropped with the field named.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+import math
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    field_validator,
+    model_validator,
+)
 
+from shared.domain.bounds import (
+    MAX_EPOCHS,
+    MAX_METRICS,
+    Attempt,
+    JobId,
+    Step,
+    Timestamp,
+    Uri,
+    VmName,
+    Zone,
+    key_problem,
+)
 from shared.domain.states import JobSubstatus
+
+# What the agent keeps of the trainer's output: its end, where the error is.
+LOG_TAIL_CHARS = 8000
+# The steps a VM reports entering. Only these: a heartbeat saying COMPLETED or
+# CANCELED would otherwise end the job, with its VM and slot still held.
+AGENT_PHASES = (
+    JobSubstatus.GEARING_UP_ENV,
+    JobSubstatus.SENDING_MODEL_AND_DATA,
+    JobSubstatus.TRAINING,
+    JobSubstatus.RETURNING,
+)
+
+
+def _agent_phase(phase: JobSubstatus) -> JobSubstatus:
+    if phase not in AGENT_PHASES:
+        raise ValueError(f"{phase.value} is not a step a VM reports ({', '.join(AGENT_PHASES)})")
+    return phase
+
+
+AgentPhase = Annotated[JobSubstatus, AfterValidator(_agent_phase)]
 
 
 class _Event(BaseModel):
@@ -19,41 +63,58 @@ class _Event(BaseModel):
 
 
 class VmEvent(_Event):
-    job_id: str
-    attempt: int = Field(ge=1)
-    instance: str
-    sent_at: datetime
+    job_id: JobId
+    attempt: Attempt
+    instance: VmName
+    sent_at: Timestamp
     # When the agent entered each step so far. Events travel on different
     # subscriptions and arrive in any order; with these, whichever comes first
     # fills in the job's timeline with the VM's own times.
-    phases: dict[JobSubstatus, datetime] = Field(default_factory=dict)
+    phases: dict[AgentPhase, Timestamp] = Field(default_factory=dict)
 
 
 class VmBooted(VmEvent):
     """spotline-vm-booted: the agent is up and has read its job."""
 
-    zone: str = ""
-    instance_id: str = ""
+    zone: Zone = ""
+    instance_id: str = Field(default="", max_length=64, pattern=r"^[-_a-zA-Z0-9]*$")
 
 
 class Heartbeat(VmEvent):
     """spotline-epoch-done, kind=heartbeat: alive, and which step it is in."""
 
     kind: Literal["heartbeat"] = "heartbeat"
-    phase: JobSubstatus | None = None
-    step: int | None = None
-    resumed_from_step: int | None = None  # the trainer resumed from this step
+    phase: AgentPhase | None = None
+    step: Step | None = None
+    resumed_from_step: Step | None = None  # the trainer resumed from this step
 
 
 class EpochDone(VmEvent):
     """spotline-epoch-done, kind=epoch: one epoch finished and checkpointed."""
 
     kind: Literal["epoch"] = "epoch"
-    epoch: int = Field(ge=1)
-    epochs: int = Field(ge=1)
-    step: int = Field(ge=0)
-    metrics: dict[str, float] = Field(default_factory=dict)
-    checkpoint_uri: str | None = None
+    epoch: int = Field(ge=1, le=MAX_EPOCHS)
+    epochs: int = Field(ge=1, le=MAX_EPOCHS)
+    step: Step
+    # A metric that is not a finite number (a diverged loss) is None: JSON has
+    # no NaN (pydantic writes it as null), and None reads plainly in the console.
+    metrics: dict[str, float | None] = Field(default_factory=dict, max_length=MAX_METRICS)
+    checkpoint_uri: Uri | None = None
+
+    @field_validator("metrics", mode="after")
+    @classmethod
+    def _finite(cls, metrics: dict[str, float | None]) -> dict[str, float | None]:
+        for name in metrics:
+            problem = key_problem(name)
+            if problem is not None:
+                raise ValueError(problem)
+        return {k: v if v is not None and math.isfinite(v) else None for k, v in metrics.items()}
+
+    @model_validator(mode="after")
+    def _epoch_within(self) -> EpochDone:
+        if self.epoch > self.epochs:
+            raise ValueError(f"epoch: {self.epoch} is beyond epochs ({self.epochs})")
+        return self
 
 
 Progress = Annotated[Heartbeat | EpochDone, Field(discriminator="kind")]
@@ -63,44 +124,49 @@ progress_adapter: TypeAdapter[Heartbeat | EpochDone] = TypeAdapter(Progress)
 class JobFinished(VmEvent):
     """spotline-job-finished: the trainer exited; 0 means the job completed."""
 
-    exit_code: int
+    exit_code: int = Field(ge=-255, le=255)  # negative: killed by that signal
     log_tail: str = ""
-    checkpoint_uri: str | None = None
+    checkpoint_uri: Uri | None = None
     # The last epoch reported, again: it travels on another subscription and
     # may arrive after this event; with it here, a finished job always shows
     # its final progress and metrics.
     last_epoch: EpochDone | None = None
 
+    @field_validator("log_tail", mode="after")
+    @classmethod
+    def _tail(cls, log_tail: str) -> str:
+        return log_tail[-LOG_TAIL_CHARS:]
+
 
 class SpotPreempted(VmEvent):
     """spotline-spot-preempted: the 30 s notice came; state saved at `step`."""
 
-    checkpoint_uri: str | None = None
-    step: int | None = None
+    checkpoint_uri: Uri | None = None
+    step: Step | None = None
 
 
 class CancelRequest(_Event):
     """spotline-cancel: a person asks to stop a job."""
 
-    job_id: str
-    reason: str = "canceled by the user"
+    job_id: JobId
+    reason: str = Field(default="canceled by the user", max_length=500)
 
 
 class ReaperTick(_Event):
     """spotline-reaper-tick: Cloud Scheduler's body; its content does not matter."""
 
-    sent_at: datetime | None = None
+    sent_at: Timestamp | None = None
 
 
 class PreemptionNotice(_Event):
     """A preemption, whoever reported it: the agent (with the state it saved)
     or a Cloud Logging sink on ``compute.instances.preempted`` (VM name only)."""
 
-    instance: str
-    zone: str = ""
-    attempt: int | None = None
-    step: int | None = None
-    checkpoint_uri: str | None = None
+    instance: VmName
+    zone: Zone = ""
+    attempt: Attempt | None = None
+    step: Step | None = None
+    checkpoint_uri: Uri | None = None
     source: Literal["agent", "log-sink"] = "agent"
 
 
@@ -111,11 +177,15 @@ def parse_preemption(data: bytes) -> PreemptionNotice:
     """Either message shape on spotline-spot-preempted, as one notice.
 
     Raises:
-        ValueError: neither a SpotPreempted event nor a preemption log entry.
+        ValueError: neither a SpotPreempted event nor a preemption log entry
+            (pydantic's ValidationError is one).
     """
     import json
 
-    raw = json.loads(data)
+    try:
+        raw = json.loads(data)
+    except (ValueError, RecursionError) as err:  # also: ints over 4300 digits
+        raise ValueError(f"the message is not JSON: {err}") from err
     if not isinstance(raw, dict):
         raise ValueError("the message must be a JSON object")
     payload = raw.get("protoPayload")

@@ -70,7 +70,7 @@ class JobDoc(_Doc):
     epoch: int = 0
     epochs: int = 0
     step: int = 0
-    metrics: dict[str, float] = Field(default_factory=dict)
+    metrics: dict[str, float | None] = Field(default_factory=dict)  # None: not finite
     checkpoint_uri: str | None = None
     cost_usd: float = 0.0  # every attempt's VM time at its price, cooling included
     on_demand_cost_usd: float = 0.0  # the same VM time at on-demand prices
@@ -95,7 +95,7 @@ class EpochDoc(_Doc):
     epochs: int
     attempt: int
     step: int
-    metrics: dict[str, float] = Field(default_factory=dict)
+    metrics: dict[str, float | None] = Field(default_factory=dict)  # None: not finite
     checkpoint_uri: str | None = None
     instance: str
     at: datetime

@@ -14,7 +14,7 @@ from datetime import datetime
 from shared.contract.events import EpochDone, Heartbeat, JobFinished, VmBooted, VmEvent
 from shared.domain.cooling import segment_cost
 from shared.domain.documents import AttemptRecord, EpochDoc, HistoryEntry, InstanceDoc, JobDoc
-from shared.domain.errors import IllegalTransition, PermanentError
+from shared.domain.errors import IllegalTransition, InvalidMessage, PermanentError
 from shared.domain.pricing import CoolingRule, savings_percent, vm_cost
 from shared.domain.spec import JobSpec
 from shared.domain.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
@@ -122,14 +122,25 @@ def heartbeat(job: JobDoc, event: Heartbeat, now: datetime) -> JobDoc:
 
 def epoch_done(job: JobDoc, event: EpochDone, now: datetime) -> JobDoc:
     check_current(job, event)
+    if not within_epochs(job, event):
+        raise InvalidMessage(
+            f"job {job.job_id}: epoch {event.epoch}/{event.epochs} from {event.instance} "
+            f"is beyond the spec's {job.spec.epochs} epochs"
+        )
     return record_progress(
         advance(catch_up(job, event, now), JobSubstatus.TRAINING, now), event, now
     )
 
 
+def within_epochs(job: JobDoc, event: EpochDone) -> bool:
+    """Whether the epoch is one of the job's: the spec says how many there are."""
+    return event.epochs <= job.spec.epochs
+
+
 def record_progress(job: JobDoc, event: EpochDone, now: datetime) -> JobDoc:
-    """The epoch's progress and metrics on the job, when newer than what it shows."""
-    if event.epoch <= job.epoch:
+    """The epoch's progress and metrics on the job, when newer than what it shows
+    and one of the job's epochs."""
+    if event.epoch <= job.epoch or not within_epochs(job, event):
         return job  # a redelivery, or an epoch replayed after a resume
     return job.model_copy(
         update={

@@ -9,9 +9,10 @@ on the VM (a built-in trainer, or a command with code and data URIs).
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -20,12 +21,29 @@ from pydantic import (
     model_validator,
 )
 
+from shared.domain.bounds import (
+    JOB_ID_PATTERN,
+    MAX_ATTEMPTS,
+    MAX_EPOCHS,
+    MAX_PERIOD_S,
+    MAX_RUNTIME_S,
+    MAX_SPEC_BYTES,
+    MAX_URI_CHARS,
+    ZONE_PATTERN,
+    check_keys,
+    json_problem,
+)
 from shared.domain.errors import InvalidMessage
 
 # Names end up in VM names and labels: lowercase letters, digits and hyphens.
-NAME_PATTERN = r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$"
+NAME_PATTERN = JOB_ID_PATTERN
 MACHINE_ID_PATTERN = r"^[a-z0-9][-a-z0-9]*(\.od)?$"
 BUILTIN_TRAINERS = ("digits_mlp", "keras_ffnn")
+
+MachineId = Annotated[str, Field(max_length=64)]
+ZoneName = Annotated[str, Field(min_length=1, max_length=63, pattern=ZONE_PATTERN)]
+Seconds = Annotated[int, Field(ge=0, le=MAX_PERIOD_S)]
+EnvVars = Annotated[dict[str, str], AfterValidator(check_keys)]
 
 
 class JobSpec(BaseModel):
@@ -40,11 +58,14 @@ class JobSpec(BaseModel):
     )
     user: str = Field(pattern=NAME_PATTERN, description="Owner, for quotas and cooling reuse.")
     description: str = Field(default="", max_length=500)
-    machine_ids: list[str] = Field(
+    machine_ids: list[MachineId] = Field(
         min_length=1,
+        max_length=32,
         description="Tried in order; NAME is Spot, NAME.od is on demand.",
     )
-    zones: list[str] = Field(default_factory=list, description="Allowed zones; empty: defaults.")
+    zones: list[ZoneName] = Field(
+        default_factory=list, max_length=64, description="Allowed zones; empty: defaults."
+    )
     framework: Literal["pytorch", "tensorflow", "xgboost", "jax", "command"] = Field(
         default="pytorch", description="Which distributed environment multi-node jobs get."
     )
@@ -52,45 +73,74 @@ class JobSpec(BaseModel):
     command: list[str] | None = Field(
         default=None, min_length=1, description="argv to run instead of a built-in trainer."
     )
-    code_uri: str | None = None
-    data_uri: str | None = None
-    batch_size: int = Field(default=32, ge=1)
-    epochs: int = Field(default=1, ge=1, le=100_000)
+    code_uri: str | None = Field(default=None, max_length=MAX_URI_CHARS)
+    data_uri: str | None = Field(default=None, max_length=MAX_URI_CHARS)
+    batch_size: int = Field(default=32, ge=1, le=10_000_000)
+    epochs: int = Field(default=1, ge=1, le=MAX_EPOCHS)
     hyperparameters: dict[str, Any] = Field(default_factory=dict)
     fit_kwargs: dict[str, Any] = Field(default_factory=dict)
     validation_split: float = Field(default=0.2, ge=0.0, lt=1.0)
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, le=2**32 - 1, description="NumPy's seeds are 32-bit.")
     nodes: int = Field(
         default=1, ge=1, le=64, description="VMs that train together, created in one zone."
     )
-    cool_down_period_s: int = Field(default=0, ge=0)
+    cool_down_period_s: Seconds = 0
     stop_period_s: int = Field(
         default=0,
         ge=0,
+        le=MAX_PERIOD_S,
         description=(
             "On-demand (.od) VMs: once the job (and any cooling period) ends, stop the VM, "
             "keeping its disk, for this long; a later job of the user for the same machine id "
             "restarts it instead of creating one. Within the stopped-instances quota. 0: delete."
         ),
     )
-    wait_request_s: int = Field(default=600, ge=0)
-    wait_new_job_create_s: int = -1
-    wait_new_job_create_interval: int = Field(default=10, ge=1)
+    wait_request_s: Seconds = 600
+    wait_new_job_create_s: int = Field(
+        default=-1, ge=-MAX_PERIOD_S, le=MAX_PERIOD_S, description="Non-positive: no limit."
+    )
+    wait_new_job_create_interval: int = Field(default=10, ge=1, le=MAX_PERIOD_S)
     max_runtime_s: int | None = Field(
-        default=None, ge=1, description="CANCELED when the job has run this long in all."
+        default=None,
+        ge=1,
+        le=MAX_RUNTIME_S,
+        description="CANCELED when the job has run this long in all.",
     )
     max_attempts: int = Field(
-        default=10, ge=1, description="VMs tried across preemptions and stalls, then FAILED."
+        default=10,
+        ge=1,
+        le=MAX_ATTEMPTS,
+        description="VMs tried across preemptions and stalls, then FAILED.",
     )
     fallback_after_preemptions: int = Field(
         default=0,
         ge=0,
+        le=MAX_ATTEMPTS,
         description="After this many preemptions of a Spot machine id, skip it (0: never).",
     )
     on_demand_fallback: bool = Field(
         default=False, description="A skipped Spot machine id is replaced by its .od twin."
     )
-    env: dict[str, str] = Field(default_factory=dict)
+    env: EnvVars = Field(default_factory=dict)
+
+    @field_validator("hyperparameters", "fit_kwargs")
+    @classmethod
+    def _storable(cls, value: dict[str, Any]) -> dict[str, Any]:
+        # Free-form JSON, kept in the job document: Firestore must hold it.
+        problem = json_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
+    @model_validator(mode="after")
+    def _fits_in_metadata(self) -> JobSpec:
+        size = len(self.model_dump_json(exclude_defaults=True))
+        if size > MAX_SPEC_BYTES:
+            raise ValueError(
+                f"the spec is {size} bytes as JSON, over {MAX_SPEC_BYTES}: it travels in the "
+                "VM's metadata; keep large inputs in data_uri or code_uri"
+            )
+        return self
 
     @model_validator(mode="after")
     def _one_entrypoint(self) -> JobSpec:
@@ -150,12 +200,17 @@ def parse_spec(payload: bytes) -> JobSpec:
     """Parse a submitted message, naming what is wrong when it is not a job spec.
 
     Raises:
-        InvalidMessage: not UTF-8 JSON, not an object, or a field is missing or
-            of the wrong type; the message lists every offending field.
+        InvalidMessage: too large, not UTF-8 JSON (or nested too deep, or with
+            a number Python will not read), not an object, or a field is
+            missing, of the wrong type or out of bounds; the message lists
+            every offending field.
     """
+    if len(payload) > MAX_SPEC_BYTES:
+        raise InvalidMessage(f"the message is {len(payload)} bytes, over {MAX_SPEC_BYTES}")
     try:
         data = json.loads(payload.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+    except (UnicodeDecodeError, ValueError, RecursionError) as err:
+        # ValueError: JSONDecodeError, and integers over Python's 4300 digits.
         raise InvalidMessage(f"the message is not JSON: {err}") from err
     if not isinstance(data, dict):
         raise InvalidMessage(f"the message must be a JSON object, not {type(data).__name__}")
@@ -165,11 +220,31 @@ def parse_spec(payload: bytes) -> JobSpec:
         raise InvalidMessage(describe_validation_error(err)) from err
 
 
+_PROBLEMS_NAMED = 10
+
+
 def describe_validation_error(err: ValidationError) -> str:
-    """One line per problem: 'field.path: what is wrong (got value)'."""
+    """One line per problem: 'field.path: what is wrong (got value)'; the first
+    ten, so that the reason (kept in a document) stays short."""
     lines = []
-    for problem in err.errors(include_url=False):
-        where = ".".join(str(part) for part in problem["loc"]) or "message"
-        got = "" if problem["type"] == "missing" else f" (got {problem.get('input')!r:.60})"
-        lines.append(f"{where}: {problem['msg']}{got}")
+    problems = err.errors(include_url=False)
+    for problem in problems[:_PROBLEMS_NAMED]:
+        where = ".".join(str(part)[:60] for part in problem["loc"]) or "message"
+        got = "" if problem["type"] == "missing" else f" (got {_short(problem.get('input'))})"
+        lines.append(f"{where}: {problem['msg'][:300]}{got}")
+    if len(problems) > _PROBLEMS_NAMED:
+        lines.append(f"and {len(problems) - _PROBLEMS_NAMED} more problems")
     return "; ".join(lines)
+
+
+def _short(value: object) -> str:
+    """The start of ``value``'s repr, without building all of a huge one."""
+    if isinstance(value, str | bytes) and len(value) > 60:
+        value = value[:60]
+    elif isinstance(value, dict | list) and len(value) > 3:
+        return f"a {type(value).__name__} of {len(value)} items"
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):  # over 4300 digits, or nested too deep
+        return "a value too large to show"
+    return f"{text:.60}"
