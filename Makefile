@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo test lint tools bench soak clean
+.PHONY: demo test lint tools bench soak soak-replay clean
 
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,16 @@ tools:
 
 test: lint tools
 	$(BIN)/pytest
+
+# Issue 10's big replay: many jobs, every message 1-5 times in shuffled order,
+# a few seeds (override SOAK_JOBS / SOAK_SEEDS), and the crash suite at every
+# crash point. Prints the events replayed and the crash points injected.
+# Nothing depends on it; `make test` runs a small one of each.
+SOAK_JOBS ?= 150
+SOAK_SEEDS ?= 101,102,103
+soak-replay: $(INSTALLED)
+	SPOTLINE_REPLAY_JOBS=$(SOAK_JOBS) SPOTLINE_REPLAY_SEED=$(SOAK_SEEDS) SPOTLINE_CRASH_EVERY=1 \
+	  $(BIN)/pytest -q -p no:cacheprovider tests/test_replay.py tests/test_crash_points.py
 
 # The hostile-input fuzzer at length (not part of `make test`, which runs it
 # briefly): SPOTLINE_FUZZ_EXAMPLES inputs per message kind.

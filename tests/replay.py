@@ -1,0 +1,597 @@
+"""A deterministic simulation of spotline under Pub/Sub's delivery rules, for
+the adversarial suites (``tests/test_replay.py``, ``tests/test_crash_points.py``).
+
+One ``World`` holds one shared ``Deps``: the in-memory store (or a wrapper of
+it), GceCompute on a local cloud whose VMs are records, a RecordingBus and a
+clock the simulation moves in steps of ``STEP_S``. Each step:
+
+1. users publish what their plan says (a submission, a cancel);
+2. each VM's agent (``AgentSim``) acts as ``vm_image.agent`` does, from the
+   assignment in the VM's metadata: boot, heartbeats with its phases, one
+   epoch a step, the end; or its VM is preempted (the agent's notice, the log
+   sink's entry, both, or nobody reports it and the reaper must notice);
+3. Cloud Scheduler publishes a reaper tick every ``TICK_EVERY`` steps;
+4. the ``Delivery`` policy hands the step's copies of published messages to
+   the real handlers (through their Pub/Sub wrapper, with a real CloudEvent).
+
+A message is never delivered before it is published (an agent only exists
+once its VM does, and a copy is only due at or after its publish step).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any, Self
+
+from cloudevents.http import CloudEvent
+from pydantic import BaseModel
+
+from functions import deps as process_deps
+from functions.deps import Deps
+from functions.handlers.cancel_job import cancel_job
+from functions.handlers.on_epoch_done import on_epoch_done
+from functions.handlers.on_job_finished import on_job_finished
+from functions.handlers.on_spot_preempted import on_spot_preempted
+from functions.handlers.on_vm_booted import on_vm_booted
+from functions.handlers.reaper import reaper
+from functions.handlers.submit_job import submit_job
+from infra.localcloud.cloud import LocalCloud
+from infra.localcloud.launchers import RecordLauncher
+from infra.localcloud.quotas import DEFAULT_LIMITS
+from shared.adapters.gce_compute import GceCompute
+from shared.adapters.memory_store import InMemoryStore
+from shared.adapters.recording_bus import RecordingBus
+from shared.contract.assignment import Assignment
+from shared.contract.events import (
+    PREEMPTED_METHOD,
+    CancelRequest,
+    EpochDone,
+    Heartbeat,
+    JobFinished,
+    ReaperTick,
+    SpotPreempted,
+    VmBooted,
+)
+from shared.domain.states import JobStatus, JobSubstatus
+from shared.domain.vms import JOB_METADATA_KEY, MANAGED_LABEL
+from shared.ports.compute import Compute
+from shared.ports.store import Store
+from shared.settings import TOPICS, Settings
+
+PROJECT = "spotline-replay"
+ZONES = ("us-central1-a", "us-central1-b")
+T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+STEP_S = 10.0
+TICK_EVERY = 3  # steps: Cloud Scheduler's minute, shortened
+STEPS_PER_EPOCH = 45  # the trainer's optimizer steps in one epoch
+# The first copy of these fixes when something happens (a VM is made, an
+# attempt or the job ends, the reaper looks), hence what it costs: it is
+# delivered in the step it is published, in any order within the step, so a
+# run's costs can be compared with the clean run's. Every other message may
+# come up to MAX_DELAY steps late, and any copy may come again later.
+TIMING = frozenset({"submit", "cancel", "job_finished", "spot_preempted", "reaper_tick"})
+MAX_DELAY = 3
+MAX_REDELIVERY = 8
+
+HANDLERS: dict[str, Callable[[Any], None]] = {
+    "submit": submit_job,
+    "cancel": cancel_job,
+    "vm_booted": on_vm_booted,
+    "epoch_done": on_epoch_done,
+    "job_finished": on_job_finished,
+    "spot_preempted": on_spot_preempted,
+    "reaper_tick": reaper,
+}
+
+# How a lost VM is reported: by its agent, by the log sink, by both, by nobody.
+LOSS_REPORTS = ("agent", "log-sink", "both", "silent")
+
+
+class Crash(BaseException):
+    """The function's process died here: no handler or sweep catches it."""
+
+
+def settings(endpoint: str) -> Settings:
+    """Timeouts as deployed, quotas out of the way (the replay is about delivery)."""
+    return Settings(
+        project=PROJECT,
+        compute_endpoint=endpoint,
+        zones=ZONES,
+        storage_root="memory://spotline-replay",
+        heartbeat_s=STEP_S,
+        stall_timeout_s=300.0,
+        boot_timeout_s=600.0,
+        request_timeout_s=120.0,
+        max_active_jobs=1000,
+        max_active_instances=1000,
+    )
+
+
+# -- what each job does --
+
+
+@dataclass
+class Plan:
+    """One job's course, drawn before the run.
+
+    Args:
+        losses: attempt -> (the epoch its VM is taken while running, who reports
+            it); an attempt that resumed past that epoch loses it in its first;
+            0: taken before its agent booted (only the log sink can tell).
+        cancel_epoch: the user cancels once attempt ``cancel_attempt`` has run
+            this epoch (or a later one, when it resumed past it).
+        twice: the user publishes the submission twice (two messages).
+        fail_epoch: the trainer exits 3 instead of running this epoch.
+    """
+
+    job_id: str
+    user: str
+    epochs: int
+    submit_step: int
+    losses: dict[int, tuple[int, str]] = field(default_factory=dict)
+    cancel_epoch: int | None = None
+    cancel_attempt: int = 1
+    fail_epoch: int | None = None
+    twice: bool = False
+    cool_down_s: int = 0
+    saved_epoch: int = 0  # the newest checkpoint in the job's storage
+    canceled: bool = False
+
+    def fresh(self) -> Plan:
+        """The plan before any run (a run writes what its agents saved and did)."""
+        return replace(self, losses=dict(self.losses), saved_epoch=0, canceled=False)
+
+    def spec(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "user": self.user,
+            "machine_ids": ["g2-standard-4"],
+            "trainer": "digits_mlp",
+            "epochs": self.epochs,
+            "cool_down_period_s": self.cool_down_s,
+        }
+
+    def expected(self) -> tuple[JobStatus, int, int]:
+        """(status, attempt, preemptions) a run of this plan ends with."""
+        if self.cancel_epoch is not None:
+            return JobStatus.CANCELED, self.cancel_attempt, self.cancel_attempt - 1
+        status = JobStatus.FAILED if self.fail_epoch is not None else JobStatus.COMPLETED
+        return status, 1 + len(self.losses), len(self.losses)
+
+
+def draw_plans(rng: random.Random, jobs: int, *, cooling: bool = False) -> list[Plan]:
+    """``jobs`` plans; ``cooling``: some jobs keep their VM cooling, and the
+    submissions are spread out, so the users' next jobs claim those VMs."""
+    plans = []
+    spread = 8 * TICK_EVERY if cooling else 2 * TICK_EVERY
+    for n in range(jobs):
+        epochs = rng.randint(1, 4)
+        plan = Plan(f"r{n:03d}", f"u{n % 7}", epochs, submit_step=rng.randint(1, spread))
+        if cooling and rng.random() < 0.6:
+            plan.cool_down_s = rng.choice([30, 60, 120])
+        plan.twice = rng.random() < 0.1
+        fate = rng.random()
+        if fate < 0.2:
+            plan.cancel_epoch = rng.randint(1, epochs)
+            if rng.random() < 0.5:  # on its second attempt
+                plan.cancel_attempt = 2
+                plan.losses[1] = (rng.randint(0, epochs), rng.choice(LOSS_REPORTS))
+        elif fate < 0.3:
+            plan.fail_epoch = rng.randint(1, epochs)
+        elif fate < 0.75:
+            for attempt in range(1, rng.randint(1, 2) + 1):
+                plan.losses[attempt] = (rng.randint(0, epochs), rng.choice(LOSS_REPORTS))
+        plans.append(plan)
+    return plans
+
+
+# -- the messages --
+
+
+@dataclass(frozen=True)
+class Published:
+    message_id: str
+    topic: str
+    data: bytes
+    step: int
+    at: datetime
+
+
+def cloud_event(message: Published) -> CloudEvent:
+    """What Eventarc hands the function: the Pub/Sub message in MessagePublishedData."""
+    topic = f"projects/{PROJECT}/topics/{TOPICS[message.topic]}"
+    attributes = {
+        "id": message.message_id,
+        "source": f"//pubsub.googleapis.com/{topic}",
+        "type": "google.cloud.pubsub.topic.v1.messagePublished",
+        "specversion": "1.0",
+    }
+    data = {
+        "message": {
+            "data": base64.b64encode(message.data).decode(),
+            "messageId": message.message_id,
+            "publishTime": message.at.isoformat().replace("+00:00", "Z"),
+        },
+        "subscription": f"projects/{PROJECT}/subscriptions/{message.topic}",
+    }
+    return CloudEvent(attributes, data)
+
+
+class Delivery:
+    """The clean run: each message once, in publishing order, in its step."""
+
+    def __init__(self) -> None:
+        self.due: dict[int, list[Published]] = defaultdict(list)
+
+    def published(self, message: Published) -> None:
+        self.due[message.step].append(message)
+
+    def take(self, step: int) -> list[Published]:
+        """The copies due by ``step``, oldest first."""
+        return [m for due in sorted(s for s in self.due if s <= step) for m in self.due.pop(due)]
+
+    def failed(self, message: Published, step: int) -> None:
+        """A 500: Pub/Sub redelivers it (here, in the next step)."""
+        self.due[step + 1].append(message)
+
+    def pending(self) -> int:
+        return sum(len(copies) for copies in self.due.values())
+
+
+class Shuffled(Delivery):
+    """Pub/Sub's at-least-once: 1 to 5 copies of each message, no order across
+    messages, a copy possibly long after another was acknowledged."""
+
+    def __init__(self, rng: random.Random) -> None:
+        super().__init__()
+        self.rng = rng
+
+    def published(self, message: Published) -> None:
+        rng = self.rng
+        first = message.step
+        if message.topic not in TIMING:
+            first += rng.randint(0, MAX_DELAY)
+        self.due[first].append(message)
+        for _ in range(rng.randint(1, 5) - 1):
+            # Scheduler's duplicates come in the same minute: a later tick
+            # would notice a vanished VM earlier than the clean run does.
+            late = 0 if message.topic == "reaper_tick" else rng.randint(0, MAX_REDELIVERY)
+            self.due[first + late].append(message)
+
+    def take(self, step: int) -> list[Published]:
+        copies = super().take(step)
+        self.rng.shuffle(copies)
+        return copies
+
+
+# -- the world --
+
+
+class World:
+    """One shared Deps over the local cloud (records), the store and the bus."""
+
+    def __init__(
+        self,
+        delivery: Delivery | None = None,
+        *,
+        wrap_store: Callable[[InMemoryStore], Store] | None = None,
+        wrap_compute: Callable[[GceCompute], Compute] | None = None,
+    ) -> None:
+        self.launcher = RecordLauncher()
+        # Quotas out of the way too: every insert is accepted, so each attempt
+        # has exactly one.
+        limits = {metric: 1e6 for metric in DEFAULT_LIMITS}
+        self.cloud = LocalCloud(PROJECT, self.launcher, stop_grace_s=0.0, quota_limits=limits)
+        self.delivery = delivery or Delivery()
+        self.memory = InMemoryStore()
+        self.bus = RecordingBus(PROJECT)
+        self.step = 0
+        self.now = T0
+        self.plans: dict[str, Plan] = {}
+        self.agents: dict[str, AgentSim] = {}
+        self.delivered = 0
+        self.failures: list[str] = []
+        self._wrap_store = wrap_store
+        self._wrap_compute = wrap_compute
+        self._times: list[tuple[int, datetime]] = []
+
+    def __enter__(self) -> Self:
+        self.cloud.start()
+        self.gce = GceCompute(
+            PROJECT, api_endpoint=self.cloud.endpoint, operation_timeout_s=5.0, read_retry_s=1.0
+        )
+        store: Store = self._wrap_store(self.memory) if self._wrap_store else self.memory
+        compute: Compute = self._wrap_compute(self.gce) if self._wrap_compute else self.gce
+        self.deps = Deps(
+            settings(self.cloud.endpoint),
+            store=store,
+            compute=compute,
+            bus=self.bus,
+            clock=lambda: self.now,
+        )
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.cloud.close()
+
+    @contextmanager
+    def installed(self) -> Iterator[None]:
+        """The handlers' wrapper takes the process's Deps: this world's, for now."""
+        process_deps._current = self.deps
+        try:
+            yield
+        finally:
+            process_deps.reset()
+
+    # -- publishing --
+
+    def publish(self, topic: str, event: BaseModel | bytes, *, scheduled: bool = True) -> Published:
+        """On the bus; ``scheduled``: its copies are the delivery policy's to hand out."""
+        message_id = self.bus.publish(topic, event)
+        data = event if isinstance(event, bytes) else event.model_dump_json().encode()
+        message = Published(message_id, topic, data, self.step, self.now)
+        if scheduled:
+            self.delivery.published(message)
+        return message
+
+    def submit(self, plan: Plan) -> Published:
+        self.plans[plan.job_id] = plan
+        message = self.publish("submit", json.dumps(plan.spec()).encode())
+        if plan.twice:  # another message, the same job id: refused
+            self.publish("submit", json.dumps(plan.spec()).encode())
+        return message
+
+    def cancel(self, job_id: str) -> Published:
+        return self.publish("cancel", CancelRequest(job_id=job_id, reason="replay cancel"))
+
+    def tick(self, *, scheduled: bool = True) -> Published:
+        return self.publish("reaper_tick", ReaperTick(sent_at=self.now), scheduled=scheduled)
+
+    # -- delivering --
+
+    def deliver(self, message: Published) -> bool:
+        """Run the message's function once. False: it failed (a 500)."""
+        self.delivered += 1
+        with self.installed():
+            try:
+                HANDLERS[message.topic](cloud_event(message))
+            except Exception as err:
+                self.failures.append(f"{message.topic} {message.message_id}: {err!r}")
+                return False
+        return True
+
+    def deliver_due(self) -> None:
+        for message in self.delivery.take(self.step):
+            if not self.deliver(message):
+                self.delivery.failed(message, self.step)
+
+    # -- time --
+
+    def advance(self, seconds: float = STEP_S) -> None:
+        self.step += 1
+        self.now += timedelta(seconds=seconds)
+
+    def run_step(self) -> None:
+        """One step: users, agents, the scheduler, then the due deliveries."""
+        self.advance()
+        for plan in self.plans.values():
+            if plan.submit_step == self.step:
+                self.submit(plan)
+        self.wake_agents()
+        for agent in list(self.agents.values()):
+            agent.act()
+        if self.step % TICK_EVERY == 0:
+            self.tick()
+        self.deliver_due()
+
+    def run(self, plans: list[Plan], max_steps: int = 400) -> None:
+        """Every plan to its end, every copy delivered."""
+        for plan in plans:
+            self.plans[plan.job_id] = plan
+        while self.step < max_steps:
+            self.run_step()
+            busy = any(not a.done for a in self.agents.values()) or self.cloud.list()
+            waiting = any(p.submit_step > self.step for p in self.plans.values())
+            # A job whose VM vanished unreported waits for the reaper's tick.
+            active = self.memory.list_jobs(JobStatus.active())
+            if not (busy or waiting or active or self.delivery.pending()):
+                break
+
+    def idle(self, seconds: float) -> None:
+        """Time passes with no agent moving on: each still heartbeats."""
+        for _ in range(round(seconds / STEP_S)):
+            self.advance()
+            self.heartbeats()
+
+    def settle(self, sweeps: int = 3, seconds: float = 600.0) -> None:
+        """A few reaper sweeps with the clock well past every timeout."""
+        for _ in range(sweeps):
+            self.advance(seconds)
+            self.deliver(self.tick(scheduled=False))
+
+    # -- agents --
+
+    def wake_agents(self) -> None:
+        """An agent for each VM booted since the last step (a VM exists first),
+        and a new job's run for each cooling VM handed one in its metadata."""
+        for vm in self.cloud.list({MANAGED_LABEL: "true"}):
+            if vm["state"] != "RUNNING":
+                continue
+            assignment = Assignment.model_validate_json(vm["metadata"][JOB_METADATA_KEY])
+            running = self.agents.get(vm["name"])
+            reused = running is not None
+            if running is not None:
+                same = (running.assignment.job_id, running.assignment.attempt)
+                if not running.done or same == (assignment.job_id, assignment.attempt):
+                    continue
+            plan = self.plans[assignment.job_id]
+            self.agents[vm["name"]] = AgentSim(self, vm, assignment, plan, reused=reused)
+
+    def heartbeats(self) -> None:
+        """Every booted agent still running says it is alive (delivered now)."""
+        for agent in self.agents.values():
+            if agent.stage > 0 and not agent.done and agent.vm_running():
+                beat = agent.beat(agent.phase)
+                self.deliver(self.publish("epoch_done", beat, scheduled=False))
+
+
+class AgentSim:
+    """A VM's agent (``vm_image.agent.Agent``), one move per step, its events
+    built from the VM's assignment as the agent builds them."""
+
+    def __init__(
+        self,
+        world: World,
+        vm: dict[str, Any],
+        assignment: Assignment,
+        plan: Plan,
+        *,
+        reused: bool = False,
+    ) -> None:
+        self.world = world
+        self.name: str = vm["name"]
+        self.zone: str = vm["zone"]
+        self.instance_id = str(vm["id"])
+        self.assignment = assignment
+        self.plan = plan
+        self.stage = 0
+        self.reused = reused  # a cooling VM's agent, handed its next job: no boot
+        self.done = False
+        self.phase = JobSubstatus.GEARING_UP_ENV
+        self.phases: dict[JobSubstatus, datetime] = {}
+        self.resumed = plan.saved_epoch
+        self.next_epoch = plan.saved_epoch + 1
+        self.last_epoch: EpochDone | None = None
+
+    def vm_running(self) -> bool:
+        vm = self.world.cloud.get(self.name, self.zone)
+        return vm is not None and vm["state"] == "RUNNING"
+
+    def common(self) -> dict[str, Any]:
+        return {
+            "job_id": self.assignment.job_id,
+            "attempt": self.assignment.attempt,
+            "instance": self.name,
+            "sent_at": self.world.now,
+            "phases": dict(self.phases),
+        }
+
+    def enter(self, phase: JobSubstatus) -> None:
+        self.phase = phase
+        self.phases[phase] = self.world.now
+        self.world.publish("epoch_done", self.beat(phase))
+
+    def beat(self, phase: JobSubstatus, **fields: Any) -> Heartbeat:
+        step = self.last_epoch.step if self.last_epoch else None
+        return Heartbeat(**self.common(), phase=phase, step=step, **fields)
+
+    def act(self) -> None:
+        if self.done:
+            return
+        if not self.vm_running():
+            self.done = True  # deleted or stopped under it: the agent is gone
+            return
+        world, attempt = self.world, self.assignment.attempt
+        loss = self.plan.losses.get(attempt)
+        if self.stage == 0 and loss and loss[0] == 0:
+            # Taken before its agent ran: only the log sink can report it.
+            self.lose("log-sink" if loss[1] in ("log-sink", "both") else "silent")
+        elif self.stage == 0 and self.reused:
+            self.enter(JobSubstatus.SENDING_MODEL_AND_DATA)
+        elif self.stage == 0:
+            self.phases[JobSubstatus.GEARING_UP_ENV] = world.now
+            world.publish(
+                "vm_booted", VmBooted(**self.common(), zone=self.zone, instance_id=self.instance_id)
+            )
+            self.enter(JobSubstatus.SENDING_MODEL_AND_DATA)
+        elif self.stage == 1:
+            self.enter(JobSubstatus.TRAINING)
+            if self.resumed:
+                step = self.resumed * STEPS_PER_EPOCH
+                world.publish(
+                    "epoch_done",
+                    Heartbeat(
+                        **self.common(),
+                        phase=self.phase,
+                        step=step,
+                        resumed_from_step=step,
+                    ),
+                )
+        elif loss and loss[0] <= self.next_epoch:
+            self.lose(loss[1])
+        elif self.plan.fail_epoch == self.next_epoch:
+            self.finish(3)
+        elif self.next_epoch <= self.plan.epochs:
+            self.epoch()
+            plan = self.plan
+            cancel = plan.cancel_epoch is not None and plan.cancel_epoch < self.next_epoch
+            if cancel and attempt == plan.cancel_attempt and not plan.canceled:
+                plan.canceled = True
+                world.cancel(plan.job_id)
+        else:
+            self.finish(0)
+        self.stage += 1
+
+    def epoch(self) -> None:
+        epoch = self.next_epoch
+        uri = f"{self.assignment.checkpoint_dir}/epoch-{epoch}"
+        event = EpochDone(
+            **self.common(),
+            epoch=epoch,
+            epochs=self.plan.epochs,
+            step=epoch * STEPS_PER_EPOCH,
+            metrics={"val_acc": round(0.5 + epoch / (2 * self.plan.epochs), 4)},
+            checkpoint_uri=uri,
+        )
+        self.world.publish("epoch_done", event)
+        self.world.publish("epoch_done", self.beat(JobSubstatus.TRAINING))
+        self.last_epoch = event
+        self.plan.saved_epoch = epoch  # the checkpoint is in storage before it is reported
+        self.next_epoch += 1
+
+    def finish(self, exit_code: int) -> None:
+        self.enter(JobSubstatus.RETURNING)
+        event = JobFinished(
+            **self.common(),
+            exit_code=exit_code,
+            log_tail="" if exit_code == 0 else "ValueError: replayed failure\n",
+            checkpoint_uri=self.last_epoch.checkpoint_uri if self.last_epoch else None,
+            last_epoch=self.last_epoch,
+        )
+        self.world.publish("job_finished", event)
+        self.done = True
+
+    def lose(self, report: str) -> None:
+        """Compute Engine takes the Spot VM; who reports it is the plan's."""
+        world = self.world
+        world.cloud.preempt(self.name, zone=self.zone, notice_s=0.0)
+        saved = self.last_epoch
+        if report in ("agent", "both"):
+            event = SpotPreempted(
+                **self.common(),
+                checkpoint_uri=saved.checkpoint_uri if saved else None,
+                step=saved.step if saved else None,
+            )
+            world.publish("spot_preempted", event)
+        if report in ("log-sink", "both"):
+            world.publish("spot_preempted", log_entry(PROJECT, self.zone, self.name))
+        self.done = True
+
+
+def log_entry(project: str, zone: str, name: str) -> bytes:
+    """The Cloud Logging sink's message for a preemption."""
+    return json.dumps(
+        {
+            "protoPayload": {
+                "methodName": PREEMPTED_METHOD,
+                "resourceName": f"projects/{project}/zones/{zone}/instances/{name}",
+            }
+        }
+    ).encode()

@@ -1,0 +1,118 @@
+"""What the adversarial suites check after a run (``tests.replay``): each job
+ended as planned, in the state a clean run gives, with nothing left behind."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import timedelta
+from typing import Any
+
+from shared.domain.documents import JobDoc
+from shared.domain.lifecycle import VM_PHASES
+from shared.domain.pricing import vm_cost
+from shared.domain.states import InstanceStatus, JobStatus
+from tests.replay import T0, World
+
+
+def outcome(job: JobDoc) -> dict[str, Any]:
+    """What a job ends with, in the fields a person (and the bill) reads.
+
+    The steps a VM reported (``VM_PHASES``) are left out of the history: a
+    lost or canceled attempt's late reports are rightly ignored, so a shuffled
+    run may show fewer of them (``phase_problems`` checks what it shows).
+    """
+    return {
+        "status": job.status,
+        "substatus": job.substatus,
+        "attempt": job.attempt,
+        "preemptions": job.preemptions,
+        "progress": job.progress,
+        "cost_usd": job.cost_usd,
+        "on_demand_cost_usd": job.on_demand_cost_usd,
+        "attempts": [(a.attempt, a.outcome, a.checkpoint_step, a.cost_usd) for a in job.attempts],
+        "history": [(h.substatus, h.attempt) for h in job.history if h.substatus not in VM_PHASES],
+    }
+
+
+def inserts(world: World) -> Counter[tuple[str, int]]:
+    """VM inserts Compute Engine received, by the job and attempt their labels name."""
+    counted: Counter[tuple[str, int]] = Counter()
+    for request in world.cloud.requests_to("POST", "/instances"):
+        labels = request.body.get("labels", {})
+        counted[(labels.get("spotline-job", ""), int(labels.get("spotline-attempt", 0)))] += 1
+    return counted
+
+
+def problems(world: World, *, claims: bool = False) -> list[str]:
+    """Every way the world differs from a job's plan, or leaks.
+
+    Args:
+        claims: an attempt may have claimed a cooling VM instead of inserting one.
+    """
+    found = []
+    store = world.memory
+    sent = inserts(world)
+    for plan in world.plans.values():
+        job = store.get_job(plan.job_id)
+        if job is None:
+            found.append(f"{plan.job_id}: no job")
+            continue
+        status, attempt, preemptions = plan.expected()
+        got = (job.status, job.attempt, job.preemptions)
+        if got != (status, attempt, preemptions):
+            found.append(f"{plan.job_id}: {got}, planned {(status, attempt, preemptions)}")
+        for n in range(1, job.attempt + 1):
+            if sent[(plan.job_id, n)] > 1 or (sent[(plan.job_id, n)] == 0 and not claims):
+                found.append(f"{plan.job_id}: {sent[(plan.job_id, n)]} inserts for attempt {n}")
+        attempts = sum(v for (j, n), v in sent.items() if j == plan.job_id and n > job.attempt)
+        if attempts:
+            found.append(f"{plan.job_id}: {attempts} inserts past attempt {job.attempt}")
+        found += cost_problems(job) + phase_problems(job)
+    found += [f"VM left: {vm['name']} {vm['state']}" for vm in world.cloud.list()]
+    for instance in store.list_instances():
+        if instance.status != InstanceStatus.CLOSED:
+            found.append(f"instance {instance.name}: {instance.status}/{instance.substatus}")
+    for user in store.list_users():
+        if user.active_jobs or user.active_instances or user.stopped_instances:
+            found.append(f"user {user.user} holds {user.model_dump(include=_SLOTS)}")
+    queued = store.due_queue(T0 + timedelta(days=30), limit=1000)
+    found += [f"queue entry left: {entry.job_id} ({entry.reason})" for entry in queued]
+    return found
+
+
+_SLOTS = {"active_jobs", "active_instances", "stopped_instances"}
+
+
+def cost_problems(job: JobDoc) -> list[str]:
+    """The job's cost is each attempt's VM time at its price, counted once."""
+    found = []
+    total = 0.0
+    for record in job.attempts:
+        if record.ended_at is None:
+            found.append(f"{job.job_id}: attempt {record.attempt} never ended")
+            continue
+        seconds = (record.ended_at - record.started_at).total_seconds()
+        if record.cost_usd != round(vm_cost(record.price_per_hour, seconds), 6):
+            found.append(f"{job.job_id}: attempt {record.attempt} costs {record.cost_usd}")
+        total += record.cost_usd
+    if job.cost_usd != round(total + job.cooling_cost_usd, 6):
+        found.append(f"{job.job_id}: costs {job.cost_usd}, its attempts {total}")
+    if sorted(r.attempt for r in job.attempts) != list(range(1, job.attempt + 1)):
+        found.append(f"{job.job_id}: attempt records {[r.attempt for r in job.attempts]}")
+    return found
+
+
+def phase_problems(job: JobDoc) -> list[str]:
+    """Each attempt's VM steps in the history in order, each once; all of them
+    (but gearing up) for the attempt a job completed on."""
+    found = []
+    for attempt in range(1, job.attempt + 1):
+        seen = [
+            h.substatus for h in job.history if h.attempt == attempt and h.substatus in VM_PHASES
+        ]
+        if seen != [p for p in VM_PHASES if p in seen]:
+            found.append(f"{job.job_id}: attempt {attempt} went through {seen}")
+    # A claimed cooling VM needs no gear-up: the other steps it went through.
+    if job.status == JobStatus.COMPLETED and not set(VM_PHASES[1:]) <= set(seen):
+        found.append(f"{job.job_id}: completed through {seen}")
+    return found
