@@ -47,15 +47,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--service-account",
-        help="the functions' identity (SPOTLINE_FUNCTIONS_SERVICE_ACCOUNT)",
+        help="the functions' identity (SPOTLINE_FUNCTIONS_SERVICE_ACCOUNT; "
+        "default: spotline-fn@PROJECT.iam.gserviceaccount.com, which deploy makes)",
     )
     parser.add_argument(
         "--vm-service-account",
-        help="the VMs' identity: publishes events, writes storage (SPOTLINE_SERVICE_ACCOUNT)",
+        help="the VMs' identity: publishes events, writes storage (SPOTLINE_SERVICE_ACCOUNT; "
+        "default: spotline-vm@PROJECT.iam.gserviceaccount.com, which deploy makes)",
+    )
+    parser.add_argument(
+        "--submitter",
+        action="append",
+        default=None,
+        help="a principal (user:EMAIL, group:EMAIL, serviceAccount:EMAIL) who may publish "
+        "on the submit and cancel topics; repeat for more (SPOTLINE_SUBMITTERS, "
+        "comma-separated)",
     )
     parser.add_argument("--runtime", default=RUNTIME, help=f"Cloud Functions runtime ({RUNTIME})")
     parser.add_argument(
-        "--dry-run", action="store_true", help="print what deploy converges; call no API"
+        "--dry-run",
+        action="store_true",
+        help="read the project and print what deploy would change; change nothing",
     )
 
 
@@ -63,6 +75,7 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
     """The deploy configuration: flags over the environment over the config file
     a previous deploy wrote. SystemExit naming every missing setting;
     SettingsError naming every bad one."""
+    from infra.deploy import iam
     from shared.settings import load
 
     env = os.environ if env is None else env
@@ -76,32 +89,42 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
     }
     loaded = load(env, flags=flags)
     given = {name for name, origin in loaded.origins.items() if origin != "default"}
-    functions_account = args.service_account or env.get("SPOTLINE_FUNCTIONS_SERVICE_ACCOUNT")
     missing = [
         text
         for name, text in (
             ("project", "--project (or SPOTLINE_PROJECT)"),
             ("region", "--region (or SPOTLINE_REGION)"),
             ("storage_root", "--storage-root gs://BUCKET/PREFIX (or SPOTLINE_STORAGE_ROOT)"),
-            ("functions", "--service-account (or SPOTLINE_FUNCTIONS_SERVICE_ACCOUNT)"),
-            ("service_account", "--vm-service-account (or SPOTLINE_SERVICE_ACCOUNT)"),
         )
-        if name not in given and not (name == "functions" and functions_account)
+        if name not in given
     ]
     settings = loaded.settings
+    # The accounts deploy makes, unless others are named.
+    functions_account = (
+        args.service_account
+        or env.get("SPOTLINE_FUNCTIONS_SERVICE_ACCOUNT")
+        or iam.FUNCTIONS_ACCOUNT.email(settings.project)
+    )
+    if "service_account" not in given:
+        settings = settings.replace(service_account=iam.VM_ACCOUNT.email(settings.project))
+    submitters = tuple(args.submitter or ()) or tuple(
+        p.strip() for p in env.get("SPOTLINE_SUBMITTERS", "").split(",") if p.strip()
+    )
+    bad = iam.principal_problems(submitters)
     if "region" in given and not settings.zones:
         missing.append(f"--zones (or SPOTLINE_ZONES): spotline knows no zones of {settings.region}")
     if missing:
         raise SystemExit("spotline deploy: missing " + "; ".join(missing))
+    if bad:
+        raise SystemExit("spotline deploy: --submitter: " + "; ".join(bad))
     if not settings.storage_root.startswith("gs://"):
         raise SystemExit(
             f"spotline deploy: --storage-root must be gs://..., not {settings.storage_root}"
         )
-    assert functions_account
     from infra.deploy.plan import DeployConfig
 
     settings = settings.replace(compute_endpoint=None)
-    return DeployConfig(settings, functions_account, runtime=args.runtime)
+    return DeployConfig(settings, functions_account, runtime=args.runtime, submitters=submitters)
 
 
 def save_config(config: DeployConfig, env: Mapping[str, str] | None = None) -> Path | None:
@@ -131,8 +154,7 @@ def run(args: argparse.Namespace) -> int:
 
     config = config_from(args)
     if args.dry_run:
-        print("\n".join(describe(config)))
-        return 0
+        return dry_run(config)
     print(
         f"deploying spotline to project {config.project}, region {config.region} "
         "(each function's build takes minutes; they run side by side)",
@@ -163,6 +185,39 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def dry_run(config: DeployConfig) -> int:
+    """Read the project: print what deploy would change and what is already right,
+    then what it converges from the topology (functions, triggers, schedule)."""
+    from google.api_core.exceptions import GoogleAPICallError
+    from google.auth.exceptions import GoogleAuthError
+
+    from infra.deploy import iam
+    from infra.deploy.bootstrap import ProjectSetup
+    from infra.deploy.deployer import Endpoints
+
+    setup = ProjectSetup(
+        config, endpoints=Endpoints.from_env(), dry_run=True, report=lambda c: print(c)
+    )
+    print(f"spotline deploy --dry-run: project {config.project}, region {config.region}")
+    try:
+        setup.ensure_services()
+        setup.ensure_database()
+        setup.ensure_bucket()
+        setup.ensure_accounts()
+        writer = setup.ensure_sink()
+        access = config.iam_config
+        wanted = iam.bindings(access) + iam.dead_letter_bindings(access, setup.project_number)
+        if writer:
+            wanted.append(iam.sink_writer_binding(access, writer))
+        setup.ensure_bindings(wanted)
+    except (GoogleAPICallError, GoogleAuthError, RuntimeError) as err:
+        print(f"spotline deploy --dry-run: {' '.join(str(err).split())}", file=sys.stderr)
+        return 1
+    print()
+    print("\n".join(describe(config)))
+    return 0
+
+
 def describe(config: DeployConfig) -> list[str]:
     """What a deploy converges, from the topology and settings alone (no call)."""
     from infra.deploy import plan
@@ -173,9 +228,8 @@ def describe(config: DeployConfig) -> list[str]:
     archive = build_archive()
     job = plan.desired_job(config)
     lines = [
-        f"spotline deploy --dry-run: project {config.project}, region {config.region}.",
-        "No API is called, so this cannot tell what exists already: deploy creates what",
-        "is missing, updates what differs (with an update mask) and leaves the rest alone.",
+        "What the topology declares: deploy creates what is missing, updates what",
+        "differs (with an update mask) and leaves the rest alone.",
         "",
         "topics:        " + ", ".join(t.rsplit("/", 1)[-1] for t in plan.topic_paths(config)),
         f"dead letters:  kept {plan.DEAD_LETTER_RETENTION_S // 86400} days in subscription "
