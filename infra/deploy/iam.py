@@ -97,12 +97,6 @@ VM_ACCOUNT = Account(
 ACCOUNTS = (FUNCTIONS_ACCOUNT, VM_ACCOUNT)
 VM_EVENT_TOPICS = ("vm_booted", "epoch_done", "job_finished", "spot_preempted")
 USER_TOPICS = ("submit", "cancel")
-# The VMs' OAuth scopes: an upper bound on what their account's roles allow.
-VM_SCOPES = (
-    "https://www.googleapis.com/auth/pubsub",
-    "https://www.googleapis.com/auth/devstorage.read_write",
-    "https://www.googleapis.com/auth/logging.write",
-)
 
 
 @dataclass(frozen=True)
