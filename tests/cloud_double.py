@@ -105,6 +105,7 @@ class CloudDouble:
             ("GET", location + r"/functions/(?P<fid>[^/:]+)$", self._get_function),
             ("POST", location + r"/functions$", self._create_function),
             ("PATCH", location + r"/functions/(?P<fid>[^/:]+)$", self._patch_function),
+            ("DELETE", location + r"/functions/(?P<fid>[^/:]+)$", self._delete_function),
             ("GET", location + r"/operations/(?P<op>[^/]+)$", self._get_operation),
             ("GET", location + r"/triggers/(?P<tid>[^/]+)$", self._get_trigger),
             *self.scheduler.routes(location),
@@ -254,6 +255,16 @@ class CloudDouble:
                 set_path(current, path, get_path(body, path))
         return self._new_operation(current["name"], "update")
 
+    def _delete_function(self, request: RecordedRequest, fid: str) -> JsonDict:
+        """Gone with its trigger and the trigger's subscription, as Eventarc's are."""
+        current = self._get_function(request, fid)
+        trigger = self.triggers.pop(current["eventTrigger"]["trigger"], None)
+        if trigger is not None:
+            self.pubsub.delete(trigger["transport"]["pubsub"]["subscription"])
+        operation = self._new_operation(current["name"], "delete")
+        del self.functions[current["name"]]
+        return operation
+
     def _check_function(self, body: JsonDict, paths: set[str]) -> None:
         """Refuse what the API (or spotline) would not run; only ``paths`` are read."""
         problems = []
@@ -327,6 +338,8 @@ class CloudDouble:
         if error is not None:
             status, message = error
             operation["error"] = {"code": RPC_CODES[status], "message": f"{message}: {status}"}
+        elif verb == "delete":
+            operation["response"] = {"@type": "type.googleapis.com/google.protobuf.Empty"}
         else:
             response = {"@type": "type.googleapis.com/google.cloud.functions.v2.Function"}
             operation["response"] = {**response, **self.functions[target]}

@@ -110,6 +110,7 @@ class ProjectApis:
             ("PATCH", b + "$", self._patch_bucket),
             ("DELETE", b + "$", self._delete_bucket),
             ("GET", b + "/o$", self._list_objects),
+            ("DELETE", b + "/o/(?P<name>.+)$", self._delete_object),
             ("GET", b + "/iam$", self._get_bucket_policy),
             ("PUT", b + "/iam$", self._set_bucket_policy),
         ]
@@ -342,6 +343,13 @@ class ProjectApis:
             "kind": "storage#objects",
             "items": [{"name": n, "bucket": bucket} for n in sorted(self.objects[bucket])],
         }
+
+    def _delete_object(self, request: RecordedRequest, bucket: str, name: str) -> JsonDict:
+        self._get_bucket(request, bucket)
+        if name not in self.objects[bucket]:
+            raise ApiError(404, f"No such object: {bucket}/{name}")
+        self.objects[bucket].discard(name)
+        return {}
 
     def _get_bucket_policy(self, request: RecordedRequest, bucket: str) -> JsonDict:
         self._get_bucket(request, bucket)

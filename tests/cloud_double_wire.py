@@ -86,3 +86,12 @@ class PubsubSide:
         }
         answer = requests.put(f"http://{self.host}/v1/{name}", json=body, timeout=10)
         answer.raise_for_status()
+
+    def delete(self, name: str) -> None:
+        """Delete a topic or subscription (its full name), if there."""
+        if self.host is None:
+            self.topics.discard(name)
+            return
+        answer = requests.delete(f"http://{self.host}/v1/{name}", timeout=10)
+        if answer.status_code != 404:
+            answer.raise_for_status()

@@ -164,14 +164,14 @@ class ProjectSetup:
 
         name = f"projects/{self.project}/databases/{DATABASE}"
         try:
-            current = self._firestore_admin.get_database(name=name)
+            current = self.firestore_admin.get_database(name=name)
         except api_exceptions.NotFound:
             if not self.dry_run:
                 database = Database(
                     location_id=self.config.region,
                     type_=Database.DatabaseType.FIRESTORE_NATIVE,
                 )
-                self._firestore_admin.create_database(
+                self.firestore_admin.create_database(
                     parent=f"projects/{self.project}", database=database, database_id=DATABASE
                 ).result(timeout=600)
             self._record("database", DATABASE, "created", f"native mode, {self.config.region}")
@@ -187,14 +187,14 @@ class ProjectSetup:
 
     def ensure_bucket(self) -> None:
         config = self.iam_config
-        bucket = self._storage.lookup_bucket(config.bucket)
+        bucket = self.storage_client.lookup_bucket(config.bucket)
         rule = lifecycle_rule(config)
         if bucket is None:
             if not self.dry_run:
-                bucket = self._storage.bucket(config.bucket)
+                bucket = self.storage_client.bucket(config.bucket)
                 bucket.iam_configuration.uniform_bucket_level_access_enabled = True
                 bucket.lifecycle_rules = [rule]
-                self._storage.create_bucket(bucket, location=self.config.region)
+                self.storage_client.create_bucket(bucket, location=self.config.region)
             self._record("bucket", config.bucket, "created", "uniform access, lifecycle rule")
             return
         fields = []
@@ -218,7 +218,7 @@ class ProjectSetup:
         """Make spotline's accounts; one the configuration names instead must exist."""
         for account, email in self.accounts():
             path = f"projects/{self.project}/serviceAccounts/{email}"
-            exists = self._iam_get(path) is not None
+            exists = self.iam_get(path) is not None
             if exists:
                 self._record("account", email.split("@")[0], "unchanged", email)
                 continue
@@ -232,7 +232,7 @@ class ProjectSetup:
                         "description": account.description,
                     },
                 }
-                self._iam_call("POST", f"projects/{self.project}/serviceAccounts", body)
+                self.iam_call("POST", f"projects/{self.project}/serviceAccounts", body)
             self._record("account", account.account_id, "created", email)
 
     def accounts(self) -> list[tuple[iam.Account | None, str]]:
@@ -248,7 +248,7 @@ class ProjectSetup:
     def ensure_sink(self) -> str | None:
         """Converge the sink; its writer identity (None in a dry run that would create it)."""
         config = self.iam_config
-        sink = self._logging.sink(
+        sink = self.logging_client.sink(
             SINK, filter_=PREEMPTION_FILTER, destination=sink_destination(config)
         )
         if not sink.exists():
@@ -258,7 +258,7 @@ class ProjectSetup:
             sink.create(unique_writer_identity=True)
             self._record("sink", SINK, "created", f"-> {config.topic('spot_preempted')}")
             return str(sink.writer_identity)
-        current = self._logging.sink(SINK)
+        current = self.logging_client.sink(SINK)
         current.reload()
         if (current.filter_, current.destination) == (PREEMPTION_FILTER, sink.destination):
             self._record("sink", SINK, "unchanged")
@@ -311,14 +311,14 @@ class ProjectSetup:
             elif scope in (iam.Scope.TOPIC, iam.Scope.SUBSCRIPTION):
                 policy = self._pubsub_iam.get_iam_policy(request=request)
             elif scope is iam.Scope.SERVICE_ACCOUNT:
-                return self._iam_call(
+                return self.iam_call(
                     "POST",
                     f"{resource}:getIamPolicy",
                     {"options": {"requestedPolicyVersion": iam.POLICY_VERSION}},
                     missing_ok=True,
                 )
             else:
-                bucket = self._storage.bucket(resource)
+                bucket = self.storage_client.bucket(resource)
                 answer = bucket.get_iam_policy(requested_policy_version=iam.POLICY_VERSION)
                 return dict(answer.to_api_repr())
         except api_exceptions.NotFound:
@@ -330,11 +330,11 @@ class ProjectSetup:
         from google.protobuf import json_format
 
         if scope is iam.Scope.SERVICE_ACCOUNT:
-            self._iam_call("POST", f"{resource}:setIamPolicy", {"policy": policy})
+            self.iam_call("POST", f"{resource}:setIamPolicy", {"policy": policy})
         elif scope is iam.Scope.BUCKET:
             from google.api_core.iam import Policy
 
-            self._storage.bucket(resource).set_iam_policy(Policy.from_api_repr(policy))
+            self.storage_client.bucket(resource).set_iam_policy(Policy.from_api_repr(policy))
         else:
             message = json_format.ParseDict(policy, policy_pb2.Policy())
             request = iam_policy_pb2.SetIamPolicyRequest(resource=resource, policy=message)
@@ -343,10 +343,10 @@ class ProjectSetup:
 
     # -- the IAM API over REST ---------------------------------------------------------------
 
-    def _iam_get(self, path: str) -> dict[str, Any] | None:
-        return self._iam_call("GET", path, None, missing_ok=True)
+    def iam_get(self, path: str) -> dict[str, Any] | None:
+        return self.iam_call("GET", path, None, missing_ok=True)
 
-    def _iam_call(
+    def iam_call(
         self, method: str, path: str, body: dict[str, Any] | None, *, missing_ok: bool = False
     ) -> dict[str, Any] | None:
         """One call to IAM's REST API; None for a 404 when ``missing_ok``."""
@@ -383,7 +383,7 @@ class ProjectSetup:
         )
 
     @cached_property
-    def _firestore_admin(self) -> Any:
+    def firestore_admin(self) -> Any:
         from google.cloud import firestore_admin_v1
 
         return firestore_admin_v1.FirestoreAdminClient(
@@ -406,13 +406,13 @@ class ProjectSetup:
         return PublisherClient(transport=transport)
 
     @cached_property
-    def _storage(self) -> Any:
+    def storage_client(self) -> Any:
         from google.cloud.storage import Client
 
         return Client(project=self.project, **self._options(self.endpoints.storage))
 
     @cached_property
-    def _logging(self) -> Any:
+    def logging_client(self) -> Any:
         from google.cloud import logging
 
         return logging.Client(

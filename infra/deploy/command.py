@@ -31,29 +31,10 @@ if TYPE_CHECKING:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--project", help="the Google Cloud project (SPOTLINE_PROJECT)")
-    parser.add_argument("--region", help="where functions and schedule run (SPOTLINE_REGION)")
-    parser.add_argument(
-        "--zones",
-        help="comma-separated zones VMs are tried in (SPOTLINE_ZONES; default: the region's)",
-    )
-    parser.add_argument(
-        "--storage-root",
-        help="gs://BUCKET/PREFIX for checkpoints and outputs (SPOTLINE_STORAGE_ROOT)",
-    )
+    add_target_arguments(parser)
     parser.add_argument(
         "--image",
         help="the VM image (SPOTLINE_IMAGE; default: the project's spotline-agent family)",
-    )
-    parser.add_argument(
-        "--service-account",
-        help="the functions' identity (SPOTLINE_FUNCTIONS_SERVICE_ACCOUNT; "
-        "default: spotline-fn@PROJECT.iam.gserviceaccount.com, which deploy makes)",
-    )
-    parser.add_argument(
-        "--vm-service-account",
-        help="the VMs' identity: publishes events, writes storage (SPOTLINE_SERVICE_ACCOUNT; "
-        "default: spotline-vm@PROJECT.iam.gserviceaccount.com, which deploy makes)",
     )
     parser.add_argument(
         "--submitter",
@@ -71,6 +52,46 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_destroy_arguments(parser: argparse.ArgumentParser) -> None:
+    add_target_arguments(parser)
+    parser.add_argument(
+        "--delete-data",
+        action="store_true",
+        help="also delete the bucket (every checkpoint and output) and the Firestore database",
+    )
+    parser.add_argument(
+        "--cancel-jobs", action="store_true", help="cancel active jobs instead of refusing"
+    )
+    parser.add_argument("--yes", action="store_true", help="destroy without asking")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="read the project and print what would go"
+    )
+
+
+def add_target_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where spotline is deployed: deploy's and destroy's common flags."""
+    parser.add_argument("--project", help="the Google Cloud project (SPOTLINE_PROJECT)")
+    parser.add_argument("--region", help="where functions and schedule run (SPOTLINE_REGION)")
+    parser.add_argument(
+        "--zones",
+        help="comma-separated zones VMs are tried in (SPOTLINE_ZONES; default: the region's)",
+    )
+    parser.add_argument(
+        "--storage-root",
+        help="gs://BUCKET/PREFIX for checkpoints and outputs (SPOTLINE_STORAGE_ROOT)",
+    )
+    parser.add_argument(
+        "--service-account",
+        help="the functions' identity (SPOTLINE_FUNCTIONS_SERVICE_ACCOUNT; "
+        "default: spotline-fn@PROJECT.iam.gserviceaccount.com, which deploy makes)",
+    )
+    parser.add_argument(
+        "--vm-service-account",
+        help="the VMs' identity: publishes events, writes storage (SPOTLINE_SERVICE_ACCOUNT; "
+        "default: spotline-vm@PROJECT.iam.gserviceaccount.com, which deploy makes)",
+    )
+
+
 def config_from(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> DeployConfig:
     """The deploy configuration: flags over the environment over the config file
     a previous deploy wrote. SystemExit naming every missing setting;
@@ -84,7 +105,7 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         "region": args.region,
         "zones": args.zones,
         "storage_root": args.storage_root,
-        "image": args.image,
+        "image": getattr(args, "image", None),
         "service_account": args.vm_service_account,
     }
     loaded = load(env, flags=flags)
@@ -107,7 +128,7 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
     )
     if "service_account" not in given:
         settings = settings.replace(service_account=iam.VM_ACCOUNT.email(settings.project))
-    submitters = tuple(args.submitter or ()) or tuple(
+    submitters = tuple(getattr(args, "submitter", None) or ()) or tuple(
         p.strip() for p in env.get("SPOTLINE_SUBMITTERS", "").split(",") if p.strip()
     )
     bad = iam.principal_problems(submitters)
@@ -124,7 +145,8 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
     from infra.deploy.plan import DeployConfig
 
     settings = settings.replace(compute_endpoint=None)
-    return DeployConfig(settings, functions_account, runtime=args.runtime, submitters=submitters)
+    runtime = getattr(args, "runtime", RUNTIME)
+    return DeployConfig(settings, functions_account, runtime=runtime, submitters=submitters)
 
 
 def save_config(config: DeployConfig, env: Mapping[str, str] | None = None) -> Path | None:
@@ -182,6 +204,36 @@ def run(args: argparse.Namespace) -> int:
         )
         return 1
     print("spotline is deployed: publish a job to spotline-submit")
+    return 0
+
+
+def run_destroy(args: argparse.Namespace) -> int:
+    from google.api_core.exceptions import GoogleAPICallError
+    from google.auth.exceptions import GoogleAuthError
+
+    from infra.deploy.destroy import Destroyer
+    from infra.deploy.endpoints import Endpoints
+
+    config = config_from(args)
+    if not (args.yes or args.dry_run):
+        raise SystemExit(
+            f"spotline destroy: this removes spotline from project {config.project}; "
+            "pass --yes to go on (or --dry-run to see what would go)"
+        )
+    destroyer = Destroyer(
+        config,
+        endpoints=Endpoints.from_env(),
+        delete_data=args.delete_data,
+        cancel_jobs=args.cancel_jobs,
+        dry_run=args.dry_run,
+        report=lambda c: print(c, flush=True),
+    )
+    try:
+        destroyer.run()
+    except (GoogleAPICallError, GoogleAuthError, RuntimeError) as err:
+        print(f"spotline destroy: {' '.join(str(err).split())}", file=sys.stderr)
+        return 1
+    print(f"spotline {'would be' if args.dry_run else 'is'} removed from {config.project}")
     return 0
 
 
