@@ -386,7 +386,7 @@ class ProjectApis:
         if body.get("name") in self.sinks:
             raise ApiError(409, f"Sink {body.get('name')} already exists")
         self._check_sink(body)
-        if request.query.get("uniqueWriterIdentity") == "true":
+        if request.query.get("uniqueWriterIdentity", "").lower() == "true":
             writer = (
                 f"serviceAccount:service-{PROJECT_NUMBER}@gcp-sa-logging.iam.gserviceaccount.com"
             )

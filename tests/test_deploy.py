@@ -16,6 +16,7 @@ from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
 
 from infra.cli.commands import main
 from infra.deploy import iam
+from infra.deploy.bootstrap import SERVICES
 from infra.deploy.deployer import Deployer, Endpoints
 from infra.deploy.plan import DeployConfig
 from infra.deploy.source import build_archive
@@ -119,6 +120,52 @@ def test_a_first_deploy_creates_the_whole_topology(cloud: CloudDouble, project: 
     assert job["pubsubTarget"]["topicName"] == f"projects/{project}/topics/spotline-reaper-tick"
     assert actions["job spotline-reaper"] == "created"
     assert all(actions[f"function {f.function_id}"] == "created" for f in FUNCTIONS)
+
+
+def test_a_first_deploy_makes_a_bare_projects_one_time_steps(
+    cloud: CloudDouble, project: str
+) -> None:
+    actions = deploy(cloud, deploy_config(project))
+
+    apis = cloud.project_apis
+    # 1. The APIs, enabled in one request.
+    [enable] = cloud.requests_to("POST", "/services:batchEnable")
+    assert set(enable.body["serviceIds"]) == set(SERVICES) == apis.enabled
+    # 2. Firestore in native mode, in the region.
+    [database] = apis.databases.values()
+    assert (database["type"], database["locationId"]) == ("FIRESTORE_NATIVE", REGION)
+    # 3. The bucket: uniform access, old checkpoints deleted, outputs kept.
+    bucket = apis.buckets["acme-spotline"]
+    assert bucket["iamConfiguration"]["uniformBucketLevelAccess"]["enabled"] is True
+    [rule] = bucket["lifecycle"]["rule"]
+    assert rule["action"] == {"type": "Delete"}
+    assert rule["condition"]["matchesPrefix"] == ["runs/jobs/"]
+    assert ".pt" in rule["condition"]["matchesSuffix"]
+    # 4. The two accounts.
+    assert set(apis.accounts) == set(accounts(project))
+    # 5. The sink: Compute Engine's preemption entries to the preempted topic.
+    sink = apis.sinks["spotline-preemptions"]
+    assert sink["destination"] == (
+        f"pubsub.googleapis.com/projects/{project}/topics/spotline-spot-preempted"
+    )
+    assert 'protoPayload.methodName="compute.instances.preempted"' in sink["filter"]
+    [create_sink] = cloud.requests_to("POST", f"/projects/{project}/sinks")
+    assert create_sink.query["uniqueWriterIdentity"].lower() == "true"  # the library sends True
+    # 6. Pub/Sub's agent may dead-letter: publisher on the dead-letter topic,
+    # subscriber on every trigger's subscription.
+    agent = "serviceAccount:service-123456789012@gcp-sa-pubsub.iam.gserviceaccount.com"
+    dead_letter = apis.policies[f"projects/{project}/topics/spotline-dead-letter"]
+    assert dead_letter["bindings"] == [{"role": "roles/pubsub.publisher", "members": [agent]}]
+    for trigger in cloud.triggers.values():
+        subscription = trigger["transport"]["pubsub"]["subscription"]
+        assert {"role": "roles/pubsub.subscriber", "members": [agent]} in apis.policies[
+            subscription
+        ]["bindings"]
+    # Each resource's policy was written once.
+    writes = [r.path for r in cloud.requests if r.path.endswith(":setIamPolicy")]
+    assert len(writes) == len(set(writes))
+    assert actions["services 13 APIs"] == "enabled"
+    assert actions["database (default)"] == "created"
 
 
 def test_a_second_deploy_changes_nothing(cloud: CloudDouble, project: str) -> None:

@@ -6,8 +6,9 @@ The functions' other settings (quotas, timeouts, cooling) are the deploying
 shell's ``SPOTLINE_*`` variables, read as ``Settings.from_env`` reads them; the
 config file a previous deploy wrote fills in what neither flags nor variables
 give. A deploy writes that file (``shared.settings_file``); a dry run does not.
-For tests, ``SPOTLINE_FUNCTIONS_ENDPOINT``, ``SPOTLINE_SCHEDULER_ENDPOINT`` and
-``SPOTLINE_EVENTARC_ENDPOINT`` point the clients at local doubles.
+``spotline destroy`` takes the same target flags. For tests,
+``SPOTLINE_<API>_ENDPOINT`` variables point the clients at local doubles
+(``infra.deploy.endpoints``).
 """
 
 from __future__ import annotations

@@ -1,17 +1,21 @@
-"""``spotline deploy``: the topology applied to a real Google Cloud project.
+"""``spotline deploy``: a bare project set up, and the topology applied to it.
 
 It converges rather than creates: each resource is read, then created when
 missing, updated (with an update mask) when it differs, and left alone when it
 agrees, so a second run changes nothing. In order:
 
-1. the Pub/Sub topics, and a subscription that keeps the dead letters;
-2. the machine catalog, seeded into Firestore;
-3. one Cloud Function (2nd gen) per topology entry, built from a source archive
+1. the project's one-time steps (``infra.deploy.bootstrap``): APIs, the
+   Firestore database, the bucket, the two service accounts;
+2. the Pub/Sub topics, and a subscription that keeps the dead letters;
+3. the preemption log sink, then the IAM bindings ``infra.deploy.iam`` declares;
+4. the machine catalog, seeded into Firestore;
+5. one Cloud Function (2nd gen) per topology entry, built from a source archive
    uploaded only when the function does not run it yet; every create and update
    is sent before any is waited for, since each takes minutes;
-4. on the Pub/Sub subscription Eventarc made for each function's trigger: the
-   topology's ack deadline, backoff, dead-letter topic and delivery attempts;
-5. the Cloud Scheduler job that ticks the reaper.
+6. on the Pub/Sub subscription Eventarc made for each function's trigger: the
+   topology's ack deadline, backoff, dead-letter topic and delivery attempts,
+   and Pub/Sub's service agent as its subscriber (for dead-lettering);
+7. the Cloud Scheduler job that ticks the reaper.
 
 The requests are built by ``infra.deploy.plan``; this module only sends them.
 """
