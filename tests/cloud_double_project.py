@@ -67,6 +67,9 @@ class ProjectApis:
             }
         }
         self.grants: list[Grant] = []
+        # Errors the next policy writes answer, in order (eventual consistency,
+        # a concurrent writer).
+        self.refuse_policy_writes: list[ApiError] = []
         self._ids = 0
 
     def routes(self) -> list[tuple[str, str, Any]]:
@@ -241,6 +244,8 @@ class ProjectApis:
         return policy
 
     def _write_policy(self, resource: str, body: Any, *, uniform: bool = True) -> JsonDict:
+        if self.refuse_policy_writes:
+            raise self.refuse_policy_writes.pop(0)
         policy = dict((body or {}).get("policy") or {})
         current = self.policies.get(resource, {"version": 1, "bindings": []})
         if policy.get("etag") and policy["etag"] != etag_of(

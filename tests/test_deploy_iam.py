@@ -7,10 +7,13 @@ import re
 from pathlib import Path
 
 import pytest
+from google.api_core.exceptions import BadRequest
 
 from infra.deploy import iam
+from infra.deploy.bootstrap import ProjectSetup
 from infra.deploy.deployer import Deployer
 from infra.deploy.plan import DeployConfig
+from infra.localcloud.wire import ApiError
 from infra.localstack.emulators import Emulator
 from shared.adapters.gce_requests import VM_SCOPES
 from shared.settings import Settings
@@ -168,3 +171,39 @@ def test_a_deploy_grants_exactly_the_declared_bindings_on_the_wire(
     # The project's owner is still its owner.
     project_policy = policies[f"projects/{project}"]["bindings"]
     assert {"role": "roles/owner", "members": ["user:owner@example.com"]} in project_policy
+
+
+def test_a_policy_write_is_read_again_and_retried_while_a_new_account_is_unknown() -> None:
+    project = "acme-ml"
+    with CloudDouble(project, "us-central1") as cloud:
+        config = DeployConfig(
+            Settings(
+                project=project,
+                region="us-central1",
+                storage_root="gs://acme-spotline/runs",
+                service_account=CONFIG.vm_account,
+            ),
+            CONFIG.functions_account,
+        )
+        setup = ProjectSetup(config, endpoints=cloud.endpoints(), retry_delay_s=0.01)
+        setup.ensure_accounts()
+        wanted = [b for b in iam.bindings(config.iam_config) if b.scope is iam.Scope.PROJECT]
+        cloud.project_apis.refuse_policy_writes = [
+            ApiError(400, f"Service account {CONFIG.functions_account} does not exist."),
+            ApiError(409, "There were concurrent policy changes."),
+        ]
+
+        setup.ensure_bindings(wanted)
+
+        writes = cloud.requests_to("POST", f"/v3/projects/{project}:setIamPolicy")
+        reads = cloud.requests_to("POST", f"/v3/projects/{project}:getIamPolicy")
+        assert (len(writes), len(reads)) == (3, 3)
+        assert iam.missing(cloud.project_apis.policies[f"projects/{project}"], wanted) == []
+
+        # Any other refusal is the deploy's to report, at once.
+        cloud.project_apis.refuse_policy_writes = [ApiError(400, "role is not supported")]
+        vm_logs = iam.Binding(
+            iam.Scope.PROJECT, f"projects/{project}", iam.Role.LOG_WRITER, "user:x@example.com", ""
+        )
+        with pytest.raises(BadRequest, match="not supported"):
+            setup.ensure_bindings([vm_logs])

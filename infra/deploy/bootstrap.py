@@ -23,6 +23,7 @@ authorized session.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -70,6 +71,7 @@ WOULD = {
     "revoked": "would revoke",
     "deleted": "would delete",
 }
+GRANT_ATTEMPTS = 6  # 2 + 4 + ... + 32 s: a new account is usually known within a minute
 IAM_API = "https://iam.googleapis.com"
 CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"
 
@@ -100,6 +102,7 @@ class ProjectSetup:
         credentials: the deploying user's; Application Default Credentials by default.
         dry_run: read only, and report what would change.
         report: called with each change as it happens.
+        retry_delay_s: the first wait before a policy write is tried again.
     """
 
     def __init__(
@@ -110,6 +113,7 @@ class ProjectSetup:
         credentials: Credentials | None = None,
         dry_run: bool = False,
         report: Callable[[Change], None] = lambda change: None,
+        retry_delay_s: float = 2.0,
     ) -> None:
         self.config = config
         self.iam_config = config.iam_config
@@ -117,6 +121,7 @@ class ProjectSetup:
         self._credentials = credentials
         self.dry_run = dry_run
         self._report = report
+        self.retry_delay_s = retry_delay_s
         self.changes: list[Change] = []
 
     def _record(self, kind: str, name: str, action: str, detail: str = "") -> None:
@@ -280,9 +285,42 @@ class ProjectSetup:
                 self._record("iam", short, "unchanged", f"{len(group)} bindings")
                 continue
             if not self.dry_run:
-                self.set_policy(scope, resource, iam.with_bindings(policy or {}, absent))
+                self._grant(scope, resource, policy, absent)
             roles = ", ".join(f"{b.role.removeprefix('roles/')} to {b.member}" for b in absent)
             self._record("iam", short, "granted", roles)
+
+    def _grant(
+        self,
+        scope: iam.Scope,
+        resource: str,
+        policy: iam.Policy | None,
+        absent: list[iam.Binding],
+    ) -> None:
+        """Write the policy with ``absent`` granted. Read again and retried: on a
+        concurrent change (the etag no longer matches), and while a service
+        account made a moment ago is not yet known to IAM (eventual consistency;
+        Google's own guides retry this)."""
+        delay = self.retry_delay_s
+        for attempt in range(1, GRANT_ATTEMPTS + 1):
+            try:
+                self.set_policy(scope, resource, iam.with_bindings(policy or {}, absent))
+                return
+            except (
+                api_exceptions.Conflict,
+                api_exceptions.Aborted,
+                api_exceptions.BadRequest,
+            ) as err:
+                transient = not isinstance(err, api_exceptions.BadRequest) or (
+                    "does not exist" in str(err)
+                )
+                if not transient or attempt == GRANT_ATTEMPTS:
+                    raise
+            time.sleep(delay)
+            delay *= 2
+            policy = self.get_policy(scope, resource)
+            absent = iam.missing(policy or {}, absent)
+            if not absent:
+                return
 
     def revoke_bindings(self, ours: Iterable[iam.Binding]) -> None:
         """Remove spotline's bindings, per resource; everyone else's stay."""

@@ -98,12 +98,14 @@ class Destroyer:
         self.delete_functions()
         self.delete_sink()
         access = self.config.iam_config
-        ours = [
-            b
-            for b in iam.bindings(access)
-            if b.scope is iam.Scope.PROJECT
-            or (b.scope is iam.Scope.BUCKET and not self.delete_data)
-        ]
+        # Topics' and accounts' bindings go with them; the bucket's only with the
+        # bucket; a VM account spotline did not make stays, without our binding.
+        revoke = {iam.Scope.PROJECT}
+        if not self.delete_data:
+            revoke.add(iam.Scope.BUCKET)
+        if any(account is None for account, _ in self.setup.accounts()):
+            revoke.add(iam.Scope.SERVICE_ACCOUNT)
+        ours = [b for b in iam.bindings(access) if b.scope in revoke]
         self.setup.revoke_bindings(ours)
         self.delete_topics()
         self.delete_accounts()
