@@ -304,6 +304,9 @@ def test_dry_run_reads_the_project_and_changes_nothing(
     assert f"iam project {project} would grant: compute.instanceAdmin.v1" in said
     assert "iam topic spotline-submit" not in said  # no submitter was named
     assert "sink spotline-preemptions would create" in said
+    assert "topic spotline-submit would create" in said
+    assert "function spotline-submit-job would create" in said
+    assert "job spotline-reaper would create" in said
     # What the topology declares.
     assert "spotline-reaper-tick" in out and "spotline-submit-job" in out
     assert "SPOTLINE_STORAGE_ROOT=gs://acme-spotline/runs" in out
@@ -322,12 +325,15 @@ def test_dry_run_after_a_deploy_finds_everything_right(
     assert main(cli_args(project)) == 0
     capsys.readouterr()
     writes = len(cloud.writes())
+    uploads = len(cloud.requests_to("POST", ":generateUploadUrl"))
 
     assert main([*cli_args(project), "--dry-run"]) == 0
 
     assert len(cloud.writes()) == writes
+    assert len(cloud.requests_to("POST", ":generateUploadUrl")) == uploads
     steps = capsys.readouterr().out.split("\n\n")[0].splitlines()[1:]
-    assert len(steps) > 10 and all(" unchanged" in line for line in steps), steps
+    assert len(steps) >= 30 and all(" unchanged" in line for line in steps), steps
+    assert any(line.startswith("function      spotline-reaper ") for line in steps)
 
 
 def test_missing_settings_are_named_at_once(monkeypatch: pytest.MonkeyPatch) -> None:

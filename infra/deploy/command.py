@@ -239,14 +239,14 @@ def run_destroy(args: argparse.Namespace) -> int:
 
 
 def dry_run(config: DeployConfig) -> int:
-    """Read the project: print what deploy would change and what is already right,
-    then what it converges from the topology (functions, triggers, schedule)."""
+    """Read the project: print, per resource, what deploy would change and what is
+    already right, then what the topology declares (functions' settings)."""
     from google.api_core.exceptions import GoogleAPICallError
     from google.auth.exceptions import GoogleAuthError
 
     from infra.deploy import iam
     from infra.deploy.bootstrap import ProjectSetup
-    from infra.deploy.deployer import Endpoints
+    from infra.deploy.deployer import Deployer, Endpoints
 
     setup = ProjectSetup(
         config, endpoints=Endpoints.from_env(), dry_run=True, report=lambda c: print(c)
@@ -263,6 +263,7 @@ def dry_run(config: DeployConfig) -> int:
         if writer:
             wanted.append(iam.sink_writer_binding(access, writer))
         setup.ensure_bindings(wanted)
+        Deployer(config, endpoints=setup.endpoints, report=lambda c: print(c)).preview()
     except (GoogleAPICallError, GoogleAuthError, RuntimeError) as err:
         print(f"spotline deploy --dry-run: {' '.join(str(err).split())}", file=sys.stderr)
         return 1

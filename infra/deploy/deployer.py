@@ -101,6 +101,47 @@ class Deployer:
         self.ensure_reaper_job()
         return self.changes
 
+    def preview(self) -> list[Change]:
+        """What ``run`` would change in the topics, functions and schedule, read
+        from the project and changing nothing (``spotline deploy --dry-run``)."""
+        from google.cloud import functions_v2
+
+        for topic in plan.topic_paths(self.config):
+            try:
+                self._publisher.get_topic(topic=topic)
+                action = "unchanged"
+            except api_exceptions.NotFound:
+                action = "would create"
+            self._record(Change("topic", topic.rsplit("/", 1)[-1], action))
+        digest = build_archive().digest
+        for function in FUNCTIONS:
+            current = self._get_function(function)
+            if current is None:
+                self._record(Change("function", function.function_id, "would create"))
+                continue
+            # A stand-in for the archive an update would upload.
+            upload = functions_v2.StorageSource(object_="(new upload)")
+            source = upload if plan.needs_source(current, digest) else None
+            desired = plan.desired_function(self.config, function, digest, source)
+            update = plan.function_update(current, desired)
+            fields = ", ".join(update.update_mask.paths) if update else ""
+            action = "would update" if update else "unchanged"
+            self._record(Change("function", function.function_id, action, fields))
+        job = plan.desired_job(self.config)
+        short = job.name.rsplit("/", 1)[-1]
+        try:
+            current_job = self._scheduler.get_job(name=job.name)
+        except api_exceptions.NotFound:
+            self._record(Change("job", short, "would create", job.schedule))
+            return self.changes
+        job_update = plan.job_update(current_job, job)
+        if job_update is None:
+            self._record(Change("job", short, "unchanged"))
+        else:
+            paths = ", ".join(job_update.update_mask.paths)
+            self._record(Change("job", short, "would update", paths))
+        return self.changes
+
     @cached_property
     def setup(self) -> ProjectSetup:
         """The project's one-time steps and IAM (``infra.deploy.bootstrap``)."""
