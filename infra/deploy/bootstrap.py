@@ -14,11 +14,7 @@ In order:
 6. the IAM bindings ``infra.deploy.iam`` declares, per resource: one read, at
    most one write, every other binding kept.
 
-Clients: Service Usage, Resource Manager, Firestore Admin and Pub/Sub (for IAM
-policies) are their client libraries over REST; Storage and Logging their
-handwritten clients over HTTP/JSON. The IAM Admin library speaks gRPC only, so
-service accounts and their policies go through its REST API with an
-authorized session.
+The clients are ``infra.deploy.clients``.
 """
 
 from __future__ import annotations
@@ -31,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 from google.api_core import exceptions as api_exceptions
 
 from infra.deploy import iam
-from infra.deploy.endpoints import Change, Endpoints, client_options
+from infra.deploy.clients import ProjectClients
+from infra.deploy.endpoints import Change, Endpoints
 
 if TYPE_CHECKING:
     from google.auth.credentials import Credentials
@@ -72,8 +69,6 @@ WOULD = {
     "deleted": "would delete",
 }
 GRANT_ATTEMPTS = 6  # 2 + 4 + ... + 32 s: a new account is usually known within a minute
-IAM_API = "https://iam.googleapis.com"
-CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"
 
 
 def lifecycle_rule(config: iam.IamConfig) -> dict[str, Any]:
@@ -123,6 +118,7 @@ class ProjectSetup:
         self._report = report
         self.retry_delay_s = retry_delay_s
         self.changes: list[Change] = []
+        self.clients = ProjectClients(config.project, self.endpoints, credentials)
 
     def _record(self, kind: str, name: str, action: str, detail: str = "") -> None:
         if self.dry_run:
@@ -140,7 +136,7 @@ class ProjectSetup:
     def ensure_services(self) -> None:
         from google.cloud import service_usage_v1
 
-        client = self._service_usage
+        client = self.clients.service_usage
         off = []
         for service in SERVICES:
             name = f"projects/{self.project}/services/{service}"
@@ -159,7 +155,7 @@ class ProjectSetup:
 
     @cached_property
     def project_number(self) -> str:
-        project = self._projects.get_project(name=f"projects/{self.project}")
+        project = self.clients.projects.get_project(name=f"projects/{self.project}")
         return str(project.name.rsplit("/", 1)[-1])
 
     # -- 2. Firestore --------------------------------------------------------------------
@@ -169,14 +165,14 @@ class ProjectSetup:
 
         name = f"projects/{self.project}/databases/{DATABASE}"
         try:
-            current = self.firestore_admin.get_database(name=name)
+            current = self.clients.firestore_admin.get_database(name=name)
         except api_exceptions.NotFound:
             if not self.dry_run:
                 database = Database(
                     location_id=self.config.region,
                     type_=Database.DatabaseType.FIRESTORE_NATIVE,
                 )
-                self.firestore_admin.create_database(
+                self.clients.firestore_admin.create_database(
                     parent=f"projects/{self.project}", database=database, database_id=DATABASE
                 ).result(timeout=600)
             self._record("database", DATABASE, "created", f"native mode, {self.config.region}")
@@ -192,14 +188,14 @@ class ProjectSetup:
 
     def ensure_bucket(self) -> None:
         config = self.iam_config
-        bucket = self.storage_client.lookup_bucket(config.bucket)
+        bucket = self.clients.storage.lookup_bucket(config.bucket)
         rule = lifecycle_rule(config)
         if bucket is None:
             if not self.dry_run:
-                bucket = self.storage_client.bucket(config.bucket)
+                bucket = self.clients.storage.bucket(config.bucket)
                 bucket.iam_configuration.uniform_bucket_level_access_enabled = True
                 bucket.lifecycle_rules = [rule]
-                self.storage_client.create_bucket(bucket, location=self.config.region)
+                self.clients.storage.create_bucket(bucket, location=self.config.region)
             self._record("bucket", config.bucket, "created", "uniform access, lifecycle rule")
             return
         fields = []
@@ -223,7 +219,7 @@ class ProjectSetup:
         """Make spotline's accounts; one the configuration names instead must exist."""
         for account, email in self.accounts():
             path = f"projects/{self.project}/serviceAccounts/{email}"
-            exists = self.iam_get(path) is not None
+            exists = self.clients.iam_get(path) is not None
             if exists:
                 self._record("account", email.split("@")[0], "unchanged", email)
                 continue
@@ -237,7 +233,7 @@ class ProjectSetup:
                         "description": account.description,
                     },
                 }
-                self.iam_call("POST", f"projects/{self.project}/serviceAccounts", body)
+                self.clients.iam_call("POST", f"projects/{self.project}/serviceAccounts", body)
             self._record("account", account.account_id, "created", email)
 
     def accounts(self) -> list[tuple[iam.Account | None, str]]:
@@ -253,7 +249,7 @@ class ProjectSetup:
     def ensure_sink(self) -> str | None:
         """Converge the sink; its writer identity (None in a dry run that would create it)."""
         config = self.iam_config
-        sink = self.logging_client.sink(
+        sink = self.clients.logging.sink(
             SINK, filter_=PREEMPTION_FILTER, destination=sink_destination(config)
         )
         if not sink.exists():
@@ -263,7 +259,7 @@ class ProjectSetup:
             sink.create(unique_writer_identity=True)
             self._record("sink", SINK, "created", f"-> {config.topic('spot_preempted')}")
             return str(sink.writer_identity)
-        current = self.logging_client.sink(SINK)
+        current = self.clients.logging.sink(SINK)
         current.reload()
         if (current.filter_, current.destination) == (PREEMPTION_FILTER, sink.destination):
             self._record("sink", SINK, "unchanged")
@@ -345,18 +341,18 @@ class ProjectSetup:
         request = iam_policy_pb2.GetIamPolicyRequest(resource=resource, options=options)
         try:
             if scope is iam.Scope.PROJECT:
-                policy = self._projects.get_iam_policy(request=request)
+                policy = self.clients.projects.get_iam_policy(request=request)
             elif scope in (iam.Scope.TOPIC, iam.Scope.SUBSCRIPTION):
-                policy = self._pubsub_iam.get_iam_policy(request=request)
+                policy = self.clients.pubsub_iam.get_iam_policy(request=request)
             elif scope is iam.Scope.SERVICE_ACCOUNT:
-                return self.iam_call(
+                return self.clients.iam_call(
                     "POST",
                     f"{resource}:getIamPolicy",
                     {"options": {"requestedPolicyVersion": iam.POLICY_VERSION}},
                     missing_ok=True,
                 )
             else:
-                bucket = self.storage_client.bucket(resource)
+                bucket = self.clients.storage.bucket(resource)
                 answer = bucket.get_iam_policy(requested_policy_version=iam.POLICY_VERSION)
                 return dict(answer.to_api_repr())
         except api_exceptions.NotFound:
@@ -368,101 +364,15 @@ class ProjectSetup:
         from google.protobuf import json_format
 
         if scope is iam.Scope.SERVICE_ACCOUNT:
-            self.iam_call("POST", f"{resource}:setIamPolicy", {"policy": policy})
+            self.clients.iam_call("POST", f"{resource}:setIamPolicy", {"policy": policy})
         elif scope is iam.Scope.BUCKET:
             from google.api_core.iam import Policy
 
-            self.storage_client.bucket(resource).set_iam_policy(Policy.from_api_repr(policy))
+            self.clients.storage.bucket(resource).set_iam_policy(Policy.from_api_repr(policy))
         else:
             message = json_format.ParseDict(policy, policy_pb2.Policy())
             request = iam_policy_pb2.SetIamPolicyRequest(resource=resource, policy=message)
-            client = self._projects if scope is iam.Scope.PROJECT else self._pubsub_iam
+            client = (
+                self.clients.projects if scope is iam.Scope.PROJECT else self.clients.pubsub_iam
+            )
             client.set_iam_policy(request=request)
-
-    # -- the IAM API over REST ---------------------------------------------------------------
-
-    def iam_get(self, path: str) -> dict[str, Any] | None:
-        return self.iam_call("GET", path, None, missing_ok=True)
-
-    def iam_call(
-        self, method: str, path: str, body: dict[str, Any] | None, *, missing_ok: bool = False
-    ) -> dict[str, Any] | None:
-        """One call to IAM's REST API; None for a 404 when ``missing_ok``."""
-        from google.api_core.exceptions import from_http_response
-
-        url = f"{self.endpoints.iam or IAM_API}/v1/{path}"
-        answer = self._iam_session.request(method, url, json=body, timeout=60)
-        if answer.status_code == 404 and missing_ok:
-            return None
-        if not answer.ok:
-            raise from_http_response(answer)
-        result: dict[str, Any] = answer.json() if answer.content else {}
-        return result
-
-    # -- clients, built on first use ------------------------------------------------------------
-
-    def _options(self, endpoint: str | None) -> dict[str, Any]:
-        return client_options(endpoint, self._credentials)
-
-    @cached_property
-    def _service_usage(self) -> Any:
-        from google.cloud import service_usage_v1
-
-        return service_usage_v1.ServiceUsageClient(
-            transport="rest", **self._options(self.endpoints.service_usage)
-        )
-
-    @cached_property
-    def _projects(self) -> Any:
-        from google.cloud import resourcemanager_v3
-
-        return resourcemanager_v3.ProjectsClient(
-            transport="rest", **self._options(self.endpoints.resource_manager)
-        )
-
-    @cached_property
-    def firestore_admin(self) -> Any:
-        from google.cloud import firestore_admin_v1
-
-        return firestore_admin_v1.FirestoreAdminClient(
-            transport="rest", **self._options(self.endpoints.firestore_admin)
-        )
-
-    @cached_property
-    def _pubsub_iam(self) -> Any:
-        """Pub/Sub's REST API, for topics' and subscriptions' policies. The
-        transport is built here: given a transport name, the client would follow
-        PUBSUB_EMULATOR_HOST to the emulator, which serves no IAM."""
-        from google.pubsub_v1 import PublisherClient
-        from google.pubsub_v1.services.publisher.transports.rest import PublisherRestTransport
-
-        endpoint = self.endpoints.pubsub
-        options = self._options(endpoint)
-        transport = PublisherRestTransport(
-            credentials=options["credentials"], host=endpoint or "pubsub.googleapis.com"
-        )
-        return PublisherClient(transport=transport)
-
-    @cached_property
-    def storage_client(self) -> Any:
-        from google.cloud.storage import Client
-
-        return Client(project=self.project, **self._options(self.endpoints.storage))
-
-    @cached_property
-    def logging_client(self) -> Any:
-        from google.cloud import logging
-
-        return logging.Client(
-            project=self.project, _use_grpc=False, **self._options(self.endpoints.logging)
-        )
-
-    @cached_property
-    def _iam_session(self) -> Any:
-        import google.auth
-        from google.auth.transport.requests import AuthorizedSession
-
-        credentials = self._options(self.endpoints.iam)["credentials"]
-        if credentials is None:
-            credentials, _ = google.auth.default(scopes=[CLOUD_PLATFORM])
-        return AuthorizedSession(credentials)

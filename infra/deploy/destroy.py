@@ -182,7 +182,7 @@ class Destroyer:
             self._done("function", function.function_id, True, "with its trigger")
 
     def delete_sink(self) -> None:
-        sink = self.setup.logging_client.sink(SINK)
+        sink = self.setup.clients.logging.sink(SINK)
         existed = bool(sink.exists())
         if existed and not self.dry_run:
             sink.delete()
@@ -220,9 +220,9 @@ class Destroyer:
                 self._record(Change("account", email.split("@")[0], "kept", "not made by spotline"))
                 continue
             path = f"projects/{self.config.project}/serviceAccounts/{email}"
-            existed = self.setup.iam_get(path) is not None
+            existed = self.setup.clients.iam_get(path) is not None
             if existed and not self.dry_run:
-                self.setup.iam_call("DELETE", path, None, missing_ok=True)
+                self.setup.clients.iam_call("DELETE", path, None, missing_ok=True)
             self._done("account", account.account_id, existed, email)
 
     # -- 8. data ------------------------------------------------------------------------
@@ -234,11 +234,11 @@ class Destroyer:
             self._record(Change("bucket", bucket_name, "kept", "pass --delete-data to delete"))
             self._record(Change("database", DATABASE, "kept", "pass --delete-data to delete"))
             return
-        bucket = self.setup.storage_client.lookup_bucket(bucket_name)
+        bucket = self.setup.clients.storage.lookup_bucket(bucket_name)
         if bucket is not None and not self.dry_run:
             bucket.delete(force=True)
         self._done("bucket", bucket_name, bucket is not None, "and every object in it")
-        admin = self.setup.firestore_admin
+        admin = self.setup.clients.firestore_admin
         try:
             admin.get_database(name=database)
             existed = True
