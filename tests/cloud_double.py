@@ -24,9 +24,11 @@ import re
 import threading
 import zipfile
 from typing import Self
+from urllib.parse import unquote
 
-from infra.deploy.deployer import Endpoints
+from infra.deploy.endpoints import Endpoints
 from infra.localcloud.wire import ApiError, HttpService, RecordedRequest, Recorder
+from tests.cloud_double_project import ProjectApis
 from tests.cloud_double_scheduler import SchedulerApi
 from tests.cloud_double_wire import (
     RPC_CODES,
@@ -87,6 +89,7 @@ class CloudDouble:
         self.operation_polls = operation_polls
         self.scheduler = SchedulerApi(project, region, self.pubsub)
         self.jobs = self.scheduler.jobs
+        self.project_apis = ProjectApis(project, self.pubsub)
         self.functions: dict[str, JsonDict] = {}
         self.triggers: dict[str, JsonDict] = {}
         self.uploads: dict[str, bytes] = {}
@@ -102,9 +105,12 @@ class CloudDouble:
             ("GET", location + r"/functions/(?P<fid>[^/:]+)$", self._get_function),
             ("POST", location + r"/functions$", self._create_function),
             ("PATCH", location + r"/functions/(?P<fid>[^/:]+)$", self._patch_function),
+            ("DELETE", location + r"/functions/(?P<fid>[^/:]+)$", self._delete_function),
             ("GET", location + r"/operations/(?P<op>[^/]+)$", self._get_operation),
             ("GET", location + r"/triggers/(?P<tid>[^/]+)$", self._get_trigger),
             *self.scheduler.routes(location),
+            *self.project_apis.routes(),
+            *self.project_apis.storage_routes(),
         ]
         self._routes = [(method, re.compile(path), handler) for method, path, handler in routes]
 
@@ -128,8 +134,8 @@ class CloudDouble:
         return self._service.endpoint
 
     def endpoints(self) -> Endpoints:
-        """The same double for all three APIs."""
-        return Endpoints(functions=self.endpoint, scheduler=self.endpoint, eventarc=self.endpoint)
+        """The same double for every API."""
+        return Endpoints.everywhere(self.endpoint)
 
     @property
     def requests(self) -> list[RecordedRequest]:
@@ -139,8 +145,10 @@ class CloudDouble:
         return self._recorder.requests_to(method, path_suffix)
 
     def writes(self) -> list[RecordedRequest]:
-        """Every request that could change something."""
-        return [r for r in self.requests if r.method != "GET"]
+        """Every request that could change something (reading a policy is a POST)."""
+        return [
+            r for r in self.requests if r.method != "GET" and not r.path.endswith(":getIamPolicy")
+        ]
 
     def handle(self, request: RecordedRequest) -> tuple[int, JsonDict]:
         self._recorder.record(request)
@@ -153,12 +161,15 @@ class CloudDouble:
     def _answer(self, request: RecordedRequest) -> JsonDict:
         if request.method == "PUT" and request.path.startswith("/upload/"):
             return self._put_upload(request)
+        path = unquote(request.path)
         for method, pattern, handler in self._routes:
-            match = pattern.match(request.path)
+            match = pattern.match(path)
             if method == request.method and match:
                 params = match.groupdict()
-                if (params.pop("project"), params.pop("region")) != (self.project, self.region):
-                    raise ApiError(404, f"{request.path}: unknown project or location")
+                if params.pop("project", self.project) != self.project:
+                    raise ApiError(404, f"{request.path}: unknown project")
+                if params.pop("region", self.region) != self.region:
+                    raise ApiError(404, f"{request.path}: unknown location")
                 result: JsonDict = handler(request, **params)
                 return result
         raise ApiError(404, f"no route for {request.method} {request.path}")
@@ -244,6 +255,16 @@ class CloudDouble:
                 set_path(current, path, get_path(body, path))
         return self._new_operation(current["name"], "update")
 
+    def _delete_function(self, request: RecordedRequest, fid: str) -> JsonDict:
+        """Gone with its trigger and the trigger's subscription, as Eventarc's are."""
+        current = self._get_function(request, fid)
+        trigger = self.triggers.pop(current["eventTrigger"]["trigger"], None)
+        if trigger is not None:
+            self.pubsub.delete(trigger["transport"]["pubsub"]["subscription"])
+        operation = self._new_operation(current["name"], "delete")
+        del self.functions[current["name"]]
+        return operation
+
     def _check_function(self, body: JsonDict, paths: set[str]) -> None:
         """Refuse what the API (or spotline) would not run; only ``paths`` are read."""
         problems = []
@@ -317,6 +338,8 @@ class CloudDouble:
         if error is not None:
             status, message = error
             operation["error"] = {"code": RPC_CODES[status], "message": f"{message}: {status}"}
+        elif verb == "delete":
+            operation["response"] = {"@type": "type.googleapis.com/google.protobuf.Empty"}
         else:
             response = {"@type": "type.googleapis.com/google.cloud.functions.v2.Function"}
             operation["response"] = {**response, **self.functions[target]}

@@ -36,6 +36,7 @@ class SchedulerApi:
             ("GET", location + r"/jobs/(?P<jid>[^/]+)$", self._get_job),
             ("POST", location + r"/jobs$", self._create_job),
             ("PATCH", location + r"/jobs/(?P<jid>[^/]+)$", self._patch_job),
+            ("DELETE", location + r"/jobs/(?P<jid>[^/]+)$", self._delete_job),
         ]
 
     def _get_job(self, request: RecordedRequest, jid: str) -> JsonDict:
@@ -67,6 +68,10 @@ class SchedulerApi:
         for path in paths:
             set_path(current, path, get_path(body, path))
         return current
+
+    def _delete_job(self, request: RecordedRequest, jid: str) -> JsonDict:
+        del self.jobs[self._get_job(request, jid)["name"]]
+        return {}
 
     def _check_job(self, job: JsonDict, paths: set[str]) -> None:
         problems = []

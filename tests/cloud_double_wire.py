@@ -62,9 +62,13 @@ class PubsubSide:
         self.topics: set[str] = set()
 
     def topic_exists(self, topic: str) -> bool:
+        return self.exists(topic)
+
+    def exists(self, name: str) -> bool:
+        """Whether a topic or subscription (its full name) exists."""
         if self.host is None:
-            return topic in self.topics
-        answer = requests.get(f"http://{self.host}/v1/{topic}", timeout=10)
+            return name in self.topics
+        answer = requests.get(f"http://{self.host}/v1/{name}", timeout=10)
         if answer.status_code == 404:
             return False
         answer.raise_for_status()
@@ -82,3 +86,12 @@ class PubsubSide:
         }
         answer = requests.put(f"http://{self.host}/v1/{name}", json=body, timeout=10)
         answer.raise_for_status()
+
+    def delete(self, name: str) -> None:
+        """Delete a topic or subscription (its full name), if there."""
+        if self.host is None:
+            self.topics.discard(name)
+            return
+        answer = requests.delete(f"http://{self.host}/v1/{name}", timeout=10)
+        if answer.status_code != 404:
+            answer.raise_for_status()

@@ -8,13 +8,16 @@ import json
 import os
 import zipfile
 from collections.abc import Iterator
+from dataclasses import fields
 
 import pytest
 from google.cloud import firestore
 from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
 
 from infra.cli.commands import main
-from infra.deploy.deployer import Deployer
+from infra.deploy import iam
+from infra.deploy.bootstrap import SERVICES
+from infra.deploy.deployer import Deployer, Endpoints
 from infra.deploy.plan import DeployConfig
 from infra.deploy.source import build_archive
 from infra.localstack.emulators import Emulator
@@ -30,6 +33,11 @@ FUNCTIONS_ACCOUNT = "spotline-fn@acme.iam.gserviceaccount.com"
 VM_ACCOUNT = "spotline-vm@acme.iam.gserviceaccount.com"
 
 
+def accounts(project: str) -> tuple[str, str]:
+    """The functions' and the VMs' accounts deploy makes in ``project``."""
+    return iam.FUNCTIONS_ACCOUNT.email(project), iam.VM_ACCOUNT.email(project)
+
+
 @pytest.fixture
 def cloud(project: str, emulators: tuple[Emulator, Emulator]) -> Iterator[CloudDouble]:
     with CloudDouble(project, REGION, pubsub_host=emulators[1].host) as double:
@@ -42,9 +50,9 @@ def deploy_config(project: str, **settings: object) -> DeployConfig:
         region=REGION,
         storage_root="gs://acme-spotline/runs",
         image=f"projects/{project}/global/images/family/spotline-agent",
-        service_account=VM_ACCOUNT,
+        service_account=accounts(project)[1],
     )
-    return DeployConfig(base.replace(**settings), FUNCTIONS_ACCOUNT)
+    return DeployConfig(base.replace(**settings), accounts(project)[0])
 
 
 def deploy(cloud: CloudDouble, config: DeployConfig) -> dict[str, str]:
@@ -79,7 +87,7 @@ def test_a_first_deploy_creates_the_whole_topology(cloud: CloudDouble, project: 
         assert body["buildConfig"]["source"]["storageSource"]["object"] in cloud.uploads
         assert body["eventTrigger"]["pubsubTopic"].startswith(f"projects/{project}/topics/")
         assert "SPOTLINE_COMPUTE_ENDPOINT" not in body["serviceConfig"]["environmentVariables"]
-        assert body["serviceConfig"]["serviceAccountEmail"] == FUNCTIONS_ACCOUNT
+        assert body["serviceConfig"]["serviceAccountEmail"] == accounts(project)[0]
     [reaper] = [r.body for r in creates if r.query["functionId"] == "spotline-reaper"]
     assert reaper["buildConfig"]["entryPoint"] == "reaper"
     tick_topic = f"projects/{project}/topics/spotline-reaper-tick"
@@ -114,14 +122,59 @@ def test_a_first_deploy_creates_the_whole_topology(cloud: CloudDouble, project: 
     assert all(actions[f"function {f.function_id}"] == "created" for f in FUNCTIONS)
 
 
+def test_a_first_deploy_makes_a_bare_projects_one_time_steps(
+    cloud: CloudDouble, project: str
+) -> None:
+    actions = deploy(cloud, deploy_config(project))
+
+    apis = cloud.project_apis
+    # 1. The APIs, enabled in one request.
+    [enable] = cloud.requests_to("POST", "/services:batchEnable")
+    assert set(enable.body["serviceIds"]) == set(SERVICES) == apis.enabled
+    # 2. Firestore in native mode, in the region.
+    [database] = apis.databases.values()
+    assert (database["type"], database["locationId"]) == ("FIRESTORE_NATIVE", REGION)
+    # 3. The bucket: uniform access, old checkpoints deleted, outputs kept.
+    bucket = apis.buckets["acme-spotline"]
+    assert bucket["iamConfiguration"]["uniformBucketLevelAccess"]["enabled"] is True
+    [rule] = bucket["lifecycle"]["rule"]
+    assert rule["action"] == {"type": "Delete"}
+    assert rule["condition"]["matchesPrefix"] == ["runs/jobs/"]
+    assert ".pt" in rule["condition"]["matchesSuffix"]
+    # 4. The two accounts.
+    assert set(apis.accounts) == set(accounts(project))
+    # 5. The sink: Compute Engine's preemption entries to the preempted topic.
+    sink = apis.sinks["spotline-preemptions"]
+    assert sink["destination"] == (
+        f"pubsub.googleapis.com/projects/{project}/topics/spotline-spot-preempted"
+    )
+    assert 'protoPayload.methodName="compute.instances.preempted"' in sink["filter"]
+    [create_sink] = cloud.requests_to("POST", f"/projects/{project}/sinks")
+    assert create_sink.query["uniqueWriterIdentity"].lower() == "true"  # the library sends True
+    # 6. Pub/Sub's agent may dead-letter: publisher on the dead-letter topic,
+    # subscriber on every trigger's subscription.
+    agent = "serviceAccount:service-123456789012@gcp-sa-pubsub.iam.gserviceaccount.com"
+    dead_letter = apis.policies[f"projects/{project}/topics/spotline-dead-letter"]
+    assert dead_letter["bindings"] == [{"role": "roles/pubsub.publisher", "members": [agent]}]
+    for trigger in cloud.triggers.values():
+        subscription = trigger["transport"]["pubsub"]["subscription"]
+        assert {"role": "roles/pubsub.subscriber", "members": [agent]} in apis.policies[
+            subscription
+        ]["bindings"]
+    # Each resource's policy was written once.
+    writes = [r.path for r in cloud.requests if r.path.endswith(":setIamPolicy")]
+    assert len(writes) == len(set(writes))
+    assert actions["services 13 APIs"] == "enabled"
+    assert actions["database (default)"] == "created"
+
+
 def test_a_second_deploy_changes_nothing(cloud: CloudDouble, project: str) -> None:
     deploy(cloud, deploy_config(project))
-    before = len(cloud.requests)
+    before = len(cloud.writes())
 
     actions = deploy(cloud, deploy_config(project))
 
-    again = cloud.requests[before:]
-    assert [r for r in again if r.method != "GET"] == []
+    assert cloud.writes()[before:] == []
     assert set(actions.values()) == {"unchanged", "seeded"}
     assert len(cloud.functions) == len(FUNCTIONS) and len(cloud.jobs) == 1
 
@@ -163,6 +216,12 @@ def test_a_trigger_eventarc_cannot_show_leaves_the_gcloud_command(
 # -- the command ----------------------------------------------------------------
 
 
+def point_at(cloud: CloudDouble, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every API the CLI calls, at the double."""
+    for api in fields(Endpoints):
+        monkeypatch.setenv(f"SPOTLINE_{api.name.upper()}_ENDPOINT", cloud.endpoint)
+
+
 def cli_args(project: str) -> list[str]:
     return [
         "deploy",
@@ -172,10 +231,6 @@ def cli_args(project: str) -> list[str]:
         REGION,
         "--storage-root",
         "gs://acme-spotline/runs",
-        "--service-account",
-        FUNCTIONS_ACCOUNT,
-        "--vm-service-account",
-        VM_ACCOUNT,
     ]
 
 
@@ -185,8 +240,7 @@ def test_spotline_deploy_deploys_through_the_endpoints_it_is_given(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    for api in ("FUNCTIONS", "SCHEDULER", "EVENTARC"):
-        monkeypatch.setenv(f"SPOTLINE_{api}_ENDPOINT", cloud.endpoint)
+    point_at(cloud, monkeypatch)
 
     assert main(cli_args(project)) == 0
 
@@ -203,8 +257,7 @@ def test_spotline_deploy_writes_the_config_the_cli_reads_back(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    for api in ("FUNCTIONS", "SCHEDULER", "EVENTARC"):
-        monkeypatch.setenv(f"SPOTLINE_{api}_ENDPOINT", cloud.endpoint)
+    point_at(cloud, monkeypatch)
     path = config_path(os.environ)
     assert path is not None and str(path).startswith(os.environ["XDG_CONFIG_HOME"])
 
@@ -225,29 +278,62 @@ def test_spotline_deploy_writes_the_config_the_cli_reads_back(
     # And a second deploy needs no --project, --region or --storage-root.
     for name in ("SPOTLINE_PROJECT", "GOOGLE_CLOUD_PROJECT"):
         monkeypatch.delenv(name)
-    accounts = ["--service-account", FUNCTIONS_ACCOUNT, "--vm-service-account", VM_ACCOUNT]
-    assert main(["deploy", *accounts, "--dry-run"]) == 0
+    assert main(["deploy", "--dry-run"]) == 0
     assert f"project {project}, region {REGION}" in capsys.readouterr().out
 
 
-def test_dry_run_calls_no_api(
+def test_dry_run_reads_the_project_and_changes_nothing(
     cloud: CloudDouble,
     project: str,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    monkeypatch.setenv("SPOTLINE_FUNCTIONS_ENDPOINT", cloud.endpoint)
+    point_at(cloud, monkeypatch)
 
     assert main([*cli_args(project), "--dry-run"]) == 0
 
-    assert cloud.requests == []
+    assert cloud.requests and cloud.writes() == []  # reads only
     assert list(PublisherClient().list_topics(project=f"projects/{project}")) == []
     out = capsys.readouterr().out
+    said = " ".join(out.split())
+    # What a bare project lacks, read from it.
+    assert "services 13 APIs would enable: compute.googleapis.com" in said
+    assert "database (default) would create: native mode, us-central1" in said
+    assert "bucket acme-spotline would create: uniform access, lifecycle rule" in said
+    assert "account spotline-vm would create" in said
+    assert f"iam project {project} would grant: compute.instanceAdmin.v1" in said
+    assert "iam topic spotline-submit" not in said  # no submitter was named
+    assert "sink spotline-preemptions would create" in said
+    assert "topic spotline-submit would create" in said
+    assert "function spotline-submit-job would create" in said
+    assert "job spotline-reaper would create" in said
+    # What the topology declares.
     assert "spotline-reaper-tick" in out and "spotline-submit-job" in out
     assert "SPOTLINE_STORAGE_ROOT=gs://acme-spotline/runs" in out
     path = config_path(os.environ)
     assert path is not None and f"CLI config:    {path} would get" in out
     assert not path.exists()  # a dry run writes nothing
+
+
+def test_dry_run_after_a_deploy_finds_everything_right(
+    cloud: CloudDouble,
+    project: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    point_at(cloud, monkeypatch)
+    assert main(cli_args(project)) == 0
+    capsys.readouterr()
+    writes = len(cloud.writes())
+    uploads = len(cloud.requests_to("POST", ":generateUploadUrl"))
+
+    assert main([*cli_args(project), "--dry-run"]) == 0
+
+    assert len(cloud.writes()) == writes
+    assert len(cloud.requests_to("POST", ":generateUploadUrl")) == uploads
+    steps = capsys.readouterr().out.split("\n\n")[0].splitlines()[1:]
+    assert len(steps) >= 30 and all(" unchanged" in line for line in steps), steps
+    assert any(line.startswith("function      spotline-reaper ") for line in steps)
 
 
 def test_missing_settings_are_named_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -260,8 +346,8 @@ def test_missing_settings_are_named_at_once(monkeypatch: pytest.MonkeyPatch) -> 
 
     message = str(exit_.value)
     assert "--project" in message and "--storage-root" in message
-    assert "--vm-service-account" in message
-    assert "--region" not in message and "--service-account (" not in message
+    # The accounts default to those deploy makes.
+    assert "--region" not in message and "service-account" not in message
 
 
 def test_a_region_spotline_has_no_zones_for_needs_them(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -96,7 +96,12 @@ def test_insert_sends_a_spot_gpu_instance(compute: GceCompute, cloud: LocalCloud
     assert body["serviceAccounts"] == [
         {
             "email": "spotline-vm@spotline-test.iam.gserviceaccount.com",
-            "scopes": ["https://www.googleapis.com/auth/cloud-platform"],
+            # Narrowed from cloud-platform: events, checkpoints, logs.
+            "scopes": [
+                "https://www.googleapis.com/auth/pubsub",
+                "https://www.googleapis.com/auth/devstorage.read_write",
+                "https://www.googleapis.com/auth/logging.write",
+            ],
         }
     ]
 

@@ -10,6 +10,7 @@ import pytest
 from infra.localcloud.cloud import LocalCloud
 from shared.adapters import gce_gang
 from shared.adapters.gce_compute import GceCompute
+from shared.adapters.gce_requests import VM_SCOPES
 from shared.domain.errors import CapacityError, PermanentError, TransientError
 from shared.domain.vms import (
     JOB_METADATA_KEY,
@@ -97,7 +98,7 @@ def test_one_bulk_insert_creates_all_or_nothing(compute: GceCompute, cloud: Loca
     assert properties["serviceAccounts"] == [
         {
             "email": "spotline-vm@spotline-test.iam.gserviceaccount.com",
-            "scopes": ["https://www.googleapis.com/auth/cloud-platform"],
+            "scopes": list(VM_SCOPES),
         }
     ]
 

@@ -135,6 +135,12 @@ def _parser() -> argparse.ArgumentParser:
     deploy = sub.add_parser("deploy", help="deploy (or update) spotline in a Google Cloud project")
     deploy_command.add_arguments(deploy)
     deploy.set_defaults(run=deploy_command.run)
+
+    destroy = sub.add_parser(
+        "destroy", help="remove what `spotline deploy` made (data only with --delete-data)"
+    )
+    deploy_command.add_destroy_arguments(destroy)
+    destroy.set_defaults(run=deploy_command.run_destroy)
     return parser
 
 

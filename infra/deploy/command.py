@@ -6,8 +6,9 @@ The functions' other settings (quotas, timeouts, cooling) are the deploying
 shell's ``SPOTLINE_*`` variables, read as ``Settings.from_env`` reads them; the
 config file a previous deploy wrote fills in what neither flags nor variables
 give. A deploy writes that file (``shared.settings_file``); a dry run does not.
-For tests, ``SPOTLINE_FUNCTIONS_ENDPOINT``, ``SPOTLINE_SCHEDULER_ENDPOINT`` and
-``SPOTLINE_EVENTARC_ENDPOINT`` point the clients at local doubles.
+``spotline destroy`` takes the same target flags. For tests,
+``SPOTLINE_<API>_ENDPOINT`` variables point the clients at local doubles
+(``infra.deploy.endpoints``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,45 @@ if TYPE_CHECKING:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_target_arguments(parser)
+    parser.add_argument(
+        "--image",
+        help="the VM image (SPOTLINE_IMAGE; default: the project's spotline-agent family)",
+    )
+    parser.add_argument(
+        "--submitter",
+        action="append",
+        default=None,
+        help="a principal (user:EMAIL, group:EMAIL, serviceAccount:EMAIL) who may publish "
+        "on the submit and cancel topics; repeat for more (SPOTLINE_SUBMITTERS, "
+        "comma-separated)",
+    )
+    parser.add_argument("--runtime", default=RUNTIME, help=f"Cloud Functions runtime ({RUNTIME})")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="read the project and print what deploy would change; change nothing",
+    )
+
+
+def add_destroy_arguments(parser: argparse.ArgumentParser) -> None:
+    add_target_arguments(parser)
+    parser.add_argument(
+        "--delete-data",
+        action="store_true",
+        help="also delete the bucket (every checkpoint and output) and the Firestore database",
+    )
+    parser.add_argument(
+        "--cancel-jobs", action="store_true", help="cancel active jobs instead of refusing"
+    )
+    parser.add_argument("--yes", action="store_true", help="destroy without asking")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="read the project and print what would go"
+    )
+
+
+def add_target_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where spotline is deployed: deploy's and destroy's common flags."""
     parser.add_argument("--project", help="the Google Cloud project (SPOTLINE_PROJECT)")
     parser.add_argument("--region", help="where functions and schedule run (SPOTLINE_REGION)")
     parser.add_argument(
@@ -42,20 +82,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="gs://BUCKET/PREFIX for checkpoints and outputs (SPOTLINE_STORAGE_ROOT)",
     )
     parser.add_argument(
-        "--image",
-        help="the VM image (SPOTLINE_IMAGE; default: the project's spotline-agent family)",
-    )
-    parser.add_argument(
         "--service-account",
-        help="the functions' identity (SPOTLINE_FUNCTIONS_SERVICE_ACCOUNT)",
+        help="the functions' identity (SPOTLINE_FUNCTIONS_SERVICE_ACCOUNT; "
+        "default: spotline-fn@PROJECT.iam.gserviceaccount.com, which deploy makes)",
     )
     parser.add_argument(
         "--vm-service-account",
-        help="the VMs' identity: publishes events, writes storage (SPOTLINE_SERVICE_ACCOUNT)",
-    )
-    parser.add_argument("--runtime", default=RUNTIME, help=f"Cloud Functions runtime ({RUNTIME})")
-    parser.add_argument(
-        "--dry-run", action="store_true", help="print what deploy converges; call no API"
+        help="the VMs' identity: publishes events, writes storage (SPOTLINE_SERVICE_ACCOUNT; "
+        "default: spotline-vm@PROJECT.iam.gserviceaccount.com, which deploy makes)",
     )
 
 
@@ -63,6 +97,7 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
     """The deploy configuration: flags over the environment over the config file
     a previous deploy wrote. SystemExit naming every missing setting;
     SettingsError naming every bad one."""
+    from infra.deploy import iam
     from shared.settings import load
 
     env = os.environ if env is None else env
@@ -71,37 +106,48 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         "region": args.region,
         "zones": args.zones,
         "storage_root": args.storage_root,
-        "image": args.image,
+        "image": getattr(args, "image", None),
         "service_account": args.vm_service_account,
     }
     loaded = load(env, flags=flags)
     given = {name for name, origin in loaded.origins.items() if origin != "default"}
-    functions_account = args.service_account or env.get("SPOTLINE_FUNCTIONS_SERVICE_ACCOUNT")
     missing = [
         text
         for name, text in (
             ("project", "--project (or SPOTLINE_PROJECT)"),
             ("region", "--region (or SPOTLINE_REGION)"),
             ("storage_root", "--storage-root gs://BUCKET/PREFIX (or SPOTLINE_STORAGE_ROOT)"),
-            ("functions", "--service-account (or SPOTLINE_FUNCTIONS_SERVICE_ACCOUNT)"),
-            ("service_account", "--vm-service-account (or SPOTLINE_SERVICE_ACCOUNT)"),
         )
-        if name not in given and not (name == "functions" and functions_account)
+        if name not in given
     ]
     settings = loaded.settings
+    # The accounts deploy makes, unless others are named.
+    functions_account = (
+        args.service_account
+        or env.get("SPOTLINE_FUNCTIONS_SERVICE_ACCOUNT")
+        or iam.FUNCTIONS_ACCOUNT.email(settings.project)
+    )
+    if "service_account" not in given:
+        settings = settings.replace(service_account=iam.VM_ACCOUNT.email(settings.project))
+    submitters = tuple(getattr(args, "submitter", None) or ()) or tuple(
+        p.strip() for p in env.get("SPOTLINE_SUBMITTERS", "").split(",") if p.strip()
+    )
+    bad = iam.principal_problems(submitters)
     if "region" in given and not settings.zones:
         missing.append(f"--zones (or SPOTLINE_ZONES): spotline knows no zones of {settings.region}")
     if missing:
         raise SystemExit("spotline deploy: missing " + "; ".join(missing))
+    if bad:
+        raise SystemExit("spotline deploy: --submitter: " + "; ".join(bad))
     if not settings.storage_root.startswith("gs://"):
         raise SystemExit(
             f"spotline deploy: --storage-root must be gs://..., not {settings.storage_root}"
         )
-    assert functions_account
     from infra.deploy.plan import DeployConfig
 
     settings = settings.replace(compute_endpoint=None)
-    return DeployConfig(settings, functions_account, runtime=args.runtime)
+    runtime = getattr(args, "runtime", RUNTIME)
+    return DeployConfig(settings, functions_account, runtime=runtime, submitters=submitters)
 
 
 def save_config(config: DeployConfig, env: Mapping[str, str] | None = None) -> Path | None:
@@ -131,8 +177,7 @@ def run(args: argparse.Namespace) -> int:
 
     config = config_from(args)
     if args.dry_run:
-        print("\n".join(describe(config)))
-        return 0
+        return dry_run(config)
     print(
         f"deploying spotline to project {config.project}, region {config.region} "
         "(each function's build takes minutes; they run side by side)",
@@ -163,6 +208,70 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_destroy(args: argparse.Namespace) -> int:
+    from google.api_core.exceptions import GoogleAPICallError
+    from google.auth.exceptions import GoogleAuthError
+
+    from infra.deploy.destroy import Destroyer
+    from infra.deploy.endpoints import Endpoints
+
+    config = config_from(args)
+    if not (args.yes or args.dry_run):
+        raise SystemExit(
+            f"spotline destroy: this removes spotline from project {config.project}; "
+            "pass --yes to go on (or --dry-run to see what would go)"
+        )
+    destroyer = Destroyer(
+        config,
+        endpoints=Endpoints.from_env(),
+        delete_data=args.delete_data,
+        cancel_jobs=args.cancel_jobs,
+        dry_run=args.dry_run,
+        report=lambda c: print(c, flush=True),
+    )
+    try:
+        destroyer.run()
+    except (GoogleAPICallError, GoogleAuthError, RuntimeError) as err:
+        print(f"spotline destroy: {' '.join(str(err).split())}", file=sys.stderr)
+        return 1
+    print(f"spotline {'would be' if args.dry_run else 'is'} removed from {config.project}")
+    return 0
+
+
+def dry_run(config: DeployConfig) -> int:
+    """Read the project: print, per resource, what deploy would change and what is
+    already right, then what the topology declares (functions' settings)."""
+    from google.api_core.exceptions import GoogleAPICallError
+    from google.auth.exceptions import GoogleAuthError
+
+    from infra.deploy import iam
+    from infra.deploy.bootstrap import ProjectSetup
+    from infra.deploy.deployer import Deployer, Endpoints
+
+    setup = ProjectSetup(
+        config, endpoints=Endpoints.from_env(), dry_run=True, report=lambda c: print(c)
+    )
+    print(f"spotline deploy --dry-run: project {config.project}, region {config.region}")
+    try:
+        setup.ensure_services()
+        setup.ensure_database()
+        setup.ensure_bucket()
+        setup.ensure_accounts()
+        writer = setup.ensure_sink()
+        access = config.iam_config
+        wanted = iam.bindings(access) + iam.dead_letter_bindings(access, setup.project_number)
+        if writer:
+            wanted.append(iam.sink_writer_binding(access, writer))
+        setup.ensure_bindings(wanted)
+        Deployer(config, endpoints=setup.endpoints, report=lambda c: print(c)).preview()
+    except (GoogleAPICallError, GoogleAuthError, RuntimeError) as err:
+        print(f"spotline deploy --dry-run: {' '.join(str(err).split())}", file=sys.stderr)
+        return 1
+    print()
+    print("\n".join(describe(config)))
+    return 0
+
+
 def describe(config: DeployConfig) -> list[str]:
     """What a deploy converges, from the topology and settings alone (no call)."""
     from infra.deploy import plan
@@ -173,9 +282,8 @@ def describe(config: DeployConfig) -> list[str]:
     archive = build_archive()
     job = plan.desired_job(config)
     lines = [
-        f"spotline deploy --dry-run: project {config.project}, region {config.region}.",
-        "No API is called, so this cannot tell what exists already: deploy creates what",
-        "is missing, updates what differs (with an update mask) and leaves the rest alone.",
+        "What the topology declares: deploy creates what is missing, updates what",
+        "differs (with an update mask) and leaves the rest alone.",
         "",
         "topics:        " + ", ".join(t.rsplit("/", 1)[-1] for t in plan.topic_paths(config)),
         f"dead letters:  kept {plan.DEAD_LETTER_RETENTION_S // 86400} days in subscription "

@@ -1,33 +1,37 @@
-"""``spotline deploy``: the topology applied to a real Google Cloud project.
+"""``spotline deploy``: a bare project set up, and the topology applied to it.
 
 It converges rather than creates: each resource is read, then created when
 missing, updated (with an update mask) when it differs, and left alone when it
 agrees, so a second run changes nothing. In order:
 
-1. the Pub/Sub topics, and a subscription that keeps the dead letters;
-2. the machine catalog, seeded into Firestore;
-3. one Cloud Function (2nd gen) per topology entry, built from a source archive
+1. the project's one-time steps (``infra.deploy.bootstrap``): APIs, the
+   Firestore database, the bucket, the two service accounts;
+2. the Pub/Sub topics, and a subscription that keeps the dead letters;
+3. the preemption log sink, then the IAM bindings ``infra.deploy.iam`` declares;
+4. the machine catalog, seeded into Firestore;
+5. one Cloud Function (2nd gen) per topology entry, built from a source archive
    uploaded only when the function does not run it yet; every create and update
    is sent before any is waited for, since each takes minutes;
-4. on the Pub/Sub subscription Eventarc made for each function's trigger: the
-   topology's ack deadline, backoff, dead-letter topic and delivery attempts;
-5. the Cloud Scheduler job that ticks the reaper.
+6. on the Pub/Sub subscription Eventarc made for each function's trigger: the
+   topology's ack deadline, backoff, dead-letter topic and delivery attempts,
+   and Pub/Sub's service agent as its subscriber (for dead-lettering);
+7. the Cloud Scheduler job that ticks the reaper.
 
 The requests are built by ``infra.deploy.plan``; this module only sends them.
 """
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from google.api_core import exceptions as api_exceptions
 
-from infra.deploy import plan
+from infra.deploy import iam, plan
+from infra.deploy.bootstrap import ProjectSetup
+from infra.deploy.endpoints import Change, Endpoints, client_options
 from infra.deploy.source import SourceArchive, build_archive
 from infra.topology import FUNCTIONS, Function
 from shared.domain.catalog import load_catalog
@@ -40,41 +44,6 @@ if TYPE_CHECKING:
 
 EVENTARC = "https://eventarc.googleapis.com"
 CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"
-
-
-@dataclass(frozen=True)
-class Endpoints:
-    """API endpoints in place of Google's, for local doubles (``http://`` ones are
-    called with no credentials). Pub/Sub and Firestore take their emulators'
-    usual ``*_EMULATOR_HOST`` variables instead."""
-
-    functions: str | None = None
-    scheduler: str | None = None
-    eventarc: str | None = None
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> Endpoints:
-        env = os.environ if env is None else env
-        return cls(
-            functions=env.get("SPOTLINE_FUNCTIONS_ENDPOINT") or None,
-            scheduler=env.get("SPOTLINE_SCHEDULER_ENDPOINT") or None,
-            eventarc=env.get("SPOTLINE_EVENTARC_ENDPOINT") or None,
-        )
-
-
-@dataclass(frozen=True)
-class Change:
-    """What the deploy did to one resource."""
-
-    kind: str  # topic, catalog, function, subscription, job
-    name: str
-    action: str  # created, updated, unchanged, seeded, not set
-    detail: str = ""
-
-    def __str__(self) -> str:
-        return f"{self.kind:<12}  {self.name:<28}  {self.action}" + (
-            f": {self.detail}" if self.detail else ""
-        )
 
 
 class Deployer:
@@ -109,13 +78,79 @@ class Deployer:
         problems = plan.problems(self.config)
         if problems:
             raise ValueError("cannot deploy: " + "; ".join(problems))
+        setup = self.setup
+        setup.ensure_services()
+        setup.ensure_database()
+        setup.ensure_bucket()
+        setup.ensure_accounts()
         self.ensure_topics()
+        writer = setup.ensure_sink()
+        access = self.config.iam_config
+        wanted = iam.bindings(access) + iam.dead_letter_bindings(access, setup.project_number)
+        if writer:
+            wanted.append(iam.sink_writer_binding(access, writer))
+        setup.ensure_bindings(wanted)
         self.seed_catalog()
         deployed = self.ensure_functions(build_archive())
-        for function in FUNCTIONS:
+        subscriptions = [
             self.ensure_delivery_policy(function, deployed[function.entry_point])
+            for function in FUNCTIONS
+        ]
+        known = [name for name in subscriptions if name]
+        setup.ensure_bindings(iam.dead_letter_bindings(access, setup.project_number, known)[1:])
         self.ensure_reaper_job()
         return self.changes
+
+    def preview(self) -> list[Change]:
+        """What ``run`` would change in the topics, functions and schedule, read
+        from the project and changing nothing (``spotline deploy --dry-run``)."""
+        from google.cloud import functions_v2
+
+        for topic in plan.topic_paths(self.config):
+            try:
+                self._publisher.get_topic(topic=topic)
+                action = "unchanged"
+            except api_exceptions.NotFound:
+                action = "would create"
+            self._record(Change("topic", topic.rsplit("/", 1)[-1], action))
+        digest = build_archive().digest
+        for function in FUNCTIONS:
+            current = self._get_function(function)
+            if current is None:
+                self._record(Change("function", function.function_id, "would create"))
+                continue
+            # A stand-in for the archive an update would upload.
+            upload = functions_v2.StorageSource(object_="(new upload)")
+            source = upload if plan.needs_source(current, digest) else None
+            desired = plan.desired_function(self.config, function, digest, source)
+            update = plan.function_update(current, desired)
+            fields = ", ".join(update.update_mask.paths) if update else ""
+            action = "would update" if update else "unchanged"
+            self._record(Change("function", function.function_id, action, fields))
+        job = plan.desired_job(self.config)
+        short = job.name.rsplit("/", 1)[-1]
+        try:
+            current_job = self._scheduler.get_job(name=job.name)
+        except api_exceptions.NotFound:
+            self._record(Change("job", short, "would create", job.schedule))
+            return self.changes
+        job_update = plan.job_update(current_job, job)
+        if job_update is None:
+            self._record(Change("job", short, "unchanged"))
+        else:
+            paths = ", ".join(job_update.update_mask.paths)
+            self._record(Change("job", short, "would update", paths))
+        return self.changes
+
+    @cached_property
+    def setup(self) -> ProjectSetup:
+        """The project's one-time steps and IAM (``infra.deploy.bootstrap``)."""
+        return ProjectSetup(
+            self.config,
+            endpoints=self.endpoints,
+            credentials=self._credentials,
+            report=self._record,
+        )
 
     def _record(self, change: Change) -> None:
         self.changes.append(change)
@@ -208,24 +243,28 @@ class Deployer:
 
     # -- 4: the delivery policy on each trigger's subscription -----------------------------
 
-    def ensure_delivery_policy(self, function: Function, deployed: functions_v2.Function) -> None:
+    def ensure_delivery_policy(
+        self, function: Function, deployed: functions_v2.Function
+    ) -> str | None:
         """Ack deadline, backoff and dead letters belong to the subscription
-        Eventarc made for the trigger (named in the trigger's transport)."""
+        Eventarc made for the trigger (named in the trigger's transport).
+        Returns that subscription, or None where Eventarc did not show it."""
         subscription = self._trigger_subscription(deployed.event_trigger.trigger)
         if subscription is None:
             command = manual_policy_command(self.config, function, deployed.event_trigger.trigger)
             self._record(Change("subscription", function.function_id, "not set", command))
-            return
+            return None
         current = self._subscriber.get_subscription(subscription=subscription)
         desired = plan.desired_subscription(self.config, function, subscription)
         update = plan.subscription_update(current, desired)
         short = subscription.rsplit("/", 1)[-1]
         if update is None:
             self._record(Change("subscription", function.function_id, "unchanged", short))
-            return
+            return subscription
         self._subscriber.update_subscription(request=update)
         fields = ", ".join(update.update_mask.paths)
         self._record(Change("subscription", function.function_id, "updated", f"{short}: {fields}"))
+        return subscription
 
     def _trigger_subscription(self, trigger: str) -> str | None:
         """The Pub/Sub subscription of an Eventarc trigger, or None if unknown."""
@@ -262,16 +301,7 @@ class Deployer:
     # -- clients, built on first use ---------------------------------------------------------
 
     def _options(self, endpoint: str | None) -> dict[str, Any]:
-        from google.api_core.client_options import ClientOptions
-        from google.auth.credentials import AnonymousCredentials
-
-        if endpoint is None:
-            return {"credentials": self._credentials}
-        local = endpoint.startswith("http://")
-        return {
-            "credentials": AnonymousCredentials() if local else self._credentials,
-            "client_options": ClientOptions(api_endpoint=endpoint),
-        }
+        return client_options(endpoint, self._credentials)
 
     @cached_property
     def _functions(self) -> functions_v2.FunctionServiceClient:

@@ -16,6 +16,7 @@ from google.cloud import functions_v2, scheduler_v1
 from google.cloud.pubsub_v1 import types as pubsub
 from google.protobuf import duration_pb2, field_mask_pb2
 
+from infra.deploy import iam
 from infra.topology import DEAD_LETTER_TOPIC, FUNCTIONS, REAPER_SCHEDULE, RUNTIME, Function
 from shared.settings import TOPICS, Settings
 
@@ -40,11 +41,26 @@ class DeployConfig:
             ``gce``, a ``gs://`` storage root, the VM image and service account).
         service_account: the functions run as this account, and their triggers
             invoke them as it.
+        submitters: the principals (``user:...``, ``group:...``) who may publish
+            on the submit and cancel topics.
     """
 
     settings: Settings
     service_account: str
     runtime: str = RUNTIME
+    submitters: tuple[str, ...] = ()
+
+    @property
+    def iam_config(self) -> iam.IamConfig:
+        bucket, prefix = iam.split_storage_root(self.settings.storage_root)
+        return iam.IamConfig(
+            project=self.project,
+            bucket=bucket,
+            prefix=prefix,
+            submitters=self.submitters,
+            functions_account=self.service_account,
+            vm_account=self.settings.service_account or "",
+        )
 
     @property
     def project(self) -> str:
@@ -71,6 +87,9 @@ def problems(config: DeployConfig, functions: Sequence[Function] = FUNCTIONS) ->
         found.append(f"the storage root must be a gs:// URL, not {settings.storage_root!r}")
     if not settings.zones:
         found.append(f"no zones are known for region {settings.region}: give them")
+    if not settings.service_account:
+        found.append("no service account for the VMs")
+    found += iam.principal_problems(config.submitters)
     for function in functions:
         if not _FUNCTION_ID.fullmatch(function.function_id):
             found.append(f"{function.function_id}: a function name takes 3-63 a-z and -")

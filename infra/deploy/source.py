@@ -26,7 +26,16 @@ SUFFIXES = (".py", ".json")
 # Runtime dependencies the functions never import: the deploying CLI's, and
 # storage's (only the VMs and the CLI read or write the bucket; the functions
 # pass gs:// URLs along as strings).
-DEPLOY_ONLY = frozenset({"google-cloud-functions", "google-cloud-scheduler"})
+DEPLOY_ONLY = frozenset(
+    {
+        "google-cloud-functions",
+        "google-cloud-scheduler",
+        "google-cloud-service-usage",
+        "google-cloud-resource-manager",
+        "google-cloud-storage",
+        "google-cloud-logging",
+    }
+)
 STORAGE_ONLY = frozenset({"fsspec", "gcsfs"})
 NOT_IN_FUNCTIONS = DEPLOY_ONLY | STORAGE_ONLY
 # Zip timestamps cannot be older than 1980.

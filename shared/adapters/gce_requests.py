@@ -23,7 +23,13 @@ from shared.domain.vms import Provisioning, Quota, Vm, VmRequest, VmState
 if TYPE_CHECKING:
     from google.cloud import compute_v1
 
-CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+# The VMs' OAuth scopes, narrowed to what the agent does: publish events, read and
+# write checkpoints, write logs. Scopes bound what the VM account's roles allow.
+VM_SCOPES = (
+    "https://www.googleapis.com/auth/pubsub",
+    "https://www.googleapis.com/auth/devstorage.read_write",
+    "https://www.googleapis.com/auth/logging.write",
+)
 DEFAULT_NETWORK = "global/networks/default"
 
 
@@ -155,7 +161,7 @@ def service_accounts(request: VmRequest) -> list[compute_v1.ServiceAccount]:
 
     if not request.service_account:
         return []
-    return [compute_v1.ServiceAccount(email=request.service_account, scopes=[CLOUD_PLATFORM_SCOPE])]
+    return [compute_v1.ServiceAccount(email=request.service_account, scopes=list(VM_SCOPES))]
 
 
 def instance_resource(request: VmRequest) -> compute_v1.Instance:

@@ -1,0 +1,6 @@
+#!/bin/bash
+# Cloud Build step: the whole suite, with the Firestore and Pub/Sub emulators.
+set -euo pipefail
+apt-get update -qq && apt-get install -y -qq make python3-venv openjdk-17-jre-headless \
+  google-cloud-cli-firestore-emulator google-cloud-cli-pubsub-emulator >/dev/null
+make test

@@ -1,0 +1,121 @@
+"""The clients ``spotline deploy`` and ``destroy`` set a project up with, built
+on first use (each library costs a fraction of a second to import).
+
+Service Usage, Resource Manager, Firestore Admin and Pub/Sub (for IAM policies)
+are their client libraries over REST; Storage and Logging their handwritten
+clients over HTTP/JSON. The IAM Admin library speaks gRPC only, so service
+accounts and their policies go through IAM's REST API with an authorized
+session.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from infra.deploy.endpoints import Endpoints, client_options
+
+if TYPE_CHECKING:
+    from google.auth.credentials import Credentials
+
+IAM_API = "https://iam.googleapis.com"
+CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"
+
+
+class ProjectClients:
+    """One project's clients, at ``endpoints`` (Google's by default)."""
+
+    def __init__(
+        self, project: str, endpoints: Endpoints, credentials: Credentials | None = None
+    ) -> None:
+        self.project = project
+        self.endpoints = endpoints
+        self._credentials = credentials
+
+    # -- the IAM API over REST ---------------------------------------------------------------
+
+    def iam_get(self, path: str) -> dict[str, Any] | None:
+        return self.iam_call("GET", path, None, missing_ok=True)
+
+    def iam_call(
+        self, method: str, path: str, body: dict[str, Any] | None, *, missing_ok: bool = False
+    ) -> dict[str, Any] | None:
+        """One call to IAM's REST API; None for a 404 when ``missing_ok``."""
+        from google.api_core.exceptions import from_http_response
+
+        url = f"{self.endpoints.iam or IAM_API}/v1/{path}"
+        answer = self.iam_session.request(method, url, json=body, timeout=60)
+        if answer.status_code == 404 and missing_ok:
+            return None
+        if not answer.ok:
+            raise from_http_response(answer)
+        result: dict[str, Any] = answer.json() if answer.content else {}
+        return result
+
+    # -- client libraries ------------------------------------------------------------------
+
+    def _options(self, endpoint: str | None) -> dict[str, Any]:
+        return client_options(endpoint, self._credentials)
+
+    @cached_property
+    def service_usage(self) -> Any:
+        from google.cloud import service_usage_v1
+
+        return service_usage_v1.ServiceUsageClient(
+            transport="rest", **self._options(self.endpoints.service_usage)
+        )
+
+    @cached_property
+    def projects(self) -> Any:
+        from google.cloud import resourcemanager_v3
+
+        return resourcemanager_v3.ProjectsClient(
+            transport="rest", **self._options(self.endpoints.resource_manager)
+        )
+
+    @cached_property
+    def firestore_admin(self) -> Any:
+        from google.cloud import firestore_admin_v1
+
+        return firestore_admin_v1.FirestoreAdminClient(
+            transport="rest", **self._options(self.endpoints.firestore_admin)
+        )
+
+    @cached_property
+    def pubsub_iam(self) -> Any:
+        """Pub/Sub's REST API, for topics' and subscriptions' policies. The
+        transport is built here: given a transport name, the client would follow
+        PUBSUB_EMULATOR_HOST to the emulator, which serves no IAM."""
+        from google.pubsub_v1 import PublisherClient
+        from google.pubsub_v1.services.publisher.transports.rest import PublisherRestTransport
+
+        endpoint = self.endpoints.pubsub
+        options = self._options(endpoint)
+        transport = PublisherRestTransport(
+            credentials=options["credentials"], host=endpoint or "pubsub.googleapis.com"
+        )
+        return PublisherClient(transport=transport)
+
+    @cached_property
+    def storage(self) -> Any:
+        from google.cloud.storage import Client
+
+        return Client(project=self.project, **self._options(self.endpoints.storage))
+
+    @cached_property
+    def logging(self) -> Any:
+        from google.cloud import logging
+
+        return logging.Client(
+            project=self.project, _use_grpc=False, **self._options(self.endpoints.logging)
+        )
+
+    @cached_property
+    def iam_session(self) -> Any:
+        import google.auth
+        from google.auth.transport.requests import AuthorizedSession
+
+        credentials = self._options(self.endpoints.iam)["credentials"]
+        if credentials is None:
+            credentials, _ = google.auth.default(scopes=[CLOUD_PLATFORM])
+        return AuthorizedSession(credentials)

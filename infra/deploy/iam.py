@@ -1,0 +1,320 @@
+"""Who may do what: spotline's service accounts and every IAM binding it grants,
+declared once and typed.
+
+``spotline deploy`` grants these bindings, ``spotline destroy`` removes them, and
+``tests/test_deploy_iam.py`` fails if any role outside ``Role`` (owner, editor,
+compute.admin, ...) appears in them or on the wire. Least privilege:
+
+- the functions' account creates, stops, starts and deletes VMs and reads the
+  regions' quotas (``compute.instanceAdmin.v1``), attaches the VM account and no
+  other (``iam.serviceAccountUser`` on that account alone), reads and writes
+  Firestore (``datastore.user``), and is the identity its Pub/Sub triggers
+  invoke the functions as (``run.invoker``). The functions publish no event, so
+  it publishes on no topic.
+- the VM account publishes on the VM event topics only, reads and writes objects
+  under the storage root's ``jobs/`` prefix only (an IAM condition), and writes
+  logs. No Compute, IAM or Firestore right.
+- the submit and cancel topics take messages from the principals the
+  configuration lists, and no one else.
+- Pub/Sub's service agent may move a failed event to the dead-letter topic
+  (publisher there, subscriber on each trigger's subscription), as dead-lettering
+  requires; the preemption log sink's writer publishes on the preempted topic.
+
+Policies travel as their JSON form (``{"bindings": [...], "etag": ...}``), the
+one shape every API here (Resource Manager, IAM, Storage, Pub/Sub) shares.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from shared.topics import TOPICS
+
+Policy = dict[str, Any]
+# Conditions need policy version 3; reading asks for it too, or conditions are hidden.
+POLICY_VERSION = 3
+_PRINCIPAL = re.compile(r"(user|group|serviceAccount|domain):[^\s:]+")
+
+
+class Role(StrEnum):
+    """Every role spotline grants. Nothing broader may be added (the IAM test)."""
+
+    # Create/delete/stop/start instances, set their metadata, read regions' quotas.
+    INSTANCE_ADMIN = "roles/compute.instanceAdmin.v1"
+    # Attach one service account to a VM; granted on the VM account only.
+    SERVICE_ACCOUNT_USER = "roles/iam.serviceAccountUser"
+    # Read and write Firestore documents; no index or database administration.
+    DATASTORE_USER = "roles/datastore.user"
+    # Eventarc's Pub/Sub triggers call the functions (Cloud Run services) as this.
+    RUN_INVOKER = "roles/run.invoker"
+    # Publish on one topic; granted per topic.
+    PUBLISHER = "roles/pubsub.publisher"
+    # Pull from one subscription (Pub/Sub's agent, for dead-lettering).
+    SUBSCRIBER = "roles/pubsub.subscriber"
+    # Objects' read/write/delete, never the bucket's settings or IAM.
+    OBJECT_USER = "roles/storage.objectUser"
+    # Write log entries.
+    LOG_WRITER = "roles/logging.logWriter"
+
+
+class Scope(StrEnum):
+    """The kind of resource a binding is set on."""
+
+    PROJECT = "project"
+    SERVICE_ACCOUNT = "service account"
+    BUCKET = "bucket"
+    TOPIC = "topic"
+    SUBSCRIPTION = "subscription"
+
+
+@dataclass(frozen=True)
+class Account:
+    """A service account spotline makes."""
+
+    account_id: str
+    display_name: str
+    description: str
+
+    def email(self, project: str) -> str:
+        return f"{self.account_id}@{project}.iam.gserviceaccount.com"
+
+
+FUNCTIONS_ACCOUNT = Account(
+    "spotline-fn",
+    "spotline functions",
+    "Runs spotline's Cloud Functions: places and removes training VMs, keeps job status.",
+)
+VM_ACCOUNT = Account(
+    "spotline-vm",
+    "spotline training VMs",
+    "Runs on spotline's Spot VMs: publishes job events, saves checkpoints.",
+)
+ACCOUNTS = (FUNCTIONS_ACCOUNT, VM_ACCOUNT)
+VM_EVENT_TOPICS = ("vm_booted", "epoch_done", "job_finished", "spot_preempted")
+USER_TOPICS = ("submit", "cancel")
+
+
+@dataclass(frozen=True)
+class Condition:
+    title: str
+    expression: str
+    description: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        body = {"title": self.title, "expression": self.expression}
+        if self.description:
+            body["description"] = self.description
+        return body
+
+
+@dataclass(frozen=True)
+class Binding:
+    """One role for one principal on one resource."""
+
+    scope: Scope
+    resource: str  # the resource's full name (a bucket: its name)
+    role: Role
+    member: str  # user:..., group:..., serviceAccount:...
+    why: str
+    condition: Condition | None = None
+
+    def __str__(self) -> str:
+        where = f" if {self.condition.title}" if self.condition else ""
+        short = self.resource.rsplit("/", 1)[-1]
+        return f"{self.role.removeprefix('roles/')} to {self.member} on {self.scope} {short}{where}"
+
+
+@dataclass(frozen=True)
+class IamConfig:
+    """What the bindings depend on.
+
+    Attributes:
+        project: the project id.
+        bucket, prefix: the storage root ``gs://bucket/prefix``.
+        submitters: the principals who may publish on the submit and cancel topics.
+        functions_account, vm_account: their emails.
+    """
+
+    project: str
+    bucket: str
+    prefix: str
+    submitters: tuple[str, ...]
+    functions_account: str
+    vm_account: str
+
+    def topic(self, key: str) -> str:
+        return f"projects/{self.project}/topics/{TOPICS[key]}"
+
+    @property
+    def jobs_prefix(self) -> str:
+        """The object names the VMs may touch (``Settings.job_prefix``)."""
+        return f"{self.prefix.strip('/')}/jobs/" if self.prefix.strip("/") else "jobs/"
+
+
+def split_storage_root(root: str) -> tuple[str, str]:
+    """``gs://bucket/some/prefix`` -> ``("bucket", "some/prefix")``."""
+    bucket, _, prefix = root.removeprefix("gs://").partition("/")
+    return bucket, prefix.strip("/")
+
+
+def principal_problems(principals: Iterable[str]) -> list[str]:
+    return [
+        f"{p!r} is not a principal (user:, group:, serviceAccount: or domain:)"
+        for p in principals
+        if not _PRINCIPAL.fullmatch(p)
+    ]
+
+
+def pubsub_agent(project_number: str) -> str:
+    """Pub/Sub's service agent, which moves failed events to the dead-letter topic."""
+    return f"serviceAccount:service-{project_number}@gcp-sa-pubsub.iam.gserviceaccount.com"
+
+
+def jobs_condition(config: IamConfig) -> Condition:
+    """Objects under ``jobs/`` only. Listing is checked against the bucket
+    itself, so the bucket is let through for the role's list permission."""
+    objects = f"projects/_/buckets/{config.bucket}/objects/{config.jobs_prefix}"
+    return Condition(
+        title="spotline jobs prefix",
+        expression=(
+            f'resource.name.startsWith("{objects}") || '
+            'resource.type == "storage.googleapis.com/Bucket"'
+        ),
+        description="spotline's VMs read and write their jobs' files only",
+    )
+
+
+def bindings(config: IamConfig) -> list[Binding]:
+    """Every binding known before anything is deployed."""
+    project = f"projects/{config.project}"
+    fn = f"serviceAccount:{config.functions_account}"
+    vm = f"serviceAccount:{config.vm_account}"
+    found = [
+        Binding(Scope.PROJECT, project, Role.INSTANCE_ADMIN, fn, "places and removes VMs"),
+        Binding(Scope.PROJECT, project, Role.DATASTORE_USER, fn, "keeps job status"),
+        Binding(Scope.PROJECT, project, Role.RUN_INVOKER, fn, "its triggers invoke the functions"),
+        Binding(
+            Scope.SERVICE_ACCOUNT,
+            f"{project}/serviceAccounts/{config.vm_account}",
+            Role.SERVICE_ACCOUNT_USER,
+            fn,
+            "gives VMs the VM account, and no other",
+        ),
+        Binding(Scope.PROJECT, project, Role.LOG_WRITER, vm, "the agent's logs"),
+        Binding(
+            Scope.BUCKET,
+            config.bucket,
+            Role.OBJECT_USER,
+            vm,
+            "checkpoints and outputs",
+            jobs_condition(config),
+        ),
+    ]
+    found += [
+        Binding(Scope.TOPIC, config.topic(key), Role.PUBLISHER, vm, "VM events")
+        for key in VM_EVENT_TOPICS
+    ]
+    found += [
+        Binding(Scope.TOPIC, config.topic(key), Role.PUBLISHER, member, "submits and cancels jobs")
+        for key in USER_TOPICS
+        for member in config.submitters
+    ]
+    return found
+
+
+def dead_letter_bindings(
+    config: IamConfig, project_number: str, subscriptions: Sequence[str] = ()
+) -> list[Binding]:
+    """Pub/Sub's agent: publisher on the dead-letter topic, subscriber on each
+    subscription that dead-letters (known once the functions' triggers exist)."""
+    agent = pubsub_agent(project_number)
+    topic = config.topic("dead_letter")
+    found = [Binding(Scope.TOPIC, topic, Role.PUBLISHER, agent, "dead-lettering")]
+    found += [
+        Binding(Scope.SUBSCRIPTION, name, Role.SUBSCRIBER, agent, "dead-lettering")
+        for name in subscriptions
+    ]
+    return found
+
+
+def sink_writer_binding(config: IamConfig, writer_identity: str) -> Binding:
+    """The preemption sink's writer publishes Compute Engine's preemption entries."""
+    return Binding(
+        Scope.TOPIC,
+        config.topic("spot_preempted"),
+        Role.PUBLISHER,
+        writer_identity,
+        "routes preemption log entries",
+    )
+
+
+# -- policies -----------------------------------------------------------------------
+
+
+def _matches(entry: dict[str, Any], binding: Binding) -> bool:
+    condition = binding.condition.to_json() if binding.condition else None
+    current = entry.get("condition") or None
+    if current is not None:
+        current = {k: v for k, v in current.items() if v}
+    return entry.get("role") == binding.role and current == condition
+
+
+def missing(policy: Policy, wanted: Iterable[Binding]) -> list[Binding]:
+    """The bindings ``policy`` does not grant yet."""
+    entries = policy.get("bindings") or []
+    return [
+        b
+        for b in wanted
+        if not any(_matches(e, b) and b.member in (e.get("members") or []) for e in entries)
+    ]
+
+
+def present(policy: Policy, ours: Iterable[Binding]) -> list[Binding]:
+    """The bindings of ``ours`` that ``policy`` grants."""
+    wanted = list(ours)
+    absent = missing(policy, wanted)
+    return [b for b in wanted if b not in absent]
+
+
+def with_bindings(policy: Policy, add: Iterable[Binding]) -> Policy:
+    """``policy`` with ``add`` granted, everyone else's bindings kept (and the
+    etag, so a concurrent change makes the write fail instead of being lost)."""
+    updated = copy.deepcopy(policy)
+    entries = updated.setdefault("bindings", [])
+    for binding in add:
+        entry = next((e for e in entries if _matches(e, binding)), None)
+        if entry is None:
+            entry = {"role": str(binding.role), "members": []}
+            if binding.condition:
+                entry["condition"] = binding.condition.to_json()
+            entries.append(entry)
+        if binding.member not in entry["members"]:
+            entry["members"] = sorted([*entry["members"], binding.member])
+    if any(e.get("condition") for e in entries):
+        updated["version"] = POLICY_VERSION
+    return updated
+
+
+def without_bindings(policy: Policy, remove: Iterable[Binding]) -> Policy:
+    """``policy`` with ``remove`` revoked; a role left with no member is dropped."""
+    updated = copy.deepcopy(policy)
+    entries = updated.get("bindings") or []
+    for binding in remove:
+        for entry in entries:
+            if _matches(entry, binding) and binding.member in entry.get("members", []):
+                entry["members"] = [m for m in entry["members"] if m != binding.member]
+    updated["bindings"] = [e for e in entries if e.get("members")]
+    return updated
+
+
+def by_resource(found: Iterable[Binding]) -> dict[tuple[Scope, str], list[Binding]]:
+    """Bindings grouped per resource: one read and at most one write each."""
+    grouped: dict[tuple[Scope, str], list[Binding]] = {}
+    for binding in found:
+        grouped.setdefault((binding.scope, binding.resource), []).append(binding)
+    return grouped

@@ -1,0 +1,209 @@
+"""Least privilege, as declared (``infra.deploy.iam``) and as granted on the wire:
+no role broader than spotline's short list appears anywhere."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from google.api_core.exceptions import BadRequest
+
+from infra.deploy import iam
+from infra.deploy.bootstrap import ProjectSetup
+from infra.deploy.deployer import Deployer
+from infra.deploy.plan import DeployConfig
+from infra.localcloud.wire import ApiError
+from infra.localstack.emulators import Emulator
+from shared.adapters.gce_requests import VM_SCOPES
+from shared.settings import Settings
+from tests.cloud_double import CloudDouble
+
+ROOT = Path(__file__).resolve().parents[1]
+# Roles that would let an account (or a leaked VM token) do far more than its job.
+BROAD = re.compile(
+    r"roles/(owner|editor|viewer|browser"
+    r"|compute\.(admin|instanceAdmin)$|compute\.(networkAdmin|securityAdmin|storageAdmin)"
+    r"|storage\.(admin|objectAdmin)|pubsub\.(admin|editor)|datastore\.owner"
+    r"|iam\.\w*[Aa]dmin|iam\.serviceAccountTokenCreator|resourcemanager\.\w+"
+    r"|cloudfunctions\.admin|run\.admin|logging\.admin)\b"
+)
+ALLOWED = {str(role) for role in iam.Role}
+SUBMITTER = "group:ml-team@example.com"
+CONFIG = iam.IamConfig(
+    project="acme-ml",
+    bucket="acme-spotline",
+    prefix="runs",
+    submitters=(SUBMITTER,),
+    functions_account="spotline-fn@acme-ml.iam.gserviceaccount.com",
+    vm_account="spotline-vm@acme-ml.iam.gserviceaccount.com",
+)
+FN = f"serviceAccount:{CONFIG.functions_account}"
+VM = f"serviceAccount:{CONFIG.vm_account}"
+
+
+def every_binding(config: iam.IamConfig = CONFIG) -> list[iam.Binding]:
+    return [
+        *iam.bindings(config),
+        *iam.dead_letter_bindings(config, "42", ["projects/acme-ml/subscriptions/s-1"]),
+        iam.sink_writer_binding(config, "serviceAccount:service-42@gcp-sa-logging.iam..."),
+    ]
+
+
+def test_the_declared_roles_are_none_of_the_broad_ones() -> None:
+    assert all(BROAD.search(role) is None for role in ALLOWED), ALLOWED
+    assert {str(b.role) for b in every_binding()} <= ALLOWED
+
+
+def test_the_functions_account_runs_vms_as_the_vm_account_only() -> None:
+    mine = [b for b in every_binding() if b.member == FN]
+
+    assert {(b.scope, b.role) for b in mine} == {
+        (iam.Scope.PROJECT, iam.Role.INSTANCE_ADMIN),
+        (iam.Scope.PROJECT, iam.Role.DATASTORE_USER),
+        (iam.Scope.PROJECT, iam.Role.RUN_INVOKER),
+        (iam.Scope.SERVICE_ACCOUNT, iam.Role.SERVICE_ACCOUNT_USER),
+    }
+    [user] = [b for b in mine if b.role is iam.Role.SERVICE_ACCOUNT_USER]
+    assert user.resource == f"projects/acme-ml/serviceAccounts/{CONFIG.vm_account}"
+
+
+def test_the_vm_account_publishes_vm_events_writes_jobs_files_and_logs_nothing_more() -> None:
+    mine = [b for b in every_binding() if b.member == VM]
+
+    # No Compute, IAM or Firestore right, and no topic of users or of the reaper.
+    assert not [b for b in mine if re.search(r"compute|iam|datastore", b.role)]
+    topics = {b.resource.rsplit("/", 1)[-1] for b in mine if b.scope is iam.Scope.TOPIC}
+    assert topics == {
+        "spotline-vm-booted",
+        "spotline-epoch-done",
+        "spotline-job-finished",
+        "spotline-spot-preempted",
+    }
+    [objects] = [b for b in mine if b.scope is iam.Scope.BUCKET]
+    assert objects.role is iam.Role.OBJECT_USER and objects.resource == "acme-spotline"
+    assert objects.condition is not None
+    assert (
+        'resource.name.startsWith("projects/_/buckets/acme-spotline/objects/runs/jobs/")'
+        in objects.condition.expression
+    )
+    project_roles = {b.role for b in mine if b.scope is iam.Scope.PROJECT}
+    assert project_roles == {iam.Role.LOG_WRITER}
+    # The token on the VM is narrowed too.
+    assert "https://www.googleapis.com/auth/cloud-platform" not in VM_SCOPES
+
+
+def test_only_the_listed_principals_publish_on_submit_and_cancel() -> None:
+    for key in iam.USER_TOPICS:
+        publishers = {b.member for b in every_binding() if b.resource == CONFIG.topic(key)}
+        assert publishers == {SUBMITTER}
+    nobody = iam.IamConfig(**{**CONFIG.__dict__, "submitters": ()})
+    assert not [b for b in iam.bindings(nobody) if b.resource == nobody.topic("submit")]
+    assert iam.principal_problems(["alice@example.com", "user:alice@example.com"]) == [
+        "'alice@example.com' is not a principal (user:, group:, serviceAccount: or domain:)"
+    ]
+
+
+def test_granting_keeps_other_bindings_and_revoking_removes_only_ours() -> None:
+    owner = {"role": "roles/owner", "members": ["user:owner@example.com"]}
+    policy = {"bindings": [owner], "etag": "BwX="}
+    ours = iam.bindings(CONFIG)[:3]
+
+    granted = iam.with_bindings(policy, ours)
+
+    assert iam.missing(granted, ours) == [] and granted["etag"] == "BwX="
+    assert owner in granted["bindings"]
+    assert iam.without_bindings(granted, ours)["bindings"] == [owner]
+
+
+def test_no_broad_role_is_written_anywhere_in_the_shipped_code() -> None:
+    shipped = [
+        *ROOT.joinpath("infra").rglob("*.py"),
+        *ROOT.joinpath("functions").rglob("*.py"),
+        *ROOT.joinpath("shared").rglob("*.py"),
+        *ROOT.joinpath("vm_image").rglob("*"),
+        ROOT / "cloudbuild.yaml",
+        ROOT / "main.py",
+    ]
+    found = [
+        f"{path.relative_to(ROOT)}: {match.group(0)}"
+        for path in shipped
+        if path.is_file() and "__pycache__" not in path.parts
+        for match in BROAD.finditer(path.read_text(errors="replace"))
+    ]
+    assert found == []
+
+
+@pytest.mark.emulators
+def test_a_deploy_grants_exactly_the_declared_bindings_on_the_wire(
+    project: str, emulators: tuple[Emulator, Emulator]
+) -> None:
+    pubsub = emulators[1]
+    settings = Settings(
+        project=project,
+        region="us-central1",
+        storage_root="gs://acme-spotline/runs",
+        image=f"projects/{project}/global/images/family/spotline-agent",
+        service_account=iam.VM_ACCOUNT.email(project),
+    )
+    config = DeployConfig(settings, iam.FUNCTIONS_ACCOUNT.email(project), submitters=(SUBMITTER,))
+    with CloudDouble(project, "us-central1", pubsub_host=pubsub.host) as cloud:
+        Deployer(config, endpoints=cloud.endpoints(), operation_timeout_s=30).run()
+        grants = cloud.project_apis.grants
+        policies = cloud.project_apis.policies
+
+    assert grants and {g.role for g in grants} <= ALLOWED
+    assert not [g for g in grants if BROAD.search(g.role)]
+    # What the wire granted is what the declaration says, one for one.
+    sink = cloud.project_apis.sinks["spotline-preemptions"]["writerIdentity"]
+    subscriptions = sorted(
+        t["transport"]["pubsub"]["subscription"] for t in cloud.triggers.values()
+    )
+    declared = [
+        *iam.bindings(config.iam_config),
+        *iam.dead_letter_bindings(config.iam_config, "123456789012", subscriptions),
+        iam.sink_writer_binding(config.iam_config, sink),
+    ]
+    on_wire = {(g.resource.removeprefix("b/"), g.role, g.member) for g in grants}
+    assert on_wire == {(b.resource, str(b.role), b.member) for b in declared}
+    [conditional] = [g for g in grants if g.condition]
+    assert conditional.role == "roles/storage.objectUser" and "runs/jobs/" in conditional.condition
+    # The project's owner is still its owner.
+    project_policy = policies[f"projects/{project}"]["bindings"]
+    assert {"role": "roles/owner", "members": ["user:owner@example.com"]} in project_policy
+
+
+def test_a_policy_write_is_read_again_and_retried_while_a_new_account_is_unknown() -> None:
+    project = "acme-ml"
+    with CloudDouble(project, "us-central1") as cloud:
+        config = DeployConfig(
+            Settings(
+                project=project,
+                region="us-central1",
+                storage_root="gs://acme-spotline/runs",
+                service_account=CONFIG.vm_account,
+            ),
+            CONFIG.functions_account,
+        )
+        setup = ProjectSetup(config, endpoints=cloud.endpoints(), retry_delay_s=0.01)
+        setup.ensure_accounts()
+        wanted = [b for b in iam.bindings(config.iam_config) if b.scope is iam.Scope.PROJECT]
+        cloud.project_apis.refuse_policy_writes = [
+            ApiError(400, f"Service account {CONFIG.functions_account} does not exist."),
+            ApiError(409, "There were concurrent policy changes."),
+        ]
+
+        setup.ensure_bindings(wanted)
+
+        writes = cloud.requests_to("POST", f"/v3/projects/{project}:setIamPolicy")
+        reads = cloud.requests_to("POST", f"/v3/projects/{project}:getIamPolicy")
+        assert (len(writes), len(reads)) == (3, 3)
+        assert iam.missing(cloud.project_apis.policies[f"projects/{project}"], wanted) == []
+
+        # Any other refusal is the deploy's to report, at once.
+        cloud.project_apis.refuse_policy_writes = [ApiError(400, "role is not supported")]
+        vm_logs = iam.Binding(
+            iam.Scope.PROJECT, f"projects/{project}", iam.Role.LOG_WRITER, "user:x@example.com", ""
+        )
+        with pytest.raises(BadRequest, match="not supported"):
+            setup.ensure_bindings([vm_logs])
