@@ -58,5 +58,9 @@ def test_the_next_job_boots_the_stopped_vm(local_stack: LocalStack) -> None:
     while host.get(first.instance) is not None:
         assert time.monotonic() < deadline, f"{first.instance} ended but its VM is still there"
         time.sleep(0.1)
-    user = store.get_user("dave")
+    # ...and frees the user's stopped slot after the delete returns.
+    deadline = time.monotonic() + 10
+    while (user := store.get_user("dave")) and user.stopped_instances:
+        assert time.monotonic() < deadline, f"stopped slots still held: {user.stopped_instances}"
+        time.sleep(0.1)
     assert user is not None and user.stopped_instances == []
