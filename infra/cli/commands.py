@@ -33,10 +33,27 @@ def main(argv: list[str] | None = None) -> int:
         # A bad variable or config value is the user's to fix: say which, no traceback.
         print(err, file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader went away (`spotline schema | head`): stop quietly, as a
+        # shell's commands do (128 + SIGPIPE). Python would otherwise complain
+        # again when it flushes stdout at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"spotline {version('spotline')}"
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "spotline (not installed)"
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="spotline", description=__doc__)
+    parser.add_argument("--version", action="version", version=_version())
     parser.add_argument(
         "--workdir",
         type=Path,
@@ -247,10 +264,19 @@ def _job_id(data: bytes, message_id: str) -> str | None:
 
 
 def _cancel(args: argparse.Namespace) -> int:
+    from shared.adapters.firestore_store import FirestoreStore
     from shared.adapters.pubsub_bus import PubsubBus
     from shared.contract.events import CancelRequest
+    from shared.domain.states import JobStatus
 
     settings = _connect(args.workdir)
+    job = FirestoreStore(settings.project).get_job(args.job)
+    if job is None:
+        print(f"no job {args.job} (`spotline status` lists them)", file=sys.stderr)
+        return 1
+    if job.status in JobStatus.terminal():
+        print(f"job {args.job} has already ended: {job.status}; nothing to cancel")
+        return 0
     request = CancelRequest(job_id=args.job, reason=args.reason)
     message_id = PubsubBus(settings.project).publish("cancel", request)
     print(f"cancel of {args.job} published (message {message_id})")

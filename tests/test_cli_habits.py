@@ -1,0 +1,47 @@
+"""The CLI habits scripts rely on: `--version`, a quiet end when the reader of
+its output goes away, and `cancel` saying so when there is nothing to cancel."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from infra.cli.commands import main as cli
+from shared.adapters.firestore_store import FirestoreStore
+from shared.domain.states import JobStatus, JobSubstatus
+from tests.documents import job
+
+
+def test_version_names_the_installed_package(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as ended:
+        cli(["--version"])
+    assert ended.value.code == 0
+    assert capsys.readouterr().out.startswith("spotline 0.")
+
+
+def test_a_reader_that_goes_away_ends_the_output_quietly() -> None:
+    """`spotline schema | head`: the pipe is closed before the CLI writes."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "infra.cli.commands", "schema"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()  # long before the CLI's imports are done
+    errors = process.stderr.read().decode()
+    assert process.wait(timeout=60) == 141, errors
+    assert "Traceback" not in errors and "BrokenPipeError" not in errors
+
+
+def test_cancel_of_an_unknown_job_fails_and_of_an_ended_one_publishes_nothing(
+    project: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli(["cancel", "no-such-job"]) == 1
+    assert "no job no-such-job" in capsys.readouterr().err
+
+    store = FirestoreStore(project)
+    store.create_job(job("done1", status=JobStatus.COMPLETED, substatus=JobSubstatus.COMPLETED))
+    assert cli(["cancel", "done1"]) == 0
+    assert "already ended: COMPLETED" in capsys.readouterr().out
