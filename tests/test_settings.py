@@ -287,12 +287,26 @@ def pulled_cancels(subscription: str) -> list[CancelRequest]:
     return [CancelRequest.model_validate_json(m.message.data) for m in response.received_messages]
 
 
+def a_running_job(project: str, job_id: str, firestore_host: str) -> None:
+    """What cancel looks up first: a job of ``project`` that has not ended."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("FIRESTORE_EMULATOR_HOST", firestore_host)
+        spec = JobSpec(user="ada", machine_ids=["g2-standard-4"], trainer="digits_mlp")
+        FirestoreStore(project).create_job(new_job(spec, job_id, "m1", datetime.now(UTC)))
+
+
 def test_cancel_publishes_to_the_deployed_project_from_the_config_file(
-    deployed_only: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    deployed_only: Path,
+    emulators: tuple[Emulator, Emulator],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     project = f"acme-{uuid.uuid4().hex[:8]}"
     write_config(deployed_only, {"project": project, "region": "us-east1"})
     subscription = cancel_subscription(project)
+    a_running_job(project, "job-7", emulators[0].host)
+    monkeypatch.setenv("FIRESTORE_EMULATOR_HOST", emulators[0].host)
 
     assert main(["--workdir", str(tmp_path / "no-stack"), "cancel", "job-7"]) == 0
 
@@ -302,15 +316,17 @@ def test_cancel_publishes_to_the_deployed_project_from_the_config_file(
 
 
 def test_a_local_stack_in_the_workdir_wins_over_the_config_file(
-    deployed_only: Path, tmp_path: Path
+    deployed_only: Path, emulators: tuple[Emulator, Emulator], tmp_path: Path
 ) -> None:
     project, local_project = f"acme-{uuid.uuid4().hex[:8]}", f"local-{uuid.uuid4().hex[:8]}"
     write_config(deployed_only, {"project": project, "region": "us-east1"})
     deployed, local = cancel_subscription(project), cancel_subscription(local_project)
+    a_running_job(local_project, "job-8", emulators[0].host)
     # What a running `spotline up` leaves in its workdir (LocalStack._write_stack_file).
     stack = {
         "SPOTLINE_PROJECT": local_project,
         "PUBSUB_EMULATOR_HOST": os.environ["PUBSUB_EMULATOR_HOST"],
+        "FIRESTORE_EMULATOR_HOST": emulators[0].host,
     }
     (tmp_path / "stack.json").write_text(json.dumps({"env": stack, "workdir": str(tmp_path)}))
 
