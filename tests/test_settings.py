@@ -288,7 +288,8 @@ def pulled_cancels(subscription: str) -> list[CancelRequest]:
 
 
 def a_running_job(project: str, job_id: str, firestore_host: str) -> None:
-    """What cancel looks up first: a job of ``project`` that has not ended."""
+    """A job of ``project`` that has not ended, in the emulator at ``firestore_host``
+    (what `status` lists and `cancel` looks up first)."""
     with pytest.MonkeyPatch.context() as env:
         env.setenv("FIRESTORE_EMULATOR_HOST", firestore_host)
         spec = JobSpec(user="ada", machine_ids=["g2-standard-4"], trainer="digits_mlp")
@@ -345,9 +346,8 @@ def test_status_lists_the_jobs_of_the_deployed_project(
 ) -> None:
     project = f"acme-{uuid.uuid4().hex[:8]}"
     write_config(deployed_only, {"project": project, "region": "us-east1"})
+    a_running_job(project, "job-of-ada", emulators[0].host)
     monkeypatch.setenv("FIRESTORE_EMULATOR_HOST", emulators[0].host)
-    spec = JobSpec(user="ada", machine_ids=["g2-standard-4"], trainer="digits_mlp", epochs=3)
-    FirestoreStore(project).create_job(new_job(spec, "job-of-ada", "m1", datetime.now(UTC)))
 
     assert main(["--workdir", str(tmp_path), "status"]) == 0
 

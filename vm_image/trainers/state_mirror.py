@@ -27,9 +27,7 @@ def local_path(uri: str) -> str | None:
     parsed = urlparse(uri)
     if parsed.scheme == "file":
         return url2pathname(unquote(parsed.path))
-    if parsed.scheme == "" or (len(parsed.scheme) == 1 and uri[1:3] in (":\\", ":/")):
-        return uri  # a path (a Windows drive letter parses as a scheme)
-    return None
+    return uri if parsed.scheme == "" else None
 
 
 class MirroredFolder:
