@@ -13,7 +13,9 @@ it refuses a second create of a name, a patch without an update mask, a source
 never uploaded and an event function with a timeout over 540 s; like Eventarc,
 each function's trigger gets a Pub/Sub subscription of its own (in the Pub/Sub
 emulator, when given). It also holds spotline's own rules: the trigger's topic
-is a full resource name that exists, and failed events are retried.
+is a full resource name that exists, and failed events are retried. A bare
+project's own APIs are ``cloud_double_project``'s; Firebase Rules,
+``cloud_double_rules``'s.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from urllib.parse import unquote
 from infra.deploy.endpoints import Endpoints
 from infra.localcloud.wire import ApiError, HttpService, RecordedRequest, Recorder
 from tests.cloud_double_project import ProjectApis
+from tests.cloud_double_rules import RulesApi
 from tests.cloud_double_scheduler import SchedulerApi
 from tests.cloud_double_wire import (
     RPC_CODES,
@@ -90,6 +93,7 @@ class CloudDouble:
         self.scheduler = SchedulerApi(project, region, self.pubsub)
         self.jobs = self.scheduler.jobs
         self.project_apis = ProjectApis(project, self.pubsub)
+        self.rules = RulesApi(project)
         self.functions: dict[str, JsonDict] = {}
         self.triggers: dict[str, JsonDict] = {}
         self.uploads: dict[str, bytes] = {}
@@ -111,6 +115,7 @@ class CloudDouble:
             *self.scheduler.routes(location),
             *self.project_apis.routes(),
             *self.project_apis.storage_routes(),
+            *self.rules.routes(),
         ]
         self._routes = [(method, re.compile(path), handler) for method, path, handler in routes]
 

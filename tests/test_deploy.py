@@ -164,7 +164,7 @@ def test_a_first_deploy_makes_a_bare_projects_one_time_steps(
     # Each resource's policy was written once.
     writes = [r.path for r in cloud.requests if r.path.endswith(":setIamPolicy")]
     assert len(writes) == len(set(writes))
-    assert actions["services 13 APIs"] == "enabled"
+    assert actions[f"services {len(SERVICES)} APIs"] == "enabled"
     assert actions["database (default)"] == "created"
 
 
@@ -297,7 +297,7 @@ def test_dry_run_reads_the_project_and_changes_nothing(
     out = capsys.readouterr().out
     said = " ".join(out.split())
     # What a bare project lacks, read from it.
-    assert "services 13 APIs would enable: compute.googleapis.com" in said
+    assert f"services {len(SERVICES)} APIs would enable: compute.googleapis.com" in said
     assert "database (default) would create: native mode, us-central1" in said
     assert "bucket acme-spotline would create: uniform access, lifecycle rule" in said
     assert "account spotline-vm would create" in said

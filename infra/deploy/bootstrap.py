@@ -5,7 +5,8 @@ only the difference; in a dry run it reads and reports what it would change.
 In order:
 
 1. the APIs spotline uses, enabled;
-2. the Firestore database, ``(default)`` in native mode, if absent;
+2. the Firestore database, ``(default)`` in native mode, if absent, and its
+   security rules: deny every client SDK request (``infra.deploy.rules``);
 3. the bucket of the storage root: uniform access, a lifecycle rule that
    deletes old checkpoints;
 4. the two service accounts (``infra.deploy.iam``);
@@ -29,6 +30,7 @@ from google.api_core import exceptions as api_exceptions
 from infra.deploy import iam
 from infra.deploy.clients import ProjectClients
 from infra.deploy.endpoints import Change, Endpoints
+from infra.deploy.rules import FirestoreRules
 
 if TYPE_CHECKING:
     from google.auth.credentials import Credentials
@@ -49,6 +51,7 @@ SERVICES = (
     "logging.googleapis.com",
     "iam.googleapis.com",
     "cloudresourcemanager.googleapis.com",
+    "firebaserules.googleapis.com",
 )
 DATABASE = "(default)"
 SINK = "spotline-preemptions"
@@ -183,6 +186,11 @@ class ProjectSetup:
                 "needs Firestore in native mode (a project's mode cannot be changed once used)"
             )
         self._record("database", DATABASE, "unchanged", current.location_id)
+
+    @cached_property
+    def rules(self) -> FirestoreRules:
+        """Firestore's deny-all security rules: ``ensure()`` and ``delete()``."""
+        return FirestoreRules(self.clients, dry_run=self.dry_run, record=self._record)
 
     # -- 3. the bucket --------------------------------------------------------------------
 

@@ -5,7 +5,8 @@ Service Usage, Resource Manager, Firestore Admin and Pub/Sub (for IAM policies)
 are their client libraries over REST; Storage and Logging their handwritten
 clients over HTTP/JSON. The IAM Admin library speaks gRPC only, so service
 accounts and their policies go through IAM's REST API with an authorized
-session.
+session; so do Firestore's security rules, through the Firebase Rules API, which
+has no Python client library.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     from google.auth.credentials import Credentials
 
 IAM_API = "https://iam.googleapis.com"
+RULES_API = "https://firebaserules.googleapis.com"
 CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"
 
 
@@ -32,7 +34,7 @@ class ProjectClients:
         self.endpoints = endpoints
         self._credentials = credentials
 
-    # -- the IAM API over REST ---------------------------------------------------------------
+    # -- the IAM and Firebase Rules APIs over REST ------------------------------------------
 
     def iam_get(self, path: str) -> dict[str, Any] | None:
         return self.iam_call("GET", path, None, missing_ok=True)
@@ -41,16 +43,15 @@ class ProjectClients:
         self, method: str, path: str, body: dict[str, Any] | None, *, missing_ok: bool = False
     ) -> dict[str, Any] | None:
         """One call to IAM's REST API; None for a 404 when ``missing_ok``."""
-        from google.api_core.exceptions import from_http_response
+        base = self.endpoints.iam or IAM_API
+        return _call(self.iam_session, f"{base}/v1/{path}", method, body, missing_ok)
 
-        url = f"{self.endpoints.iam or IAM_API}/v1/{path}"
-        answer = self.iam_session.request(method, url, json=body, timeout=60)
-        if answer.status_code == 404 and missing_ok:
-            return None
-        if not answer.ok:
-            raise from_http_response(answer)
-        result: dict[str, Any] = answer.json() if answer.content else {}
-        return result
+    def rules_call(
+        self, method: str, path: str, body: dict[str, Any] | None, *, missing_ok: bool = False
+    ) -> dict[str, Any] | None:
+        """One call to the Firebase Rules API; None for a 404 when ``missing_ok``."""
+        base = self.endpoints.firebase_rules or RULES_API
+        return _call(self.rules_session, f"{base}/v1/{path}", method, body, missing_ok)
 
     # -- client libraries ------------------------------------------------------------------
 
@@ -112,10 +113,32 @@ class ProjectClients:
 
     @cached_property
     def iam_session(self) -> Any:
+        return self._session(self.endpoints.iam)
+
+    @cached_property
+    def rules_session(self) -> Any:
+        return self._session(self.endpoints.firebase_rules)
+
+    def _session(self, endpoint: str | None) -> Any:
+        """An authorized session: the deploying user's credentials, none for ``http://``."""
         import google.auth
         from google.auth.transport.requests import AuthorizedSession
 
-        credentials = self._options(self.endpoints.iam)["credentials"]
+        credentials = self._options(endpoint)["credentials"]
         if credentials is None:
             credentials, _ = google.auth.default(scopes=[CLOUD_PLATFORM])
         return AuthorizedSession(credentials)
+
+
+def _call(
+    session: Any, url: str, method: str, body: dict[str, Any] | None, missing_ok: bool
+) -> dict[str, Any] | None:
+    from google.api_core.exceptions import from_http_response
+
+    answer = session.request(method, url, json=body, timeout=60)
+    if answer.status_code == 404 and missing_ok:
+        return None
+    if not answer.ok:
+        raise from_http_response(answer)
+    result: dict[str, Any] = answer.json() if answer.content else {}
+    return result

@@ -255,6 +255,7 @@ def dry_run(config: DeployConfig) -> int:
     try:
         setup.ensure_services()
         setup.ensure_database()
+        setup.rules.ensure()
         setup.ensure_bucket()
         setup.ensure_accounts()
         writer = setup.ensure_sink()

@@ -5,7 +5,7 @@ missing, updated (with an update mask) when it differs, and left alone when it
 agrees, so a second run changes nothing. In order:
 
 1. the project's one-time steps (``infra.deploy.bootstrap``): APIs, the
-   Firestore database, the bucket, the two service accounts;
+   Firestore database and its deny-all rules, the bucket, the two service accounts;
 2. the Pub/Sub topics, and a subscription that keeps the dead letters;
 3. the preemption log sink, then the IAM bindings ``infra.deploy.iam`` declares;
 4. the machine catalog, seeded into Firestore;
@@ -81,6 +81,7 @@ class Deployer:
         setup = self.setup
         setup.ensure_services()
         setup.ensure_database()
+        setup.rules.ensure()
         setup.ensure_bucket()
         setup.ensure_accounts()
         self.ensure_topics()

@@ -4,7 +4,8 @@
    to cancel them: then publish a cancel for each and wait until none is active;
 2. the Scheduler job, so no tick arrives at a function being deleted;
 3. the functions (their Eventarc triggers and subscriptions go with them);
-4. the preemption sink;
+4. the preemption sink, and the Firestore rules release with spotline's ruleset
+   (rules someone else released since are left in force);
 5. spotline's IAM bindings on the project (and on the bucket when it is kept);
    the bindings on topics and accounts go with those;
 6. the dead-letter subscription and the topics;
@@ -97,6 +98,7 @@ class Destroyer:
         self.delete_schedule()
         self.delete_functions()
         self.delete_sink()
+        self.setup.rules.delete()
         access = self.config.iam_config
         # Topics' and accounts' bindings go with them; the bucket's only with the
         # bucket; a VM account spotline did not make stays, without our binding.

@@ -33,6 +33,7 @@ class Endpoints:
     logging: str | None = None
     firestore_admin: str | None = None
     pubsub: str | None = None
+    firebase_rules: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Endpoints:
