@@ -61,6 +61,8 @@ def a_value(name: str) -> tuple[str, object]:
     default = Settings.model_fields[name].default
     if name == "zones":
         return " zone-x , zone-y", ("zone-x", "zone-y")
+    if name == "user_topics":
+        return "bob, alice", ("alice", "bob")
     if isinstance(default, bool) or default is None or isinstance(default, str):
         return f"{name}-value", f"{name}-value"
     if isinstance(default, int):
