@@ -31,3 +31,12 @@ def user_of_topic(key: str, topic: str) -> str | None:
     prefix = f"{TOPICS[key]}{_USER_MARK}"
     user = topic.removeprefix(prefix)
     return user if topic.startswith(prefix) and user else None
+
+
+def topics_for(user: str | None, users: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """The topics ``user`` publishes on: their own submit and cancel topics
+    where they are one of ``users`` (the per-user mode), else the shared ones."""
+    topics = dict(TOPICS)
+    if user is not None and user in users:
+        topics.update({key: user_topic(key, user) for key in USER_TOPIC_KEYS})
+    return topics
