@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from shared.topics import TOPICS
+from shared.topics import TOPICS, USER_TOPIC_KEYS, user_topic
 
 
 @dataclass(frozen=True)
@@ -86,3 +86,33 @@ DEAD_LETTER_TOPIC = "dead_letter"
 
 def topic_names() -> list[str]:
     return list(TOPICS.values())
+
+
+@dataclass(frozen=True)
+class UserRoute:
+    """A user's own submit or cancel topic, pushed to its function.
+
+    In the per-user mode (``Settings.user_topics``, SECURITY.md) each user
+    publishes on topics of their own; a push subscription delivers each to the
+    function with the topic in the endpoint's path, which the functions
+    framework makes the CloudEvent's source: how the function knows who
+    published. Its delivery policy is the function's own.
+    """
+
+    function: Function
+    user: str
+    topic: str  # the topic's name
+
+    @property
+    def subscription(self) -> str:
+        return f"{self.function.subscription}-u-{self.user}"
+
+
+def user_routes(users: tuple[str, ...] | list[str]) -> list[UserRoute]:
+    """Each user's own topics, and the function each goes to."""
+    by_topic = {function.topic: function for function in FUNCTIONS}
+    return [
+        UserRoute(by_topic[key], user, user_topic(key, user))
+        for user in users
+        for key in USER_TOPIC_KEYS
+    ]

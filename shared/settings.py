@@ -13,6 +13,7 @@ value and what it should be.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from shared.domain.bounds import JOB_ID_PATTERN as USER_PATTERN
 from shared.domain.pricing import CoolingRule
 from shared.settings_file import config_path
 from shared.topics import TOPICS
@@ -158,6 +160,13 @@ class Settings(BaseSettings):
         ge=0,
         description="stopped VMs kept per user for reuse (the seed's 4)",
     )
+    # SECURITY.md: the mode in which spotline knows who submits and cancels.
+    user_topics: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(),
+        description="users who each publish on their own submit and cancel topics "
+        "(spotline-submit-u-USER, spotline-cancel-u-USER; comma list); when set, only "
+        "those topics are obeyed",
+    )
 
     @classmethod
     def settings_customise_sources(
@@ -172,12 +181,20 @@ class Settings(BaseSettings):
         # from the mapping it is given, which need not be os.environ.
         return (init_settings,)
 
-    @field_validator("zones", mode="before")
+    @field_validator("zones", "user_topics", mode="before")
     @classmethod
     def _comma_list(cls, value: Any) -> Any:
         if isinstance(value, str):
-            return tuple(zone.strip() for zone in value.split(",") if zone.strip())
+            return tuple(item.strip() for item in value.split(",") if item.strip())
         return value
+
+    @field_validator("user_topics", mode="after")
+    @classmethod
+    def _user_names(cls, users: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [user for user in users if not re.fullmatch(USER_PATTERN, user)]
+        if bad:
+            raise ValueError(f"{', '.join(bad)}: a user is lowercase letters, digits and -")
+        return tuple(sorted(set(users)))
 
     @model_validator(mode="before")
     @classmethod

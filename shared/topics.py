@@ -11,3 +11,32 @@ TOPICS = {
     "reaper_tick": "spotline-reaper-tick",
     "dead_letter": "spotline-dead-letter",
 }
+
+# Each person's own submit and cancel topics, in the mode where spotline knows
+# who published (``Settings.user_topics``; SECURITY.md): only that person may
+# publish on them, so a message that arrives through one is that person's.
+USER_TOPIC_KEYS = ("submit", "cancel")
+_USER_MARK = "-u-"
+
+
+def user_topic(key: str, user: str) -> str:
+    """``spotline-submit-u-alice``: the topic ``key`` of ``user``."""
+    if key not in USER_TOPIC_KEYS:
+        raise KeyError(f"{key} has no per-user topics (only {', '.join(USER_TOPIC_KEYS)})")
+    return f"{TOPICS[key]}{_USER_MARK}{user}"
+
+
+def user_of_topic(key: str, topic: str) -> str | None:
+    """The user whose ``key`` topic ``topic`` is; None for any other topic."""
+    prefix = f"{TOPICS[key]}{_USER_MARK}"
+    user = topic.removeprefix(prefix)
+    return user if topic.startswith(prefix) and user else None
+
+
+def topics_for(user: str | None, users: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """The topics ``user`` publishes on: their own submit and cancel topics
+    where they are one of ``users`` (the per-user mode), else the shared ones."""
+    topics = dict(TOPICS)
+    if user is not None and user in users:
+        topics.update({key: user_topic(key, user) for key in USER_TOPIC_KEYS})
+    return topics

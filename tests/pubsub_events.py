@@ -45,9 +45,13 @@ def post(
     message_id: str,
     mode: str = "push",
     published: datetime | None = None,
+    topic_name: str | None = None,
 ) -> Any:
-    """POST one message to a functions-framework test client; returns the response."""
-    topic = f"projects/{project}/topics/{TOPICS[topic_key]}"
+    """POST one message to a functions-framework test client; returns the response.
+
+    It comes through topic ``topic_key``, or the topic named ``topic_name`` (a
+    user's own topic)."""
+    topic = f"projects/{project}/topics/{topic_name or TOPICS[topic_key]}"
     message = _message(payload_bytes(payload), message_id, published)
     body = {"message": message, "subscription": f"projects/{project}/subscriptions/s"}
     if mode == "push":

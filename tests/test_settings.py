@@ -61,6 +61,8 @@ def a_value(name: str) -> tuple[str, object]:
     default = Settings.model_fields[name].default
     if name == "zones":
         return " zone-x , zone-y", ("zone-x", "zone-y")
+    if name == "user_topics":
+        return "bob, alice", ("alice", "bob")
     if isinstance(default, bool) or default is None or isinstance(default, str):
         return f"{name}-value", f"{name}-value"
     if isinstance(default, int):
@@ -78,7 +80,8 @@ def test_every_setting_is_read_from_its_variable_and_written_back(name: str) -> 
     settings = Settings.from_env({variable: text})
 
     assert getattr(settings, name) == value
-    written = "zone-x,zone-y" if name == "zones" else text
+    canonical = {"zones": "zone-x,zone-y", "user_topics": "alice,bob"}
+    written = canonical.get(name, text)
     assert settings.to_env()[variable] == written
 
 

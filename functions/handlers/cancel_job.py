@@ -6,9 +6,18 @@ from functions.deps import Deps
 from functions.handlers.envelope import Message, pubsub_handler
 from functions.ops.jobs import cancel
 from shared.contract.events import CancelRequest
+from shared.domain.errors import PermanentError
+from shared.domain.identity import refusal
 
 
 @pubsub_handler
 def cancel_job(message: Message, deps: Deps) -> None:
     request = message.parse(CancelRequest)
+    users = deps.settings.user_topics
+    if users:
+        job = deps.store.get_job(request.job_id)
+        # An unknown job: cancel() says so. A job's user never changes.
+        refused = refusal("cancel", job.user, message.source, users) if job else None
+        if refused is not None:
+            raise PermanentError(f"cancel of {request.job_id} refused: {refused}")
     cancel(deps, request.job_id, request.reason, deps.clock())

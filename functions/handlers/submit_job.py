@@ -9,6 +9,7 @@ from functions.handlers.envelope import Message, pubsub_handler
 from functions.ops.jobs import admit, start
 from shared.domain.documents import Rejection
 from shared.domain.errors import InvalidMessage, PermanentError
+from shared.domain.identity import refusal
 from shared.domain.spec import parse_spec, too_many_nodes
 
 _PAYLOAD_KEPT = 1024
@@ -23,6 +24,9 @@ def submit_job(message: Message, deps: Deps) -> None:
         _reject(deps, message, f"not a valid job spec: {err}", now)
         raise
     try:
+        refused = refusal("submit", spec.user, message.source, deps.settings.user_topics)
+        if refused is not None:
+            raise PermanentError(refused)
         too_many = too_many_nodes(spec, deps.settings.max_active_instances)
         if too_many is not None:
             raise PermanentError(too_many)

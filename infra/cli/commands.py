@@ -17,6 +17,7 @@ from infra.deploy import command as deploy_command
 
 if TYPE_CHECKING:
     from shared.domain.documents import JobDoc
+    from shared.domain.spec import JobSpec
     from shared.domain.vms import Quota
     from shared.settings import Settings
 
@@ -77,6 +78,12 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         metavar="METRIC=LIMIT",
         help="a regional quota limit of the local VMs, e.g. NVIDIA_L4_GPUS=1 (repeatable)",
+    )
+    up.add_argument(
+        "--user-topics",
+        default="",
+        metavar="USER,USER",
+        help="the per-user mode (SECURITY.md): these users submit and cancel on their own topics",
     )
     up.set_defaults(run=_up)
 
@@ -216,6 +223,7 @@ def _where(workdir: Path) -> tuple[dict[str, str] | None, bool, str]:
 
 def _up(args: argparse.Namespace) -> int:
     from infra.localstack.stack import LocalStack, StackOptions
+    from shared.settings import load
 
     options = StackOptions(
         tick_s=args.tick_s,
@@ -224,6 +232,9 @@ def _up(args: argparse.Namespace) -> int:
         chaos_seed=args.chaos_seed,
         notice_s=args.notice_s,
         quota_limits=dict(args.quota),
+        user_topics=load(
+            {}, config_file=False, flags={"user_topics": args.user_topics}
+        ).settings.user_topics,
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -239,25 +250,29 @@ def _up(args: argparse.Namespace) -> int:
 
 def _submit(args: argparse.Namespace) -> int:
     from shared.adapters.pubsub_bus import PubsubBus
+    from shared.topics import topics_for
 
     settings = _connect(args.workdir)
     data = args.file.read_bytes()
-    # Exactly what `gcloud pubsub topics publish spotline-submit --message=...` sends.
-    message_id = PubsubBus(settings.project).publish("submit", data)
-    print(f"published message {message_id}")
-    job_id = _job_id(data, message_id)
-    if job_id:
-        print(f"job id: {job_id}")
+    spec = _spec(data)
+    # Exactly what `gcloud pubsub topics publish spotline-submit --message=...` sends
+    # (on the user's own topic in the per-user mode).
+    topics = topics_for(spec.user if spec else None, settings.user_topics)
+    message_id = PubsubBus(settings.project, topics).publish("submit", data)
+    print(f"published message {message_id} on {topics['submit']}")
+    if spec is not None:
+        from shared.domain.lifecycle import job_id_for
+
+        print(f"job id: {job_id_for(spec, message_id)}")
     return 0
 
 
-def _job_id(data: bytes, message_id: str) -> str | None:
+def _spec(data: bytes) -> JobSpec | None:
     from shared.domain.errors import InvalidMessage
-    from shared.domain.lifecycle import job_id_for
     from shared.domain.spec import parse_spec
 
     try:
-        return job_id_for(parse_spec(data), message_id)
+        return parse_spec(data)
     except InvalidMessage as err:
         print(f"warning: the function will reject this message: {err}", file=sys.stderr)
         return None
@@ -268,6 +283,7 @@ def _cancel(args: argparse.Namespace) -> int:
     from shared.adapters.pubsub_bus import PubsubBus
     from shared.contract.events import CancelRequest
     from shared.domain.states import JobStatus
+    from shared.topics import topics_for
 
     settings = _connect(args.workdir)
     job = FirestoreStore(settings.project).get_job(args.job)
@@ -278,7 +294,9 @@ def _cancel(args: argparse.Namespace) -> int:
         print(f"job {args.job} has already ended: {job.status}; nothing to cancel")
         return 0
     request = CancelRequest(job_id=args.job, reason=args.reason)
-    message_id = PubsubBus(settings.project).publish("cancel", request)
+    # In the per-user mode, on the job's user's own topic: IAM says whether you may.
+    topics = topics_for(job.user, settings.user_topics)
+    message_id = PubsubBus(settings.project, topics).publish("cancel", request)
     print(f"cancel of {args.job} published (message {message_id})")
     return 0
 

@@ -45,6 +45,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "on the submit and cancel topics; repeat for more (SPOTLINE_SUBMITTERS, "
         "comma-separated)",
     )
+    parser.add_argument(
+        "--user",
+        action="append",
+        default=None,
+        metavar="USER=PRINCIPAL",
+        help="the per-user mode (SECURITY.md): USER submits and cancels on topics of their own, "
+        "on which only PRINCIPAL may publish, e.g. alice=user:alice@example.com; repeat for "
+        "more (SPOTLINE_USER_PRINCIPALS, comma-separated)",
+    )
     parser.add_argument("--runtime", default=RUNTIME, help=f"Cloud Functions runtime ({RUNTIME})")
     parser.add_argument(
         "--dry-run",
@@ -133,6 +142,13 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         p.strip() for p in env.get("SPOTLINE_SUBMITTERS", "").split(",") if p.strip()
     )
     bad = iam.principal_problems(submitters)
+    pairs = tuple(getattr(args, "user", None) or ()) or tuple(
+        p.strip() for p in env.get("SPOTLINE_USER_PRINCIPALS", "").split(",") if p.strip()
+    )
+    user_principals = _user_principals(pairs)
+    if user_principals:
+        users = ",".join(sorted({user for user, _ in user_principals}))
+        settings = settings.replace(user_topics=users)
     if "region" in given and not settings.zones:
         missing.append(f"--zones (or SPOTLINE_ZONES): spotline knows no zones of {settings.region}")
     if missing:
@@ -147,7 +163,27 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
 
     settings = settings.replace(compute_endpoint=None)
     runtime = getattr(args, "runtime", RUNTIME)
-    return DeployConfig(settings, functions_account, runtime=runtime, submitters=submitters)
+    return DeployConfig(
+        settings,
+        functions_account,
+        runtime=runtime,
+        submitters=submitters,
+        user_principals=user_principals,
+    )
+
+
+def _user_principals(pairs: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """``alice=user:alice@example.com`` pairs, or SystemExit naming the bad ones."""
+    found, bad = [], []
+    for pair in pairs:
+        user, _, principal = pair.partition("=")
+        if not user.strip() or not principal.strip():
+            bad.append(f"{pair!r} is not USER=PRINCIPAL")
+            continue
+        found.append((user.strip(), principal.strip()))
+    if bad:
+        raise SystemExit("spotline deploy: --user: " + "; ".join(bad))
+    return tuple(found)
 
 
 def save_config(config: DeployConfig, env: Mapping[str, str] | None = None) -> Path | None:
@@ -166,6 +202,8 @@ def cli_config(settings: Settings) -> dict[str, object]:
         "region": settings.region,
         "zones": list(settings.zones),
         "storage_root": settings.storage_root,
+        # The CLI publishes on the users' own topics in the per-user mode.
+        **({"user_topics": list(settings.user_topics)} if settings.user_topics else {}),
     }
 
 

@@ -14,7 +14,8 @@ agrees, so a second run changes nothing. In order:
    is sent before any is waited for, since each takes minutes;
 6. on the Pub/Sub subscription Eventarc made for each function's trigger: the
    topology's ack deadline, backoff, dead-letter topic and delivery attempts,
-   and Pub/Sub's service agent as its subscriber (for dead-lettering);
+   and Pub/Sub's service agent as its subscriber (for dead-lettering); in the
+   per-user mode, each user's own topics pushed to their functions;
 7. the Cloud Scheduler job that ticks the reaper.
 
 The requests are built by ``infra.deploy.plan``; this module only sends them.
@@ -98,6 +99,7 @@ class Deployer:
             for function in FUNCTIONS
         ]
         known = [name for name in subscriptions if name]
+        known += self.ensure_user_routes(deployed)
         setup.ensure_bindings(iam.dead_letter_bindings(access, setup.project_number, known)[1:])
         self.ensure_reaper_job()
         return self.changes
@@ -266,6 +268,29 @@ class Deployer:
         fields = ", ".join(update.update_mask.paths)
         self._record(Change("subscription", function.function_id, "updated", f"{short}: {fields}"))
         return subscription
+
+    def ensure_user_routes(self, deployed: dict[str, functions_v2.Function]) -> list[str]:
+        """Each user's own topics pushed to their function (the per-user mode,
+        SECURITY.md). Returns the subscriptions, for dead-lettering."""
+        names = []
+        for route in plan.routes(self.config):
+            url = deployed[route.function.entry_point].service_config.uri
+            desired = plan.route_subscription(self.config, route, url)
+            names.append(desired.name)
+            try:
+                current = self._subscriber.get_subscription(subscription=desired.name)
+            except api_exceptions.NotFound:
+                self._subscriber.create_subscription(request=desired)
+                self._record(Change("subscription", route.subscription, "created", route.topic))
+                continue
+            update = plan.route_update(current, desired)
+            if update is None:
+                self._record(Change("subscription", route.subscription, "unchanged"))
+                continue
+            self._subscriber.update_subscription(request=update)
+            fields = ", ".join(update.update_mask.paths)
+            self._record(Change("subscription", route.subscription, "updated", fields))
+        return names
 
     def _trigger_subscription(self, trigger: str) -> str | None:
         """The Pub/Sub subscription of an Eventarc trigger, or None if unknown."""

@@ -8,7 +8,7 @@
    (rules someone else released since are left in force);
 5. spotline's IAM bindings on the project (and on the bucket when it is kept);
    the bindings on topics and accounts go with those;
-6. the dead-letter subscription and the topics;
+6. the dead-letter subscription, the users' own subscriptions and the topics;
 7. the two service accounts spotline made (one the configuration named instead
    is left alone);
 8. only with ``delete_data``: the bucket (with every object in it) and the
@@ -195,16 +195,22 @@ class Destroyer:
     def delete_topics(self) -> None:
         from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
 
-        keeper = plan.dead_letter_subscription(self.config).name
         subscriber = SubscriberClient()
-        try:
-            subscriber.get_subscription(subscription=keeper)
-            existed = True
-        except api_exceptions.NotFound:
-            existed = False
-        if existed and not self.dry_run:
-            subscriber.delete_subscription(subscription=keeper)
-        self._done("subscription", keeper.rsplit("/", 1)[-1], existed)
+        keepers = [plan.dead_letter_subscription(self.config).name]
+        # The users' own subscriptions (the per-user mode) are spotline's, not Eventarc's.
+        keepers += [
+            f"projects/{self.config.project}/subscriptions/{route.subscription}"
+            for route in plan.routes(self.config)
+        ]
+        for name in keepers:
+            try:
+                subscriber.get_subscription(subscription=name)
+                existed = True
+            except api_exceptions.NotFound:
+                existed = False
+            if existed and not self.dry_run:
+                subscriber.delete_subscription(subscription=name)
+            self._done("subscription", name.rsplit("/", 1)[-1], existed)
         publisher = PublisherClient()
         for topic in plan.topic_paths(self.config):
             try:

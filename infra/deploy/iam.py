@@ -15,7 +15,8 @@ compute.admin, ...) appears in them or on the wire. Least privilege:
   under the storage root's ``jobs/`` prefix only (an IAM condition), and writes
   logs. No Compute, IAM or Firestore right.
 - the submit and cancel topics take messages from the principals the
-  configuration lists, and no one else.
+  configuration lists, and no one else; in the per-user mode each person's
+  principal publishes on that person's own two topics only.
 - Pub/Sub's service agent may move a failed event to the dead-letter topic
   (publisher there, subscriber on each trigger's subscription), as dead-lettering
   requires; the preemption log sink's writer publishes on the preempted topic.
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from shared.topics import TOPICS
+from shared.topics import TOPICS, user_topic
 
 Policy = dict[str, Any]
 # Conditions need policy version 3; reading asks for it too, or conditions are hidden.
@@ -136,7 +137,10 @@ class IamConfig:
     Attributes:
         project: the project id.
         bucket, prefix: the storage root ``gs://bucket/prefix``.
-        submitters: the principals who may publish on the submit and cancel topics.
+        submitters: the principals who may publish on the shared submit and
+            cancel topics.
+        user_principals: (user, principal): the principal may publish on that
+            user's own submit and cancel topics (the per-user mode).
         functions_account, vm_account: their emails.
     """
 
@@ -146,6 +150,7 @@ class IamConfig:
     submitters: tuple[str, ...]
     functions_account: str
     vm_account: str
+    user_principals: tuple[tuple[str, str], ...] = ()
 
     def topic(self, key: str) -> str:
         return f"projects/{self.project}/topics/{TOPICS[key]}"
@@ -223,6 +228,17 @@ def bindings(config: IamConfig) -> list[Binding]:
         Binding(Scope.TOPIC, config.topic(key), Role.PUBLISHER, member, "submits and cancels jobs")
         for key in USER_TOPICS
         for member in config.submitters
+    ]
+    found += [
+        Binding(
+            Scope.TOPIC,
+            f"projects/{config.project}/topics/{user_topic(key, user)}",
+            Role.PUBLISHER,
+            member,
+            f"{user}'s own {key}s",
+        )
+        for user, member in config.user_principals
+        for key in USER_TOPICS
     ]
     return found
 

@@ -17,7 +17,15 @@ from google.cloud.pubsub_v1 import types as pubsub
 from google.protobuf import duration_pb2, field_mask_pb2
 
 from infra.deploy import iam
-from infra.topology import DEAD_LETTER_TOPIC, FUNCTIONS, REAPER_SCHEDULE, RUNTIME, Function
+from infra.topology import (
+    DEAD_LETTER_TOPIC,
+    FUNCTIONS,
+    REAPER_SCHEDULE,
+    RUNTIME,
+    Function,
+    UserRoute,
+    user_routes,
+)
 from shared.settings import TOPICS, Settings
 
 PUBSUB_PUBLISHED = "google.cloud.pubsub.topic.v1.messagePublished"
@@ -42,13 +50,17 @@ class DeployConfig:
         service_account: the functions run as this account, and their triggers
             invoke them as it.
         submitters: the principals (``user:...``, ``group:...``) who may publish
-            on the submit and cancel topics.
+            on the shared submit and cancel topics.
+        user_principals: the per-user mode (SECURITY.md): (user, principal)
+            pairs; each principal may publish on that user's own topics only.
+            Their users are ``settings.user_topics``.
     """
 
     settings: Settings
     service_account: str
     runtime: str = RUNTIME
     submitters: tuple[str, ...] = ()
+    user_principals: tuple[tuple[str, str], ...] = ()
 
     @property
     def iam_config(self) -> iam.IamConfig:
@@ -58,6 +70,7 @@ class DeployConfig:
             bucket=bucket,
             prefix=prefix,
             submitters=self.submitters,
+            user_principals=self.user_principals,
             functions_account=self.service_account,
             vm_account=self.settings.service_account or "",
         )
@@ -90,6 +103,22 @@ def problems(config: DeployConfig, functions: Sequence[Function] = FUNCTIONS) ->
     if not settings.service_account:
         found.append("no service account for the VMs")
     found += iam.principal_problems(config.submitters)
+    found += iam.principal_problems(principal for _, principal in config.user_principals)
+    users = set(settings.user_topics)
+    unmapped = sorted(users - {user for user, _ in config.user_principals})
+    if unmapped:
+        found.append(
+            f"user topics of {', '.join(unmapped)} with no principal to publish on them "
+            f"(give --user {unmapped[0]}=PRINCIPAL for each)"
+        )
+    strays = sorted({user for user, _ in config.user_principals} - users)
+    if strays:
+        found.append(f"principals for {', '.join(strays)}, who have no user topics")
+    if users and config.submitters:
+        found.append(
+            "submitters on the shared topics and per-user topics: in the per-user mode the "
+            "shared topics are refused, give each person as USER=PRINCIPAL instead"
+        )
     for function in functions:
         if not _FUNCTION_ID.fullmatch(function.function_id):
             found.append(f"{function.function_id}: a function name takes 3-63 a-z and -")
@@ -113,8 +142,63 @@ def topic_path(project: str, key: str) -> str:
 
 
 def topic_paths(config: DeployConfig) -> list[str]:
-    """Every topic, the dead-letter one included."""
-    return [topic_path(config.project, key) for key in TOPICS]
+    """Every topic, the dead-letter one and the users' own included."""
+    shared = [topic_path(config.project, key) for key in TOPICS]
+    return shared + [route_topic(config, route) for route in routes(config)]
+
+
+def routes(config: DeployConfig) -> list[UserRoute]:
+    """The users' own topics (the per-user mode) and their functions."""
+    return user_routes(config.settings.user_topics)
+
+
+def route_topic(config: DeployConfig, route: UserRoute) -> str:
+    return f"projects/{config.project}/topics/{route.topic}"
+
+
+def route_subscription(config: DeployConfig, route: UserRoute, url: str) -> pubsub.Subscription:
+    """A user's topic pushed to its function's URL, the topic in the path (the
+    functions framework makes it the CloudEvent's source, which names the
+    publisher), with an OIDC token of the functions' account, which alone may
+    invoke them; the function's delivery policy; never expiring when idle."""
+    topic = route_topic(config, route)
+    policy = desired_subscription(config, route.function, route.subscription)
+    return pubsub.Subscription(
+        name=f"projects/{config.project}/subscriptions/{route.subscription}",
+        topic=topic,
+        push_config=pubsub.PushConfig(
+            push_endpoint=f"{url.rstrip('/')}/{topic}",
+            oidc_token=pubsub.PushConfig.OidcToken(
+                service_account_email=config.service_account, audience=url.rstrip("/")
+            ),
+        ),
+        ack_deadline_seconds=policy.ack_deadline_seconds,
+        retry_policy=policy.retry_policy,
+        dead_letter_policy=policy.dead_letter_policy,
+        expiration_policy=pubsub.ExpirationPolicy(),
+    )
+
+
+def route_update(
+    current: pubsub.Subscription, desired: pubsub.Subscription
+) -> pubsub.UpdateSubscriptionRequest | None:
+    """The update that makes a user's subscription what ``desired`` says, or None."""
+    paths = [
+        path
+        for path in (
+            "push_config",
+            "ack_deadline_seconds",
+            "retry_policy",
+            "dead_letter_policy",
+            "expiration_policy",
+        )
+        if getattr(current, path) != getattr(desired, path)
+    ]
+    if not paths:
+        return None
+    return pubsub.UpdateSubscriptionRequest(
+        subscription=desired, update_mask=field_mask_pb2.FieldMask(paths=paths)
+    )
 
 
 def dead_letter_subscription(config: DeployConfig) -> pubsub.Subscription:

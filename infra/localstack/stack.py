@@ -63,6 +63,8 @@ class StackOptions:
     preempt_rate_per_vm_hour: float = 0.0
     chaos_seed: int | None = None
     notice_s: float = 30.0
+    # The per-user mode (SECURITY.md): these users submit and cancel on their own topics.
+    user_topics: tuple[str, ...] = ()
 
 
 class LocalStack:
@@ -120,7 +122,7 @@ class LocalStack:
             self._saved_env = {name: os.environ.get(name) for name in self.client_env()}
             os.environ.update(self.client_env())
             reload_fsspec_config()
-            apply_topology(self.options.project, self.endpoints)
+            apply_topology(self.options.project, self.endpoints, self.options.user_topics)
             FirestoreStore(self.options.project).seed_machines(load_catalog())
             self._ticker = threading.Thread(target=self._tick, daemon=True)
             self._ticker.start()
@@ -178,6 +180,11 @@ class LocalStack:
             "SPOTLINE_STALL_TIMEOUT_S": str(self.options.stall_timeout_s),
             "SPOTLINE_BOOT_TIMEOUT_S": str(self.options.boot_timeout_s),
             "SPOTLINE_REQUEST_TIMEOUT_S": str(self.options.request_timeout_s),
+            **(
+                {"SPOTLINE_USER_TOPICS": ",".join(self.options.user_topics)}
+                if self.options.user_topics
+                else {}
+            ),
         }
 
     def _vm_env(self) -> dict[str, str]:
