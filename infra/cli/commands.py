@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from infra.cli import timeline
+from infra.cli import timeline, watch
 from infra.deploy import command as deploy_command
 
 if TYPE_CHECKING:
@@ -106,6 +106,7 @@ def _parser() -> argparse.ArgumentParser:
     submit.set_defaults(run=_submit)
 
     timeline.add_parser(sub, _timeline)
+    watch.add_parser(sub, _watch)
     status = sub.add_parser("status", help="the jobs table, or one job's timeline")
     status.add_argument("job", nargs="?")
     status.set_defaults(run=_status)
@@ -353,6 +354,12 @@ def _timeline(args: argparse.Namespace) -> int:
         print(f"no job {args.job} (`spotline status` lists them)", file=sys.stderr)
         return 1
     return timeline.show(args, job)
+
+
+def _watch(args: argparse.Namespace) -> int:
+    from shared.adapters.firestore_store import FirestoreStore
+
+    return watch.run_watch(args, FirestoreStore(_connect(args.workdir).project))
 
 
 def _rejected(args: argparse.Namespace) -> int:
