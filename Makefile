@@ -10,7 +10,7 @@ INSTALLED := $(VENV)/.installed
 
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[torch,dev,local]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[torch,dev,local,viz]'
 	touch $@
 
 demo: $(INSTALLED)

@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from infra.cli import timeline, watch
 from infra.deploy import command as deploy_command
 
 if TYPE_CHECKING:
@@ -111,6 +112,8 @@ def _parser() -> argparse.ArgumentParser:
     submit.add_argument("file", type=Path)
     submit.set_defaults(run=_submit)
 
+    timeline.add_parser(sub, _timeline)
+    watch.add_parser(sub, _watch)
     status = sub.add_parser("status", help="the jobs table, or one job's timeline")
     status.add_argument("job", nargs="?")
     status.set_defaults(run=_status)
@@ -359,6 +362,22 @@ def _status(args: argparse.Namespace) -> int:
     else:
         print(jobs_table(store.list_jobs()))
     return 0
+
+
+def _timeline(args: argparse.Namespace) -> int:
+    from shared.adapters.firestore_store import FirestoreStore
+
+    job = FirestoreStore(_connect(args.workdir).project).get_job(args.job)
+    if job is None:
+        print(f"no job {args.job} (`spotline status` lists them)", file=sys.stderr)
+        return 1
+    return timeline.show(args, job)
+
+
+def _watch(args: argparse.Namespace) -> int:
+    from shared.adapters.firestore_store import FirestoreStore
+
+    return watch.run_watch(args, FirestoreStore(_connect(args.workdir).project))
 
 
 def _rejected(args: argparse.Namespace) -> int:

@@ -84,6 +84,9 @@ class JobDoc(_Doc):
     created_at: datetime
     updated_at: datetime
     history: list[HistoryEntry] = Field(default_factory=list)
+    # Seconds in each timeline phase that has ended, over every attempt
+    # (``shared.domain.timeline``): the console's view of where the time went.
+    phase_seconds: dict[str, float] = Field(default_factory=dict)
     attempts: list[AttemptRecord] = Field(default_factory=list)
     avoid_machine_ids: list[str] = Field(default_factory=list)  # after repeated preemptions
 

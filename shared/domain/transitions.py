@@ -22,6 +22,7 @@ from shared.domain.states import (
     JobSubstatus,
     job_status_for,
 )
+from shared.domain.timeline import phase_seconds
 
 
 def move_job(job: JobDoc, to: JobSubstatus, now: datetime, note: str = "") -> JobDoc:
@@ -39,12 +40,14 @@ def move_job(job: JobDoc, to: JobSubstatus, now: datetime, note: str = "") -> Jo
         )
     status = job_status_for(to, job.attempt)
     entry = HistoryEntry(at=now, status=status, substatus=to, attempt=job.attempt, note=note)
+    history = [*job.history, entry]
     return job.model_copy(
         update={
             "status": status,
             "substatus": to,
             "updated_at": now,
-            "history": [*job.history, entry],
+            "history": history,
+            "phase_seconds": phase_seconds(history),
         }
     )
 

@@ -1,0 +1,103 @@
+"""``spotline timeline JOB``: where a job's time went, per attempt and in
+total, as a table, JSON, or the seed's pie and funnel charts (a PNG)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from shared.domain.documents import JobDoc
+    from shared.domain.timeline import Timeline
+
+
+def add_parser(sub: Any, run: Any) -> None:
+    """The ``timeline`` subcommand; ``run(args, job)`` is how the CLI finds the job."""
+    parser = sub.add_parser("timeline", help="where a job's time went, per phase and attempt")
+    parser.add_argument("job")
+    parser.add_argument(
+        "--chart", choices=("pie", "funnel"), help="also draw the seed's chart (needs matplotlib)"
+    )
+    parser.add_argument(
+        "-o", "--output", type=Path, help="the chart's PNG (default: JOB-timeline-CHART.png)"
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON for scripts")
+    parser.set_defaults(run=run)
+
+
+def show(args: argparse.Namespace, job: JobDoc, now: datetime | None = None) -> int:
+    from infra.cli.timeline_chart import ChartsUnavailable, draw
+    from shared.domain.states import JobStatus
+    from shared.domain.timeline import timeline
+
+    now = now or datetime.now(UTC)
+    ended = job.status in JobStatus.terminal()
+    found = timeline(job.history, None if ended else now)
+    if args.json:
+        print(json.dumps(as_json(job, found), indent=2))
+    else:
+        print(table(job, found))
+    if args.chart:
+        path = args.output or Path(f"{job.job_id}-timeline-{args.chart}.png")
+        title = f"{job.job_id}: {job.status}, {len(found.by_attempt())} attempt(s)"
+        try:
+            draw(found, args.chart, title, path)
+        except ChartsUnavailable as err:
+            print(f"spotline timeline: {err}")
+            return 2
+        if not args.json:
+            print(f"chart: {path}")
+    return 0
+
+
+def table(job: JobDoc, found: Timeline) -> str:
+    """One row per phase, a column per attempt, then the total and its share."""
+    from infra.cli.timeline_chart import duration
+    from shared.domain.timeline import Phase
+
+    attempts = found.by_attempt(grouped=True)
+    totals = found.totals()
+    total = found.seconds or 1.0
+    head = [f"{'phase':<24}"] + [f"{f'attempt {n}':>12}" for n in attempts]
+    lines = ["".join(head) + f"{'total':>12}{'share':>7}"]
+    for phase in Phase:
+        if phase not in totals:
+            continue
+        in_attempts = [attempts[n].get(phase) for n in attempts]
+        cells = [f"{'-' if s is None else duration(s):>12}" for s in in_attempts]
+        spent = totals.get(phase, 0.0)
+        lines.append(
+            f"{phase.value:<24}" + "".join(cells) + f"{duration(spent):>12}{spent / total:>7.0%}"
+        )
+    ongoing = " (so far)" if any(s.ongoing for s in found.segments) else ""
+    summary = (
+        f"job {job.job_id}: {job.status}, {duration(found.seconds)}{ongoing}, "
+        f"{len(attempts)} attempt(s), {job.preemptions} preemption(s)"
+    )
+    return "\n".join([summary, *lines])
+
+
+def as_json(job: JobDoc, found: Timeline) -> dict[str, object]:
+    return {
+        "job_id": job.job_id,
+        "status": str(job.status),
+        "seconds": round(found.seconds, 3),
+        "totals": {p.key: round(s, 3) for p, s in found.totals().items()},
+        "attempts": {
+            str(n): {p.key: round(s, 3) for p, s in phases.items()}
+            for n, phases in found.by_attempt().items()
+        },
+        "segments": [
+            {
+                "attempt": s.attempt,
+                "phase": s.phase.key,
+                "start": s.start.isoformat(),
+                "seconds": round(s.seconds, 3),
+                "ongoing": s.ongoing,
+            }
+            for s in found.segments
+        ],
+    }

@@ -1,0 +1,137 @@
+"""Issue 12 item 3: the seed's timeline, per attempt and in total, written on
+the job document at every move, and ``spotline timeline`` (a table, JSON, the
+pie and funnel charts as PNG files)."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import pytest
+
+from infra.cli.commands import main as cli
+from shared.adapters.firestore_store import FirestoreStore
+from shared.domain.documents import HistoryEntry, JobDoc
+from shared.domain.lifecycle import new_job
+from shared.domain.spec import JobSpec
+from shared.domain.states import JobSubstatus as S
+from shared.domain.timeline import Phase, phase_seconds, timeline
+from shared.domain.transitions import move_job, next_attempt
+from tests.documents import T0, at
+
+SPEC = {"user": "alice", "machine_ids": ["g2-standard-4"], "trainer": "digits_mlp"}
+
+
+def a_preempted_job() -> JobDoc:
+    """Requested at 0 s, trains from 6 s, preempted at 60 s, waits for capacity
+    61-70 s, trains again from 75 s, returns at 100 s, done at 102 s: every move
+    through the choke point, as the handlers make them."""
+    job = new_job(JobSpec.model_validate(SPEC), "tl1", "m1", T0)
+    for second, to in ((1, S.CONNECTING_SERVER), (3, S.GEARING_UP_ENV)):
+        job = move_job(job, to, at(second))
+    job = move_job(move_job(job, S.SENDING_MODEL_AND_DATA, at(4)), S.TRAINING, at(6))
+    job = next_attempt(job, S.PREEMPTED, at(60), "preempted", max_attempts=5)
+    job = move_job(job, S.WAITING_FOR_CAPACITY, at(61))
+    job = move_job(job, S.REQUESTING_SERVER, at(70))
+    for second, to in ((71, S.CONNECTING_SERVER), (73, S.GEARING_UP_ENV)):
+        job = move_job(job, to, at(second))
+    job = move_job(move_job(job, S.SENDING_MODEL_AND_DATA, at(74)), S.TRAINING, at(75))
+    return move_job(move_job(job, S.RETURNING, at(100)), S.COMPLETED, at(102))
+
+
+def test_each_attempt_shows_the_seeds_phases_and_the_total_is_a_partition() -> None:
+    found = timeline(a_preempted_job().history)
+
+    attempts = found.by_attempt()
+    assert attempts[1] == {
+        Phase.REQUESTING: 1,
+        Phase.CONNECTING: 2,
+        Phase.GEARING_UP: 1,
+        Phase.SENDING: 2,
+        Phase.TRAINING: 54,
+        Phase.PREEMPTED: 0,
+    }
+    assert attempts[2][Phase.WAITING_FOR_CAPACITY] == 9
+    assert attempts[2][Phase.REQUESTING] == 1 + 1  # 60-61 and 70-71
+    totals = found.totals()
+    # A later attempt's way back to training is recovering; waiting stays its own.
+    assert totals[Phase.RECOVERING] == 2 + 2 + 1 + 1
+    assert totals[Phase.WAITING_FOR_CAPACITY] == 9
+    assert totals[Phase.TRAINING] == 54 + 25 and totals[Phase.RETURNING] == 2
+    assert sum(totals.values()) == found.seconds == 102
+    # Grouped the same way per attempt, each phase's attempts add up to its total.
+    grouped = found.by_attempt(grouped=True)
+    assert grouped[2] == {
+        Phase.RECOVERING: 6,
+        Phase.WAITING_FOR_CAPACITY: 9,
+        Phase.TRAINING: 25,
+        Phase.RETURNING: 2,
+    }
+    for phase, seconds in totals.items():
+        assert sum(attempt.get(phase, 0) for attempt in grouped.values()) == seconds
+
+
+def test_the_job_document_carries_the_totals_of_the_phases_that_ended() -> None:
+    job = a_preempted_job()
+    assert job.phase_seconds["training"] == 79
+    assert job.phase_seconds["recovering"] == 6
+    assert sum(job.phase_seconds.values()) == 102
+    midway = new_job(JobSpec.model_validate(SPEC), "tl2", "m1", T0)
+    midway = move_job(midway, S.CONNECTING_SERVER, at(1.5))
+    assert midway.phase_seconds == {"requesting": 1.5}  # connecting has not ended
+
+
+def test_a_skewed_vm_clock_counts_zero_never_negative_and_now_counts_the_current_phase() -> None:
+    history = [
+        HistoryEntry(at=at(10), status="QUEUING", substatus="CONNECTING_SERVER", attempt=1),
+        HistoryEntry(at=at(8), status="QUEUING", substatus="GEARING_UP_ENV", attempt=1),
+        HistoryEntry(at=at(12), status="TRAINING", substatus="TRAINING", attempt=1),
+    ]
+    found = timeline(history, now=at(20))
+    assert found.by_attempt()[1] == {Phase.CONNECTING: 0, Phase.GEARING_UP: 4, Phase.TRAINING: 8}
+    assert found.segments[-1].ongoing
+    assert phase_seconds(history) == {"connecting": 0, "gearing_up": 4}
+
+
+@pytest.fixture
+def stored(project: str) -> JobDoc:
+    job = a_preempted_job()
+    FirestoreStore(project).create_job(job)
+    return job
+
+
+def test_spotline_timeline_prints_the_table_and_json(
+    stored: JobDoc, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli(["timeline", stored.job_id]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "job tl1: COMPLETED, 1 min 42 s, 2 attempt(s), 1 preemption(s)"
+    training = next(line for line in out.splitlines() if line.startswith("training"))
+    assert training.split() == ["training", "54", "s", "25", "s", "1", "min", "19", "s", "77%"]
+
+    assert cli(["timeline", stored.job_id, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["totals"]["waiting_for_capacity"] == 9 and data["seconds"] == 102
+    assert data["attempts"]["2"]["training"] == 25
+
+
+@pytest.mark.parametrize("chart", ["pie", "funnel"])
+def test_spotline_timeline_draws_the_seeds_charts(
+    stored: JobDoc, chart: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("matplotlib")
+    path = tmp_path / f"{chart}.png"
+    assert cli(["timeline", stored.job_id, "--chart", chart, "-o", str(path)]) == 0
+    assert f"chart: {path}" in capsys.readouterr().out
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", data[16:24])
+    assert (width, height) == (800, 500) and len(data) > 10_000
+
+
+def test_spotline_timeline_of_an_unknown_job_fails(
+    project: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli(["timeline", "nope"]) == 1
+    assert "no job nope" in capsys.readouterr().err
