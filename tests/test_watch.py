@@ -4,6 +4,7 @@ table with progress bars on a terminal, and ends with the job's outcome."""
 
 from __future__ import annotations
 
+import functools
 import io
 import threading
 import time
@@ -44,16 +45,24 @@ def test_the_eta_is_the_current_attempts_pace_times_the_epochs_left() -> None:
     assert eta_s(done, [epoch(1, 30)], at(35)) == 0
 
 
+def moved(job: JobDoc, to: S) -> JobDoc:
+    return move_job(job, to, datetime.now(UTC))
+
+
+def at_epoch(job: JobDoc, n: int) -> JobDoc:
+    return job.model_copy(update={"epoch": n})
+
+
 def play(store: FirestoreStore, job_id: str, ending: S) -> None:
     """The job's life as the handlers write it, a little apart."""
     now = datetime.now(UTC)
     time.sleep(0.5)  # the listeners' first snapshots first
     for to in (S.CONNECTING_SERVER, S.GEARING_UP_ENV, S.TRAINING):
-        store.update_job(job_id, lambda j, to=to: move_job(j, to, datetime.now(UTC)))
+        store.update_job(job_id, functools.partial(moved, to=to))
         time.sleep(0.1)
     for n in (1, 2):
         store.put_epoch(job_id, epoch(n, 0).model_copy(update={"at": now + timedelta(seconds=n)}))
-        store.update_job(job_id, lambda j, n=n: j.model_copy(update={"epoch": n}))
+        store.update_job(job_id, functools.partial(at_epoch, n=n))
         time.sleep(0.1)
     if ending == S.COMPLETED:
         store.update_job(job_id, lambda j: move_job(j, S.COMPLETED, datetime.now(UTC)))
