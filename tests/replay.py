@@ -129,6 +129,9 @@ class Plan:
             this epoch (or a later one, when it resumed past it).
         twice: the user publishes the submission twice (two messages).
         fail_epoch: the trainer exits 3 instead of running this epoch.
+        lost_at_finish: the VM is taken as the trainer exits 0, and the
+            preemption's report (``LOSS_REPORTS``; "agent": the shutdown
+            script's) is published before the JobFinished, which comes late.
     """
 
     job_id: str
@@ -140,6 +143,7 @@ class Plan:
     cancel_attempt: int = 1
     fail_epoch: int | None = None
     twice: bool = False
+    lost_at_finish: str = ""
     cool_down_s: int = 0
     saved_epoch: int = 0  # the newest checkpoint in the job's storage
     canceled: bool = False
@@ -558,6 +562,9 @@ class AgentSim:
 
     def finish(self, exit_code: int) -> None:
         self.enter(JobSubstatus.RETURNING)
+        if exit_code == 0 and self.plan.lost_at_finish:
+            self.world.cloud.preempt(self.name, zone=self.zone, notice_s=0.0)
+            self.report_loss(self.plan.lost_at_finish)
         event = JobFinished(
             **self.common(),
             exit_code=exit_code,
@@ -570,8 +577,12 @@ class AgentSim:
 
     def lose(self, report: str) -> None:
         """Compute Engine takes the Spot VM; who reports it is the plan's."""
+        self.world.cloud.preempt(self.name, zone=self.zone, notice_s=0.0)
+        self.report_loss(report)
+        self.done = True
+
+    def report_loss(self, report: str) -> None:
         world = self.world
-        world.cloud.preempt(self.name, zone=self.zone, notice_s=0.0)
         saved = self.last_epoch
         if report in ("agent", "both"):
             event = SpotPreempted(
@@ -582,7 +593,6 @@ class AgentSim:
             world.publish("spot_preempted", event)
         if report in ("log-sink", "both"):
             world.publish("spot_preempted", log_entry(PROJECT, self.zone, self.name))
-        self.done = True
 
 
 def log_entry(project: str, zone: str, name: str) -> bytes:

@@ -7,7 +7,8 @@ from collections import Counter
 from datetime import timedelta
 from typing import Any
 
-from shared.domain.documents import JobDoc
+from shared.domain.documents import HistoryEntry, JobDoc
+from shared.domain.late_finish import SUPERSEDED, ended_after_loss
 from shared.domain.lifecycle import VM_PHASES
 from shared.domain.pricing import vm_cost
 from shared.domain.states import InstanceStatus, JobStatus
@@ -64,9 +65,11 @@ def problems(world: World, *, claims: bool = False) -> list[str]:
         for n in range(1, job.attempt + 1):
             if sent[(plan.job_id, n)] > 1 or (sent[(plan.job_id, n)] == 0 and not claims):
                 found.append(f"{plan.job_id}: {sent[(plan.job_id, n)]} inserts for attempt {n}")
-        attempts = sum(v for (j, n), v in sent.items() if j == plan.job_id and n > job.attempt)
-        if attempts:
-            found.append(f"{plan.job_id}: {attempts} inserts past attempt {job.attempt}")
+        # An attempt a late finish superseded (``late_finish``) may have had its one VM.
+        superseded = {r.attempt for r in job.attempts if r.outcome == SUPERSEDED}
+        for (j, n), count in sent.items():
+            if j == plan.job_id and n > job.attempt and (n not in superseded or count > 1):
+                found.append(f"{plan.job_id}: {count} inserts for attempt {n}, past {job.attempt}")
         found += cost_problems(job) + phase_problems(job)
     found += [f"VM left: {vm['name']} {vm['state']}" for vm in world.cloud.list()]
     for instance in store.list_instances():
@@ -97,22 +100,34 @@ def cost_problems(job: JobDoc) -> list[str]:
         total += record.cost_usd
     if job.cost_usd != round(total + job.cooling_cost_usd, 6):
         found.append(f"{job.job_id}: costs {job.cost_usd}, its attempts {total}")
-    if sorted(r.attempt for r in job.attempts) != list(range(1, job.attempt + 1)):
+    kept = sorted(r.attempt for r in job.attempts if r.outcome != SUPERSEDED)
+    if kept != list(range(1, job.attempt + 1)):
         found.append(f"{job.job_id}: attempt records {[r.attempt for r in job.attempts]}")
+    if any(r.attempt <= job.attempt for r in job.attempts if r.outcome == SUPERSEDED):
+        found.append(f"{job.job_id}: an attempt up to {job.attempt} superseded")
     return found
 
 
 def phase_problems(job: JobDoc) -> list[str]:
     """Each attempt's VM steps in the history in order, each once; all of them
-    (but gearing up) for the attempt a job completed on."""
+    (but gearing up) for the attempt a job completed on, unless its finish
+    came after its loss was recorded (``late_finish``: the steps the finish
+    reports are not written behind the loss).
+
+    A line that repeats the state of the line before is a note on the state
+    (a late finish while the next attempt trains), not a step."""
     found = []
+    moves = [h for i, h in enumerate(job.history) if i == 0 or not _repeats(h, job.history[i - 1])]
     for attempt in range(1, job.attempt + 1):
-        seen = [
-            h.substatus for h in job.history if h.attempt == attempt and h.substatus in VM_PHASES
-        ]
+        seen = [h.substatus for h in moves if h.attempt == attempt and h.substatus in VM_PHASES]
         if seen != [p for p in VM_PHASES if p in seen]:
             found.append(f"{job.job_id}: attempt {attempt} went through {seen}")
     # A claimed cooling VM needs no gear-up: the other steps it went through.
-    if job.status == JobStatus.COMPLETED and not set(VM_PHASES[1:]) <= set(seen):
+    completed = job.status == JobStatus.COMPLETED and not ended_after_loss(job)
+    if completed and not set(VM_PHASES[1:]) <= set(seen):
         found.append(f"{job.job_id}: completed through {seen}")
     return found
+
+
+def _repeats(entry: HistoryEntry, before: HistoryEntry) -> bool:
+    return (entry.substatus, entry.attempt) == (before.substatus, before.attempt)

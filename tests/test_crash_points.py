@@ -97,8 +97,21 @@ TARGETS = [
 # its next attempt; dying in between (before calls 6-9, after calls 5-8 of the
 # sweep) left the job TRAINING on a CLOSED instance that no later sweep looked
 # at: stuck for ever, its cost still accruing. recovery now writes the loss first.
+# Issue 10: the preemption's report comes before the JobFinished(exit 0) of the
+# same attempt: the report starts attempt 2, the late finish completes the job
+# on attempt 1 and lets attempt 2's VM go (``shared.domain.late_finish``).
+LATE_FINISH = [
+    Target("on_job_finished/late", plan(lost_at_finish="log-sink"), first("job_finished")),
+    Target("on_job_finished/late-after-agent", plan(lost_at_finish="agent"), first("job_finished")),
+    Target(
+        "on_spot_preempted/before-the-finish",
+        plan(lost_at_finish="log-sink"),
+        first("spot_preempted"),
+    ),
+]
 PARAMS = [
     *TARGETS,
+    *LATE_FINISH,
     Target("reaper/missed-preemption", plan(losses={1: (2, "silent")}), tick_after_loss),
 ]
 # Every EVERY-th crash point (each mode at its own offset); 1 in ``make soak-replay``.

@@ -13,7 +13,14 @@ import pytest
 from functions import deps
 from infra.localcloud.cloud import LocalCloud
 from shared.adapters.firestore_store import FirestoreStore
-from shared.contract.events import CancelRequest, Heartbeat, ReaperTick, SpotPreempted, VmBooted
+from shared.contract.events import (
+    CancelRequest,
+    Heartbeat,
+    JobFinished,
+    ReaperTick,
+    SpotPreempted,
+    VmBooted,
+)
 from shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
 from tests.conftest import SPEC, vm_event
 
@@ -92,6 +99,33 @@ def test_every_report_of_one_preemption_counts_once(
     # The reaper deletes the preempted VM once nothing owns it.
     call("reaper", "reaper_tick", ReaperTick(), message_id="t1")
     assert names(host) == ["sl-job1-a2"]
+
+
+def test_a_finish_that_comes_after_the_preemption_log_completes_attempt_1(
+    call: Callable[..., Any], host: LocalCloud, project: str
+) -> None:
+    """Issue 10 on Firestore: the trainer exited 0 as the VM was preempted, and
+    the log sink's entry came first (attempt 2 placed at once)."""
+    running(call)
+    call("on_spot_preempted", "spot_preempted", log_sink_entry("sl-job1-a1"), message_id="l1")
+    assert names(host) == ["sl-job1-a1", "sl-job1-a2"]
+    for message_id in ("f1", "f1"):  # and redelivered
+        finished = vm_event(JobFinished, exit_code=0)
+        assert (
+            call("on_job_finished", "job_finished", finished, message_id=message_id).status_code
+            == 200
+        )
+    store = FirestoreStore(project)
+    job = store.get_job("job1")
+    assert job is not None
+    assert (job.status, job.attempt, job.preemptions) == (JobStatus.COMPLETED, 1, 0)
+    assert [(a.attempt, a.outcome) for a in job.attempts] == [(1, "completed"), (2, "superseded")]
+    second = store.get_instance("sl-job1-a2")
+    assert second is not None and second.status == InstanceStatus.CLOSED
+    assert names(host) == ["sl-job1-a1"]  # kept through its notice; the reaper ends it
+    assert store.get_queue("job1") is None
+    user = store.get_user("alice")
+    assert user is not None and (user.active_jobs, user.active_instances) == ([], [])
 
 
 def test_events_of_the_preempted_attempt_are_ignored_afterwards(

@@ -81,8 +81,16 @@ def test_no_capacity_is_a_wait_not_an_end() -> None:
     waiting = move_job(job(), S.WAITING_FOR_CAPACITY, T0)
     assert waiting.status == JobStatus.QUEUING
     assert move_job(waiting, S.REQUESTING_SERVER, T0).substatus == S.REQUESTING_SERVER
-    with pytest.raises(IllegalTransition):
-        move_job(waiting, S.COMPLETED, T0)
+    for lost in (S.PREEMPTED, S.STALLED, S.TRAINING):  # it has no VM to lose or train on
+        with pytest.raises(IllegalTransition):
+            move_job(waiting, lost, T0)
+
+
+def test_a_job_waiting_for_its_next_attempt_may_still_complete() -> None:
+    """The attempt before finished just before its VM was lost, and the finish
+    came after the loss was recorded (``shared.domain.late_finish``)."""
+    for waiting in (S.REQUESTING_SERVER, S.WAITING_FOR_CAPACITY, S.WAITING_FOR_QUOTA):
+        assert S.COMPLETED in JOB_TRANSITIONS[waiting]
 
 
 def instance() -> InstanceDoc:

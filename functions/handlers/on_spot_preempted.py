@@ -4,7 +4,9 @@ Two reporters: the agent, after the trainer saved its state on the 30 s
 notice (it says where and at which step), and a Cloud Logging sink on
 ``compute.instances.preempted``, which fires even when the VM could not
 publish. Whichever comes first moves the job to its next attempt and places
-it at once; the other is then stale and acknowledged.
+it at once; the other is then stale and acknowledged. A trainer that exited 0
+just before the preemption still completes the job when its JobFinished comes
+after this (``shared.domain.late_finish``, in on_job_finished).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from functions.ops.slots import free_instance_slot
 from functions.ops.teardown import release_instance
 from shared import logs
 from shared.contract.events import PreemptionNotice
-from shared.domain import lifecycle
+from shared.domain import late_finish, lifecycle
 from shared.domain.documents import InstanceDoc, JobDoc, QueueReason
 from shared.domain.errors import PermanentError
 from shared.domain.liveness import Owner, belongs_to, if_owned
@@ -150,3 +150,20 @@ def _end_notice(deps: Deps, name: str) -> None:
     current = deps.store.get_instance(name)
     if current is not None and current.substatus == InstanceSubstatus.PREEMPTED:
         deps.compute.delete(current.zone, current.name)
+
+
+def release_superseded(deps: Deps, job: JobDoc, now: datetime) -> None:
+    """The job completed on an attempt whose loss was recorded first
+    (``shared.domain.late_finish``): the later attempt started meanwhile goes,
+    its VMs deleted and its queue entry dropped. Re-entrant; the reaper does the
+    same if this process dies (nothing live owns them: the job has ended)."""
+    if not late_finish.ended_after_loss(job):
+        return
+    store = deps.store
+    note = f"attempt {job.attempt} had completed"
+    for instance in store.instances_of_job(job.job_id):
+        if instance.attempt > job.attempt and instance.status in InstanceStatus.live():
+            release_instance(deps, instance.name, now, note, owner=Owner.of(instance))
+    entry = store.get_queue(job.job_id)
+    if entry is not None and entry.attempt > job.attempt:
+        store.delete_queue(job.job_id)

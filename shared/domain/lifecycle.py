@@ -205,7 +205,11 @@ def vm_recorded(
     nodes: list[str] | None = None,
 ) -> JobDoc:
     """The attempt's VM (or the gang's node 0) exists: CONNECTING_SERVER, and a
-    new attempt record."""
+    new attempt record. An ended job is left as it is: it ended while the VM
+    was being made (a cancel, or a late finish of the attempt before, which
+    may have taken the job back to that attempt); the reaper lets the VM go."""
+    if job.status in JobStatus.terminal():
+        return job
     where = f"{instance} in {zone}" if not nodes else f"{len(nodes)} nodes in {zone}"
     job = advance(job, JobSubstatus.CONNECTING_SERVER, now, note=where)
     if job.instance == instance:

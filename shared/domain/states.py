@@ -67,12 +67,17 @@ _VM_LOST = {S.PREEMPTED, S.STALLED}
 # order (an epoch before "booted"), and a job may finish from any step.
 _ON_VM_END = {S.COMPLETED, S.CANCELED, S.FAILED, *_VM_LOST}
 
+# Waiting for the next attempt's VM, a job may still complete: the attempt
+# before it finished just before its VM was lost, and the finish came after
+# the loss was recorded (``shared.domain.late_finish``).
+_ENDS_WAITING = {S.COMPLETED, *_GIVE_UP}
+
 JOB_TRANSITIONS: dict[JobSubstatus, frozenset[JobSubstatus]] = {
     S.REQUESTING_SERVER: frozenset(
-        {S.CONNECTING_SERVER, S.WAITING_FOR_CAPACITY, S.WAITING_FOR_QUOTA, *_GIVE_UP}
+        {S.CONNECTING_SERVER, S.WAITING_FOR_CAPACITY, S.WAITING_FOR_QUOTA, *_ENDS_WAITING}
     ),
-    S.WAITING_FOR_CAPACITY: frozenset({S.REQUESTING_SERVER, *_GIVE_UP}),
-    S.WAITING_FOR_QUOTA: frozenset({S.REQUESTING_SERVER, *_GIVE_UP}),
+    S.WAITING_FOR_CAPACITY: frozenset({S.REQUESTING_SERVER, *_ENDS_WAITING}),
+    S.WAITING_FOR_QUOTA: frozenset({S.REQUESTING_SERVER, *_ENDS_WAITING}),
     S.CONNECTING_SERVER: frozenset(
         {S.GEARING_UP_ENV, S.SENDING_MODEL_AND_DATA, S.TRAINING, S.RETURNING, *_ON_VM_END}
     ),
