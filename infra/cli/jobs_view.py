@@ -9,23 +9,61 @@ from typing import TYPE_CHECKING
 from infra.cli.connect import connect
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
+    from shared.adapters.firestore_store import FirestoreStore
     from shared.domain.vms import Quota
     from shared.settings import Settings
 
 
 def status(args: argparse.Namespace) -> int:
-    from infra.cli.report import job_detail, jobs_table
+    from datetime import UTC, datetime
+
     from shared.adapters.firestore_store import FirestoreStore
 
-    store = FirestoreStore(connect(args.workdir).project)
+    settings = connect(args.workdir)
+    store = FirestoreStore(settings.project)
+    now = datetime.now(UTC)
     if args.job:
-        job = store.get_job(args.job)
-        if job is None:
-            print(f"no job {args.job}", file=sys.stderr)
-            return 1
-        print(job_detail(job, store.list_epochs(job.job_id)))
+        return _one_job(args, settings, store, now)
+    from infra.cli.job_fields import summary
+    from infra.cli.jobs_table import print_jobs
+    from infra.cli.output import console, print_json
+    from shared.domain.states import JobStatus
+
+    statuses = JobStatus.active() if args.active else None
+    jobs = store.recent_jobs(args.limit, user=args.user, statuses=statuses)
+    if args.json:
+        print_json([summary(job, now) for job in jobs])
+        return 0
+    if not jobs:
+        print("no jobs" + (" matching the filters" if args.user or args.active else ""))
+        return 0
+    print_jobs(console(), jobs, now)
+    if len(jobs) == args.limit:
+        # On stderr: a pipe gets the table alone.
+        print(f"(the newest {args.limit}; --limit N shows more)", file=sys.stderr)
+    return 0
+
+
+def _one_job(
+    args: argparse.Namespace, settings: Settings, store: FirestoreStore, now: datetime
+) -> int:
+    from infra.cli.job_detail import detail_text
+    from infra.cli.job_fields import detail
+    from infra.cli.output import print_json
+
+    job = store.get_job(args.job)
+    if job is None:
+        print(f"no job {args.job} (`spotline status` lists them)", file=sys.stderr)
+        return 1
+    epochs = store.list_epochs(job.job_id)
+    checkpoints = f"{settings.job_prefix(job.job_id)}/checkpoints"
+    if args.json:
+        print_json(detail(job, epochs, checkpoints, now))
     else:
-        print(jobs_table(store.list_jobs()))
+        local = bool(settings.compute_endpoint)
+        print(detail_text(job, epochs, checkpoints, settings.project, local, now))
     return 0
 
 

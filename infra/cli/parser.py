@@ -12,6 +12,7 @@ from infra.cli.connect import DEFAULT_WORKDIR
 from infra.deploy import command as deploy_command
 
 DESCRIPTION = "The ``spotline`` command."
+JSON_HELP = "print JSON for scripts (keys in the README's CLI section)"
 
 
 def version() -> str:
@@ -77,12 +78,23 @@ def build() -> argparse.ArgumentParser:
     submit_cmd.add_argument("file", type=Path)
     submit_cmd.set_defaults(run=submit.submit)
 
-    status = sub.add_parser("status", help="the jobs table, or one job's timeline")
-    status.add_argument("job", nargs="?")
+    status = sub.add_parser(
+        "status", help="the newest jobs, or one job: its spec, checkpoints, logs and timeline"
+    )
+    status.add_argument("job", nargs="?", help="one job's details")
+    status.add_argument(
+        "--limit", type=positive, default=20, help="show the newest N jobs (default 20)"
+    )
+    status.add_argument("--user", default=None, help="only this user's jobs")
+    status.add_argument(
+        "--active", action="store_true", help="only jobs still running or waiting to"
+    )
+    status.add_argument("--json", action="store_true", help=JSON_HELP)
     status.set_defaults(run=jobs_view.status)
 
     rejected = sub.add_parser("rejected", help="the newest submissions that were not jobs, and why")
-    rejected.add_argument("--limit", type=int, default=20)
+    rejected.add_argument("--limit", type=positive, default=20)
+    rejected.add_argument("--json", action="store_true", help=JSON_HELP)
     rejected.set_defaults(run=jobs_view.rejected)
 
     demo = sub.add_parser("demo", help="start the local stack, run the digits job, stop")
@@ -99,6 +111,7 @@ def build() -> argparse.ArgumentParser:
     logs_cmd = sub.add_parser("logs", help="a job's output, attempt by attempt")
     logs_cmd.add_argument("job")
     logs_cmd.add_argument("--attempt", type=int, default=None)
+    logs_cmd.add_argument("--json", action="store_true", help=JSON_HELP)
     logs_cmd.set_defaults(run=logs.logs)
 
     board = sub.add_parser("tensorboard", help="download a job's TensorBoard logs")
@@ -112,6 +125,7 @@ def build() -> argparse.ArgumentParser:
     replay.set_defaults(run=submit.replay)
 
     machines = sub.add_parser("machines", help="the machine catalog, prices and availability")
+    machines.add_argument("--json", action="store_true", help=JSON_HELP)
     machines.set_defaults(run=jobs_view.machines)
 
     schema = sub.add_parser("schema", help="print the job spec's JSON Schema")
@@ -141,3 +155,11 @@ def quota_limit(text: str) -> tuple[str, float]:
         if metric and float(limit) >= 0:
             return metric, float(limit)
     raise argparse.ArgumentTypeError(f"expected METRIC=LIMIT, e.g. NVIDIA_L4_GPUS=1: {text!r}")
+
+
+def positive(text: str) -> int:
+    """A count of at least 1 (``--limit``)."""
+    with contextlib.suppress(ValueError):
+        if int(text) >= 1:
+            return int(text)
+    raise argparse.ArgumentTypeError(f"expected a whole number of at least 1: {text!r}")

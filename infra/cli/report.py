@@ -113,7 +113,12 @@ def machines_table(rows: Sequence[MachineRow], quotas_read: bool = True) -> str:
 
 
 def job_detail(job: JobDoc, epochs: Sequence[EpochDoc]) -> str:
-    parts = [jobs_table([job]), "", "history:"]
+    return "\n".join([jobs_table([job]), "", timeline(job, epochs)])
+
+
+def timeline(job: JobDoc, epochs: Sequence[EpochDoc]) -> str:
+    """The job's history, error, attempts and epochs, as text."""
+    parts = ["history:"]
     start = job.history[0].at if job.history else job.created_at
     for entry in job.history:
         offset = (entry.at - start).total_seconds()
