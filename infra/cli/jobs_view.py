@@ -72,6 +72,11 @@ def rejected(args: argparse.Namespace) -> int:
     from shared.adapters.firestore_store import FirestoreStore
 
     rejections = FirestoreStore(connect(args.workdir).project).recent_rejections(args.limit)
+    if args.json:
+        from infra.cli.output import print_json
+
+        print_json([r.model_dump(mode="json") for r in rejections])
+        return 0
     rows = [[r.message_id, f"{r.at:%Y-%m-%d %H:%M:%S}", r.reason] for r in rejections]
     print(table(["MESSAGE", "AT", "REASON"], rows))
     return 0
@@ -80,7 +85,7 @@ def rejected(args: argparse.Namespace) -> int:
 def machines(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime, timedelta
 
-    from infra.cli.report import MachineRow, machines_table
+    from infra.cli.report import MachineRow, machine_json, machines_table
     from shared.adapters.firestore_store import FirestoreStore
     from shared.domain.capacity import capacity
     from shared.domain.catalog import load_catalog
@@ -102,10 +107,22 @@ def machines(args: argparse.Namespace) -> int:
             requests, successes = store.availability(machine_id, since)
             rows.append(
                 MachineRow(
-                    machine_id, machine, price, room, live.count(machine_id), requests, successes
+                    machine_id,
+                    machine,
+                    price,
+                    room,
+                    live.count(machine_id),
+                    requests,
+                    successes,
+                    provisioning,
                 )
             )
-    print(machines_table(rows, quotas_read=quotas is not None))
+    if args.json:
+        from infra.cli.output import print_json
+
+        print_json([machine_json(row) for row in rows])
+    else:
+        print(machines_table(rows, quotas_read=quotas is not None))
     return 0
 
 

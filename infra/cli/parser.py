@@ -74,8 +74,15 @@ def build() -> argparse.ArgumentParser:
     )
     preempt.set_defaults(run=local.preempt)
 
-    submit_cmd = sub.add_parser("submit", help="publish a job spec to spotline-submit")
+    submit_cmd = sub.add_parser(
+        "submit", help="validate a job spec, then publish it to spotline-submit"
+    )
     submit_cmd.add_argument("file", type=Path)
+    submit_cmd.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="validate and print the spec as spotline reads it (defaults in); publish nothing",
+    )
     submit_cmd.set_defaults(run=submit.submit)
 
     status = sub.add_parser(

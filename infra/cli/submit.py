@@ -3,35 +3,65 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from typing import TYPE_CHECKING
 
 from infra.cli.connect import connect, job_of
 
+if TYPE_CHECKING:
+    from shared.domain.spec import JobSpec
+    from shared.settings import Settings
+
 
 def submit(args: argparse.Namespace) -> int:
+    """Validate the spec as the submit function will, then publish it: a spec
+    the function would refuse is never published (it would only become a line
+    in ``spotline rejected``), and the person sees why at once."""
+    from infra.cli.job_fields import display_spec
     from shared.adapters.pubsub_bus import PubsubBus
+    from shared.domain.lifecycle import job_id_for
 
     settings = connect(args.workdir)
-    data = args.file.read_bytes()
+    try:
+        data = args.file.read_bytes()
+    except OSError as err:
+        print(f"cannot read {args.file}: {err.strerror or err}", file=sys.stderr)
+        return 1
+    spec, problems = check_submission(data, settings)
+    if spec is None or problems:
+        print(f"{args.file} was not submitted; spotline would refuse it:", file=sys.stderr)
+        for problem in problems:
+            print(f"  {problem}", file=sys.stderr)
+        return 1
+    if args.dry_run:
+        print(json.dumps(display_spec(spec), indent=2, ensure_ascii=False))
+        print(f"{args.file} is valid; nothing published (--dry-run)", file=sys.stderr)
+        return 0
     # Exactly what `gcloud pubsub topics publish spotline-submit --message=...` sends.
     message_id = PubsubBus(settings.project).publish("submit", data)
     print(f"published message {message_id}")
-    job_id = _job_id(data, message_id)
-    if job_id:
-        print(f"job id: {job_id}")
+    print(f"job id: {job_id_for(spec, message_id)}")
     return 0
 
 
-def _job_id(data: bytes, message_id: str) -> str | None:
+def check_submission(data: bytes, settings: Settings) -> tuple[JobSpec | None, list[str]]:
+    """The spec, and why the submit function would refuse it (empty: it takes
+    it): the same parsing, node bound and admission checks it runs, with this
+    deployment's region and quota (functions/handlers/submit_job.py)."""
+    from shared.domain.admission import refusals
+    from shared.domain.catalog import load_catalog
     from shared.domain.errors import InvalidMessage
-    from shared.domain.lifecycle import job_id_for
-    from shared.domain.spec import parse_spec
+    from shared.domain.spec import parse_spec, too_many_nodes
 
     try:
-        return job_id_for(parse_spec(data), message_id)
+        spec = parse_spec(data)
     except InvalidMessage as err:
-        print(f"warning: the function will reject this message: {err}", file=sys.stderr)
-        return None
+        # describe_validation_error joins one problem per field with "; ".
+        return None, [f"not a valid job spec: {problem}" for problem in str(err).split("; ")]
+    problems = refusals(spec, load_catalog(), settings.region)
+    too_many = too_many_nodes(spec, settings.max_active_instances)
+    return spec, problems + ([too_many] if too_many else [])
 
 
 def replay(args: argparse.Namespace) -> int:
