@@ -19,10 +19,13 @@ from rich.console import Console
 from functions import deps
 from infra.cli.commands import main as cli
 from infra.cli.jobs_table import jobs_table
+from infra.localcloud.wire import HttpService
 from shared.adapters.firestore_store import FirestoreStore
 from shared.domain.documents import AttemptRecord, EpochDoc, HistoryEntry, JobDoc, Rejection
+from shared.domain.lifecycle import logs_query
 from shared.domain.states import JobStatus, JobSubstatus
 from tests.documents import job
+from tests.logging_double import LoggingDouble, an_entry
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 WIDE = "a-description-long-enough-to-be-cut-on-a-narrow-terminal " * 2
@@ -289,3 +292,93 @@ def test_submit_dry_run_prints_the_validated_spec_and_publishes_nothing(
     assert cli(["submit", str(path)]) == 0
     assert re.search(r"job id: j[0-9a-f]{12}", capsys.readouterr().out)
     assert [m.get("description") for m in published(submissions)] == ["the real one"]
+
+
+# -- logs ---------------------------------------------------------------------
+
+
+def test_logs_in_the_cloud_come_from_cloud_logging(
+    project: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No compute endpoint: a deployed project, whose VMs log to Cloud Logging."""
+    api = LoggingDouble(
+        [
+            an_entry("one", 1, "2026-11-21T12:00:03Z", "epoch 1/2"),
+            an_entry("one", 1, "2026-11-21T12:00:01Z", "resumed at step 0"),
+            an_entry("one", 1, "2026-11-21T12:00:05Z", "stopped at step 7"),
+            an_entry("one", 2, "2026-11-21T12:01:00Z", "resumed at step 7"),
+            an_entry("two", 1, "2026-11-21T12:00:02Z", "another job's line"),
+        ]
+    )
+    service = HttpService(api).start()
+    monkeypatch.setenv("SPOTLINE_LOGGING_ENDPOINT", service.endpoint)
+    started = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
+    attempts = [
+        AttemptRecord(
+            attempt=n,
+            instance=f"sl-one-a{n}",
+            zone="us-central1-a",
+            machine_id="g2-standard-4",
+            started_at=started + timedelta(minutes=n - 1),
+            outcome="preempted" if n == 1 else None,
+            logs_query=logs_query(str(n), "one", n),
+        )
+        for n in (1, 2)
+    ]
+    FirestoreStore(project).create_job(
+        a_job("one", "ada", 3, JobStatus.TRAINING, attempts=attempts)
+    )
+    try:
+        assert cli(["logs", "one"]) == 0
+        out = capsys.readouterr().out
+        assert cli(["logs", "one", "--attempt", "2", "--json"]) == 0
+        shown = json.loads(capsys.readouterr().out)
+    finally:
+        service.stop()
+
+    assert out.splitlines() == [
+        "== attempt 1 on sl-one-a1 (preempted)",
+        "resumed at step 0",
+        "epoch 1/2",
+        "stopped at step 7",
+        "== attempt 2 on sl-one-a2 (running)",
+        "resumed at step 7",
+    ]
+    assert shown == [
+        {
+            "attempt": 2,
+            "instance": "sl-one-a2",
+            "at": "2026-11-21T12:01:00+00:00",
+            "message": "resumed at step 7",
+        }
+    ]
+    [first, *_] = api.requests_to("POST", "/entries:list")
+    assert first.body["resourceNames"] == [f"projects/{project}"]
+    # The attempt's own query, bounded by when it started (else the client
+    # library adds "the last 24 hours", and an older job's logs look empty).
+    assert first.body["filter"].startswith(f"({attempts[0].logs_query}) AND timestamp>=")
+
+
+def test_logs_say_why_cloud_logging_cannot_be_read(
+    project: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service = HttpService(LoggingDouble([], denied=True)).start()
+    monkeypatch.setenv("SPOTLINE_LOGGING_ENDPOINT", service.endpoint)
+    attempt = AttemptRecord(
+        attempt=1,
+        instance="sl-one-a1",
+        zone="us-central1-a",
+        machine_id="g2-standard-4",
+        started_at=NOW,
+        logs_query=logs_query("1", "one", 1),
+    )
+    FirestoreStore(project).create_job(
+        a_job("one", "ada", 3, JobStatus.TRAINING, attempts=[attempt])
+    )
+    try:
+        assert cli(["logs", "one"]) == 1
+    finally:
+        service.stop()
+    err = capsys.readouterr().err
+    assert "cannot read Cloud Logging: 403" in err and "logging.logEntries.list" in err
+    assert f"gcloud logging read '{attempt.logs_query}' --project {project}" in err
