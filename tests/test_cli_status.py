@@ -116,6 +116,7 @@ def test_the_table_fits_the_terminal(
     lines = out.splitlines()
     assert lines and all(len(line) <= width for line in lines), out
     assert "\x1b[" not in out  # not a terminal: no colors
+    assert all(line == line.rstrip() for line in lines)  # no padding after the last cell
     headers = lines[0].split()
     for needed in ("JOB", "STATUS", "PROGRESS", "SUBMITTED", "DURATION", "PREEMPTIONS"):
         assert needed in headers

@@ -44,7 +44,10 @@ def detail_text(
         + (f" (last: {job.checkpoint_uri})" if job.checkpoint_uri else " (none saved yet)"),
     ]
     if job.metrics:
-        metrics = " ".join(f"{k}={v}" for k, v in sorted(job.metrics.items()))
+        metrics = " ".join(
+            f"{name}={'nan' if value is None else format(value, '.4g')}"
+            for name, value in sorted(job.metrics.items())
+        )
         lines.append(f"metrics      {metrics}")
     lines.append(f"logs         spotline logs {job.job_id}")
     if not local:
@@ -56,6 +59,7 @@ def detail_text(
         ]
     if job.error:
         lines.append(f"error        {job.error}")
-    spec = json.dumps(display_spec(job.spec), indent=2, ensure_ascii=False)
-    lines += ["", "spec:", *(f"  {line}" for line in spec.splitlines()), ""]
-    return "\n".join(lines) + timeline(job, epochs)
+    spec = json.dumps(display_spec(job.spec, defaults=False), indent=2, ensure_ascii=False)
+    lines += ["", "spec (as submitted; --json shows every field):"]
+    lines += [f"  {line}" for line in spec.splitlines()]
+    return "\n".join([*lines, "", timeline(job, epochs)])

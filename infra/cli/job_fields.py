@@ -24,14 +24,16 @@ MASK = "***"
 SECRET_WORDS = ("SECRET", "TOKEN", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL")
 
 
-def display_spec(spec: JobSpec) -> dict[str, Any]:
+def display_spec(spec: JobSpec, defaults: bool = True) -> dict[str, Any]:
     """The spec as JSON values, each secret-looking env value masked: the one
-    place the CLI turns a spec into something printed."""
-    shown = spec.model_dump(mode="json", exclude_none=True)
-    shown["env"] = {
-        name: MASK if any(word in name.upper() for word in SECRET_WORDS) else value
-        for name, value in spec.env.items()
-    }
+    place the CLI turns a spec into something printed. ``defaults=False``
+    leaves out the fields the user did not set."""
+    shown = spec.model_dump(mode="json", exclude_none=True, exclude_defaults=not defaults)
+    if "env" in shown:
+        shown["env"] = {
+            name: MASK if any(word in name.upper() for word in SECRET_WORDS) else value
+            for name, value in spec.env.items()
+        }
     return shown
 
 

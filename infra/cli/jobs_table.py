@@ -57,7 +57,7 @@ COLUMNS = (
     Column("DURATION", 3, lambda j, now: short_span(duration(j, now)), right=True),
     Column("PREEMPTIONS", 3, lambda j, now: str(j.preemptions), right=True),
     Column("MACHINE", 6, lambda j, now: j.machine_id or "", right=False),
-    Column("COST_USD", 5, lambda j, now: f"{j.cost_usd:.2f}", right=True),
+    Column("COST_USD", 5, lambda j, now: f"{j.cost_usd:.4f}", right=True),
     Column(
         "SAVED",
         6,
@@ -110,4 +110,8 @@ def jobs_table(jobs: Sequence[JobDoc], now: datetime, width: int) -> Table:
 
 
 def print_jobs(console: Console, jobs: Sequence[JobDoc], now: datetime) -> None:
-    console.print(jobs_table(jobs, now, console.width), soft_wrap=False)
+    with console.capture() as captured:
+        console.print(jobs_table(jobs, now, console.width), soft_wrap=False)
+    # rich pads the last cell of a row to its column's width: no trailing blanks
+    # in what a person copies or a script greps.
+    print("\n".join(line.rstrip() for line in captured.get().splitlines()), flush=True)
