@@ -18,7 +18,7 @@ from rich.console import Console
 
 from functions import deps
 from infra.cli.commands import main as cli
-from infra.cli.jobs_table import jobs_table
+from infra.cli.jobs_table import fitted, jobs_table
 from infra.localcloud.wire import HttpService
 from shared.adapters.firestore_store import FirestoreStore
 from shared.domain.documents import AttemptRecord, EpochDoc, HistoryEntry, JobDoc, Rejection
@@ -143,6 +143,13 @@ def test_a_terminal_gets_colors_and_still_fits(jobs: FirestoreStore) -> None:
         text = console.export_text(styles=False, clear=False)
         assert all(len(line) <= width for line in text.splitlines()), text
         assert "\x1b[" in console.export_text(styles=True)
+
+
+def test_a_narrow_terminal_still_gets_the_job_and_its_status() -> None:
+    long = job("a-job-id-longer-than-the-terminal-is-wide")
+    for width in (20, 40):
+        columns, description = fitted([long], NOW, width)
+        assert [c.header for c in columns] == ["JOB", "STATUS"] and description == 0
 
 
 def test_status_of_one_job_shows_spec_checkpoints_and_logs(

@@ -78,7 +78,8 @@ def fitted(jobs: Sequence[JobDoc], now: datetime, width: int) -> tuple[list[Colu
     chosen: list[Column] = []
     used = -_GAP
     for column in sorted(COLUMNS, key=lambda c: c.need):  # stable: display order within a need
-        if used + _GAP + widths[column.header] <= width:
+        # JOB and STATUS always: a table without them says nothing.
+        if column.need == 1 or used + _GAP + widths[column.header] <= width:
             chosen.append(column)
             used += _GAP + widths[column.header]
     room = width - used - _GAP
