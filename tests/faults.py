@@ -73,6 +73,14 @@ class FaultyStore:
     def list_jobs(self, statuses: Iterable[str] | None = None, limit: int = 200) -> list[JobDoc]:
         return self.fault("list_jobs", lambda: self.inner.list_jobs(statuses, limit))
 
+    def recent_jobs(
+        self,
+        limit: int = 50,
+        user: str | None = None,
+        statuses: Iterable[str] | None = None,
+    ) -> list[JobDoc]:
+        return self.fault("recent_jobs", lambda: self.inner.recent_jobs(limit, user, statuses))
+
     def put_epoch(self, job_id: str, epoch: EpochDoc) -> None:
         return self.fault("put_epoch", lambda: self.inner.put_epoch(job_id, epoch))
 

@@ -95,3 +95,19 @@ def test_a_submit_on_the_shared_topic_is_rejected(stack: LocalStack) -> None:
     rejection = eventually(lambda: store.get_rejection(message_id))
     assert "not a user's own submit topic" in rejection.reason
     assert store.get_job("shared") is None
+
+
+def test_submit_follow_watches_the_job_to_its_end(
+    stack: LocalStack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = tmp_path / "short.json"
+    job = {"user": "bob", "job_id": "bobs-job", "machine_ids": ["g2-standard-4"]}
+    spec.write_text(json.dumps({**job, "trainer": "digits_mlp", "epochs": 2}))
+
+    code = cli(["--workdir", str(stack.workdir), "submit", str(spec), "--follow"])
+
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "bobs-job  QUEUING/REQUESTING_SERVER" in out
+    assert "bobs-job  epoch 2/2" in out
+    assert out.rstrip().endswith("bobs-job  COMPLETED/COMPLETED")

@@ -295,6 +295,38 @@ def test_a_status_filter_holds_one_to_thirty_values(store: Store) -> None:
     assert store.list_jobs([f"S{n}" for n in range(29)] + ["QUEUING"]) == [a_job()]
 
 
+def test_recent_jobs_are_newest_first_filtered_by_user_and_status(store: Store) -> None:
+    """`spotline status`: the newest jobs, not the first ids in key order."""
+    made = [  # (job id, user, seconds after T0, canceled)
+        ("a", "alice", 30, False),
+        ("b", "bob", 10, True),
+        ("c", "alice", 50, True),
+        ("d", "bob", 40, False),
+        ("e", "alice", 0, False),
+        ("f", "alice", 40, False),  # the same created_at as d
+    ]
+    for job_id, user, after_s, canceled in made:
+        job = a_job(job_id, user).model_copy(update={"created_at": T0 + timedelta(seconds=after_s)})
+        store.create_job(move_job(job, JobSubstatus.CANCELED, T0) if canceled else job)
+
+    def ids(**kw: object) -> list[str]:
+        return [j.job_id for j in store.recent_jobs(**kw)]  # type: ignore[arg-type]
+
+    # A tie on created_at goes in descending key order, as Firestore breaks it.
+    assert ids() == ["c", "f", "d", "a", "b", "e"]
+    assert ids(limit=2) == ["c", "f"]
+    assert ids(user="alice") == ["c", "f", "a", "e"]
+    assert ids(user="alice", limit=2) == ["c", "f"]
+    assert ids(statuses=[JobStatus.QUEUING]) == ["f", "d", "a", "e"]
+    assert ids(statuses=[JobStatus.QUEUING], user="bob") == ["d"]
+    assert ids(statuses=[JobStatus.QUEUING], user="alice", limit=3) == ["f", "a", "e"]
+    assert ids(user="carol") == []
+    with pytest.raises(ValueError, match="limit"):
+        store.recent_jobs(limit=0)
+    with pytest.raises(ValueError, match="status"):
+        store.recent_jobs(statuses=[])
+
+
 # -- the queue -------------------------------------------------------------
 
 

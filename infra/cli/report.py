@@ -23,6 +23,7 @@ class MachineRow:
     in_use: int  # live instances of this machine id
     requests: int  # VM requests in the window
     successes: int
+    provisioning: str = "SPOT"  # SPOT or STANDARD (on demand)
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -112,8 +113,31 @@ def machines_table(rows: Sequence[MachineRow], quotas_read: bool = True) -> str:
     return table(headers, lines)
 
 
+def machine_json(row: MachineRow) -> dict[str, object]:
+    """One row of ``spotline machines --json``; ``capacity`` null: unknown."""
+    return {
+        "machine_id": row.machine_id,
+        "provisioning": str(row.provisioning),
+        "machine_type": row.machine.machine_type,
+        "gpu_type": row.machine.gpu_type,
+        "gpu_count": row.machine.gpu_count,
+        "vcpus": row.machine.vcpus,
+        "memory_gb": row.machine.memory_gb,
+        "usd_per_hour": row.price,
+        "capacity": row.capacity,
+        "in_use": row.in_use,
+        "requests_24h": row.requests,
+        "successes_24h": row.successes,
+    }
+
+
 def job_detail(job: JobDoc, epochs: Sequence[EpochDoc]) -> str:
-    parts = [jobs_table([job]), "", "history:"]
+    return "\n".join([jobs_table([job]), "", timeline(job, epochs)])
+
+
+def timeline(job: JobDoc, epochs: Sequence[EpochDoc]) -> str:
+    """The job's history, error, attempts and epochs, as text."""
+    parts = ["history:"]
     start = job.history[0].at if job.history else job.created_at
     for entry in job.history:
         offset = (entry.at - start).total_seconds()

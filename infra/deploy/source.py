@@ -34,6 +34,7 @@ DEPLOY_ONLY = frozenset(
         "google-cloud-resource-manager",
         "google-cloud-storage",
         "google-cloud-logging",
+        "rich",  # the CLI's tables
     }
 )
 STORAGE_ONLY = frozenset({"fsspec", "gcsfs"})

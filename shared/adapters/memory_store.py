@@ -14,17 +14,18 @@ from __future__ import annotations
 
 import itertools
 import random
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from dataclasses import fields as dataclass_fields
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from shared.adapters.firestore_limits import checked_key, utc
+from shared.adapters.firestore_limits import stored as firestore_fields
 from shared.domain.catalog import Machine
 from shared.domain.documents import (
     EpochDoc,
@@ -35,7 +36,6 @@ from shared.domain.documents import (
     UserDoc,
     epoch_key,
     epoch_order,
-    to_firestore,
 )
 from shared.domain.errors import TransientError
 
@@ -54,82 +54,6 @@ _UPDATE_ATTEMPTS = 20
 _JITTER_S = 0.002
 # Firestore's bound on the values of an ``in`` filter.
 _IN_LIMIT = 30
-
-
-def _stored(doc: BaseModel) -> dict[str, Any]:
-    """The document's fields as Firestore stores them: its values, with every
-    timestamp in UTC (the client library takes a naive one as UTC).
-
-    Raises:
-        ValueError: a value Firestore would refuse (see ``_refused``).
-    """
-    fields = _utc(to_firestore(doc))
-    problem = _refused(fields, 0, in_array=False)
-    if problem is None and _size(fields) > _DOC_BYTES:
-        problem = f"the document is over {_DOC_BYTES} bytes"
-    if problem is not None:
-        raise ValueError(f"Firestore would refuse {type(doc).__name__}: {problem}")
-    return fields
-
-
-# Firestore's limits, kept here so that what passes in memory also passes there:
-# the client library raises ValueError (int64, empty keys) and the server
-# InvalidArgument (nesting, arrays in arrays, reserved names, size).
-_DOC_BYTES = 1_048_576
-_DEPTH = 20
-_RESERVED = re.compile(r"^__.*__$", re.DOTALL)
-
-
-def _refused(value: Any, depth: int, in_array: bool) -> str | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int) and not -(2**63) <= value < 2**63:
-        return f"{value} is outside the 64-bit range"
-    if isinstance(value, dict | list) and depth > _DEPTH:
-        return f"maps and arrays nest more than {_DEPTH} deep"
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if not isinstance(key, str) or not key or _RESERVED.match(key):
-                return f"the field name {key!r} is empty or reserved"
-            problem = _refused(item, depth + 1, in_array=False)
-            if problem is not None:
-                return problem
-    if isinstance(value, list):
-        if in_array:
-            return "an array holds an array"
-        for item in value:
-            problem = _refused(item, depth + 1, in_array=True)
-            if problem is not None:
-                return problem
-    return None
-
-
-def _size(value: Any) -> int:
-    """Firestore's storage size of a value, near enough (strings: UTF-8 + 1)."""
-    if isinstance(value, str):
-        return len(value.encode("utf-8", errors="replace")) + 1
-    if isinstance(value, dict):
-        return sum(_size(key) + _size(item) for key, item in value.items())
-    if isinstance(value, list):
-        return sum(_size(item) for item in value)
-    return 8
-
-
-def _key(key: str) -> str:
-    """A document id Firestore takes; ValueError otherwise."""
-    if not key or "/" in key or key in (".", "..") or _RESERVED.match(key):
-        raise ValueError(f"{key!r} is not a Firestore document id")
-    return key
-
-
-def _utc(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-    if isinstance(value, dict):
-        return {key: _utc(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_utc(item) for item in value]
-    return value
 
 
 class InMemoryStore:
@@ -171,10 +95,34 @@ class InMemoryStore:
     def list_jobs(self, statuses: Iterable[str] | None = None, limit: int = 200) -> list[JobDoc]:
         return self._list(JOBS, JobDoc, "status", statuses, limit)
 
+    def recent_jobs(
+        self,
+        limit: int = 50,
+        user: str | None = None,
+        statuses: Iterable[str] | None = None,
+    ) -> list[JobDoc]:
+        if limit < 1:
+            raise ValueError(f"limit: {limit}; at least 1")
+        wanted = None if statuses is None else {str(status) for status in statuses}
+        if wanted is not None and not wanted:
+            raise ValueError("statuses: empty; give at least one status, or None for any")
+        # Firestore breaks ties of a descending order by key, descending too.
+        rows = sorted(
+            (
+                (fields["created_at"], key, fields)
+                for key, fields in self._snapshot(JOBS)
+                if (user is None or fields["user"] == user)
+                and (wanted is None or fields["status"] in wanted)
+            ),
+            key=lambda row: (row[0], row[1]),
+            reverse=True,
+        )
+        return [JobDoc.model_validate(fields) for _, _, fields in rows[:limit]]
+
     def put_epoch(self, job_id: str, epoch: EpochDoc) -> None:
-        _key(job_id)
+        checked_key(job_id)
         with self._lock:
-            self._epochs.setdefault(job_id, {})[epoch_key(epoch)] = _stored(epoch)
+            self._epochs.setdefault(job_id, {})[epoch_key(epoch)] = firestore_fields(epoch)
 
     def list_epochs(self, job_id: str) -> list[EpochDoc]:
         with self._lock:
@@ -217,7 +165,7 @@ class InMemoryStore:
         due = [
             (fields["not_before"], key, fields)
             for key, fields in self._snapshot(QUEUE)
-            if fields["not_before"] <= _utc(now)
+            if fields["not_before"] <= utc(now)
         ]
         due.sort(key=lambda row: (row[0], row[1]))
         return [QueueEntry.model_validate(fields) for _, _, fields in due[:limit]]
@@ -270,7 +218,7 @@ class InMemoryStore:
             hour = self._hours.setdefault(machine_id, {}).setdefault(
                 key,
                 {
-                    "hour": _utc(now.replace(minute=0, second=0, microsecond=0)),
+                    "hour": utc(now.replace(minute=0, second=0, microsecond=0)),
                     "requests": 0,
                     "successes": 0,
                 },
@@ -281,7 +229,7 @@ class InMemoryStore:
     def availability(self, machine_id: str, since: datetime) -> tuple[int, int]:
         with self._lock:
             hours = [dict(hour) for hour in self._hours.get(machine_id, {}).values()]
-        recent = [hour for hour in hours if hour["hour"] >= _utc(since)]
+        recent = [hour for hour in hours if hour["hour"] >= utc(since)]
         return sum(h["requests"] for h in recent), sum(h["successes"] for h in recent)
 
     # -- rejected messages ------------------------------------------------
@@ -304,7 +252,7 @@ class InMemoryStore:
     # -- the guarded primitives -------------------------------------------
 
     def _create(self, collection: str, key: str, doc: BaseModel) -> bool:
-        key, fields = _key(key), _stored(doc)
+        key, fields = checked_key(key), firestore_fields(doc)
         with self._lock:
             documents = self._docs.setdefault(collection, {})
             if key in documents:
@@ -313,13 +261,13 @@ class InMemoryStore:
         return True
 
     def _set(self, collection: str, key: str, doc: BaseModel) -> None:
-        key, fields = _key(key), _stored(doc)
+        key, fields = checked_key(key), firestore_fields(doc)
         with self._lock:
             documents = self._docs.setdefault(collection, {})
             documents[key] = (next(self._sequence), fields)
 
     def _get(self, collection: str, key: str, model: type[Doc]) -> Doc | None:
-        _key(key)
+        checked_key(key)
         with self._lock:
             stored = self._docs.get(collection, {}).get(key)
         return model.model_validate(stored[1]) if stored is not None else None
@@ -327,7 +275,7 @@ class InMemoryStore:
     def _update(
         self, collection: str, key: str, model: type[Doc], change: Callable[[Doc], Doc]
     ) -> Doc | None:
-        _key(key)
+        checked_key(key)
         for attempt in range(_UPDATE_ATTEMPTS):
             with self._lock:
                 stored = self._docs.get(collection, {}).get(key)
@@ -340,7 +288,7 @@ class InMemoryStore:
             changed = change(current)
             if changed is current or changed == current:
                 return current
-            new_fields = _stored(changed)
+            new_fields = firestore_fields(changed)
             with self._lock:
                 documents = self._docs[collection]
                 stale = key not in documents or documents[key][0] != version

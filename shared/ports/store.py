@@ -33,6 +33,11 @@ Contract, for every adapter:
   ``stopped_instances(limit)``: the instances whose substatus is STOPPED, the
   same way. ``instances_of_job(job_id)``: every instance of the job, in key
   order. ``list_users(limit)``: every user, in key order.
+* ``recent_jobs(limit, user, statuses)``: at most ``limit`` jobs, the newest
+  (``created_at``) first, ties in descending key order; only the user's when
+  ``user`` is given, only those whose ``status`` is one of ``statuses`` when
+  given (any number of values). ``limit`` under 1 or an empty ``statuses``:
+  ``ValueError``.
 * ``put_epoch(job_id, epoch)`` writes or overwrites the epoch's document, keyed
   by the attempt and the epoch number (``epoch_key``): a redelivered event
   overwrites it; a later attempt that records the same epoch again (resumed
@@ -75,6 +80,13 @@ class Store(Protocol):
 
     def list_jobs(
         self, statuses: Iterable[str] | None = None, limit: int = 200
+    ) -> list[JobDoc]: ...
+
+    def recent_jobs(
+        self,
+        limit: int = 50,
+        user: str | None = None,
+        statuses: Iterable[str] | None = None,
     ) -> list[JobDoc]: ...
 
     def put_epoch(self, job_id: str, epoch: EpochDoc) -> None: ...

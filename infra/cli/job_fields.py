@@ -1,0 +1,121 @@
+"""What the CLI shows of a job, as values: its age, how long it ran, the spec
+with secret-looking values masked, and the JSON documents of ``--json``.
+
+Pure (the caller passes ``now``), so a table and a JSON document show the same
+numbers, and tests can pin the time.
+
+The JSON keys are a contract with scripts (documented in the README): keys are
+only ever added, timestamps are ISO 8601 in UTC, absent values are ``null``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from shared.domain.documents import EpochDoc, JobDoc
+from shared.domain.spec import JobSpec
+from shared.domain.states import JobStatus
+
+MASK = "***"
+# An env variable whose name holds one of these is shown as MASK: a spec is
+# printed to terminals, CI logs and screenshots.
+SECRET_WORDS = ("SECRET", "TOKEN", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL")
+
+
+def display_spec(spec: JobSpec, defaults: bool = True) -> dict[str, Any]:
+    """The spec as JSON values, each secret-looking env value masked: the one
+    place the CLI turns a spec into something printed. ``defaults=False``
+    leaves out the fields the user did not set."""
+    shown = spec.model_dump(mode="json", exclude_none=True, exclude_defaults=not defaults)
+    if "env" in shown:
+        shown["env"] = {
+            name: MASK if any(word in name.upper() for word in SECRET_WORDS) else value
+            for name, value in spec.env.items()
+        }
+    return shown
+
+
+def ended_at(job: JobDoc) -> datetime | None:
+    """When the job reached its terminal status (None: still active)."""
+    if job.status not in JobStatus.terminal():
+        return None
+    ends = [entry.at for entry in job.history if entry.status in JobStatus.terminal()]
+    return ends[0] if ends else job.updated_at
+
+
+def duration(job: JobDoc, now: datetime) -> timedelta:
+    """From submission to the end, or to ``now`` for an active job."""
+    return max((ended_at(job) or now) - job.created_at, timedelta(0))
+
+
+def short_span(span: timedelta) -> str:
+    """``45s``, ``12m05s``, ``3h07m``, ``2d04h``: two units at most."""
+    seconds = int(span.total_seconds())
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, seconds = divmod(rest, 60)
+    if days:
+        return f"{days}d{hours:02d}h"
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{seconds:02d}s"
+    return f"{seconds}s"
+
+
+def age(at: datetime, now: datetime) -> str:
+    return f"{short_span(max(now - at, timedelta(0)))} ago"
+
+
+def _iso(at: datetime | None) -> str | None:
+    return None if at is None else at.isoformat()
+
+
+def summary(job: JobDoc, now: datetime) -> dict[str, Any]:
+    """One job in ``spotline status --json``."""
+    return {
+        "job_id": job.job_id,
+        "user": job.user,
+        "description": job.description,
+        "status": str(job.status),
+        "substatus": str(job.substatus),
+        "progress": job.progress,
+        "epoch": job.epoch,
+        "epochs": job.epochs,
+        "attempt": job.attempt,
+        "preemptions": job.preemptions,
+        "machine_id": job.machine_id,
+        "instance": job.instance,
+        "zone": job.zone,
+        "metrics": dict(job.metrics),
+        "cost_usd": job.cost_usd,
+        "on_demand_cost_usd": job.on_demand_cost_usd,
+        "savings_percent": job.savings_percent,
+        "checkpoint_uri": job.checkpoint_uri,
+        "error": job.error,
+        "created_at": _iso(job.created_at),
+        "updated_at": _iso(job.updated_at),
+        "ended_at": _iso(ended_at(job)),
+        "duration_s": round(duration(job, now).total_seconds(), 3),
+    }
+
+
+def detail(
+    job: JobDoc, epochs: Sequence[EpochDoc], checkpoint_dir: str, now: datetime
+) -> dict[str, Any]:
+    """One job in ``spotline status JOB --json``: the summary, the spec, where
+    its checkpoints go, each attempt's log query, its timeline and epochs."""
+    return {
+        **summary(job, now),
+        "spec": display_spec(job.spec),
+        "checkpoint_dir": checkpoint_dir,
+        "logs": [
+            {"attempt": a.attempt, "instance": a.instance, "query": a.logs_query}
+            for a in job.attempts
+        ],
+        "attempts": [a.model_dump(mode="json") for a in job.attempts],
+        "history": [h.model_dump(mode="json") for h in job.history],
+        "epochs": [e.model_dump(mode="json") for e in epochs],
+    }

@@ -1,0 +1,186 @@
+"""The ``spotline`` command line: every command, its options, and the function
+that runs it (``args.run``). One place to read what the CLI offers."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from pathlib import Path
+
+from infra.cli import jobs_view, local, logs, outputs, reference, submit, timeline, watch
+from infra.cli.connect import DEFAULT_WORKDIR
+from infra.deploy import command as deploy_command
+
+DESCRIPTION = "The ``spotline`` command."
+JSON_HELP = "print JSON for scripts (keys in the README's CLI section)"
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return f"spotline {installed('spotline')}"
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "spotline (not installed)"
+
+
+def build() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="spotline", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=version())
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=DEFAULT_WORKDIR,
+        help="where `spotline up` keeps logs, storage and its stack file",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    up = sub.add_parser("up", help="run the whole system locally until Ctrl-C")
+    up.add_argument("--tick-s", type=float, default=10.0, help="reaper tick period")
+    up.add_argument("--heartbeat-s", type=float, default=5.0)
+    up.add_argument(
+        "--preempt-rate", type=float, default=0.0, help="chaos: random preemptions per Spot VM-hour"
+    )
+    up.add_argument("--chaos-seed", type=int, default=None)
+    up.add_argument("--notice-s", type=float, default=30.0, help="preemption notice")
+    up.add_argument(
+        "--quota",
+        type=quota_limit,
+        action="append",
+        default=[],
+        metavar="METRIC=LIMIT",
+        help="a regional quota limit of the local VMs, e.g. NVIDIA_L4_GPUS=1 (repeatable)",
+    )
+    up.add_argument(
+        "--user-topics",
+        default="",
+        metavar="USER,USER",
+        help="the per-user mode (SECURITY.md): these users submit and cancel on their own topics",
+    )
+    up.set_defaults(run=local.up)
+
+    cancel = sub.add_parser("cancel", help="cancel a job: its VM is deleted")
+    cancel.add_argument("job")
+    cancel.add_argument("--reason", default="canceled by the user")
+    cancel.set_defaults(run=submit.cancel)
+
+    preempt = sub.add_parser("preempt", help="local chaos: preempt a job's VM (or a VM)")
+    preempt.add_argument("target", help="job id or VM name")
+    preempt.add_argument("--notice-s", type=float, default=30.0)
+    preempt.add_argument(
+        "--no-notice",
+        action="store_true",
+        help="kill it outright: a preemption the agent never sees",
+    )
+    preempt.add_argument(
+        "--hang",
+        action="store_true",
+        help="freeze it instead: a hung VM that stops sending heartbeats",
+    )
+    preempt.set_defaults(run=local.preempt)
+
+    submit_cmd = sub.add_parser(
+        "submit", help="validate a job spec, then publish it to spotline-submit"
+    )
+    submit_cmd.add_argument("file", type=Path)
+    submit_cmd.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="validate and print the spec as spotline reads it (defaults in); publish nothing",
+    )
+    submit_cmd.add_argument(
+        "--follow",
+        action="store_true",
+        help="then watch the job until it ends (exit 0 COMPLETED, 1 FAILED, 3 CANCELED)",
+    )
+    submit_cmd.set_defaults(run=submit.submit)
+
+    status = sub.add_parser(
+        "status", help="the newest jobs, or one job: its spec, checkpoints, logs and timeline"
+    )
+    status.add_argument("job", nargs="?", help="one job's details")
+    status.add_argument(
+        "--limit", type=positive, default=20, help="show the newest N jobs (default 20)"
+    )
+    status.add_argument("--user", default=None, help="only this user's jobs")
+    status.add_argument(
+        "--active", action="store_true", help="only jobs still running or waiting to"
+    )
+    status.add_argument("--json", action="store_true", help=JSON_HELP)
+    status.set_defaults(run=jobs_view.status)
+
+    timeline.add_parser(sub, jobs_view.timeline)
+    watch.add_parser(sub, jobs_view.watch)
+
+    rejected = sub.add_parser("rejected", help="the newest submissions that were not jobs, and why")
+    rejected.add_argument("--limit", type=positive, default=20)
+    rejected.add_argument("--json", action="store_true", help=JSON_HELP)
+    rejected.set_defaults(run=jobs_view.rejected)
+
+    demo = sub.add_parser("demo", help="start the local stack, run the digits job, stop")
+    demo.add_argument("--spec", type=Path, default=Path("examples/digits.json"))
+    demo.add_argument("--timeout-s", type=float, default=300.0)
+    demo.add_argument(
+        "--preempt-after-epoch",
+        type=int,
+        default=2,
+        help="preempt the first VM after this epoch (0: never)",
+    )
+    demo.set_defaults(run=local.demo)
+
+    logs_cmd = sub.add_parser("logs", help="a job's output, attempt by attempt")
+    logs_cmd.add_argument("job")
+    logs_cmd.add_argument("--attempt", type=int, default=None)
+    logs_cmd.add_argument("--json", action="store_true", help=JSON_HELP)
+    logs_cmd.set_defaults(run=logs.logs)
+
+    board = sub.add_parser("tensorboard", help="download a job's TensorBoard logs")
+    board.add_argument("job")
+    board.add_argument("directory", type=Path, nargs="?", default=Path("."))
+    board.set_defaults(run=outputs.tensorboard)
+
+    replay = sub.add_parser("replay", help="submit a copy of a job's recorded spec")
+    replay.add_argument("job")
+    replay.add_argument("--description", default=None)
+    replay.set_defaults(run=submit.replay)
+
+    machines = sub.add_parser("machines", help="the machine catalog, prices and availability")
+    machines.add_argument("--json", action="store_true", help=JSON_HELP)
+    machines.set_defaults(run=jobs_view.machines)
+
+    schema = sub.add_parser("schema", help="print the job spec's JSON Schema")
+    schema.set_defaults(run=reference.schema)
+
+    settings = sub.add_parser(
+        "settings", help="every setting: its variable, value, where it came from, what it does"
+    )
+    settings.set_defaults(run=reference.settings)
+
+    deploy = sub.add_parser("deploy", help="deploy (or update) spotline in a Google Cloud project")
+    deploy_command.add_arguments(deploy)
+    deploy.set_defaults(run=deploy_command.run)
+
+    destroy = sub.add_parser(
+        "destroy", help="remove what `spotline deploy` made (data only with --delete-data)"
+    )
+    deploy_command.add_destroy_arguments(destroy)
+    destroy.set_defaults(run=deploy_command.run_destroy)
+    return parser
+
+
+def quota_limit(text: str) -> tuple[str, float]:
+    """One ``up --quota METRIC=LIMIT``."""
+    metric, _, limit = text.partition("=")
+    with contextlib.suppress(ValueError):
+        if metric and float(limit) >= 0:
+            return metric, float(limit)
+    raise argparse.ArgumentTypeError(f"expected METRIC=LIMIT, e.g. NVIDIA_L4_GPUS=1: {text!r}")
+
+
+def positive(text: str) -> int:
+    """A count of at least 1 (``--limit``)."""
+    with contextlib.suppress(ValueError):
+        if int(text) >= 1:
+            return int(text)
+    raise argparse.ArgumentTypeError(f"expected a whole number of at least 1: {text!r}")

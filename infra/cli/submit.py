@@ -1,0 +1,118 @@
+"""The commands that publish: ``submit``, ``replay`` and ``cancel``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import TYPE_CHECKING
+
+from infra.cli.connect import connect, job_of
+
+if TYPE_CHECKING:
+    from shared.domain.spec import JobSpec
+    from shared.settings import Settings
+
+
+def submit(args: argparse.Namespace) -> int:
+    """Validate the spec as the submit function will, then publish it: a spec
+    the function would refuse is never published (it would only become a line
+    in ``spotline rejected``), and the person sees why at once."""
+    from infra.cli.job_fields import display_spec
+    from shared.adapters.pubsub_bus import PubsubBus
+    from shared.domain.lifecycle import job_id_for
+    from shared.topics import topics_for
+
+    settings = connect(args.workdir)
+    try:
+        data = args.file.read_bytes()
+    except OSError as err:
+        print(f"cannot read {args.file}: {err.strerror or err}", file=sys.stderr)
+        return 1
+    spec, problems = check_submission(data, settings)
+    if spec is None or problems:
+        print(f"{args.file} was not submitted; spotline would refuse it:", file=sys.stderr)
+        for problem in problems:
+            print(f"  {problem}", file=sys.stderr)
+        return 1
+    if args.dry_run:
+        print(json.dumps(display_spec(spec), indent=2, ensure_ascii=False))
+        print(f"{args.file} is valid; nothing published (--dry-run)", file=sys.stderr)
+        return 0
+    # Exactly what `gcloud pubsub topics publish spotline-submit --message=...` sends
+    # (on the user's own topic in the per-user mode).
+    topics = topics_for(spec.user, settings.user_topics)
+    message_id = PubsubBus(settings.project, topics).publish("submit", data)
+    job_id = job_id_for(spec, message_id)
+    print(f"published message {message_id} on {topics['submit']}")
+    print(f"job id: {job_id}")
+    if args.follow:
+        return follow_job(settings, job_id)
+    return 0
+
+
+def follow_job(settings: Settings, job_id: str) -> int:
+    """``submit --follow``: watch the job until it ends (``spotline watch``)."""
+    from infra.cli.watch import follow
+    from shared.adapters.firestore_listen import JobFeed
+    from shared.adapters.firestore_store import FirestoreStore
+
+    with JobFeed(FirestoreStore(settings.project), [job_id]) as feed:
+        return follow(feed, [job_id])
+
+
+def check_submission(data: bytes, settings: Settings) -> tuple[JobSpec | None, list[str]]:
+    """The spec, and why the submit function would refuse it (empty: it takes
+    it): the same parsing, node bound and admission checks it runs, with this
+    deployment's region and quota (functions/handlers/submit_job.py)."""
+    from shared.domain.admission import refusals
+    from shared.domain.catalog import load_catalog
+    from shared.domain.errors import InvalidMessage
+    from shared.domain.spec import parse_spec, too_many_nodes
+
+    try:
+        spec = parse_spec(data)
+    except InvalidMessage as err:
+        # describe_validation_error joins one problem per field with "; ".
+        return None, [f"not a valid job spec: {problem}" for problem in str(err).split("; ")]
+    problems = refusals(spec, load_catalog(), settings.region)
+    too_many = too_many_nodes(spec, settings.max_active_instances)
+    return spec, problems + ([too_many] if too_many else [])
+
+
+def replay(args: argparse.Namespace) -> int:
+    from shared.adapters.pubsub_bus import PubsubBus
+    from shared.domain.lifecycle import job_id_for
+    from shared.topics import topics_for
+
+    settings, job = job_of(args)
+    description = args.description or f"replay of {job.job_id}: {job.spec.description}"[:500]
+    spec = job.spec.model_copy(update={"job_id": None, "description": description})
+    data = spec.model_dump_json(exclude_none=True).encode()
+    topics = topics_for(spec.user, settings.user_topics)
+    message_id = PubsubBus(settings.project, topics).publish("submit", data)
+    print(f"replaying {job.job_id} as job {job_id_for(spec, message_id)} (message {message_id})")
+    return 0
+
+
+def cancel(args: argparse.Namespace) -> int:
+    from shared.adapters.firestore_store import FirestoreStore
+    from shared.adapters.pubsub_bus import PubsubBus
+    from shared.contract.events import CancelRequest
+    from shared.domain.states import JobStatus
+    from shared.topics import topics_for
+
+    settings = connect(args.workdir)
+    job = FirestoreStore(settings.project).get_job(args.job)
+    if job is None:
+        print(f"no job {args.job} (`spotline status` lists them)", file=sys.stderr)
+        return 1
+    if job.status in JobStatus.terminal():
+        print(f"job {args.job} has already ended: {job.status}; nothing to cancel")
+        return 0
+    request = CancelRequest(job_id=args.job, reason=args.reason)
+    # In the per-user mode, on the job's user's own topic: IAM says whether you may.
+    topics = topics_for(job.user, settings.user_topics)
+    message_id = PubsubBus(settings.project, topics).publish("cancel", request)
+    print(f"cancel of {args.job} published (message {message_id})")
+    return 0

@@ -1,0 +1,66 @@
+"""A local HTTP double of Cloud Logging's ``entries.list`` (v2 REST), for the real
+google-cloud-logging client (``_use_grpc=False``, ``api_endpoint``).
+
+It keeps entries as the API returns them, answers a filter by the job and
+attempt it names (``jsonPayload.job_id="J" AND jsonPayload.attempt=N``, the form
+``shared.domain.lifecycle.logs_query`` writes), oldest first, and, like the API,
+may return fewer entries than ``pageSize``: at most ``PAGE`` a page, with a
+``nextPageToken``, so a client that does not follow pages shows too little.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from infra.localcloud.wire import ApiError, JsonDict, RecordedRequest, Recorder
+
+PAGE = 2
+
+
+class LoggingDouble(Recorder):
+    def __init__(self, entries: list[JsonDict], denied: bool = False) -> None:
+        super().__init__()
+        self.entries = entries
+        self.denied = denied  # answer as to a caller without logging.viewer
+
+    def handle(self, request: RecordedRequest) -> tuple[int, JsonDict]:
+        self.record(request)
+        if (request.method, request.path) != ("POST", "/v2/entries:list"):
+            raise ApiError(404, f"no route {request.method} {request.path}")
+        if self.denied:
+            raise ApiError(403, "Permission 'logging.logEntries.list' denied")
+        body: dict[str, Any] = request.body or {}
+        if not body.get("resourceNames"):
+            raise ApiError(400, "resourceNames: at least one is required")
+        job = re.search(r'jsonPayload\.job_id="([^"]*)"', body.get("filter", ""))
+        attempt = re.search(r"jsonPayload\.attempt=(\d+)", body.get("filter", ""))
+        if job is None or attempt is None:
+            raise ApiError(400, "this double answers a job's and an attempt's filter only")
+        found = sorted(
+            (
+                e
+                for e in self.entries
+                if e["jsonPayload"].get("job_id") == job[1]
+                and e["jsonPayload"].get("attempt") == int(attempt[1])
+            ),
+            key=lambda e: e["timestamp"],
+            reverse=body.get("orderBy") == "timestamp desc",
+        )
+        start = int(body.get("pageToken") or 0)
+        page: JsonDict = {"entries": found[start : start + PAGE]}
+        if start + PAGE < len(found):
+            page["nextPageToken"] = str(start + PAGE)
+        return 200, page
+
+
+def an_entry(job_id: str, attempt: int, at: str, message: str) -> JsonDict:
+    """One VM log line as Cloud Logging returns it (``at``: RFC 3339, UTC)."""
+    return {
+        "logName": "projects/p/logs/spotline-agent",
+        "resource": {"type": "gce_instance", "labels": {"instance_id": "1"}},
+        "timestamp": at,
+        "insertId": f"{job_id}-{attempt}-{at}",
+        "severity": "INFO",
+        "jsonPayload": {"message": message, "job_id": job_id, "attempt": attempt},
+    }
