@@ -45,3 +45,7 @@ def test_cancel_of_an_unknown_job_fails_and_of_an_ended_one_publishes_nothing(
     store.create_job(job("done1", status=JobStatus.COMPLETED, substatus=JobSubstatus.COMPLETED))
     assert cli(["cancel", "done1"]) == 0
     assert "already ended: COMPLETED" in capsys.readouterr().out
+    # Several at once: each is answered; one unknown job makes it exit 1.
+    assert cli(["cancel", "done1", "no-such-job"]) == 1
+    captured = capsys.readouterr()
+    assert "already ended: COMPLETED" in captured.out and "no job no-such-job" in captured.err

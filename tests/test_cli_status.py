@@ -277,7 +277,7 @@ def test_submit_refuses_an_invalid_spec_and_publishes_nothing(
         json.dumps({"user": "ada", "machine_ids": ["g2-standard-4"], "trainer": "digits_mlp"})
     )
 
-    assert cli(["submit", str(bad)]) == 1
+    assert cli(["submit", str(bad)]) == 2  # a usage error, as argparse's
     out, err = capsys.readouterr()
     assert named in err and "published" not in out
     assert cli(["submit", str(good)]) == 0

@@ -79,3 +79,10 @@ def test_a_published_job_runs_to_completion(
     # get_tensorboard_logs does: into DIR/logs/JOB/.
     assert cli(["--workdir", str(local_stack.workdir), "tensorboard", job_id, str(tmp_path)]) == 0
     assert list((tmp_path / "logs" / job_id).glob("events.out.tfevents.*"))
+
+    # Its saved state and outputs, as the seed's directory_to_save_ckpt.
+    assert cli(["--workdir", str(local_stack.workdir), "checkpoints", job_id, str(tmp_path)]) == 0
+    saved = capsys.readouterr().out
+    assert f"checkpoints of {job_id}: " in saved and f"outputs of {job_id}: " in saved
+    assert list((tmp_path / job_id / "checkpoints").rglob("*.pt"))
+    assert list((tmp_path / job_id / "outputs").rglob("events.out.tfevents.*"))

@@ -14,7 +14,6 @@ from typing import TypeVar
 import pytest
 
 from infra.cli.commands import main as cli
-from infra.cli.demo import wait_for_job
 from infra.localstack.stack import LocalStack, StackOptions
 from shared.adapters.firestore_store import FirestoreStore
 from shared.adapters.pubsub_bus import PubsubBus
@@ -76,10 +75,12 @@ def test_only_the_owners_own_topic_cancels_their_job(
     assert job is not None and job.status not in JobStatus.terminal()
     assert vms_of(stack, "alices-job")
 
-    assert cli([*workdir, "cancel", "alices-job", "--reason", "alice is done"]) == 0
-    assert "published" in capsys.readouterr().out
-    job = wait_for_job(store, "alices-job", timeout_s=30, echo=False)
-    assert job.status == JobStatus.CANCELED
+    # --wait: returns once the job has ended, following it through listeners.
+    assert cli([*workdir, "cancel", "alices-job", "--reason", "alice is done", "--wait"]) == 0
+    out = capsys.readouterr().out
+    assert "published" in out and "alices-job  CANCELED/CANCELED" in out
+    job = store.get_job("alices-job")
+    assert job is not None and job.status == JobStatus.CANCELED
     eventually(lambda: not vms_of(stack, "alices-job") or None)
 
 

@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK
 """The ``spotline`` command: its entry point (``main``, the package's script).
 
 The commands live in modules named for what they do (``jobs_view``, ``submit``,
@@ -6,6 +7,7 @@ The commands live in modules named for what they do (``jobs_view``, ``submit``,
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
@@ -17,7 +19,9 @@ __all__ = ["_parser", "main"]
 def main(argv: list[str] | None = None) -> int:
     from shared.settings import SettingsError
 
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    _complete(parser)
+    args = parser.parse_args(argv)
     try:
         return int(args.run(args) or 0)
     except SettingsError as err:
@@ -31,6 +35,17 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 141
+
+
+def _complete(parser: argparse.ArgumentParser) -> None:
+    """Shell completion: answers and exits when the shell asks (argcomplete's
+    ``_ARGCOMPLETE``), does nothing otherwise. Turn it on with
+    ``eval "$(register-python-argcomplete spotline)"``."""
+    if "_ARGCOMPLETE" not in os.environ:
+        return
+    import argcomplete
+
+    argcomplete.autocomplete(parser)
 
 
 if __name__ == "__main__":

@@ -25,8 +25,17 @@ def version() -> str:
         return "spotline (not installed)"
 
 
+class Help(argparse.ArgumentDefaultsHelpFormatter):
+    """Each option's default in its help, where it has one worth saying."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default in (None, False, [], (), argparse.SUPPRESS):
+            return action.help
+        return super()._get_help_string(action)
+
+
 def build() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="spotline", description=DESCRIPTION)
+    parser = argparse.ArgumentParser(prog="spotline", description=DESCRIPTION, formatter_class=Help)
     parser.add_argument("--version", action="version", version=version())
     parser.add_argument(
         "--workdir",
@@ -38,11 +47,15 @@ def build() -> argparse.ArgumentParser:
 
     up = sub.add_parser("up", help="run the whole system locally until Ctrl-C")
     up.add_argument("--tick-s", type=float, default=10.0, help="reaper tick period")
-    up.add_argument("--heartbeat-s", type=float, default=5.0)
+    up.add_argument(
+        "--heartbeat-s", type=float, default=5.0, help="seconds between a VM's heartbeats"
+    )
     up.add_argument(
         "--preempt-rate", type=float, default=0.0, help="chaos: random preemptions per Spot VM-hour"
     )
-    up.add_argument("--chaos-seed", type=int, default=None)
+    up.add_argument(
+        "--chaos-seed", type=int, default=None, help="seed the random preemptions (replayable)"
+    )
     up.add_argument("--notice-s", type=float, default=30.0, help="preemption notice")
     up.add_argument(
         "--quota",
@@ -61,13 +74,23 @@ def build() -> argparse.ArgumentParser:
     up.set_defaults(run=local.up)
 
     cancel = sub.add_parser("cancel", help="cancel a job: its VM is deleted")
-    cancel.add_argument("job")
-    cancel.add_argument("--reason", default="canceled by the user")
+    cancel.add_argument("jobs", nargs="+", metavar="JOB", help="the job(s) to cancel")
+    cancel.add_argument(
+        "--reason", default="canceled by the user", help="kept on the job as its error"
+    )
+    cancel.add_argument(
+        "--wait", action="store_true", help="wait until each job has ended (CANCELED)"
+    )
     cancel.set_defaults(run=submit.cancel)
 
     preempt = sub.add_parser("preempt", help="local chaos: preempt a job's VM (or a VM)")
     preempt.add_argument("target", help="job id or VM name")
-    preempt.add_argument("--notice-s", type=float, default=30.0)
+    preempt.add_argument(
+        "--notice-s",
+        type=float,
+        default=30.0,
+        help="seconds of notice the agent gets to save state (Compute Engine gives 30)",
+    )
     preempt.add_argument(
         "--no-notice",
         action="store_true",
@@ -83,7 +106,7 @@ def build() -> argparse.ArgumentParser:
     submit_cmd = sub.add_parser(
         "submit", help="validate a job spec, then publish it to spotline-submit"
     )
-    submit_cmd.add_argument("file", type=Path)
+    submit_cmd.add_argument("file", type=Path, help="the job spec (JSON; `spotline schema`)")
     submit_cmd.add_argument(
         "--dry-run",
         action="store_true",
@@ -114,13 +137,17 @@ def build() -> argparse.ArgumentParser:
     watch.add_parser(sub, jobs_view.watch)
 
     rejected = sub.add_parser("rejected", help="the newest submissions that were not jobs, and why")
-    rejected.add_argument("--limit", type=positive, default=20)
+    rejected.add_argument("--limit", type=positive, default=20, help="show the newest N")
     rejected.add_argument("--json", action="store_true", help=JSON_HELP)
     rejected.set_defaults(run=jobs_view.rejected)
 
     demo = sub.add_parser("demo", help="start the local stack, run the digits job, stop")
-    demo.add_argument("--spec", type=Path, default=Path("examples/digits.json"))
-    demo.add_argument("--timeout-s", type=float, default=300.0)
+    demo.add_argument(
+        "--spec", type=Path, default=Path("examples/digits.json"), help="the job to run"
+    )
+    demo.add_argument(
+        "--timeout-s", type=float, default=300.0, help="give up on the job after this long"
+    )
     demo.add_argument(
         "--preempt-after-epoch",
         type=int,
@@ -130,19 +157,38 @@ def build() -> argparse.ArgumentParser:
     demo.set_defaults(run=local.demo)
 
     logs_cmd = sub.add_parser("logs", help="a job's output, attempt by attempt")
-    logs_cmd.add_argument("job")
-    logs_cmd.add_argument("--attempt", type=int, default=None)
+    logs_cmd.add_argument("job", help="the job")
+    logs_cmd.add_argument("--attempt", type=int, default=None, help="only this attempt (1, 2, ...)")
     logs_cmd.add_argument("--json", action="store_true", help=JSON_HELP)
     logs_cmd.set_defaults(run=logs.logs)
 
     board = sub.add_parser("tensorboard", help="download a job's TensorBoard logs")
-    board.add_argument("job")
-    board.add_argument("directory", type=Path, nargs="?", default=Path("."))
+    board.add_argument("job", help="the job")
+    board.add_argument(
+        "directory", type=Path, nargs="?", default=Path("."), help="into DIRECTORY/logs/JOB/"
+    )
     board.set_defaults(run=outputs.tensorboard)
 
+    saved = sub.add_parser(
+        "checkpoints", help="download a job's saved state and outputs (into DIR/JOB/)"
+    )
+    saved.add_argument("job", help="the job")
+    saved.add_argument(
+        "directory", type=Path, nargs="?", default=Path("."), help="into DIRECTORY/JOB/"
+    )
+    saved.add_argument(
+        "--skip",
+        action="append",
+        choices=("checkpoints", "outputs"),
+        help="leave this part out (repeatable)",
+    )
+    saved.set_defaults(run=outputs.checkpoints)
+
     replay = sub.add_parser("replay", help="submit a copy of a job's recorded spec")
-    replay.add_argument("job")
-    replay.add_argument("--description", default=None)
+    replay.add_argument("job", help="the job whose spec to submit again")
+    replay.add_argument(
+        "--description", default=None, help='the copy\'s description (default: "replay of JOB")'
+    )
     replay.set_defaults(run=submit.replay)
 
     machines = sub.add_parser("machines", help="the machine catalog, prices and availability")
@@ -166,6 +212,8 @@ def build() -> argparse.ArgumentParser:
     )
     deploy_command.add_destroy_arguments(destroy)
     destroy.set_defaults(run=deploy_command.run_destroy)
+    for command in sub.choices.values():
+        command.formatter_class = Help
     return parser
 
 

@@ -9,6 +9,9 @@ from typing import TYPE_CHECKING
 
 from infra.cli.connect import connect, job_of
 
+# A spec spotline would refuse: a usage error, as argparse's own (2).
+EXIT_INVALID = 2
+
 if TYPE_CHECKING:
     from shared.domain.spec import JobSpec
     from shared.settings import Settings
@@ -28,13 +31,13 @@ def submit(args: argparse.Namespace) -> int:
         data = args.file.read_bytes()
     except OSError as err:
         print(f"cannot read {args.file}: {err.strerror or err}", file=sys.stderr)
-        return 1
+        return EXIT_INVALID
     spec, problems = check_submission(data, settings)
     if spec is None or problems:
         print(f"{args.file} was not submitted; spotline would refuse it:", file=sys.stderr)
         for problem in problems:
             print(f"  {problem}", file=sys.stderr)
-        return 1
+        return EXIT_INVALID
     if args.dry_run:
         print(json.dumps(display_spec(spec), indent=2, ensure_ascii=False))
         print(f"{args.file} is valid; nothing published (--dry-run)", file=sys.stderr)
@@ -96,6 +99,8 @@ def replay(args: argparse.Namespace) -> int:
 
 
 def cancel(args: argparse.Namespace) -> int:
+    """Publish a cancel for each job still active; 1 if any job does not
+    exist. With ``--wait``, follow them (``spotline watch``) until they end."""
     from shared.adapters.firestore_store import FirestoreStore
     from shared.adapters.pubsub_bus import PubsubBus
     from shared.contract.events import CancelRequest
@@ -103,16 +108,33 @@ def cancel(args: argparse.Namespace) -> int:
     from shared.topics import topics_for
 
     settings = connect(args.workdir)
-    job = FirestoreStore(settings.project).get_job(args.job)
-    if job is None:
-        print(f"no job {args.job} (`spotline status` lists them)", file=sys.stderr)
-        return 1
-    if job.status in JobStatus.terminal():
-        print(f"job {args.job} has already ended: {job.status}; nothing to cancel")
-        return 0
-    request = CancelRequest(job_id=args.job, reason=args.reason)
-    # In the per-user mode, on the job's user's own topic: IAM says whether you may.
-    topics = topics_for(job.user, settings.user_topics)
-    message_id = PubsubBus(settings.project, topics).publish("cancel", request)
-    print(f"cancel of {args.job} published (message {message_id})")
-    return 0
+    store = FirestoreStore(settings.project)
+    unknown, published = [], []
+    for job_id in args.jobs:
+        job = store.get_job(job_id)
+        if job is None:
+            print(f"no job {job_id} (`spotline status` lists them)", file=sys.stderr)
+            unknown.append(job_id)
+            continue
+        if job.status in JobStatus.terminal():
+            print(f"job {job_id} has already ended: {job.status}; nothing to cancel")
+            continue
+        request = CancelRequest(job_id=job_id, reason=args.reason)
+        # In the per-user mode, on the job's user's own topic: IAM says whether you may.
+        topics = topics_for(job.user, settings.user_topics)
+        message_id = PubsubBus(settings.project, topics).publish("cancel", request)
+        print(f"cancel of {job_id} published (message {message_id})")
+        published.append(job_id)
+    if args.wait and published:
+        wait_for_end(settings, published)
+    return 1 if unknown else 0
+
+
+def wait_for_end(settings: Settings, job_ids: list[str]) -> None:
+    """Until every job has ended, through Firestore listeners; a line per change."""
+    from infra.cli.watch import follow
+    from shared.adapters.firestore_listen import JobFeed
+    from shared.adapters.firestore_store import FirestoreStore
+
+    with JobFeed(FirestoreStore(settings.project), job_ids) as feed:
+        follow(feed, job_ids, live=False)

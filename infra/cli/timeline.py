@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 def add_parser(sub: Any, run: Any) -> None:
     """The ``timeline`` subcommand; ``run(args, job)`` is how the CLI finds the job."""
     parser = sub.add_parser("timeline", help="where a job's time went, per phase and attempt")
-    parser.add_argument("job")
+    parser.add_argument("job", help="the job")
     parser.add_argument(
         "--chart", choices=("pie", "funnel"), help="also draw the seed's chart (needs matplotlib)"
     )

@@ -32,7 +32,9 @@ def add_parser(sub: Any, run: Any) -> None:
     parser = sub.add_parser(
         "watch", help="follow jobs live until they end (every active job: until Ctrl-C)"
     )
-    parser.add_argument("jobs", nargs="*", metavar="JOB")
+    parser.add_argument(
+        "jobs", nargs="*", metavar="JOB", help="the jobs to follow (none: every active job)"
+    )
     parser.set_defaults(run=run)
 
 

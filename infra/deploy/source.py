@@ -35,6 +35,7 @@ DEPLOY_ONLY = frozenset(
         "google-cloud-storage",
         "google-cloud-logging",
         "rich",  # the CLI's tables
+        "argcomplete",  # the CLI's shell completion
     }
 )
 STORAGE_ONLY = frozenset({"fsspec", "gcsfs"})

@@ -51,6 +51,15 @@ class JobSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    # `"$schema": "spotline-job.schema.json"` lets an editor check a spec against
+    # `spotline schema`; spotline reads past it and keeps nothing of it.
+    schema_ref: str | None = Field(
+        default=None,
+        alias="$schema",
+        max_length=2048,
+        exclude=True,
+        description="The JSON Schema an editor checks this spec against (ignored).",
+    )
     job_id: str | None = Field(
         default=None,
         pattern=NAME_PATTERN,
