@@ -240,8 +240,12 @@ def _up(args: argparse.Namespace) -> int:
 def _submit(args: argparse.Namespace) -> int:
     from shared.adapters.pubsub_bus import PubsubBus
 
-    settings = _connect(args.workdir)
     data = args.file.read_bytes()
+    refused = _secret_refusals(data)
+    if refused:  # not even published: Pub/Sub would keep the value for days
+        print("not published: " + "; ".join(refused), file=sys.stderr)
+        return 2
+    settings = _connect(args.workdir)
     # Exactly what `gcloud pubsub topics publish spotline-submit --message=...` sends.
     message_id = PubsubBus(settings.project).publish("submit", data)
     print(f"published message {message_id}")
@@ -249,6 +253,19 @@ def _submit(args: argparse.Namespace) -> int:
     if job_id:
         print(f"job id: {job_id}")
     return 0
+
+
+def _secret_refusals(data: bytes) -> list[str]:
+    """What the submit function would refuse about the spec's env (a literal
+    value for a secret-like name), when the spec parses; never a value."""
+    from shared.domain.errors import InvalidMessage
+    from shared.domain.secret_env import env_refusals
+    from shared.domain.spec import parse_spec
+
+    try:
+        return env_refusals(parse_spec(data).env)
+    except InvalidMessage:
+        return []  # published: the function's rejection says what is wrong
 
 
 def _job_id(data: bytes, message_id: str) -> str | None:

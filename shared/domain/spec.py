@@ -34,7 +34,7 @@ from shared.domain.bounds import (
     json_problem,
 )
 from shared.domain.errors import InvalidMessage
-from shared.domain.secret_env import MASK, is_secret_name
+from shared.domain.secret_env import MASK, REFERENCE_FORMS, SECRET_NAME_WORDS, is_secret_name
 
 # Names end up in VM names and labels: lowercase letters, digits and hyphens.
 NAME_PATTERN = JOB_ID_PATTERN
@@ -122,7 +122,15 @@ class JobSpec(BaseModel):
     on_demand_fallback: bool = Field(
         default=False, description="A skipped Spot machine id is replaced by its .od twin."
     )
-    env: EnvVars = Field(default_factory=dict)
+    env: EnvVars = Field(
+        default_factory=dict,
+        description=(
+            "Environment variables for the trainer. A name containing "
+            f"{', '.join(SECRET_NAME_WORDS)} (any case; TOKEN not followed by a letter) "
+            f"takes no literal value, only a Secret Manager reference: {REFERENCE_FORMS}; "
+            "the VM resolves it, and only the reference is stored."
+        ),
+    )
 
     @field_validator("hyperparameters", "fit_kwargs")
     @classmethod
