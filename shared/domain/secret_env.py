@@ -81,6 +81,11 @@ def is_reference(value: str) -> bool:
     return value.startswith(REFERENCE_PREFIX)
 
 
+def reads_secrets(env: Mapping[str, str]) -> bool:
+    """Whether a job with this env needs its VM to read Secret Manager."""
+    return any(is_reference(value) for value in env.values())
+
+
 def parse_reference(value: str) -> SecretRef:
     """The secret an ``sm://`` value names.
 

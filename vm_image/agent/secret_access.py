@@ -84,9 +84,8 @@ def _access(base: str, resource: str, token: str, name: str) -> str:
             body = json.loads(response.read())
     except urllib.error.HTTPError as err:
         hint = (
-            " (the VM's service account needs roles/secretmanager.secretAccessor on it, and"
-            " the VM the cloud-platform scope, which a VM created for a job without sm://"
-            " values lacks: a cooling or stopped VM reused)"
+            " (the VM's service account needs roles/secretmanager.secretAccessor on it,"
+            " and the VM the cloud-platform scope)"
             if err.code in (401, 403)
             else " (no such secret or version)"
             if err.code == 404
