@@ -31,10 +31,15 @@ from tests.pubsub_events import post
 # the bucket, which the storage emulator does not serve, and backs off for
 # minutes. The stacks' client_env sets it too, for the processes they start.
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+# The agents these tests start run as root here (and in CI), where a VM's
+# agent would start its trainer as spotline-trainer, an account this machine
+# lacks: they run it as themselves, as the local stack does. The tests of the
+# switch (test_trainer_account.py) name an account of their own.
+os.environ.setdefault("SPOTLINE_TRAINER_USER", "")
 _MISSING = emulators_available()
 _NO_STORAGE = storage_emulator_missing()
 # The Compute Engine client against the local cloud: `cloud`, `compute`.
-pytest_plugins = ["tests.local_cloud"]
+pytest_plugins = ["tests.local_cloud", "tests.vm_agent"]
 
 
 def pytest_report_header() -> list[str]:

@@ -290,12 +290,13 @@ def test_submit_dry_run_prints_the_validated_spec_and_publishes_nothing(
 ) -> None:
     path = tmp_path / "job.json"
     spec = {"user": "ada", "machine_ids": ["g2-standard-4"], "trainer": "digits_mlp"}
-    path.write_text(json.dumps({**spec, "env": {"HF_TOKEN": "hf-1"}}))
+    env = {"HF_TOKEN": "sm://hf-token", "HF_HOME": "/data/hf"}  # a secret by reference
+    path.write_text(json.dumps({**spec, "env": env}))
 
     assert cli(["submit", "--dry-run", str(path)]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["user"] == "ada" and shown["epochs"] == 1  # defaults filled in
-    assert shown["env"] == {"HF_TOKEN": "***"}
+    assert shown["env"] == env
     path.write_text(json.dumps({**spec, "description": "the real one"}))
     assert cli(["submit", str(path)]) == 0
     assert re.search(r"job id: j[0-9a-f]{12}", capsys.readouterr().out)

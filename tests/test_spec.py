@@ -57,6 +57,8 @@ def test_the_schema_documents_the_fields() -> None:
     schema = JobSpec.model_json_schema()
     assert {"user", "machine_ids"} <= set(schema["required"])
     assert "NAME.od is on demand" in schema["properties"]["machine_ids"]["description"]
+    assert "sm://NAME" in schema["properties"]["env"]["description"]  # how to pass secrets
+    assert "API_KEY" in schema["properties"]["env"]["description"]
 
 
 def test_every_example_is_a_valid_job_spec(repo_root: Path) -> None:

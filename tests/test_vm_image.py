@@ -98,3 +98,22 @@ def test_the_service_leaves_the_notice_to_the_trainer() -> None:
 def test_plugins_are_pinned() -> None:
     versions = (IMAGE / "versions.pkr.hcl").read_text()
     assert 'version = "= ' in versions and "github.com/hashicorp/googlecompute" in versions
+
+
+def test_the_image_runs_the_trainer_as_an_unprivileged_account() -> None:
+    from vm_image.agent.privileges import DEFAULT_TRAINER_USER, TRAINER_USER_ENV
+
+    install = (IMAGE / "scripts" / "install.sh").read_text()
+    useradd = re.search(r"useradd (.*?) spotline-trainer\n", install.replace("\\\n", " "))
+    assert useradd, "install.sh creates the trainer's account"
+    assert "--system" in useradd.group(1) and "--shell /usr/sbin/nologin" in useradd.group(1)
+    assert "usermod --append --groups video,render spotline-trainer" in install  # the GPUs
+    assert "runuser -u spotline-trainer -- nvidia-smi" in install
+    unit = configparser.ConfigParser(strict=False, interpolation=None)
+    unit.read(IMAGE / "systemd" / "spotline-agent.service")
+    service = unit["Service"]
+    assert f"{TRAINER_USER_ENV}={DEFAULT_TRAINER_USER}" in service["Environment"]
+    assert service["NoNewPrivileges"] == "yes"
+    kept = set(service["CapabilityBoundingSet"].split())
+    assert {"CAP_SETUID", "CAP_SETGID", "CAP_CHOWN", "CAP_KILL"} <= kept
+    assert not kept & {"CAP_SYS_ADMIN", "CAP_NET_ADMIN", "CAP_SYS_MODULE"}

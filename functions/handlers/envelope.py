@@ -22,6 +22,7 @@ from functions import deps as process_deps
 from functions.deps import Deps
 from shared import logs
 from shared.domain.errors import InvalidMessage, PermanentError
+from shared.domain.secret_env import masked_start
 from shared.domain.spec import describe_validation_error
 
 Model = TypeVar("Model", bound=BaseModel)
@@ -135,7 +136,7 @@ def pubsub_handler(fn: Handler) -> Callable[[Any], None]:
 
 
 def _start(data: bytes) -> str:
-    return data[:_PAYLOAD_LOGGED].decode("utf-8", errors="replace")
+    return masked_start(data, _PAYLOAD_LOGGED)  # no secret-like env value in logs
 
 
 def _age_s(message: Message, now: datetime) -> float | None:

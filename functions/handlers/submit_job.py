@@ -10,6 +10,7 @@ from functions.ops.jobs import admit, start
 from shared.domain.documents import Rejection
 from shared.domain.errors import InvalidMessage, PermanentError
 from shared.domain.identity import refusal
+from shared.domain.secret_env import masked_start
 from shared.domain.spec import parse_spec, too_many_nodes
 
 _PAYLOAD_KEPT = 1024
@@ -43,7 +44,8 @@ def _reject(deps: Deps, message: Message, reason: str, now: datetime) -> None:
         Rejection(
             message_id=message.message_id,
             reason=reason,
-            payload=message.data[:_PAYLOAD_KEPT].decode("utf-8", errors="replace"),
+            # Never a secret-like env value, which the reason may be about.
+            payload=masked_start(message.data, _PAYLOAD_KEPT),
             at=now,
         )
     )

@@ -48,6 +48,7 @@ from shared.domain.placement import (
     refusal_summary,
     vm_name,
 )
+from shared.domain.secret_env import reads_secrets
 from shared.domain.vms import Vm
 
 
@@ -239,6 +240,7 @@ def _record_instance(deps: Deps, job: JobDoc, vm: Vm, option: Option, now: datet
             price_per_hour=option.price_per_hour,
             base_price_per_hour=option.price_per_hour,
             on_demand_price_per_hour=option.machine.on_demand_usd_per_hour,
+            reads_secrets=reads_secrets(job.spec.env),
             created_at=now,
             updated_at=now,
         )

@@ -34,6 +34,7 @@ from shared.domain.placement import (
     node_names,
     vm_name,
 )
+from shared.domain.secret_env import reads_secrets
 from shared.domain.states import InstanceStatus
 from shared.domain.stopping import restartable, restarted, restarted_for
 from shared.domain.vms import JOB_METADATA_KEY, Vm
@@ -119,6 +120,8 @@ def claim_cooling(deps: Deps, job: JobDoc, machine_ids: list[str], now: datetime
     cooling = [i for i in store.list_instances([InstanceStatus.COOLING]) if i.zone in zones]
     for machine_id in machine_ids:
         for instance in cooling:
+            if not _can_serve(instance, job):
+                continue
             if not claimable(instance, job.user, machine_id, now):
                 continue
             won = store.update_instance(
@@ -149,6 +152,8 @@ def claim_stopped(deps: Deps, job: JobDoc, machine_ids: list[str], now: datetime
     candidates = [i for i in store.stopped_instances() if i.zone in zones]
     for machine_id in machine_ids:
         for instance in candidates:
+            if not _can_serve(instance, job):
+                continue
             if not restartable(instance, job.user, machine_id, now):
                 continue
             hold_instance_slots(deps, job, [instance.name], now)  # running again, it is active
@@ -163,6 +168,12 @@ def claim_stopped(deps: Deps, job: JobDoc, machine_ids: list[str], now: datetime
             if found is not None:
                 return found
     return None
+
+
+def _can_serve(instance: InstanceDoc, job: JobDoc) -> bool:
+    """A VM's scopes are set when it is created: one made for a job without
+    Secret Manager references cannot read the secrets of one with them."""
+    return instance.reads_secrets or not reads_secrets(job.spec.env)
 
 
 def _boot(deps: Deps, job: JobDoc, instance: InstanceDoc, now: datetime) -> Single | None:

@@ -15,13 +15,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from shared.domain.documents import EpochDoc, JobDoc
+from shared.domain.secret_env import masked_env
 from shared.domain.spec import JobSpec
 from shared.domain.states import JobStatus
-
-MASK = "***"
-# An env variable whose name holds one of these is shown as MASK: a spec is
-# printed to terminals, CI logs and screenshots.
-SECRET_WORDS = ("SECRET", "TOKEN", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL")
 
 
 def display_spec(spec: JobSpec, defaults: bool = True) -> dict[str, Any]:
@@ -30,10 +26,9 @@ def display_spec(spec: JobSpec, defaults: bool = True) -> dict[str, Any]:
     leaves out the fields the user did not set."""
     shown = spec.model_dump(mode="json", exclude_none=True, exclude_defaults=not defaults)
     if "env" in shown:
-        shown["env"] = {
-            name: MASK if any(word in name.upper() for word in SECRET_WORDS) else value
-            for name, value in spec.env.items()
-        }
+        # The one list of secret-like names (shared.domain.secret_env); a
+        # Secret Manager reference is shown, it is no secret.
+        shown["env"] = masked_env(spec.env)
     return shown
 
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from shared.domain.catalog import Machine
 from shared.domain.documents import EpochDoc, JobDoc
+from shared.domain.secret_env import masked_env
 
 if TYPE_CHECKING:
     from shared.settings import Loaded
@@ -147,6 +148,11 @@ def timeline(job: JobDoc, epochs: Sequence[EpochDoc]) -> str:
         )
     if job.error:
         parts += ["", f"error: {job.error}"]
+    if job.spec.env:
+        # Secret-like values never shown (a job stored before admission
+        # refused them may hold one); Secret Manager references are.
+        shown = masked_env(job.spec.env)
+        parts += ["", "env:", *(f"  {name}={value}" for name, value in sorted(shown.items()))]
     if job.attempts:
         rows = [
             [

@@ -26,12 +26,16 @@ def submit(args: argparse.Namespace) -> int:
     from shared.domain.lifecycle import job_id_for
     from shared.topics import topics_for
 
-    settings = connect(args.workdir)
     try:
         data = args.file.read_bytes()
     except OSError as err:
         print(f"cannot read {args.file}: {err.strerror or err}", file=sys.stderr)
         return EXIT_INVALID
+    refused = secret_refusals(data)
+    if refused:  # checked before anything is reached: a secret never leaves this machine
+        print("not published: " + "; ".join(refused), file=sys.stderr)
+        return EXIT_INVALID
+    settings = connect(args.workdir)
     spec, problems = check_submission(data, settings)
     if spec is None or problems:
         print(f"{args.file} was not submitted; spotline would refuse it:", file=sys.stderr)
@@ -62,6 +66,19 @@ def follow_job(settings: Settings, job_id: str) -> int:
 
     with JobFeed(FirestoreStore(settings.project), [job_id]) as feed:
         return follow(feed, [job_id])
+
+
+def secret_refusals(data: bytes) -> list[str]:
+    """A literal value for a secret-like env name, when the spec parses (never
+    the value itself); a spec that does not parse is refused with the rest."""
+    from shared.domain.errors import InvalidMessage
+    from shared.domain.secret_env import env_refusals
+    from shared.domain.spec import parse_spec
+
+    try:
+        return env_refusals(parse_spec(data).env)
+    except InvalidMessage:
+        return []
 
 
 def check_submission(data: bytes, settings: Settings) -> tuple[JobSpec | None, list[str]]:

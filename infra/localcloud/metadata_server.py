@@ -10,7 +10,9 @@ request, exactly as on Compute Engine. This server answers those paths for one V
   value's ETag differs from ``last_etag`` (default: the ETag when the request came
   in) or ``timeout_sec`` passes, then answers the current value;
 * a directory (``instance/attributes/``) lists its keys, one per line, and with
-  ``recursive=true`` answers a JSON object.
+  ``recursive=true`` answers a JSON object;
+* ``instance/service-accounts/default/token`` answers a fixed token per VM
+  (``access_token``), for local doubles of Google APIs to check.
 """
 
 from __future__ import annotations
@@ -48,6 +50,12 @@ class Identity:
     machine_type: str
     project: str
     numeric_project_id: str
+
+
+def access_token(identity: Identity) -> str:
+    """The OAuth token a local VM's service account is given: fixed per VM, so
+    that a local double of a Google API (Secret Manager) can check it."""
+    return f"ya29.local-{identity.project}-{identity.name}"
 
 
 def etag(body: str) -> str:
@@ -165,6 +173,18 @@ class MetadataServer:
                 "maintenance-event": "NONE",
                 "name": ident.name,
                 "preempted": "TRUE" if self._preempted else "FALSE",
+                "service-accounts": {
+                    "default": {
+                        "email": f"spotline-vm@{ident.project}.iam.gserviceaccount.com",
+                        "token": json.dumps(
+                            {
+                                "access_token": access_token(ident),
+                                "expires_in": 3599,
+                                "token_type": "Bearer",
+                            }
+                        ),
+                    }
+                },
                 "zone": f"{project_path}/zones/{ident.zone}",
             },
             "project": {

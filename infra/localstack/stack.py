@@ -195,6 +195,9 @@ class LocalStack:
             **self.storage.client_env(),
             "PYTHONPATH": str(REPO_ROOT),
             "PYTHONUNBUFFERED": "1",
+            # Local VMs are processes of this machine: their trainers run as the
+            # stack's user, even where that is root (no spotline-trainer here).
+            "SPOTLINE_TRAINER_USER": os.environ.get("SPOTLINE_TRAINER_USER", ""),
         }
 
     def _start_functions(self, logs_dir: Path) -> None:

@@ -30,6 +30,10 @@ VM_SCOPES = (
     "https://www.googleapis.com/auth/devstorage.read_write",
     "https://www.googleapis.com/auth/logging.write",
 )
+# Only for a job with Secret Manager references, which has no scope of its own:
+# the VM account's IAM roles (secretAccessor on the named secrets, granted by
+# the user) still bound what the token can do.
+SECRETS_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 DEFAULT_NETWORK = "global/networks/default"
 
 
@@ -161,7 +165,8 @@ def service_accounts(request: VmRequest) -> list[compute_v1.ServiceAccount]:
 
     if not request.service_account:
         return []
-    return [compute_v1.ServiceAccount(email=request.service_account, scopes=list(VM_SCOPES))]
+    scopes = [*VM_SCOPES, *([SECRETS_SCOPE] if request.reads_secrets else [])]
+    return [compute_v1.ServiceAccount(email=request.service_account, scopes=scopes)]
 
 
 def instance_resource(request: VmRequest) -> compute_v1.Instance:

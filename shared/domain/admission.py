@@ -1,8 +1,9 @@
 """What a submission must be, beyond its schema, for the deployment to take it.
 
 Known at submission and never to change for the job: its machine ids are in
-the catalog, its zones are in the region spotline is deployed in, and a job id
-of its own does not take the form spotline derives from message ids. A job
+the catalog, its zones are in the region spotline is deployed in, a job id
+of its own does not take the form spotline derives from message ids, and no
+secret-like ``env`` variable holds a literal value (``secret_env``). A job
 refused here is a rejected submission: no job document, no slot.
 
 Pure: the caller passes the catalog and the region (the settings' business).
@@ -15,6 +16,7 @@ from collections.abc import Mapping
 from shared.domain.catalog import Machine
 from shared.domain.lifecycle import DERIVED_JOB_ID
 from shared.domain.placement import parse_machine_id
+from shared.domain.secret_env import env_refusals
 from shared.domain.spec import JobSpec
 
 
@@ -35,6 +37,7 @@ def refusals(spec: JobSpec, catalog: Mapping[str, Machine], region: str) -> list
             f"job_id: {spec.job_id!r} has the form spotline derives from message ids "
             "('j' and 12 hex digits); choose another"
         )
+    problems += env_refusals(spec.env)
     return problems
 
 

@@ -140,6 +140,9 @@ class InstanceDoc(_Doc):
     cooling_cost_usd: float = 0.0  # the current cooling period, so far
     cooled_for_job: str | None = None  # whose cooling period the last claim closed
     stopped_until: datetime | None = None  # CLOSED/STOPPED: restartable until then
+    # Created with the scope to read Secret Manager (its job had sm:// env
+    # values): only such a VM is reused for a job that has some.
+    reads_secrets: bool = False
     created_at: datetime
     booted_at: datetime | None = None
     last_heartbeat_at: datetime | None = None

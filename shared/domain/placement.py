@@ -15,6 +15,7 @@ from shared.contract.assignment import Assignment
 from shared.domain.catalog import Machine
 from shared.domain.documents import InstanceDoc
 from shared.domain.errors import Unplaceable
+from shared.domain.secret_env import reads_secrets
 from shared.domain.vms import (
     JOB_METADATA_KEY,
     MANAGED_LABEL,
@@ -230,6 +231,7 @@ def build_vm_request(
         metadata={**BOOT_SCRIPTS, JOB_METADATA_KEY: assignment.model_dump_json()},
         accelerators=accelerators,
         service_account=service_account,
+        reads_secrets=reads_secrets(assignment.spec.env),
     )
 
 

@@ -34,6 +34,7 @@ from shared.domain.bounds import (
     json_problem,
 )
 from shared.domain.errors import InvalidMessage
+from shared.domain.secret_env import MASK, REFERENCE_FORMS, SECRET_NAME_WORDS, is_secret_name
 
 # Names end up in VM names and labels: lowercase letters, digits and hyphens.
 NAME_PATTERN = JOB_ID_PATTERN
@@ -130,7 +131,15 @@ class JobSpec(BaseModel):
     on_demand_fallback: bool = Field(
         default=False, description="A skipped Spot machine id is replaced by its .od twin."
     )
-    env: EnvVars = Field(default_factory=dict)
+    env: EnvVars = Field(
+        default_factory=dict,
+        description=(
+            "Environment variables for the trainer. A name containing "
+            f"{', '.join(SECRET_NAME_WORDS)} (any case; TOKEN not followed by a letter) "
+            f"takes no literal value, only a Secret Manager reference: {REFERENCE_FORMS}; "
+            "the VM resolves it, and only the reference is stored."
+        ),
+    )
 
     @field_validator("hyperparameters", "fit_kwargs")
     @classmethod
@@ -239,11 +248,28 @@ def describe_validation_error(err: ValidationError) -> str:
     problems = err.errors(include_url=False)
     for problem in problems[:_PROBLEMS_NAMED]:
         where = ".".join(str(part)[:60] for part in problem["loc"]) or "message"
-        got = "" if problem["type"] == "missing" else f" (got {_short(problem.get('input'))})"
+        shown = _masked_input(problem["loc"], problem.get("input"))
+        got = "" if problem["type"] == "missing" else f" (got {_short(shown)})"
         lines.append(f"{where}: {problem['msg'][:300]}{got}")
     if len(problems) > _PROBLEMS_NAMED:
         lines.append(f"and {len(problems) - _PROBLEMS_NAMED} more problems")
     return "; ".join(lines)
+
+
+def _masked_input(loc: tuple[int | str, ...], value: object) -> object:
+    """What a problem may show of its input: never a secret-like variable's
+    value (the reason is kept in Firestore and logged; see secret_env)."""
+    if len(loc) > 1 and loc[0] == "env":
+        return MASK if is_secret_name(str(loc[1])) else value
+    if loc == ("env",) and isinstance(value, dict):
+        return _masked_dict(value)
+    if not loc and isinstance(value, dict) and isinstance(value.get("env"), dict):
+        return {**value, "env": _masked_dict(value["env"])}
+    return value
+
+
+def _masked_dict(env: dict[Any, Any]) -> dict[Any, Any]:
+    return {name: MASK if is_secret_name(str(name)) else item for name, item in env.items()}
 
 
 def _short(value: object) -> str:

@@ -54,6 +54,9 @@ class VmRequest:
     accelerators: tuple[Accelerator, ...] = ()
     disk_gb: int = 100
     service_account: str | None = None
+    # The job names Secret Manager references (secret_env): its VM's token
+    # needs the cloud-platform scope, Secret Manager having no narrower one.
+    reads_secrets: bool = False
 
 
 @dataclass(frozen=True)

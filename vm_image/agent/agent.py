@@ -32,14 +32,11 @@ from shared.domain.states import JobSubstatus
 from shared.domain.vms import JOB_METADATA_KEY
 from shared.ports.bus import Bus
 from vm_image.agent.metadata import Metadata, MetadataError
-from vm_image.agent.trainer_process import (
-    TENSORBOARD_DIR,
-    CannotStart,
-    TrainerProcess,
-    trainer_command,
-    trainer_env,
-)
+from vm_image.agent.privileges import AccountMissing, TrainerAccount, trainer_account
+from vm_image.agent.trainer_launch import launch_trainer
+from vm_image.agent.trainer_process import TENSORBOARD_DIR, CannotStart, TrainerProcess
 from vm_image.agent.transfers import download_folder, upload_folder
+from vm_image.agent.workspace import job_folder
 
 JOB_ATTRIBUTE = f"instance/attributes/{JOB_METADATA_KEY}"
 # A cooling agent idles a little past the period: the reaper deletes the VM at
@@ -78,6 +75,10 @@ class Agent:
         self.preempted = threading.Event()
         self.stopped = threading.Event()  # the agent is exiting
         self._report_lock = threading.Lock()
+        try:
+            self.account: TrainerAccount | AccountMissing = trainer_account()
+        except AccountMissing as err:  # each job fails, saying why; none runs as root
+            self.account = err
         self._start(self.assignment, reused=False)
 
     def _start(self, assignment: Assignment, reused: bool) -> None:
@@ -94,10 +95,11 @@ class Agent:
         self._tensorboard_uploaded_at = float("-inf")  # the first epoch's logs go up
         self.job_done = threading.Event()
         self._preemption_reported = False
-        # Each job its own folder: a cooling VM runs several, and must not
-        # replay one job's reports or upload its logs for the next.
-        self.job_dir = self.workdir / f"{assignment.job_id}-a{assignment.attempt}"
-        self.job_dir.mkdir(parents=True, exist_ok=True)
+        # Each job its own folder: a cooling or restarted VM runs several, and
+        # must not replay one job's reports, upload its logs for the next, or
+        # show the next job its files (workspace: earlier folders are removed).
+        key = f"{assignment.job_id}-a{assignment.attempt}"
+        self.job_dir = job_folder(self.workdir, key, self.account)
 
     # -- events -----------------------------------------------------------
 
@@ -266,15 +268,15 @@ class Agent:
     def _train(self, code_dir: Path) -> tuple[int, str]:
         """Run the trainer; its exit code and last output lines. A trainer
         that cannot start fails the job with the reason as its output."""
-        events_path = self.job_dir / "events.jsonl"
         try:
-            self.trainer = TrainerProcess(
-                trainer_command(self.assignment),
-                trainer_env(self.assignment, events_path, dict(os.environ), self.name),
+            self.trainer = launch_trainer(
+                self.assignment,
+                self.account,
+                self.metadata,
+                self.job_dir,
                 code_dir,
-                events_path,
+                self.name,
                 self._on_report,
-                labels={"job_id": self.assignment.job_id, "attempt": self.assignment.attempt},
             )
         except CannotStart as err:
             logs.error(str(err), job_id=self.assignment.job_id, attempt=self.assignment.attempt)

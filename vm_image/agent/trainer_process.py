@@ -10,13 +10,15 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 from shared import logs
 from shared.contract.assignment import Assignment
 from shared.contract.cluster import cluster_env
+from shared.domain.secret_env import scrub
+from vm_image.agent.privileges import TrainerAccount
 
 # The job's error shows the trainer's last lines: this many, each cut to
 # _TAIL_LINE_CHARS and all of them to TAIL_CHARS, so that a trainer printing
@@ -85,7 +87,13 @@ def trainer_env(
 
 class TrainerProcess:
     """The trainer subprocess, its output copied to our stdout and a log file,
-    and its report lines handed to ``on_report`` as they appear."""
+    and its report lines handed to ``on_report`` as they appear.
+
+    ``account``: who it runs as (``privileges``); by default the agent's
+    user. ``secrets``: values resolved from Secret Manager, replaced by
+    ``***`` in every line relayed, logged or kept for the job's error (a
+    value split across two reads of _READ_BYTES is not caught).
+    """
 
     def __init__(
         self,
@@ -95,21 +103,30 @@ class TrainerProcess:
         events_path: Path,
         on_report: Callable[[dict[str, Any]], None],
         labels: dict[str, Any] | None = None,
+        account: TrainerAccount | None = None,
+        secrets: Sequence[str] = (),
     ) -> None:
         self.events_path = events_path
+        self.secrets = [value for value in secrets if value]
         self.labels = dict(labels or {})
         self.on_report = on_report
         self.tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
         self._offset = 0
         self._done = threading.Event()
-        events_path.touch()
+        if not events_path.exists():
+            events_path.touch()
         self._log = open(workdir / "trainer.log", "a", encoding="utf-8")  # noqa: SIM115
         self._log_failed = False
         # Same process group as the agent: whatever stops the VM stops both.
         # Bytes, not text: a trainer's output need not be UTF-8 (see _copy).
         try:
             self.process = subprocess.Popen(
-                command, env=env, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+                command,
+                env=env,
+                cwd=workdir,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                **(account.popen_kwargs() if account else {}),
             )
         except (OSError, ValueError) as err:
             self._log.close()
@@ -146,7 +163,7 @@ class TrainerProcess:
         # piece never ends the loop.
         try:
             while piece := stream.readline(_READ_BYTES):
-                self._relay(piece.decode("utf-8", errors="replace"))
+                self._relay(scrub(piece.decode("utf-8", errors="replace"), self.secrets))
         finally:
             self._log.close()
 
@@ -178,7 +195,11 @@ class TrainerProcess:
     def _read_new_reports(self) -> None:
         # A line that is not UTF-8 is decoded with replacement: what does not
         # parse, or does not make an event, is skipped with a warning.
-        with open(self.events_path, encoding="utf-8", errors="replace") as events:
+        # Not through a link: the trainer (another account) owns the folder,
+        # and must not have the agent read a file it cannot.
+        with open(
+            self.events_path, encoding="utf-8", errors="replace", opener=_no_follow
+        ) as events:
             events.seek(self._offset)
             while True:
                 line = events.readline()
@@ -194,6 +215,10 @@ class TrainerProcess:
                         self.on_report(record)
                     except Exception as err:  # e.g. Pub/Sub out of reach: keep following
                         logs.warning(f"could not relay the trainer's report {record}: {err}")
+
+
+def _no_follow(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_NOFOLLOW)
 
 
 def _cannot_start(

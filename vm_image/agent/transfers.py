@@ -15,15 +15,27 @@ from pathlib import Path
 
 def upload_folder(local: Path, remote: str) -> int:
     """Copy every file under ``local`` to the same relative names under ``remote``,
-    overwriting; the number of files copied (0 for a missing or empty folder)."""
-    files = [path for path in local.rglob("*") if path.is_file()] if local.is_dir() else []
+    overwriting; the number of files copied (0 for a missing or empty folder).
+
+    Links are skipped, and a folder that is a link is not read: the folder
+    is the trainer's (another account), the agent reading it is root, and a
+    link would have it upload what the trainer may not read. (rglob does not
+    enter linked folders.)
+    """
+    if local.is_symlink() or not local.is_dir():
+        return 0
+    files = [path for path in local.rglob("*") if path.is_file() and not path.is_symlink()]
     if not files:
         return 0
     from fsspec.core import url_to_fs
 
     fs, root = url_to_fs(remote)
-    fs.makedirs(root, exist_ok=True)  # a no-op on GCS; a real folder on a disk
-    fs.put(f"{local}/", f"{root.rstrip('/')}/", recursive=True)
+    root = root.rstrip("/")
+    targets = [f"{root}/{path.relative_to(local).as_posix()}" for path in files]
+    for parent in sorted({target.rsplit("/", 1)[0] for target in targets}):
+        fs.makedirs(parent, exist_ok=True)  # a no-op on GCS; real folders on a disk
+    # File by file, named: the same names the first time and every time after.
+    fs.put([str(path) for path in files], targets)
     return len(files)
 
 

@@ -27,8 +27,29 @@ python3.11 -m venv /opt/spotline/venv
 install -d /opt/spotline/scripts
 install -m 0755 /tmp/spotline-scripts/startup.sh /tmp/spotline-scripts/shutdown.sh /opt/spotline/scripts/
 
-# 4. The service: enabled, so it starts on every boot of a VM from this image.
-install -d /var/lib/spotline
+# 4. The trainer's account (vm_image/agent/privileges.py): the agent runs as
+#    root, the user's code as spotline-trainer, a system account with no
+#    login shell, no password, no sudo and no home of its own (the agent gives
+#    it one per job, removed before the next). It is in the groups that own
+#    the GPU devices: video (/dev/nvidia* on the Deep Learning VM, where they
+#    may also be open to all) and render (/dev/dri/renderD*); the build fails
+#    if CUDA's nvidia-smi cannot run as it.
+getent group render >/dev/null || groupadd --system render
+id -u spotline-trainer >/dev/null 2>&1 || useradd --system --user-group \
+  --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin spotline-trainer
+usermod --append --groups video,render spotline-trainer
+passwd --lock spotline-trainer
+if grep -rqs spotline-trainer /etc/sudoers /etc/sudoers.d; then
+  echo "spotline-trainer must have no sudo rule" >&2
+  exit 1
+fi
+ls -l /dev/nvidia* || true
+runuser -u spotline-trainer -- nvidia-smi
+runuser -u spotline-trainer -- /opt/spotline/venv/bin/python -c "import vm_image.trainers"
+
+# 5. The service: enabled, so it starts on every boot of a VM from this image.
+#    Job folders live in /var/lib/spotline/jobs, each the trainer's, 0700.
+install -d -m 0755 /var/lib/spotline
 install -m 0644 /tmp/spotline-agent.service /etc/systemd/system/spotline-agent.service
 systemctl daemon-reload
 systemctl enable spotline-agent.service
