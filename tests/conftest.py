@@ -24,6 +24,7 @@ from infra.localcloud.launchers import RecordLauncher
 from infra.localstack.emulators import Emulator, emulators_available, start_firestore, start_pubsub
 from infra.localstack.stack import LocalStack, StackOptions
 from infra.localstack.storage import StorageEmulator, reload_fsspec_config, storage_emulator_missing
+from tests.event_tokens import token_for
 from tests.pubsub_events import post
 
 # gcsfs reads this once, when first imported (whichever test module does it
@@ -180,6 +181,10 @@ SPEC = {
 }
 
 
+# The running test's `host`: vm_event reads its VMs' event tokens there.
+_HOSTS: list[LocalCloud] = []
+
+
 @pytest.fixture
 def host(project: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalCloud]:
     """The local cloud (VMs are records, no processes), reached by the handlers
@@ -189,9 +194,11 @@ def host(project: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Itera
         monkeypatch.setenv("SPOTLINE_ZONES", "us-central1-a,us-central1-b")
         monkeypatch.setenv("SPOTLINE_STORAGE_ROOT", f"file://{tmp_path}/storage")
         deps.reset()
+        _HOSTS.append(cloud)
         try:
             yield cloud
         finally:
+            _HOSTS.remove(cloud)
             deps.reset()
 
 
@@ -218,8 +225,14 @@ def call(host: LocalCloud, project: str, repo_root: Path) -> Callable[..., Any]:
 
 
 def vm_event(cls: type, **fields: Any) -> Any:
+    """A VM event as the agent of the attempt's VM sends it: with the event
+    token the functions handed that attempt's VMs in the running test's local
+    cloud (none if no VM of it was ever made there), unless ``token`` is given."""
     base = {"job_id": "job1", "attempt": 1, "instance": "sl-job1-a1", "sent_at": datetime.now(UTC)}
-    return cls(**{**base, **fields})
+    event = {**base, **fields}
+    if "token" not in event and _HOSTS:
+        event["token"] = token_for(_HOSTS[-1], event["job_id"], event["attempt"])
+    return cls(**event)
 
 
 def submit_concurrently(

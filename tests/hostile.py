@@ -16,7 +16,9 @@ import functions_framework
 import pytest
 
 from functions import deps
+from infra.localcloud.cloud import LocalCloud
 from shared.contract.events import EpochDone, Heartbeat, JobFinished, SpotPreempted, VmBooted
+from shared.domain.vms import EVENT_TOKEN_METADATA_KEY
 from shared.ports.store import Store
 from shared.settings import TOPICS
 
@@ -45,10 +47,11 @@ def vm_fields(**fields: Any) -> dict[str, Any]:
     return {"sent_at": datetime.now(UTC).isoformat(), **base, **fields}
 
 
-def valid(kind: str) -> dict[str, Any]:
+def valid(kind: str, token: str = "") -> dict[str, Any]:
     """A valid message of ``kind`` for the world's job (a handler name, or
-    ``heartbeat`` / ``epoch`` for the two shapes on spotline-epoch-done)."""
-    return {
+    ``heartbeat`` / ``epoch`` for the two shapes on spotline-epoch-done); a VM
+    event carries ``token`` when given (``World.token``)."""
+    message = {
         "submit_job": {**SPEC, "job_id": "job2"},
         "cancel_job": {"job_id": "job1"},
         "on_vm_booted": vm_fields(zone="us-central1-a", instance_id="123"),
@@ -58,6 +61,7 @@ def valid(kind: str) -> dict[str, Any]:
         "on_spot_preempted": vm_fields(step=10, checkpoint_uri="file:///ckpt"),
         "reaper": {},
     }[kind]
+    return {**message, "token": token} if token and kind in MODELS else message
 
 
 MODELS = {
@@ -69,13 +73,19 @@ MODELS = {
 }
 
 
+# The handlers of VM events: what they are sent carries the VM's event token.
+VM_TARGETS = {"on_vm_booted", "on_epoch_done", "on_job_finished", "on_spot_preempted"}
+
+
 @dataclass
 class World:
-    """The handlers of one project, and its store."""
+    """The handlers of one project, its store, and the local cloud its VM is in."""
 
     store: Store
     project: str
+    cloud: LocalCloud
     clients: dict[str, Any] = field(default_factory=dict)
+    token: str = ""  # job1's VM's event token, read from its metadata by set_up
 
     def post(self, target: str, message: dict[str, Any]) -> Any:
         """POST a Pub/Sub push envelope holding ``message`` (its data as given)."""
@@ -89,13 +99,21 @@ class World:
         return self.clients[target].post(f"/{topic}", json=body)
 
     def send(self, target: str, payload: bytes | dict[str, Any], message_id: str = "1") -> Any:
+        """``payload`` to ``target``; to a VM event's handler, as job1's VM
+        sends it: with its event token (a ``token`` of the payload's own wins)."""
         data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        if target in VM_TARGETS and self.token and data.startswith(b"{"):
+            data = b'{"token": "' + self.token.encode() + b'", ' + data[1:]
+            data = data.replace(b", }", b"}", 1) if data.endswith(b", }") else data
         return self.post(target, envelope(data, message_id))
 
     def set_up(self) -> None:
         """job1, submitted, its VM booted and training."""
+        assert self.send("submit_job", SPEC, message_id="setup-submit_job").status_code == 200
+        vm = self.cloud.get("sl-job1-a1")
+        assert vm is not None
+        self.token = vm["metadata"][EVENT_TOKEN_METADATA_KEY]  # as its agent reads it
         for target, payload in (
-            ("submit_job", SPEC),
             ("on_vm_booted", valid("on_vm_booted")),
             ("on_epoch_done", valid("heartbeat")),
         ):
@@ -142,7 +160,6 @@ def log_records(text: str) -> list[dict[str, Any]]:
 
 def memory_world(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Generator[World]:
     """The world on the in-memory store, its VMs in the local cloud (records)."""
-    from infra.localcloud.cloud import LocalCloud
     from infra.localcloud.launchers import RecordLauncher
     from shared.adapters.memory_store import InMemoryStore
     from shared.adapters.recording_bus import RecordingBus
@@ -158,4 +175,4 @@ def memory_world(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Generator[W
         store = InMemoryStore()
         process = deps.Deps(settings, store=store, bus=RecordingBus("hostile"))
         monkeypatch.setattr(deps, "_current", process)
-        yield World(store=store, project="hostile")
+        yield World(store=store, project="hostile", cloud=cloud)

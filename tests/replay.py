@@ -60,7 +60,7 @@ from shared.contract.events import (
     VmBooted,
 )
 from shared.domain.states import JobStatus, JobSubstatus
-from shared.domain.vms import JOB_METADATA_KEY, MANAGED_LABEL
+from shared.domain.vms import EVENT_TOKEN_METADATA_KEY, JOB_METADATA_KEY, MANAGED_LABEL
 from shared.ports.compute import Compute
 from shared.ports.store import Store
 from shared.settings import TOPICS, Settings
@@ -464,6 +464,8 @@ class AgentSim:
         self.zone: str = vm["zone"]
         self.instance_id = str(vm["id"])
         self.assignment = assignment
+        # Read with the assignment, as the agent reads it; its events carry it.
+        self.token = str(vm["metadata"].get(EVENT_TOKEN_METADATA_KEY, ""))
         self.plan = plan
         self.stage = 0
         self.reused = reused  # a cooling VM's agent, handed its next job: no boot
@@ -485,6 +487,7 @@ class AgentSim:
             "instance": self.name,
             "sent_at": self.world.now,
             "phases": dict(self.phases),
+            "token": self.token,
         }
 
     def enter(self, phase: JobSubstatus) -> None:
@@ -592,16 +595,22 @@ class AgentSim:
             )
             world.publish("spot_preempted", event)
         if report in ("log-sink", "both"):
-            world.publish("spot_preempted", log_entry(PROJECT, self.zone, self.name))
+            sink = log_entry(PROJECT, self.zone, self.name, self.instance_id)
+            world.publish("spot_preempted", sink)
 
 
-def log_entry(project: str, zone: str, name: str) -> bytes:
-    """The Cloud Logging sink's message for a preemption."""
+def log_entry(project: str, zone: str, name: str, instance_id: str) -> bytes:
+    """The Cloud Logging sink's message for a preemption: the VM's name, and
+    its numeric id in the entry's resource labels."""
     return json.dumps(
         {
             "protoPayload": {
                 "methodName": PREEMPTED_METHOD,
                 "resourceName": f"projects/{project}/zones/{zone}/instances/{name}",
-            }
+            },
+            "resource": {
+                "type": "gce_instance",
+                "labels": {"zone": zone, "instance_id": instance_id},
+            },
         }
     ).encode()

@@ -80,6 +80,8 @@ def test_one_cooling_vm_has_one_winner(call: Callable[..., Any], project: str) -
     store = FirestoreStore(project)
     spec = JobSpec.model_validate({**COOL, "job_id": None})
     racers = [new_job(spec, f"racer{n}", f"m{n}", datetime.now(UTC)) for n in (1, 2)]
+    for racer in racers:  # submitted: the winner keeps its VM's event token on it
+        store.create_job(racer)
     winners: list[str] = []
 
     def race(job: JobDoc) -> None:
@@ -105,6 +107,7 @@ def test_ending_a_cooling_vm_while_a_job_claims_it_has_one_winner(
     assert cooling is not None
     spec = JobSpec.model_validate({**COOL, "job_id": None})
     racer = new_job(spec, "racer", "m1", datetime.now(UTC))
+    store.create_job(racer)  # submitted: a claim keeps its VM's event token on it
     outcome: dict[str, object] = {}
 
     def claim() -> None:

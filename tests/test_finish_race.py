@@ -47,7 +47,11 @@ def reports(world: World, agent: AgentSim, who: str) -> list[Published]:
         made.append(world.publish("spot_preempted", event, scheduled=False))
     if who in ("log-sink", "both"):
         made.append(
-            world.publish("spot_preempted", log_entry(PROJECT, agent.zone, VM), scheduled=False)
+            world.publish(
+                "spot_preempted",
+                log_entry(PROJECT, agent.zone, VM, agent.instance_id),
+                scheduled=False,
+            )
         )
     return made
 
@@ -243,7 +247,7 @@ def test_a_late_finish_of_an_attempt_two_back_is_stale() -> None:
         world.cloud.preempt("sl-c-a2", zone=agent.zone, notice_s=0.0)
         second = world.memory.get_instance("sl-c-a2")
         assert second is not None
-        entry = log_entry(PROJECT, second.zone, "sl-c-a2")
+        entry = log_entry(PROJECT, second.zone, "sl-c-a2", second.instance_id or "")
         assert world.deliver(world.publish("spot_preempted", entry, scheduled=False))
         world.advance(STEP_S)
         for message in finished:

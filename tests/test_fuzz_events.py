@@ -115,9 +115,10 @@ def _dumps(value: Any) -> str:
 
 
 @st.composite
-def mutated(draw: st.DrawFn, kind: str) -> bytes:
-    """A valid message of ``kind``, changed in one or a few structural ways."""
-    message: Any = valid(kind)
+def mutated(draw: st.DrawFn, kind: str, token: str) -> bytes:
+    """A valid message of ``kind`` (a VM event with the VM's event ``token``),
+    changed in one or a few structural ways (the token among the fields)."""
+    message: Any = valid(kind, token)
     for _ in range(draw(st.integers(min_value=1, max_value=3))):
         if not isinstance(message, dict):
             break
@@ -163,11 +164,11 @@ def mutated(draw: st.DrawFn, kind: str) -> bytes:
     return text.encode()
 
 
-def message_of(kind: str) -> st.SearchStrategy[bytes]:
+def message_of(kind: str, token: str) -> st.SearchStrategy[bytes]:
     return st.one_of(
-        mutated(kind),
-        mutated(kind),
-        mutated(kind),
+        mutated(kind, token),
+        mutated(kind, token),
+        mutated(kind, token),
         json_values.map(lambda value: _dumps(value).encode()),
         st.binary(max_size=64),
     )
@@ -279,7 +280,7 @@ FUZZ = settings(
 @pytest.mark.parametrize("kind", list(PARSE))
 def test_no_message_escapes_and_a_refused_one_changes_nothing(template: World, kind: str) -> None:
     @FUZZ
-    @given(data=message_of(kind))
+    @given(data=message_of(kind, template.token))
     def fuzz(data: bytes) -> None:
         check(template, kind, data)
 
@@ -289,7 +290,19 @@ def test_no_message_escapes_and_a_refused_one_changes_nothing(template: World, k
 def test_the_fuzzer_reaches_the_handlers_with_valid_messages(template: World) -> None:
     """Not only refusals: the unchanged valid messages are taken."""
     for kind in PARSE:
-        assert not refused(kind, json.dumps(valid(kind)).encode()), kind
+        data = json.dumps(valid(kind, template.token)).encode()
+        assert not refused(kind, data), kind
+        # ... and with the VM's token they get past its check: the fuzzed
+        # messages reach the lifecycle, not only the token check.
+        current = deps.current()
+        deps._current = deps.Deps(
+            current.settings, store=fresh(template), compute=current.compute, bus=RecordingBus("x")
+        )
+        try:
+            output = deliver(TARGET.get(kind, kind), data)
+        finally:
+            deps._current = current
+        assert "ForgedEvent" not in output, output
 
 
 def summary() -> str | None:

@@ -14,6 +14,7 @@ from shared.adapters.firestore_store import FirestoreStore
 from shared.contract.events import Heartbeat, JobFinished, SpotPreempted
 from shared.domain.states import JobStatus, JobSubstatus
 from tests.conftest import SPEC, vm_event
+from tests.event_tokens import vm_token
 
 pytestmark = pytest.mark.emulators
 GANG = {**SPEC, "nodes": 2}
@@ -45,6 +46,8 @@ def test_a_gang_is_placed_whole_in_one_zone(
     assert assignment["nodes"] == [N0, N1] and assignment["hosts"] == ["127.0.0.1"] * 2
     assert assignment["master_port"] > 0
     assert {i.name for i in FirestoreStore(project).list_instances()} == {N0, N1}
+    # Every node holds the attempt's event token (one bulk insert, one token).
+    assert vm_token(host, N0) == vm_token(host, N1) != ""
 
 
 def test_no_zone_for_the_whole_gang_waits(

@@ -202,9 +202,9 @@ def world(request: pytest.FixtureRequest) -> Iterator[World]:
         return
     from shared.adapters.firestore_store import FirestoreStore
 
-    request.getfixturevalue("host")  # the local cloud, the environment pointed at it
+    host = request.getfixturevalue("host")  # the local cloud, the environment pointed at it
     project = request.getfixturevalue("project")
-    the_world = World(store=FirestoreStore(project), project=project)
+    the_world = World(store=FirestoreStore(project), project=project, cloud=host)
     the_world.set_up()
     yield the_world
     deps.reset()

@@ -17,7 +17,7 @@ from shared.domain.placement import (
     vm_name,
 )
 from shared.domain.spec import JobSpec
-from shared.domain.vms import JOB_METADATA_KEY, Provisioning
+from shared.domain.vms import EVENT_TOKEN_METADATA_KEY, JOB_METADATA_KEY, Provisioning
 
 
 def test_machine_ids_in_order_each_across_zones() -> None:
@@ -83,6 +83,11 @@ def test_the_request_carries_the_job_and_labels() -> None:
     assert len(tries) == 3
     assert build_vm_request(option, assignment, "img", "alice").request_id == request.request_id
     assert option_of(request.labels, "z-a", load_catalog()) == option
+    # The event token has a metadata item of its own, not in the printed assignment.
+    signed = build_vm_request(option, assignment, "img", "alice", event_token="s3cret-token")
+    assert signed.metadata[EVENT_TOKEN_METADATA_KEY] == "s3cret-token"
+    assert "s3cret-token" not in signed.metadata[JOB_METADATA_KEY]
+    assert signed.request_id == request.request_id
 
 
 def test_built_in_gpus_are_not_attached_twice() -> None:
@@ -109,9 +114,12 @@ def test_a_gang_is_one_request_of_identical_nodes() -> None:
         master_port=20001,
     )
     option = next(options(spec.machine_ids, ["z-a"], load_catalog()))
-    gang = build_gang_request(option, assignment, "img", "alice", "r", ["z-a", "z-b"])
+    gang = build_gang_request(
+        option, assignment, "img", "alice", "r", ["z-a", "z-b"], event_token="tok"
+    )
     assert [node.name for node in gang.nodes] == ["sl-j1-a2-n0", "sl-j1-a2-n1", "sl-j1-a2-n2"]
     assert len({(n.labels["spotline-job"], n.metadata[JOB_METADATA_KEY]) for n in gang.nodes}) == 1
+    assert {n.metadata[EVENT_TOKEN_METADATA_KEY] for n in gang.nodes} == {"tok"}  # one for all
     assert gang.zones == ("z-a", "z-b")
     assert gang.request_id == request_id("j1", 2, f"0/{option.machine.machine_id}/z-a,z-b")
     assert node_names("j1", 1, 1) == ["sl-j1-a1"]  # one node keeps the plain name

@@ -27,8 +27,11 @@ from tests.conftest import SPEC, vm_event
 pytestmark = pytest.mark.emulators
 
 
-def log_sink_entry(instance: str, zone: str = "us-central1-a") -> dict[str, Any]:
-    """What a Cloud Logging sink publishes for a preemption (an audit LogEntry)."""
+def log_sink_entry(host: LocalCloud, instance: str, zone: str = "us-central1-a") -> dict[str, Any]:
+    """What a Cloud Logging sink publishes for a preemption (an audit LogEntry),
+    naming the VM by name and by its numeric id."""
+    vm = host.get(instance, zone)
+    assert vm is not None
     return {
         "protoPayload": {
             "@type": "type.googleapis.com/google.cloud.audit.AuditLog",
@@ -36,7 +39,7 @@ def log_sink_entry(instance: str, zone: str = "us-central1-a") -> dict[str, Any]
             "resourceName": f"projects/p/zones/{zone}/instances/{instance}",
             "serviceName": "compute.googleapis.com",
         },
-        "resource": {"type": "gce_instance", "labels": {"zone": zone, "instance_id": "42"}},
+        "resource": {"type": "gce_instance", "labels": {"zone": zone, "instance_id": vm["id"]}},
         "logName": "projects/p/logs/cloudaudit.googleapis.com%2Fsystem_event",
         "severity": "INFO",
     }
@@ -87,11 +90,12 @@ def test_every_report_of_one_preemption_counts_once(
     running(call)
     # The log sink first (the VM keeps its notice to save state), then the
     # agent's own report, redelivered, and the log entry again.
-    call("on_spot_preempted", "spot_preempted", log_sink_entry("sl-job1-a1"), message_id="l1")
+    entry = log_sink_entry(host, "sl-job1-a1")
+    call("on_spot_preempted", "spot_preempted", entry, message_id="l1")
     assert names(host) == ["sl-job1-a1", "sl-job1-a2"]  # the preempted VM is not cut short
     notice = vm_event(SpotPreempted, step=10)
     for message_id in ("p1", "p1", "l1"):
-        payload = notice if message_id == "p1" else log_sink_entry("sl-job1-a1")
+        payload = notice if message_id == "p1" else entry
         call("on_spot_preempted", "spot_preempted", payload, message_id=message_id)
     job = FirestoreStore(project).get_job("job1")
     assert job is not None and (job.attempt, job.preemptions) == (2, 1)
@@ -107,7 +111,7 @@ def test_a_finish_that_comes_after_the_preemption_log_completes_attempt_1(
     """Issue 10 on Firestore: the trainer exited 0 as the VM was preempted, and
     the log sink's entry came first (attempt 2 placed at once)."""
     running(call)
-    call("on_spot_preempted", "spot_preempted", log_sink_entry("sl-job1-a1"), message_id="l1")
+    call("on_spot_preempted", "spot_preempted", log_sink_entry(host, "sl-job1-a1"), message_id="l1")
     assert names(host) == ["sl-job1-a1", "sl-job1-a2"]
     for message_id in ("f1", "f1"):  # and redelivered
         finished = vm_event(JobFinished, exit_code=0)

@@ -94,7 +94,7 @@ def test_a_job_that_finished_just_before_its_vm_was_preempted_is_not_run_again()
         agent.finish(0)  # the trainer exited 0: JobFinished is published...
         world.cloud.preempt("sl-c-a1", zone=agent.zone, notice_s=0.0)  # ...and the VM taken
         finished = world.delivery.take(world.step)
-        sink = log_entry(PROJECT, agent.zone, "sl-c-a1")
+        sink = log_entry(PROJECT, agent.zone, "sl-c-a1", agent.instance_id)
         world.deliver(world.publish("spot_preempted", sink, scheduled=False))  # comes first
         for message in finished:
             world.deliver(message)

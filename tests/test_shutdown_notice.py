@@ -20,7 +20,7 @@ from infra.localcloud.metadata_server import Identity, MetadataServer
 from shared.contract.assignment import Assignment
 from shared.contract.events import SpotPreempted
 from shared.domain.spec import JobSpec
-from shared.domain.vms import JOB_METADATA_KEY
+from shared.domain.vms import EVENT_TOKEN_METADATA_KEY, JOB_METADATA_KEY
 from shared.settings import TOPICS
 from vm_image.agent.metadata import Metadata
 from vm_image.agent.shutdown_notice import NoticeError, publish, report
@@ -28,6 +28,7 @@ from vm_image.agent.shutdown_notice import NoticeError, publish, report
 REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = REPO / "vm_image" / "scripts"
 INSTANCE = "sl-j1-a3"
+TOKEN = "an-event-token-of-attempt-3"
 
 
 def _assignment(project: str, checkpoint_dir: str) -> Assignment:
@@ -46,7 +47,8 @@ def _metadata_server(assignment: Assignment) -> MetadataServer:
     identity = Identity(
         INSTANCE, "1234567890123456789", "us-central1-a", "g2-standard-4", assignment.project, "42"
     )
-    server = MetadataServer(identity, {JOB_METADATA_KEY: assignment.model_dump_json()})
+    attributes = {JOB_METADATA_KEY: assignment.model_dump_json(), EVENT_TOKEN_METADATA_KEY: TOKEN}
+    server = MetadataServer(identity, attributes)
     server.start()
     return server
 
@@ -185,6 +187,7 @@ def test_a_preemption_publishes_the_newest_checkpoint(
     uris = _save_checkpoints(checkpoint_dir, [40, 120])
     _, event = _preempted_notice(project, subscription, checkpoint_dir)
     assert (event.job_id, event.attempt, event.instance) == ("j1", 3, INSTANCE)
+    assert event.token == TOKEN  # the attempt's event token, from the metadata
     assert event.checkpoint_uri == uris[-1]
     assert event.checkpoint_uri.endswith("/ckpt-000000000120.pt")
     assert event.step == 120

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -28,6 +29,8 @@ from shared.domain.spec import describe_validation_error
 Model = TypeVar("Model", bound=BaseModel)
 _ID_CHARS = 128  # Pub/Sub's message ids are short numbers
 _PAYLOAD_LOGGED = 200
+# A token cut short at the 200th byte is redacted too (no closing quote).
+_TOKEN = re.compile(r'"token"\s*:\s*"[^"]*"?')
 
 
 @dataclass(frozen=True)
@@ -136,7 +139,11 @@ def pubsub_handler(fn: Handler) -> Callable[[Any], None]:
 
 
 def _start(data: bytes) -> str:
-    return masked_start(data, _PAYLOAD_LOGGED)  # no secret-like env value in logs
+    """The start of a refused payload, for the log, with no secret-like env
+    value (``shared.domain.secret_env``) and no event token (a VM's
+    credential: ``shared.domain.event_auth``) in it."""
+    start = masked_start(data, _PAYLOAD_LOGGED)
+    return _TOKEN.sub('"token": "(not logged)"', start)
 
 
 def _age_s(message: Message, now: datetime) -> float | None:

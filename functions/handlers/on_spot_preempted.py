@@ -7,6 +7,12 @@ publish. Whichever comes first moves the job to its next attempt and places
 it at once; the other is then stale and acknowledged. A trainer that exited 0
 just before the preemption still completes the job when its JobFinished comes
 after this (``shared.domain.late_finish``, in on_job_finished).
+
+The agent's report carries its attempt's token, like every VM event. The log
+sink's carries none (Cloud Logging writes it, not a VM), so it is taken only
+for a VM that is its job's current attempt's and, where spotline recorded the
+VM's numeric id, that has that id: a VM deleted and re-created under the same
+name is another VM.
 """
 
 from __future__ import annotations
@@ -15,10 +21,16 @@ from pydantic import ValidationError
 
 from functions.deps import Deps
 from functions.handlers.envelope import Message, pubsub_handler
+from functions.handlers.vm_events import authenticated_job
 from functions.ops.recovery import preempted
-from shared.contract.events import parse_preemption
+from shared.contract.events import PreemptionNotice, parse_preemption
+from shared.domain.documents import InstanceDoc
 from shared.domain.errors import InvalidMessage, PermanentError
-from shared.domain.lifecycle import StaleEvent
+from shared.domain.lifecycle import StaleEvent, current_vms
+
+
+class UnmatchedPreemption(PermanentError):
+    """A preemption log entry for a VM that is not the attempt on record."""
 
 
 @pubsub_handler
@@ -27,9 +39,54 @@ def on_spot_preempted(message: Message, deps: Deps) -> None:
         notice = parse_preemption(message.data)
     except (ValueError, ValidationError) as err:
         raise InvalidMessage(f"not a preemption: {err}") from err
+    if notice.source == "agent":
+        if notice.job_id is None or notice.attempt is None:  # a SpotPreempted names both
+            raise InvalidMessage("a preemption from a VM must name its job and attempt")
+        authenticated_job(
+            deps, "SpotPreempted", notice.job_id, notice.attempt, notice.instance, notice.token
+        )
     instance = deps.store.get_instance(notice.instance)
     if instance is None:
         raise PermanentError(f"preemption of {notice.instance}, which spotline does not know")
-    if notice.attempt is not None and notice.attempt != instance.attempt:
-        raise StaleEvent(f"{notice.instance}: attempt {notice.attempt} is not the instance's")
+    if notice.source == "agent":
+        _check_agent(notice, instance)
+    else:
+        _check_log_entry(deps, notice, instance)
     preempted(deps, instance, notice, deps.clock())
+
+
+def _check_agent(notice: PreemptionNotice, instance: InstanceDoc) -> None:
+    """The instance must be the one the (authenticated) event's attempt ran on.
+
+    Raises:
+        StaleEvent: it is another attempt's or another job's now (claimed,
+            restarted) or was never this one's.
+    """
+    if (instance.job_id, instance.attempt) != (notice.job_id, notice.attempt):
+        raise StaleEvent(
+            f"{notice.instance}: job {notice.job_id} attempt {notice.attempt} is not the "
+            f"instance's (job {instance.job_id} attempt {instance.attempt})"
+        )
+
+
+def _check_log_entry(deps: Deps, notice: PreemptionNotice, instance: InstanceDoc) -> None:
+    """A log entry names a VM only: act only for the VM of its job's current
+    attempt, with the numeric id on record.
+
+    Raises:
+        UnmatchedPreemption: the entry is of another VM, or the instance is not
+            the current attempt's.
+    """
+    where = f"preemption log entry for {notice.instance}"
+    if instance.instance_id and notice.instance_id != instance.instance_id:
+        raise UnmatchedPreemption(
+            f"{where} dropped: its instance id {notice.instance_id or '(none)'} is not "
+            f"{instance.instance_id}, the id on record (another VM of the same name)"
+        )
+    job = deps.store.get_job(instance.job_id)
+    if job is None or job.attempt != instance.attempt or instance.name not in current_vms(job):
+        now = f"attempt {job.attempt} on {job.instance}" if job else "gone"
+        raise UnmatchedPreemption(
+            f"{where} dropped: it is attempt {instance.attempt} of job {instance.job_id}, "
+            f"whose current attempt is {now}"
+        )

@@ -18,6 +18,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from functions.deps import Deps
+from functions.ops.event_tokens import issue_event_token
 from functions.ops.queue import fail_unplaceable, wait_for_capacity, wait_for_quota
 from functions.ops.reuse import (
     Found,
@@ -137,12 +138,13 @@ def _create_vm(deps: Deps, job: JobDoc, tried: list[str], now: datetime) -> Sing
     name = vm_name(job.job_id, job.attempt)
     choices = list(options(_machine_ids(job), zones, load_catalog()))
     hold_instance_slots(deps, job, [name], now)
+    token = issue_event_token(deps, job)
     refused: list[tuple[str, str]] = []
     for option in choices:
         # A new placement pass (the job's history grew) tries with new requestIds.
         request = build_vm_request(
             option, assignment, settings.image, job.user, settings.service_account,
-            placement=len(job.history),
+            placement=len(job.history), event_token=token,
         )  # fmt: skip
         try:
             vm = deps.compute.insert(request)
@@ -180,11 +182,12 @@ def _create_gang(deps: Deps, job: JobDoc, tried: list[str], now: datetime) -> Fo
     names = node_names(job.job_id, job.attempt, job.spec.nodes)
     choices = list(options(_machine_ids(job), zones[:1], load_catalog()))
     hold_instance_slots(deps, job, names, now)
+    token = issue_event_token(deps, job)  # one for every node
     refused: list[tuple[str, str]] = []
     for option in choices:
         gang = build_gang_request(
             option, assignment, settings.image, job.user, settings.region, zones,
-            settings.service_account, placement=len(job.history),
+            settings.service_account, placement=len(job.history), event_token=token,
         )  # fmt: skip
         where = f"{job.spec.nodes} x {option.machine_id} in {zones}"
         try:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from functions.deps import Deps
+from functions.ops.event_tokens import issue_event_token
 from functions.ops.slots import (
     free_instance_slot,
     free_stopped_slot,
@@ -37,7 +38,7 @@ from shared.domain.placement import (
 from shared.domain.secret_env import reads_secrets
 from shared.domain.states import InstanceStatus
 from shared.domain.stopping import restartable, restarted, restarted_for
-from shared.domain.vms import JOB_METADATA_KEY, Vm
+from shared.domain.vms import EVENT_TOKEN_METADATA_KEY, JOB_METADATA_KEY, Vm
 
 Found = tuple[list[Vm], Option]
 Single = tuple[Vm, Option]
@@ -192,6 +193,9 @@ def _boot(deps: Deps, job: JobDoc, instance: InstanceDoc, now: datetime) -> Sing
 
 
 def _assign(deps: Deps, job: JobDoc, instance: InstanceDoc) -> None:
-    """The agent idling on the VM wakes on this metadata change."""
+    """The agent idling on the VM wakes on this metadata change; the job and
+    its attempt's event token arrive in one change (one setMetadata)."""
     assignment = assignment_for(deps, job).model_dump_json()
-    deps.compute.set_metadata(instance.zone, instance.name, {JOB_METADATA_KEY: assignment})
+    token = issue_event_token(deps, job)
+    items = {JOB_METADATA_KEY: assignment, EVENT_TOKEN_METADATA_KEY: token}
+    deps.compute.set_metadata(instance.zone, instance.name, items)

@@ -37,6 +37,8 @@ from shared.domain.bounds import (
 )
 from shared.domain.states import JobSubstatus
 
+# An event token's length bound: secrets.token_urlsafe(32) is 43 characters.
+MAX_TOKEN_CHARS = 128
 # What the agent keeps of the trainer's output: its end, where the error is.
 LOG_TAIL_CHARS = 8000
 # The steps a VM reports entering. Only these: a heartbeat saying COMPLETED or
@@ -67,6 +69,12 @@ class VmEvent(_Event):
     attempt: Attempt
     instance: VmName
     sent_at: Timestamp
+    # The token handed to the attempt's VMs in their metadata
+    # (``shared.domain.event_auth``): without it, the event is not taken.
+    # Kept out of repr: it must never reach a log line.
+    token: str = Field(
+        default="", max_length=MAX_TOKEN_CHARS, pattern=r"^[-_a-zA-Z0-9]*$", repr=False
+    )
     # When the agent entered each step so far. Events travel on different
     # subscriptions and arrive in any order; with these, whichever comes first
     # fills in the job's timeline with the VM's own times.
@@ -159,12 +167,16 @@ class ReaperTick(_Event):
 
 
 class PreemptionNotice(_Event):
-    """A preemption, whoever reported it: the agent (with the state it saved)
-    or a Cloud Logging sink on ``compute.instances.preempted`` (VM name only)."""
+    """A preemption, whoever reported it: the agent (with its job, attempt,
+    token and the state it saved) or a Cloud Logging sink on
+    ``compute.instances.preempted`` (the VM's name and numeric id only)."""
 
     instance: VmName
     zone: Zone = ""
+    instance_id: str = Field(default="", max_length=64, pattern=r"^[-_a-zA-Z0-9]*$")
+    job_id: JobId | None = None
     attempt: Attempt | None = None
+    token: str = Field(default="", repr=False)
     step: Step | None = None
     checkpoint_uri: Uri | None = None
     source: Literal["agent", "log-sink"] = "agent"
@@ -197,11 +209,20 @@ def parse_preemption(data: bytes) -> PreemptionNotice:
         parts = str(payload.get("resourceName", "")).split("/")
         if len(parts) < 6 or parts[-2] != "instances":
             raise ValueError(f"no instance in resourceName {payload.get('resourceName')!r}")
-        return PreemptionNotice(instance=parts[-1], zone=parts[-3], source="log-sink")
+        # Cloud Logging's gce_instance resource names the VM's numeric id: a VM
+        # re-created under the same name has another.
+        resource = raw.get("resource")
+        labels = resource.get("labels") if isinstance(resource, dict) else None
+        instance_id = labels.get("instance_id", "") if isinstance(labels, dict) else ""
+        return PreemptionNotice(
+            instance=parts[-1], zone=parts[-3], instance_id=str(instance_id), source="log-sink"
+        )
     event = SpotPreempted.model_validate(raw)
     return PreemptionNotice(
         instance=event.instance,
+        job_id=event.job_id,
         attempt=event.attempt,
+        token=event.token,
         step=event.step,
         checkpoint_uri=event.checkpoint_uri,
     )

@@ -89,6 +89,10 @@ class JobDoc(_Doc):
     phase_seconds: dict[str, float] = Field(default_factory=dict)
     attempts: list[AttemptRecord] = Field(default_factory=list)
     avoid_machine_ids: list[str] = Field(default_factory=list)  # after repeated preemptions
+    # SHA-256 of the event tokens handed to the VMs of an attempt, by attempt
+    # (a string: Firestore's map keys), the current and previous attempts
+    # only; never the tokens (``shared.domain.event_auth``).
+    event_token_hashes: dict[str, list[str]] = Field(default_factory=dict)
 
 
 class EpochDoc(_Doc):

@@ -17,6 +17,7 @@ from shared.domain.documents import InstanceDoc
 from shared.domain.errors import Unplaceable
 from shared.domain.secret_env import reads_secrets
 from shared.domain.vms import (
+    EVENT_TOKEN_METADATA_KEY,
     JOB_METADATA_KEY,
     MANAGED_LABEL,
     Accelerator,
@@ -181,14 +182,18 @@ def build_gang_request(
     zones: list[str] | tuple[str, ...],
     service_account: str | None = None,
     placement: int = 0,
+    event_token: str = "",
 ) -> GangRequest:
     """The nodes of a multi-node attempt: one bulk insert, all in one zone.
 
     The nodes differ in their names only (a bulk insert gives every instance
-    the same properties); a node's rank is its name's ``-n{rank}`` suffix.
-    ``placement`` tells the job's placement passes apart (see ``request_id``).
+    the same properties, the attempt's event token included); a node's rank
+    is its name's ``-n{rank}`` suffix. ``placement`` tells the job's placement
+    passes apart (see ``request_id``).
     """
-    base = build_vm_request(option, assignment, image, user, service_account)
+    base = build_vm_request(
+        option, assignment, image, user, service_account, event_token=event_token
+    )
     nodes = tuple(replace(base, name=name) for name in assignment.nodes)
     return GangRequest(
         nodes=nodes,
@@ -209,9 +214,13 @@ def build_vm_request(
     user: str,
     service_account: str | None = None,
     placement: int = 0,
+    event_token: str = "",
 ) -> VmRequest:
     """The VM request for one attempt of a job on one option; ``placement``
-    tells the job's placement passes apart (see ``request_id``)."""
+    tells the job's placement passes apart (see ``request_id``).
+
+    ``event_token`` goes in a metadata item of its own, not in the assignment
+    (which is printed and logged): see ``shared.domain.event_auth``."""
     machine = option.machine
     accelerators: tuple[Accelerator, ...] = ()
     if machine.attaches_gpus and machine.gpu_type:
@@ -228,7 +237,11 @@ def build_vm_request(
         ),
         image=image,
         labels=vm_labels(assignment.job_id, assignment.attempt, user) | option_labels(option),
-        metadata={**BOOT_SCRIPTS, JOB_METADATA_KEY: assignment.model_dump_json()},
+        metadata={
+            **BOOT_SCRIPTS,
+            JOB_METADATA_KEY: assignment.model_dump_json(),
+            **({EVENT_TOKEN_METADATA_KEY: event_token} if event_token else {}),
+        },
         accelerators=accelerators,
         service_account=service_account,
         reads_secrets=reads_secrets(assignment.spec.env),

@@ -12,6 +12,9 @@ from enum import StrEnum
 
 # Metadata key under which a VM finds its job (a JSON document).
 JOB_METADATA_KEY = "spotline-job"
+# Metadata key of the token the VM's events carry (``shared.domain.event_auth``):
+# apart from the assignment, which gets printed and logged.
+EVENT_TOKEN_METADATA_KEY = "spotline-event-token"
 # Labels every spotline VM carries, so the reaper can find orphans.
 MANAGED_LABEL = "spotline"
 

@@ -1,6 +1,7 @@
 """The VM agent: learns its job from metadata, runs the trainer, reports.
 
-1. read the instance's name, zone and ``spotline-job`` assignment;
+1. read the instance's name, zone, ``spotline-job`` assignment and the
+   attempt's event token (every event carries it: ``shared.domain.event_auth``);
 2. publish VM booted, then heartbeats (with the current phase) until done;
 3. fetch code, then run the trainer, relaying each reported epoch;
 4. watch ``instance/preempted`` (wait_for_change) and SIGTERM: on the 30 s
@@ -29,7 +30,7 @@ from shared.adapters.pubsub_bus import PubsubBus
 from shared.contract.assignment import Assignment
 from shared.contract.events import EpochDone, Heartbeat, JobFinished, SpotPreempted, VmBooted
 from shared.domain.states import JobSubstatus
-from shared.domain.vms import JOB_METADATA_KEY
+from shared.domain.vms import EVENT_TOKEN_METADATA_KEY, JOB_METADATA_KEY
 from shared.ports.bus import Bus
 from vm_image.agent.metadata import Metadata, MetadataError
 from vm_image.agent.privileges import AccountMissing, TrainerAccount, trainer_account
@@ -39,6 +40,7 @@ from vm_image.agent.transfers import download_folder, upload_folder
 from vm_image.agent.workspace import job_folder
 
 JOB_ATTRIBUTE = f"instance/attributes/{JOB_METADATA_KEY}"
+TOKEN_ATTRIBUTE = f"instance/attributes/{EVENT_TOKEN_METADATA_KEY}"
 # A cooling agent idles a little past the period: the reaper deletes the VM at
 # its end, and a claim racing the end must still find the agent listening.
 COOLING_GRACE_S = 60
@@ -79,11 +81,15 @@ class Agent:
             self.account: TrainerAccount | AccountMissing = trainer_account()
         except AccountMissing as err:  # each job fails, saying why; none runs as root
             self.account = err
-        self._start(self.assignment, reused=False)
+        self._start(self.assignment, read_event_token(metadata), reused=False)
 
-    def _start(self, assignment: Assignment, reused: bool) -> None:
+    def _start(self, assignment: Assignment, event_token: str, reused: bool) -> None:
         """Reset the per-job state; a reused (cooling) VM skips gearing up."""
         self.assignment = assignment
+        # The token of the attempt this VM runs now: a cooling VM handed the
+        # next job gets that job's with it, and every event from then on
+        # carries the new one.
+        self.event_token = event_token
         self.phase = JobSubstatus.SENDING_MODEL_AND_DATA if reused else JobSubstatus.GEARING_UP_ENV
         self.phases: dict[JobSubstatus, datetime] = {}
         if not reused:
@@ -110,6 +116,7 @@ class Agent:
             "instance": self.name,
             "sent_at": datetime.now(UTC),
             "phases": dict(self.phases),
+            "token": self.event_token,
         }
 
     def _heartbeat(self) -> None:
@@ -216,7 +223,7 @@ class Agent:
                 following = self._wait_for_next_job(period + COOLING_GRACE_S)
                 if following is None:
                     return 0
-                self._start(following, reused=True)
+                self._start(following, read_event_token(self.metadata), reused=True)
         finally:
             self.stopped.set()
 
@@ -349,6 +356,17 @@ class Agent:
         if uri:
             download_folder(uri, code_dir)
         return code_dir
+
+
+def read_event_token(metadata: Metadata) -> str:
+    """The attempt's event token; read after the assignment, which is set with
+    it in one change. Empty when the VM has none (its events are refused,
+    and the reaper acts on the silence): never logged."""
+    try:
+        return metadata.get(TOKEN_ATTRIBUTE).strip()
+    except MetadataError as err:
+        logs.error(f"no event token in the metadata ({TOKEN_ATTRIBUTE}): {err}")
+        return ""
 
 
 def main() -> int:

@@ -26,7 +26,7 @@ from shared import logs
 from shared.adapters.pubsub_bus import PubsubBus
 from shared.contract.assignment import Assignment
 from shared.contract.events import SpotPreempted
-from shared.domain.vms import JOB_METADATA_KEY
+from shared.domain.vms import EVENT_TOKEN_METADATA_KEY, JOB_METADATA_KEY
 from shared.ports.bus import Bus
 from vm_image.agent.metadata import Metadata, MetadataError
 
@@ -60,17 +60,19 @@ def is_preempted(metadata: Metadata) -> bool:
     return metadata.get("instance/preempted").strip().upper() == "TRUE"
 
 
-def read_assignment(metadata: Metadata) -> tuple[str, Assignment]:
-    """The instance name and its ``spotline-job`` assignment.
+def read_assignment(metadata: Metadata) -> tuple[str, Assignment, str]:
+    """The instance name, its ``spotline-job`` assignment and the attempt's
+    event token (``shared.domain.event_auth``).
 
     Raises:
-        NoticeError: the metadata server did not answer, or the assignment is
-            missing or invalid.
+        NoticeError: the metadata server did not answer, or the assignment or
+            the token is missing or invalid.
     """
     try:
         name = metadata.get("instance/name")
         raw = metadata.get(f"instance/attributes/{JOB_METADATA_KEY}")
-        return name, Assignment.model_validate_json(raw)
+        token = metadata.get(f"instance/attributes/{EVENT_TOKEN_METADATA_KEY}").strip()
+        return name, Assignment.model_validate_json(raw), token
     except (MetadataError, ValidationError) as err:
         raise NoticeError(f"cannot read the job assignment: {err}") from err
 
@@ -138,7 +140,7 @@ def report(metadata: Metadata, deadline: float) -> int:
         return 1
     try:
         # 2. Which job and attempt ran here, and where its checkpoints go.
-        instance, assignment = read_assignment(metadata)
+        instance, assignment, token = read_assignment(metadata)
         # 3. The newest checkpoint, if it can be found in time.
         listing_s = min(LISTING_TIMEOUT_S, (deadline - time.monotonic()) / 2)
         found = find_checkpoint(assignment.checkpoint_dir, listing_s)
@@ -148,6 +150,7 @@ def report(metadata: Metadata, deadline: float) -> int:
             attempt=assignment.attempt,
             instance=instance,
             sent_at=datetime.now(UTC),
+            token=token,
             checkpoint_uri=found.uri,
             step=found.step,
         )

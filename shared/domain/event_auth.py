@@ -1,0 +1,80 @@
+"""Binding a VM's events to the job and attempt it was placed for.
+
+Anyone who may publish to a VM-event topic (every spotline VM may) could name
+any job. So each placement run of an attempt makes a random token, keeps only
+its SHA-256 on the job (``JobDoc.event_token_hashes``, written before the token
+leaves the function) and hands the token to the attempt's VMs in their
+metadata (``EVENT_TOKEN_METADATA_KEY``); every VM event carries it back. An
+event is taken only when its token hashes to one kept for its job and attempt.
+
+Why a set of hashes per attempt, not one: placement is re-entrant (a
+redelivered submit, a function that died between its write and its insert runs
+again), and Compute Engine dedupes inserts by requestId, so a VM may hold the
+token of an earlier run of the same placement. Every hash kept for an attempt
+belongs to a token only ever handed to that attempt's VMs (or to none).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+
+from shared.domain.documents import JobDoc
+from shared.domain.errors import PermanentError
+
+# Placement runs of one attempt whose hashes are kept. A run that finds the
+# attempt's VM adopts it and hands out no token, so only runs whose inserts all
+# failed (waiting for capacity) come after the one that made the VM; past the
+# bound the oldest hash goes, which is such a run's (its token reached no VM).
+MAX_HASHES_PER_ATTEMPT = 16
+# Attempts whose hashes are kept: the current one and the one before, so a late
+# event of the previous attempt still authenticates and is then judged stale by
+# the lifecycle (its saved step still counts). Older ones are refused here.
+ATTEMPTS_KEPT = 2
+# secrets.token_urlsafe(32): 43 characters.
+TOKEN_BYTES = 32
+
+
+class ForgedEvent(PermanentError):
+    """A VM event whose token was not handed to its job's attempt: dropped."""
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(TOKEN_BYTES)
+
+
+def token_hash(token: str) -> str:
+    """What is stored of a token: its SHA-256, hex. A 256-bit random token
+    needs no salt or slow hash: nothing can be guessed from the digest."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def with_token_hash(job: JobDoc, attempt: int, digest: str) -> JobDoc:
+    """The job keeping ``digest`` for ``attempt`` (pure; a redelivery adds
+    nothing twice), bounded as the constants above say."""
+    kept = dict(job.event_token_hashes)
+    hashes = kept.get(str(attempt), [])
+    if digest not in hashes:
+        kept[str(attempt)] = [*hashes, digest][-MAX_HASHES_PER_ATTEMPT:]
+    newest = max(job.attempt, attempt)
+    kept = {key: value for key, value in kept.items() if int(key) > newest - ATTEMPTS_KEPT}
+    if kept == job.event_token_hashes:
+        return job
+    return job.model_copy(update={"event_token_hashes": kept})
+
+
+def refusal(job: JobDoc, attempt: int, token: str) -> str | None:
+    """Why an event of ``attempt`` carrying ``token`` is not the job's; None: it is."""
+    if not token:
+        return "it carries no token"
+    digest = token_hash(token)
+    kept = job.event_token_hashes.get(str(attempt), [])
+    # Every stored digest is compared, in constant time each: nothing is
+    # learned from how long a refusal takes.
+    matched = False
+    for stored in kept:
+        matched |= hmac.compare_digest(stored, digest)
+    if matched:
+        return None
+    return f"its token is not one handed to attempt {attempt} of job {job.job_id}"
