@@ -121,6 +121,20 @@ def test_a_closing_instance_is_finished() -> None:
     assert vms_stage([closing], [vm()], [job()]) == [r.FinishClosing(closing)]
 
 
+def test_a_stop_under_way_is_left_to_its_function_until_it_must_have_died() -> None:
+    """The race test_e2e_stopped met under load: job 1's on_job_finished wrote
+    CLOSING/STOPPING and was slow to call stop; the reaper finished that stop,
+    job 2 restarted the stopped VM, and the slow call then stopped job 2's VM.
+    The reaper takes over a stop only once its function must have died (the
+    request timeout, as for a placement); a delete it may finish at once (a
+    late delete of a VM name no attempt reuses harms no one)."""
+    stopping = instance(status=I.CLOSING, substatus=InstanceSubstatus.STOPPING)  # at 0 s
+    assert vms_stage([stopping], [vm()], [job()], now_s=10) == []
+    assert vms_stage([stopping], [vm()], [job()], now_s=120) == [r.FinishClosing(stopping)]
+    deleting = instance(status=I.CLOSING, substatus=InstanceSubstatus.TERMINATING)
+    assert vms_stage([deleting], [vm()], [job()], now_s=10) == [r.FinishClosing(deleting)]
+
+
 def test_a_cooling_vm_is_priced_ended_when_over_and_closed_when_gone() -> None:
     cooling = instance(status=I.COOLING, cooling_since=T0, cooling_until=at(60))
     assert vms_stage([cooling], [vm()], [], now_s=59) == [r.PriceCooling(cooling)]

@@ -15,6 +15,7 @@ from functions.ops.teardown import release_instance, stop_instance
 from infra.localcloud.cloud import LocalCloud
 from shared.adapters.firestore_store import FirestoreStore
 from shared.contract.events import Heartbeat, JobFinished, ReaperTick
+from shared.domain.documents import InstanceDoc
 from shared.domain.lifecycle import instance_closing
 from shared.domain.states import InstanceStatus, InstanceSubstatus, JobSubstatus
 from tests.conftest import SPEC, vm_event
@@ -157,13 +158,19 @@ def test_a_stop_interrupted_by_a_crash_is_finished_by_the_reaper(
 ) -> None:
     call("submit_job", "submit", STOP, message_id="s1")
     store = FirestoreStore(project)
+
     # The function wrote CLOSING/STOPPING, then died before stopping the VM.
-    store.update_instance(
-        VM,
-        lambda i: i.model_copy(
-            update={"status": InstanceStatus.CLOSING, "substatus": InstanceSubstatus.STOPPING}
-        ),
-    )
+    def died_stopping(i: InstanceDoc, seconds_ago: float) -> InstanceDoc:
+        closing = {"status": InstanceStatus.CLOSING, "substatus": InstanceSubstatus.STOPPING}
+        since = datetime.now(UTC) - timedelta(seconds=seconds_ago)
+        return i.model_copy(update={**closing, "updated_at": since})
+
+    store.update_instance(VM, lambda i: died_stopping(i, 1))
+    # While that function may still be at it, the reaper leaves the stop to it.
+    call("reaper", "reaper_tick", ReaperTick(), message_id="t0")
+    assert state(VM, project) == ("CLOSING", "STOPPING")
+    # Past the request timeout (120 s) it must have died: the reaper stops the VM.
+    store.update_instance(VM, lambda i: died_stopping(i, 121))
     call("reaper", "reaper_tick", ReaperTick(), message_id="t1")
     assert state(VM, project) == ("CLOSED", "STOPPED")
     vm = host.get(VM)

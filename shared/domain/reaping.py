@@ -66,7 +66,7 @@ from shared.domain.reaper_actions import (
     VmAction,
 )
 from shared.domain.reaper_actions import Action as Action  # callers read reaping.Action
-from shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
+from shared.domain.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
 from shared.domain.stopping import STOPPING_OR_STOPPED, stop_expired
 from shared.domain.vms import Vm, VmState
 
@@ -136,7 +136,7 @@ def _instance_action(
         expired = instance.cooling_until is not None and now >= instance.cooling_until
         return EndCooling(instance) if expired else PriceCooling(instance)
     if instance.status == InstanceStatus.CLOSING:
-        return FinishClosing(instance)
+        return FinishClosing(instance) if closing_abandoned(instance, timeouts, now) else None
     job = jobs.get(instance.job_id)
     if being_placed(job, instance.job_id, instance.attempt):
         return None  # its job update is on the way
@@ -150,6 +150,18 @@ def _instance_action(
     if vm is not None and in_preemption_notice(instance.name, instance, job, now):
         return None  # its job moved on, and the VM saves its state till the notice ends
     return Release(instance)
+
+
+def closing_abandoned(instance: InstanceDoc, timeouts: Timeouts, now: datetime) -> bool:
+    """Whether the reaper should finish closing ``instance``. A delete, at once:
+    a late delete of a VM name no other attempt uses harms no one. A stop only
+    once the function that began it must have died (``request_timeout_s``
+    after it wrote CLOSING, as for a placement): two stoppers would race, and
+    the slower one's stop could land after the VM was restarted for the next
+    job, stopping that job's VM."""
+    if instance.substatus != InstanceSubstatus.STOPPING:
+        return True
+    return (now - instance.updated_at).total_seconds() >= timeouts.request_timeout_s
 
 
 def moved_on(listed: InstanceDoc, current: InstanceDoc | None) -> bool:
