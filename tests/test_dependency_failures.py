@@ -10,7 +10,8 @@ then the reaper's. After the window every job must end as planned, each
 attempt on exactly one VM, with no VM, slot or queue entry left
 (``tests.replay_checks.problems``).
 
-``SPOTLINE_DEPS_JOBS`` (default 10) and ``SPOTLINE_DEPS_SEEDS`` (default 1)
+``SPOTLINE_DEPS_JOBS`` (default 10), ``SPOTLINE_DEPS_SEEDS`` (default 1),
+``SPOTLINE_DEPS_SHARE`` (default 0.5) and ``SPOTLINE_DEPS_STEPS`` (default 15)
 size the runs; ``make soak-deps`` runs big ones.
 """
 
@@ -30,12 +31,16 @@ from shared.adapters.gce_compute import GceCompute
 from shared.domain.errors import TransientError
 from shared.domain.placement import vm_name
 from shared.domain.states import JobStatus
+from shared.domain.vms import VmState
 from tests.replay import PROJECT, Delivery, Plan, Published, World, draw_plans
 from tests.replay_checks import problems
 from tests.test_gce_compute import ZONE, vm_request
 
 JOBS = int(os.environ.get("SPOTLINE_DEPS_JOBS", "10"))
 SEEDS = [int(s) for s in os.environ.get("SPOTLINE_DEPS_SEEDS", "1").split(",")]
+# The share of Compute's answers that fail, and for how many steps (of 10 s).
+SHARE = float(os.environ.get("SPOTLINE_DEPS_SHARE", "0.5"))
+STEPS = range(1, 1 + int(os.environ.get("SPOTLINE_DEPS_STEPS", "15")))
 # Pub/Sub's max_delivery_attempts (infra.topology): then the dead-letter topic.
 MAX_DELIVERIES = 10
 # The handlers' HTTP timeout here, and how late a slow answer comes.
@@ -160,6 +165,18 @@ def test_an_insert_whose_operation_poll_meets_a_503_still_returns_the_vm(
     assert len(cloud.requests_to("POST", "/wait")) == 3
 
 
+def test_an_insert_made_but_not_read_back_still_returns_the_vm(cloud: LocalCloud) -> None:
+    """Reading the new VM back keeps failing: it was made all the same, and a
+    caller told otherwise leaves it running unrecorded."""
+    cloud.fail_next("GET", "/instances/spotline-j-42-a1$", 503, times=1000)
+    compute = GceCompute(cloud.project, api_endpoint=cloud.endpoint, read_retry_s=0.5)
+
+    vm = compute.insert(vm_request())
+
+    assert (vm.name, vm.zone, vm.state) == ("spotline-j-42-a1", ZONE, VmState.PROVISIONING)
+    assert vm.labels == vm_request().labels
+
+
 def test_the_outage_chaos_route(cloud: LocalCloud) -> None:
     chaos = ChaosClient(cloud.endpoint, cloud.project)
     chaos.start_outage(share=1.0, status=503)
@@ -188,9 +205,9 @@ def test_jobs_converge_after_compute_answers_503s_for_a_while(
     seed: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
     started = time.monotonic()
-    outage = Outage(share=0.5, seed=seed)
+    outage = Outage(share=SHARE, seed=seed)
     with world_with_timeouts() as world:
-        run_with_outage(world, draw_plans(random.Random(seed), JOBS), outage, range(1, 16))
+        run_with_outage(world, draw_plans(random.Random(seed), JOBS), outage, STEPS)
     with capsys.disabled():
         print(report("compute 503s", seed, world, outage, time.monotonic() - started))
     assert outage.errors > 0 and world.failures
@@ -204,9 +221,9 @@ def test_jobs_converge_after_compute_answers_too_late_for_a_while(
     """Inserts, deletes and stops done, their answers after the caller's timeout."""
     started = time.monotonic()
     mutations = frozenset({"POST", "DELETE"})
-    outage = Outage(share=0.5, delay_s=LATE_S, methods=mutations, seed=seed)
+    outage = Outage(share=SHARE, delay_s=LATE_S, methods=mutations, seed=seed)
     with world_with_timeouts() as world:
-        run_with_outage(world, draw_plans(random.Random(seed), JOBS), outage, range(1, 16))
+        run_with_outage(world, draw_plans(random.Random(seed), JOBS), outage, STEPS)
     with capsys.disabled():
         print(report("compute late answers", seed, world, outage, time.monotonic() - started))
     assert outage.delayed > 0 and world.failures

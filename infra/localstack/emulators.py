@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import signal
+import time
 import urllib.request
 from pathlib import Path
 
@@ -68,6 +69,10 @@ class Emulator:
         that stalls. ``thaw`` ends it."""
         os.killpg(self.process.pid, signal.SIGSTOP)
         self.frozen = True
+        # Every process of the group stopped, not merely signalled.
+        deadline = time.monotonic() + 5.0
+        while not _group_stopped(self.process.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
 
     def thaw(self) -> None:
         os.killpg(self.process.pid, signal.SIGCONT)
@@ -77,6 +82,19 @@ class Emulator:
         if self.frozen:
             self.thaw()  # a stopped process would not act on SIGTERM
         self.process.stop()
+
+
+def _group_stopped(pgid: int) -> bool:
+    """Whether every process in group ``pgid`` is stopped (state T in /proc)."""
+    states = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid:  # after the name: state, ppid, pgrp
+            states.append(fields[0])
+    return all(state in ("T", "t") for state in states)
 
 
 def start_firestore(

@@ -138,16 +138,15 @@ class GceCompute:
             operation = self._wait(request.zone, operation)
         if _error_codes(operation) != {_ALREADY_EXISTS}:
             _raise_for_operation(operation, unplaceable=True)
-        vm = self.get(request.zone, request.name)
+        try:
+            vm = self.get(request.zone, request.name)
+        except TransientError:
+            # Made, but not read back: report it made (a caller told otherwise
+            # leaves it running unrecorded), as far as the request knows it.
+            return _requested_vm(request, VmState.PROVISIONING)
         if vm is None:
             # A Spot VM can be preempted, and so deleted, before it is read back.
-            return Vm(
-                name=request.name,
-                zone=request.zone,
-                state=VmState.TERMINATED,
-                labels=dict(request.labels),
-                machine_type=request.machine_type,
-            )
+            return _requested_vm(request, VmState.TERMINATED)
         return vm
 
     def insert_gang(self, gang: GangRequest) -> list[Vm]:
@@ -344,6 +343,17 @@ class GceCompute:
             f"operation {operation.name} in {where} not done after "
             f"{self._operation_timeout_s:g} s; it carries on, and a retry finds its result"
         )
+
+
+def _requested_vm(request: VmRequest, state: VmState) -> Vm:
+    """The VM ``request`` made, as far as the request says (no id)."""
+    return Vm(
+        name=request.name,
+        zone=request.zone,
+        state=state,
+        labels=dict(request.labels),
+        machine_type=request.machine_type,
+    )
 
 
 def is_loopback_http(endpoint: str) -> bool:
