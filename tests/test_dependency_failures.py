@@ -10,8 +10,8 @@ then the reaper's. After the window every job must end as planned, each
 attempt on exactly one VM, with no VM, slot or queue entry left
 (``tests.replay_checks.problems``).
 
-``SPOTLINE_DEPS_JOBS`` (default 10), ``SPOTLINE_DEPS_SEEDS`` (default 1),
-``SPOTLINE_DEPS_SHARE`` (default 0.5) and ``SPOTLINE_DEPS_STEPS`` (default 15)
+``SPOTLINE_DEPS_JOBS`` (default 6), ``SPOTLINE_DEPS_SEEDS`` (default 1),
+``SPOTLINE_DEPS_SHARE`` (default 0.5) and ``SPOTLINE_DEPS_STEPS`` (default 12)
 size the runs; ``make soak-deps`` runs big ones.
 """
 
@@ -32,15 +32,15 @@ from shared.domain.errors import TransientError
 from shared.domain.placement import vm_name
 from shared.domain.states import JobStatus
 from shared.domain.vms import VmState
-from tests.replay import PROJECT, Delivery, Plan, Published, World, draw_plans
+from tests.replay import PROJECT, TICK_EVERY, Delivery, Plan, Published, World, draw_plans
 from tests.replay_checks import problems
 from tests.test_gce_compute import ZONE, vm_request
 
-JOBS = int(os.environ.get("SPOTLINE_DEPS_JOBS", "10"))
+JOBS = int(os.environ.get("SPOTLINE_DEPS_JOBS", "6"))
 SEEDS = [int(s) for s in os.environ.get("SPOTLINE_DEPS_SEEDS", "1").split(",")]
 # The share of Compute's answers that fail, and for how many steps (of 10 s).
 SHARE = float(os.environ.get("SPOTLINE_DEPS_SHARE", "0.5"))
-STEPS = range(1, 1 + int(os.environ.get("SPOTLINE_DEPS_STEPS", "15")))
+STEPS = range(1, 1 + int(os.environ.get("SPOTLINE_DEPS_STEPS", "12")))
 # Pub/Sub's max_delivery_attempts (infra.topology): then the dead-letter topic.
 MAX_DELIVERIES = 10
 # The handlers' HTTP timeout here, and how late a slow answer comes.
@@ -80,8 +80,9 @@ def world_with_timeouts() -> World:
     return world
 
 
-def run_with_outage(world: World, plans: list[Plan], outage: Outage, steps: range) -> None:
-    """The plans to their end, Compute suffering ``outage`` during ``steps``."""
+def run_with_outage(world: World, plans: list[Plan], outage: Outage, steps: range) -> int:
+    """The plans to their end, Compute suffering ``outage`` during ``steps``;
+    the reaper ticks it took after the outage until nothing was left to do."""
     for plan in plans:
         world.plans[plan.job_id] = plan
     while world.step < steps.stop:
@@ -89,8 +90,10 @@ def run_with_outage(world: World, plans: list[Plan], outage: Outage, steps: rang
             world.cloud.start_outage(outage)
         world.run_step()
     world.cloud.end_outage()
+    ended = world.step
     world.run([])
     world.settle()
+    return (world.step - ended) // TICK_EVERY
 
 
 def converged(world: World) -> list[str]:
@@ -107,14 +110,14 @@ def converged(world: World) -> list[str]:
     return found
 
 
-def report(kind: str, seed: int, world: World, outage: Outage, took: float) -> str:
+def report(kind: str, seed: int, world: World, outage: Outage, ticks: int, took: float) -> str:
     delivery = world.delivery
     assert isinstance(delivery, DeadLettering)
     return (
         f"\n{kind} seed={seed}: {len(world.plans)} jobs, {outage.errors} errors and "
         f"{outage.delayed} late answers injected, {len(world.failures)} deliveries failed "
-        f"(redelivered), {len(delivery.dead)} dead-lettered, {world.delivered} deliveries, "
-        f"{took:.1f} s"
+        f"(redelivered), {len(delivery.dead)} dead-lettered, {world.delivered} deliveries; "
+        f"done {ticks} reaper ticks after the outage (then 3 sweeps), {took:.1f} s"
     )
 
 
@@ -207,9 +210,9 @@ def test_jobs_converge_after_compute_answers_503s_for_a_while(
     started = time.monotonic()
     outage = Outage(share=SHARE, seed=seed)
     with world_with_timeouts() as world:
-        run_with_outage(world, draw_plans(random.Random(seed), JOBS), outage, STEPS)
+        ticks = run_with_outage(world, draw_plans(random.Random(seed), JOBS), outage, STEPS)
     with capsys.disabled():
-        print(report("compute 503s", seed, world, outage, time.monotonic() - started))
+        print(report("compute 503s", seed, world, outage, ticks, time.monotonic() - started))
     assert outage.errors > 0 and world.failures
     assert converged(world) == [], f"seed={seed}: {converged(world)}"
 
@@ -223,9 +226,10 @@ def test_jobs_converge_after_compute_answers_too_late_for_a_while(
     mutations = frozenset({"POST", "DELETE"})
     outage = Outage(share=SHARE, delay_s=LATE_S, methods=mutations, seed=seed)
     with world_with_timeouts() as world:
-        run_with_outage(world, draw_plans(random.Random(seed), JOBS), outage, STEPS)
+        ticks = run_with_outage(world, draw_plans(random.Random(seed), JOBS), outage, STEPS)
     with capsys.disabled():
-        print(report("compute late answers", seed, world, outage, time.monotonic() - started))
+        took = time.monotonic() - started
+        print(report("compute late answers", seed, world, outage, ticks, took))
     assert outage.delayed > 0 and world.failures
     assert converged(world) == [], f"seed={seed}: {converged(world)}"
 
