@@ -53,6 +53,7 @@ __all__ = ["start_agent", "topics"]  # fixtures, used by name
 pytestmark = pytest.mark.emulators
 # How long a backend stays frozen; `make soak-deps` freezes it past the clients'
 # 30 s per-call deadlines.
+EVENT_TOKEN_KEY = "spotline-event-token"  # the VM's metadata item its events carry
 FREEZE_S = float(os.environ.get("SPOTLINE_DEPS_FREEZE_S", "3"))
 ZONES = ("us-central1-a", "us-central1-b")
 Handler = Callable[[Any], None]
@@ -104,16 +105,22 @@ def spec(job_id: str, user: str) -> bytes:
     return json.dumps({**body, "trainer": "digits_mlp"}).encode()
 
 
-def booted(job_id: str, zone: str) -> bytes:
-    event = VmBooted(
-        job_id=job_id,
-        attempt=1,
-        instance=f"sl-{job_id}-a1",
-        zone=zone,
-        instance_id="1",
-        sent_at=datetime.now(UTC),
-    )
-    return event.model_dump_json().encode()
+def booted(cloud: LocalCloud, job_id: str) -> bytes:
+    """The VmBooted the agent of the job's first VM sends, with the event token
+    its metadata holds (where placement wrote one)."""
+    [vm] = [vm for vm in cloud.list() if vm["name"] == f"sl-{job_id}-a1"]
+    token = vm["metadata"].get(EVENT_TOKEN_KEY)
+    event = {
+        "job_id": job_id,
+        "attempt": 1,
+        "instance": vm["name"],
+        "zone": vm["zone"],
+        "instance_id": str(vm["id"]),
+        "sent_at": datetime.now(UTC).isoformat(),
+        **({"token": token} if token else {}),
+    }
+    VmBooted.model_validate(event)
+    return json.dumps(event).encode()
 
 
 class InFlight(threading.Thread):
@@ -141,15 +148,14 @@ def test_deliveries_held_by_a_frozen_firestore_ack_nothing_until_it_is_back(
     firestore, _ = emulators
     deps, cloud = installed
     deliver(submit_job, "submit", spec("f1", "alice"), "m1")
-    zone = cloud.list()[0]["zone"]
 
     # Frozen: f2's submission twice (its ack deadline passed, Pub/Sub sent it
     # again), f1's VM booted twice.
     flights = [
         InFlight(submit_job, "submit", spec("f2", "bob"), "m2"),
         InFlight(submit_job, "submit", spec("f2", "bob"), "m2"),
-        InFlight(on_vm_booted, "vm_booted", booted("f1", zone), "m3"),
-        InFlight(on_vm_booted, "vm_booted", booted("f1", zone), "m3"),
+        InFlight(on_vm_booted, "vm_booted", booted(cloud, "f1"), "m3"),
+        InFlight(on_vm_booted, "vm_booted", booted(cloud, "f1"), "m3"),
     ]
     firestore.freeze()
     try:
@@ -256,14 +262,14 @@ def test_a_firestore_restarted_with_its_data_is_reached_again(
             process_deps._current = deps = deps_on(project, cloud)
             try:
                 deliver(submit_job, "submit", spec("r1", "alice"), "m1")
-                zone = cloud.list()[0]["zone"]
+                event = booted(cloud, "r1")
                 saved = export_firestore(emulator, project, tmp_path / "export")
                 emulator.stop()
                 started = time.monotonic()
                 emulator = start_firestore(tmp_path, emulator.port, import_data=saved)
                 emulator.wait_ready(120)
                 # The same long-lived client, reconnecting.
-                failures = until_acknowledged(on_vm_booted, "vm_booted", booted("r1", zone), "m2")
+                failures = until_acknowledged(on_vm_booted, "vm_booted", event, "m2")
                 failures += until_acknowledged(submit_job, "submit", spec("r2", "bob"), "m3")
                 took = time.monotonic() - started
             finally:
