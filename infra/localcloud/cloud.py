@@ -24,6 +24,7 @@ from infra.localcloud.instances import spec_from_request
 from infra.localcloud.launchers import Launcher
 from infra.localcloud.model import CapacityErrors, CapacityRule, ComputeModel
 from infra.localcloud.operations import Operations
+from infra.localcloud.outage import Outage
 from infra.localcloud.rest_api import ComputeApi
 from infra.localcloud.wire import HttpService, JsonDict, RecordedRequest
 
@@ -138,6 +139,17 @@ class LocalCloud:
     ) -> None:
         """Answer the next ``times`` requests whose path matches with an error."""
         self.api.fail_next(method, path_pattern, status, reason, times)
+
+    def start_outage(self, outage: Outage) -> Outage:
+        """From now on, Compute Engine's routes suffer ``outage`` (replacing
+        any other); returns it, whose counts grow as requests meet it."""
+        self.api.outage = outage
+        return outage
+
+    def end_outage(self) -> Outage | None:
+        """Every answer on time and right again; the outage that ended, if any."""
+        outage, self.api.outage = self.api.outage, None
+        return outage
 
     # -- the wire --------------------------------------------------------------------
 

@@ -11,7 +11,9 @@ Served (``/compute/v1/projects/PROJECT/...``), as ``GceCompute`` sends them:
 Not Compute Engine, and so on a route prefix of its own
 (``/local/v1/projects/PROJECT/zones/Z/instances/NAME/...``): ``preempt``
 (body ``{"noticeSeconds": 30}``), ``kill`` and ``freeze``, for ``spotline
-preempt`` and the random-preemption chaos.
+preempt`` and the random-preemption chaos; and ``/local/v1/projects/PROJECT/outage``:
+POST starts an ``Outage`` (body: its fields in camelCase, ``delaySeconds``),
+DELETE ends it; both answer its counts.
 
 Model errors become Compute Engine's answers: 404 ``notFound``, 409
 ``alreadyExists``, 400 ``resourceNotReady`` / ``invalid``, 412
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +35,7 @@ from infra.localcloud import errors
 from infra.localcloud.instances import SELF_LINK_BASE, spec_from_resource
 from infra.localcloud.model import ComputeModel
 from infra.localcloud.operations import OperationError, Operations
+from infra.localcloud.outage import Outage
 from infra.localcloud.wire import ApiError, JsonDict, RecordedRequest, Recorder
 
 COMPUTE_PREFIX = "/compute/v1/projects/"
@@ -62,6 +66,8 @@ _ROUTES: list[Route] = [
         ("POST", "local", _VM + r"/preempt$", "_preempt"),
         ("POST", "local", _VM + r"/kill$", "_kill"),
         ("POST", "local", _VM + r"/freeze$", "_freeze"),
+        ("POST", "local", _PROJECT + r"/outage$", "_start_outage"),
+        ("DELETE", "local", _PROJECT + r"/outage$", "_end_outage"),
     ]
 ]
 
@@ -85,6 +91,7 @@ class ComputeApi:
         self.recorder = Recorder()
         self._faults: list[_Fault] = []
         self._faults_lock = threading.Lock()
+        self.outage: Outage | None = None
 
     def fail_next(
         self,
@@ -101,6 +108,18 @@ class ComputeApi:
     def handle(self, request: RecordedRequest) -> tuple[int, JsonDict]:
         self.recorder.record(request)
         self._inject_fault(request)
+        outage = self.outage if request.path.startswith(COMPUTE_PREFIX) else None
+        if outage is None or not outage.hits(request.method, request.path):
+            return self._route(request)
+        if outage.delay_s == 0:
+            raise ApiError(outage.status, f"injected {outage.status}", outage.reason)
+        try:
+            return self._route(request)
+        finally:
+            # Done (or refused) already: only the answer is late.
+            time.sleep(outage.delay_s)
+
+    def _route(self, request: RecordedRequest) -> tuple[int, JsonDict]:
         for method, api, pattern, handler in _ROUTES:
             match = pattern.match(request.path)
             if method != request.method or match is None or match["api"] != api:
@@ -238,6 +257,27 @@ class ComputeApi:
         self.model.freeze(name, zone)
         return self._instance_json(zone, name)
 
+    def _start_outage(self, request: RecordedRequest) -> JsonDict:
+        body = request.body or {}
+        try:
+            outage = Outage(
+                share=float(body.get("share", 1.0)),
+                status=int(body.get("status", 503)),
+                reason=str(body.get("reason", "backendError")),
+                delay_s=float(body.get("delaySeconds", 0.0)),
+                methods=frozenset(str(m).upper() for m in body.get("methods") or ()),
+                path_pattern=str(body.get("pathPattern", "")),
+                seed=int(body.get("seed", 0)),
+            )
+        except (TypeError, ValueError, re.error) as err:
+            raise ApiError(400, f"Invalid outage: {err}", "invalid") from err
+        self.outage = outage
+        return _outage_json(outage)
+
+    def _end_outage(self, request: RecordedRequest) -> JsonDict:
+        outage, self.outage = self.outage, None
+        return {} if outage is None else _outage_json(outage)
+
     # -- helpers -------------------------------------------------------------------------
 
     def _instance_json(self, zone: str, name: str, missing_ok: bool = False) -> JsonDict:
@@ -263,6 +303,10 @@ class ComputeApi:
         except errors.QuotaExceeded as exceeded:
             return OperationError("QUOTA_EXCEEDED", exceeded.message, 403)
         return None
+
+
+def _outage_json(outage: Outage) -> JsonDict:
+    return {"share": outage.share, "errors": outage.errors, "delayed": outage.delayed}
 
 
 def _api_error(error: errors.ModelError) -> ApiError:

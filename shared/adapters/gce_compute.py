@@ -34,6 +34,16 @@ if TYPE_CHECKING:
     from google.auth.credentials import Credentials
     from google.cloud import compute_v1
 
+# A poll of an operation that fails in these ways is polled again (backing
+# off from _POLL_PAUSE_S to _POLL_PAUSE_MAX_S) until the operation's deadline.
+_POLL_RETRIED = (
+    api_exceptions.ServiceUnavailable,
+    api_exceptions.InternalServerError,
+    api_exceptions.TooManyRequests,
+    requests.ConnectionError,
+)
+_POLL_PAUSE_S = 0.2
+_POLL_PAUSE_MAX_S = 5.0
 # Operation error codes that mean the call's goal is already reached.
 _ALREADY_EXISTS = "RESOURCE_ALREADY_EXISTS"
 _NOT_FOUND = "RESOURCE_NOT_FOUND"
@@ -128,16 +138,15 @@ class GceCompute:
             operation = self._wait(request.zone, operation)
         if _error_codes(operation) != {_ALREADY_EXISTS}:
             _raise_for_operation(operation, unplaceable=True)
-        vm = self.get(request.zone, request.name)
+        try:
+            vm = self.get(request.zone, request.name)
+        except TransientError:
+            # Made, but not read back: report it made (a caller told otherwise
+            # leaves it running unrecorded), as far as the request knows it.
+            return _requested_vm(request, VmState.PROVISIONING)
         if vm is None:
             # A Spot VM can be preempted, and so deleted, before it is read back.
-            return Vm(
-                name=request.name,
-                zone=request.zone,
-                state=VmState.TERMINATED,
-                labels=dict(request.labels),
-                machine_type=request.machine_type,
-            )
+            return _requested_vm(request, VmState.TERMINATED)
         return vm
 
     def insert_gang(self, gang: GangRequest) -> list[Vm]:
@@ -310,6 +319,7 @@ class GceCompute:
         where: str,
     ) -> compute_v1.Operation:
         deadline = time.monotonic() + self._operation_timeout_s
+        pause_s = _POLL_PAUSE_S
         while operation.status != operation.Status.DONE:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -320,6 +330,12 @@ class GceCompute:
                 operation = poll(remaining)
             except requests.Timeout as exc:
                 raise self._not_done(where, operation) from exc
+            except _POLL_RETRIED:
+                # The poll only reads: its 503 says nothing of the operation,
+                # which carries on. Failing here would report a VM that was
+                # made as not made, and leave it running unrecorded.
+                time.sleep(min(pause_s, max(deadline - time.monotonic(), 0.0)))
+                pause_s = min(pause_s * 2, _POLL_PAUSE_MAX_S)
         return operation
 
     def _not_done(self, where: str, operation: compute_v1.Operation) -> TransientError:
@@ -327,6 +343,17 @@ class GceCompute:
             f"operation {operation.name} in {where} not done after "
             f"{self._operation_timeout_s:g} s; it carries on, and a retry finds its result"
         )
+
+
+def _requested_vm(request: VmRequest, state: VmState) -> Vm:
+    """The VM ``request`` made, as far as the request says (no id)."""
+    return Vm(
+        name=request.name,
+        zone=request.zone,
+        state=state,
+        labels=dict(request.labels),
+        machine_type=request.machine_type,
+    )
 
 
 def is_loopback_http(endpoint: str) -> bool:

@@ -14,7 +14,12 @@ from datetime import datetime
 from shared.contract.events import EpochDone, Heartbeat, JobFinished, VmBooted, VmEvent
 from shared.domain.cooling import segment_cost
 from shared.domain.documents import AttemptRecord, EpochDoc, HistoryEntry, InstanceDoc, JobDoc
-from shared.domain.errors import IllegalTransition, InvalidMessage, PermanentError
+from shared.domain.errors import (
+    IllegalTransition,
+    InvalidMessage,
+    PermanentError,
+    TransientError,
+)
 from shared.domain.pricing import CoolingRule, savings_percent, vm_cost
 from shared.domain.spec import JobSpec
 from shared.domain.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
@@ -69,8 +74,23 @@ def current_vms(job: JobDoc) -> list[str]:
     return [job.instance] if job.instance else []
 
 
+class NotYetRecorded(TransientError):
+    """An event of the current attempt before the job has recorded its VM: the
+    VM was made, but the placement that made it has not written it yet (its
+    answer came late, or the store or Compute failed right after). Redelivered,
+    it is heard once the placement (retried, or the reaper's) records the VM;
+    dropped as stale, a JobFinished would be lost and the job run again."""
+
+
 def check_current(job: JobDoc, event: VmEvent) -> None:
-    """Raises StaleEvent unless the event comes from a VM of the current attempt."""
+    """Raises StaleEvent unless the event comes from a VM of the current
+    attempt; NotYetRecorded while that attempt is still being placed."""
+    placing = job.substatus == JobSubstatus.REQUESTING_SERVER and not current_vms(job)
+    if event.attempt == job.attempt and placing and job.status in JobStatus.active():
+        raise NotYetRecorded(
+            f"job {job.job_id}: event from {event.instance} (attempt {event.attempt}) "
+            "before the attempt's VM is recorded; try again later"
+        )
     if event.attempt != job.attempt or event.instance not in current_vms(job):
         raise StaleEvent(
             f"job {job.job_id}: event from {event.instance} (attempt {event.attempt}) "

@@ -210,9 +210,14 @@ class Agent:
         """
         signal.signal(signal.SIGTERM, lambda *_: self._on_notice("SIGTERM"))
         threading.Thread(target=self._watch_preemption, daemon=True).start()
-        self.bus.publish(
-            "vm_booted", VmBooted(**self._common(), zone=self.zone, instance_id=self.instance_id)
-        )
+        booted = VmBooted(**self._common(), zone=self.zone, instance_id=self.instance_id)
+        try:
+            self.bus.publish("vm_booted", booted)
+        except Exception as err:
+            # Pub/Sub did not answer within the publish's deadline: the job
+            # must run regardless (dying here left it to the boot timeout and
+            # a second attempt); every heartbeat says when the VM booted.
+            logs.warning(f"vm booted not published ({err!r}); the heartbeats carry it")
         try:
             while True:
                 if not self._run_job():
