@@ -42,7 +42,8 @@ WAIT_MS = 20_000  # a listener's push, a fragment's fetch: slow on a loaded mach
 
 
 def chromium() -> str | None:
-    return os.environ.get("SPOTLINE_CHROMIUM") or shutil.which("chromium")
+    """Debian's ``chromium``, or the browser SPOTLINE_CHROMIUM names."""
+    return shutil.which(os.environ.get("SPOTLINE_CHROMIUM") or "chromium")
 
 
 def _missing() -> str | None:
@@ -58,6 +59,8 @@ def _missing() -> str | None:
 @pytest.fixture
 def page() -> Iterator[Any]:
     missing = _missing()
+    if missing and os.environ.get("SPOTLINE_REQUIRE_BROWSER"):
+        pytest.fail(f"SPOTLINE_REQUIRE_BROWSER is set (as in CI) and {missing}")
     if missing:
         print(f"\n!!! SKIPPING THE DASHBOARD BROWSER TEST: {missing} !!!", file=sys.stderr)
         pytest.skip(f"!!! no browser: {missing} !!!")
