@@ -89,6 +89,8 @@ def test_the_jobs_page_lists_jobs_newest_first_and_the_instances(store: Firestor
     for seen in ("j-new", "alice", "TRAINING", "2/4", "$0.0123", "$0.0456", "73%", "8m20s ago"):
         assert seen in row, (seen, row)
     assert re.search(r'<progress[^>]*value="2"[^>]*max="4"', html)
+    # Without JavaScript, no live updates: the page reloads itself.
+    assert re.search(r'<noscript><meta http-equiv="refresh" content="\d+"></noscript>', html)
     instances = html[html.index('id="instances"') :]
     cells = text_of(instances.split("</tr>")[1])
     for seen in (

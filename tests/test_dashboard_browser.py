@@ -36,7 +36,7 @@ SPEC = {
     "machine_ids": ["g2-standard-4"],
     "trainer": "digits_mlp",
     "epochs": 5,
-    "description": "digits <b>not bold</b>",
+    "description": 'digits <b>not bold</b><img src=x onerror="window.pwned = 1">',
 }
 WAIT_MS = 20_000  # a listener's push, a fragment's fetch: slow on a loaded machine
 
@@ -117,7 +117,9 @@ def test_a_person_watches_a_job_run_in_chromium(project: str, page: Any) -> None
         page.goto(server.url)
         row = page.locator("#job-web1")
         assert row.locator(".status-text").inner_text() == "QUEUING"
-        assert "digits <b>not bold</b>" in row.inner_text()  # the markup as text
+        # The description's markup is shown as text, and nothing of it ran.
+        assert 'digits <b>not bold</b><img src=x onerror="window.pwned = 1">' in row.inner_text()
+        assert page.evaluate("() => window.pwned === undefined")
         assert page.locator("#instance-sl-web1-a1").inner_text().count("SPOT") == 1
         until(page, "document.getElementById('live-state').textContent === 'live'")
         page.evaluate("window.notReloaded = true")
