@@ -22,12 +22,17 @@ lint: $(INSTALLED)
 	$(BIN)/mypy .
 	$(BIN)/lint-imports --no-cache
 
-# Packer validates the VM image template in the tests; install Debian's
-# package where it is missing (as root, as in CI), or say loudly that it is not.
+# Packer validates the VM image template in the tests, and the dashboard's
+# browser test drives Chromium (through Playwright, from the dev extra); install
+# Debian's packages where they are missing (as root, as in CI), or say loudly
+# that they are not.
 tools:
 	@command -v packer >/dev/null 2>&1 || \
 	  { apt-get update -qq && apt-get install -y -qq packer; } >/dev/null 2>&1 || \
 	  echo "!!! packer could not be installed: the image template will not be validated !!!"
+	@command -v chromium >/dev/null 2>&1 || \
+	  { apt-get update -qq && apt-get install -y -qq chromium; } >/dev/null 2>&1 || \
+	  echo "!!! chromium could not be installed: the dashboard's browser test will be skipped !!!"
 
 test: lint tools
 	$(BIN)/pytest

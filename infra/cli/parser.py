@@ -9,6 +9,7 @@ from pathlib import Path
 
 from infra.cli import jobs_view, local, logs, outputs, reference, submit, timeline, watch
 from infra.cli.connect import DEFAULT_WORKDIR
+from infra.dashboard import command as dashboard_command
 from infra.deploy import command as deploy_command
 
 DESCRIPTION = "The ``spotline`` command."
@@ -135,6 +136,7 @@ def build() -> argparse.ArgumentParser:
 
     timeline.add_parser(sub, jobs_view.timeline)
     watch.add_parser(sub, jobs_view.watch)
+    dashboard_command.add_parser(sub)
 
     rejected = sub.add_parser("rejected", help="the newest submissions that were not jobs, and why")
     rejected.add_argument("--limit", type=positive, default=20, help="show the newest N")
