@@ -249,3 +249,18 @@ def test_a_job_finished_that_cannot_be_published_ends_the_agent(
     assert agent.wait(60) == 1, agent.log.read_text(errors="replace")[-3000:]
     assert time.monotonic() - started < 30
     assert agent.said("ERROR", "job finished")
+
+
+def test_a_notice_after_a_trainer_exited_0_does_not_hide_that_it_completed() -> None:
+    """Found by the finish-vs-preempt work: the notice came after the trainer
+    exited 0 but before the agent looked, and the agent sent SpotPreempted
+    instead of JobFinished, so a completed job ran again."""
+    from vm_image.agent.agent import preempted_run
+
+    assert not preempted_run(0, None, exited_at=10.0)  # no notice: it finished
+    assert not preempted_run(0, 10.5, exited_at=10.0)  # notice after a clean exit: finished
+    assert preempted_run(143, 9.0, exited_at=10.0)  # SIGTERM'd by the notice: preempted
+    assert preempted_run(0, 9.0, exited_at=10.0)  # exited 0 on the notice's SIGTERM: preempted
+    assert preempted_run(
+        1, 10.5, exited_at=10.0
+    )  # failed, then the VM went: the next attempt decides

@@ -40,6 +40,21 @@ from vm_image.agent.transfers import download_folder, upload_folder
 from vm_image.agent.workspace import job_folder
 
 JOB_ATTRIBUTE = f"instance/attributes/{JOB_METADATA_KEY}"
+
+
+def preempted_run(exit_code: int, notice_at: float | None, exited_at: float) -> bool:
+    """Whether the trainer's run ended by the preemption (SpotPreempted) rather
+    than on its own (JobFinished). A notice before the trainer exited means it
+    was sent SIGTERM and its exit is the notice's, whatever its code. A notice
+    after a trainer exited 0 is the VM's, not the run's: the job completed and
+    must be said so (spotline takes a finish and a preemption in either order,
+    ``shared.domain.late_finish``); a failed run with a notice after it is left
+    to the next attempt, which resumes from the last save."""
+    if notice_at is None:
+        return False
+    return notice_at <= exited_at or exit_code != 0
+
+
 TOKEN_ATTRIBUTE = f"instance/attributes/{EVENT_TOKEN_METADATA_KEY}"
 # A cooling agent idles a little past the period: the reaper deletes the VM at
 # its end, and a claim racing the end must still find the agent listening.
@@ -75,6 +90,7 @@ class Agent:
         self.assignment = Assignment.model_validate_json(self._job_raw)
         self.bus = bus or PubsubBus(self.assignment.project)
         self.preempted = threading.Event()
+        self._notice_at: float | None = None  # monotonic time of the preemption notice
         self.stopped = threading.Event()  # the agent is exiting
         self._report_lock = threading.Lock()
         try:
@@ -193,6 +209,7 @@ class Agent:
     def _on_notice(self, source: str) -> None:
         if self.preempted.is_set():
             return
+        self._notice_at = time.monotonic()
         self.preempted.set()
         logs.warning(f"preemption notice ({source}): checkpointing now", instance=self.name)
         if self.trainer is not None:
@@ -261,8 +278,9 @@ class Agent:
             code_dir = self._fetch_code()
             self._enter(JobSubstatus.TRAINING)
             exit_code, log_tail = self._train(code_dir)
+            exited_at = time.monotonic()
             self._upload_tensorboard()
-            if self.preempted.is_set():
+            if preempted_run(exit_code, self._notice_at, exited_at):
                 self._report_preempted()
                 return True
             self._enter(JobSubstatus.RETURNING)
