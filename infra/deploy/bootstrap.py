@@ -52,6 +52,8 @@ SERVICES = (
     "iam.googleapis.com",
     "cloudresourcemanager.googleapis.com",
     "firebaserules.googleapis.com",
+    # Jobs' secrets by reference (`sm://NAME` in env): the VMs read them there.
+    "secretmanager.googleapis.com",
 )
 DATABASE = "(default)"
 SINK = "spotline-preemptions"
