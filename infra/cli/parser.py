@@ -67,7 +67,12 @@ def build() -> argparse.ArgumentParser:
 
     preempt = sub.add_parser("preempt", help="local chaos: preempt a job's VM (or a VM)")
     preempt.add_argument("target", help="job id or VM name")
-    preempt.add_argument("--notice-s", type=float, default=30.0)
+    preempt.add_argument(
+        "--notice-s",
+        type=float,
+        default=30.0,
+        help="seconds from the notice to the kill (Spot gives 30; default: %(default)s)",
+    )
     preempt.add_argument(
         "--no-notice",
         action="store_true",

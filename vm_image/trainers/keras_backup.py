@@ -118,7 +118,7 @@ class PreemptibleBackupAndRestore(keras.callbacks.BackupAndRestore):
         self.cut_short_epoch: int | None = None
         self.resumed: ResumePoint | None = None
         self._epoch_logs: list[dict[str, float]] = []
-        self._first_epoch = 0
+        self._ran_logs: dict[int, dict[str, Any]] = {}
         self._skipper: BatchSkipper | None = None
         self._save_took_s = 0.0
 
@@ -140,8 +140,8 @@ class PreemptibleBackupAndRestore(keras.callbacks.BackupAndRestore):
         self.resumed = None
         super().on_train_begin(logs)  # loads the weights, calls _load_model
         point = self.resumed
-        self._first_epoch = point.epoch if point else 0
-        self._epoch_logs = list(point.history[: self._first_epoch]) if point else []
+        self._ran_logs = {}
+        self._epoch_logs = list(point.history[: point.epoch]) if point else []
         if point is None:
             return
         epochs = self._epochs()
@@ -193,6 +193,7 @@ class PreemptibleBackupAndRestore(keras.callbacks.BackupAndRestore):
         if epoch == self.cut_short_epoch:
             return  # saving here would mark the cut-short epoch done
         self._epoch_logs = [*self._epoch_logs[:epoch], epoch_logs(logs)]
+        self._ran_logs[epoch] = dict(logs or {})
         self._current_epoch = epoch + 1
         self._save_model()
         if self.flag.requested and not self.stopped_by_sigterm and epoch + 1 < self._epochs():
@@ -202,7 +203,9 @@ class PreemptibleBackupAndRestore(keras.callbacks.BackupAndRestore):
         if self._skipper is not None:
             self._skipper.release()
         if self.history is not None:
-            merge_history(self.history, self._epoch_logs, self._first_epoch, self.cut_short_epoch)
+            # Keras' own values for the epochs this fit ran, the saved ones before.
+            merged = [self._ran_logs.get(e, saved) for e, saved in enumerate(self._epoch_logs)]
+            merge_history(self.history, merged)
             self.model.history = self.history
         # A preempted VM's shutdown signals every process and the agent passes
         # its notice on too: a second SIGTERM must not kill the process before

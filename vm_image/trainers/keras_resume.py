@@ -164,26 +164,14 @@ class BatchSkipper:
         self.remaining = 0
 
 
-def merge_history(
-    history: Any, earlier: list[dict[str, float]], first_epoch: int, cut_short: int | None
-) -> None:
-    """Make a ``keras.callbacks.History`` hold one entry per epoch trained.
-
-    Args:
-        history: the ``History`` of this ``fit``; holds the epochs it ran.
-        earlier: the logs of epochs ``0 .. first_epoch - 1``, trained before.
-        first_epoch: the epoch this ``fit`` started from.
-        cut_short: the epoch a SIGTERM cut short, if any: left out.
-    """
-    ran = [
-        (epoch, {name: values[i] for name, values in history.history.items()})
-        for i, epoch in enumerate(history.epoch)
-        if epoch != cut_short
-    ]
-    entries = list(enumerate(earlier[:first_epoch])) + ran
-    history.epoch = [epoch for epoch, _ in entries]
+def merge_history(history: Any, epochs: list[dict[str, Any]]) -> None:
+    """Make a ``keras.callbacks.History`` hold ``epochs``, the logs of epochs
+    ``0 .. len(epochs) - 1`` whichever attempt trained them, as ``History``
+    itself would have recorded them (a name missing from an epoch's logs, as
+    ``val_*`` with ``validation_freq``, has no value for that epoch)."""
+    history.epoch = list(range(len(epochs)))
     merged: dict[str, list[Any]] = {}
-    for _, logs in entries:
+    for logs in epochs:
         for name, value in logs.items():
             merged.setdefault(name, []).append(value)
     history.history = merged
