@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import pytest
 from infra.cli.demo import wait_for_job
 from infra.localstack.stack import LocalStack
 from shared.adapters.firestore_store import FirestoreStore
+from shared.domain.documents import JobDoc
 from shared.domain.states import JobStatus
 from tests.test_e2e_recovery import epochs_of, once, submit, wait_no_vms
 
@@ -51,7 +53,7 @@ def test_a_keras_job_survives_a_preemption(local_stack: LocalStack) -> None:
     assert job.status == JobStatus.COMPLETED, job.error
     first, second = job.attempts
     assert first.outcome == "preempted" and first.checkpoint_step is not None
-    # Keras restores the optimizer's step exactly, and restarts the epoch.
+    # Keras restores the optimizer's step exactly, and goes on from the saved batch.
     assert second.resumed_from_step == first.checkpoint_step
     assert epochs_of(store, job_id, 3) == [1, 2, 3]
     accuracy = next(v for k, v in job.metrics.items() if k.startswith("val_") and "acc" in k)
@@ -101,12 +103,16 @@ def test_a_users_keras_script_resumes_at_the_saved_step(
     job_id = submit(
         local_stack, trainer=None, command=["python", "train.py"],
         code_uri=EXAMPLE.as_uri(),  # the local form: the agent copies the folder
-        epochs=3, batch_size=8, seed=4, hyperparameters={"step_time_s": 0.01},
+        epochs=3, batch_size=8, seed=4, hyperparameters={"step_time_s": 0.02},
     )  # fmt: skip
-    preempt = once(
-        lambda job: host.preempt(job.instance or "", 15.0),
-        when=lambda job: job.attempt == 1 and job.epoch >= 1,
-    )
+
+    def preempt_in_epoch_2(job: JobDoc) -> None:
+        # Epoch 2 takes 180 x 0.02 s at least; epoch 1's end (a save) is over
+        # a second after its report: the notice lands mid-epoch.
+        time.sleep(1.0)
+        host.preempt(job.instance or "", 15.0)
+
+    preempt = once(preempt_in_epoch_2, when=lambda job: job.attempt == 1 and job.epoch >= 1)
     store = FirestoreStore(local_stack.options.project)
 
     job = wait_for_job(store, job_id, 400, echo=False, on_update=preempt)
