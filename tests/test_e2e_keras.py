@@ -25,7 +25,10 @@ from tests.test_e2e_recovery import epochs_of, once, submit, wait_no_vms
 try:
     import tensorflow  # noqa: F401
 except ImportError:
-    print("\n!!! KERAS STACK TEST SKIPPED: TensorFlow is not installed here !!!", file=sys.stderr)
+    print(
+        "\n!!! KERAS STACK TEST SKIPPED: TensorFlow is not installed here (make tensorflow) !!!",
+        file=sys.stderr,
+    )
     pytest.skip("TensorFlow is not installed (spotline[tensorflow])", allow_module_level=True)
 
 pytestmark = [pytest.mark.emulators, pytest.mark.e2e]

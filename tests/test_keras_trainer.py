@@ -1,8 +1,7 @@
 """The built-in Keras trainer, run as the agent runs it, and the Keras callbacks.
 
-Needs the ``tensorflow`` extra; the project's own environment does not have it,
-so there these tests skip, saying so loudly. Run them with an environment that
-has it, e.g. ``/tmp/tfvenv/bin/pytest tests/test_keras_trainer.py``.
+Needs the ``tensorflow`` extra (``make tensorflow``, which CI runs); without
+it these tests skip, saying so loudly.
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ import pytest
 
 SKIP_MESSAGE = (
     "!!! KERAS TRAINER TESTS SKIPPED: TensorFlow is not installed here; "
-    "run them where 'spotline[tensorflow]' is installed !!!"
+    "make tensorflow installs it !!!"
 )
 if importlib.util.find_spec("tensorflow") is None:
     # pytest captures stderr while collecting (the line shows with -s); the
