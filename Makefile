@@ -5,12 +5,21 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
+TENSORFLOW := $(VENV)/.tensorflow
 
-.PHONY: demo test lint tools bench soak soak-replay soak-deps clean
+.PHONY: demo test lint tools tensorflow bench soak soak-replay soak-deps clean
 
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[torch,dev,local,viz]'
+	touch $@
+
+# TensorFlow (CPU) and Keras in .venv: the built-in Keras trainer, Keras
+# scripts run as command jobs on the local stack (its VMs run this .venv's
+# python), and the Keras tests, which skip loudly without it. About 600 MB.
+tensorflow: $(TENSORFLOW)
+$(TENSORFLOW): $(INSTALLED)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[tensorflow]'
 	touch $@
 
 demo: $(INSTALLED)

@@ -21,6 +21,16 @@ def test_version_names_the_installed_package(capsys: pytest.CaptureFixture[str])
     assert capsys.readouterr().out.startswith("spotline 0.")
 
 
+def test_preempt_help_says_what_the_notice_is_and_its_default(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        cli(["preempt", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "--notice-s NOTICE_S seconds from the notice to the kill" in shown
+    assert "default: 30.0" in shown
+
+
 def test_a_reader_that_goes_away_ends_the_output_quietly() -> None:
     """`spotline schema | head`: the pipe is closed before the CLI writes."""
     process = subprocess.Popen(

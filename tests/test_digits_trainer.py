@@ -154,7 +154,7 @@ def test_resume_after_two_epochs_matches_uninterrupted_run(
     assert second.wait() == 0, second.stderr
 
     assert [event["epoch"] for event in second.events("epoch")] == [1, 2, 3, 4]
-    assert f"resumed_from_step={saved_step} epoch=2 step_in_epoch=0 " in second.stdout
+    assert f"resumed_from_step={saved_step} epoch=3/4 step_in_epoch=0 " in second.stdout
     assert uninterrupted_4_epochs.wait() == 0, uninterrupted_4_epochs.stderr
     assert_same_result(second, uninterrupted_4_epochs)
 
@@ -183,7 +183,7 @@ def test_sigusr1_then_sigterm_mid_epoch_and_resume_from_that_step(
 
     resumed = start_trainer(tmp_path, epochs=4, **SMALL_BATCHES)
     assert resumed.wait() == 0, resumed.stderr
-    assert f"resumed_from_step={on_exit['step']} epoch=1 " in resumed.stdout
+    assert f"resumed_from_step={on_exit['step']} epoch=2/4 " in resumed.stdout
     assert [event["epoch"] for event in resumed.events("epoch")] == [1, 2, 3, 4]
     assert uninterrupted_4_epochs.wait() == 0, uninterrupted_4_epochs.stderr
     assert_same_result(resumed, uninterrupted_4_epochs)

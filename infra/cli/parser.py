@@ -90,7 +90,7 @@ def build() -> argparse.ArgumentParser:
         "--notice-s",
         type=float,
         default=30.0,
-        help="seconds of notice the agent gets to save state (Compute Engine gives 30)",
+        help="seconds from the notice to the kill: the agent's time to save state (Spot gives 30)",
     )
     preempt.add_argument(
         "--no-notice",

@@ -176,7 +176,9 @@ def train(settings: Settings, flag: PreemptionFlag) -> int:
         checkpoint.restore(model, optimizer)
         epoch, step_in_epoch, step = checkpoint.epoch, checkpoint.step_in_epoch, checkpoint.step
         print(
-            f"resumed_from_step={step} epoch={epoch} step_in_epoch={step_in_epoch} "
+            # Epochs count from 1 in every log: this is the one it goes on with.
+            f"resumed_from_step={step} epoch={epoch + 1}/{settings.epochs} "
+            f"step_in_epoch={step_in_epoch} "
             f"from {checkpoint.uri}",
             flush=True,
         )

@@ -6,9 +6,9 @@ Dense 256 ReLU, Dense 10 logits; Adam; sparse cross-entropy from logits;
 sparse categorical accuracy) on 8x8 digits scaled to [0, 1], and training is a
 plain ``model.fit`` with :func:`~vm_image.trainers.keras_callbacks.spotline_callbacks`.
 
-Resuming follows Keras' ``BackupAndRestore``: from the last epoch end, or after
-a SIGTERM in the middle of an epoch, from the start of that epoch with the
-weights and optimizer state saved at the signal (see ``keras_callbacks``).
+Resuming is the callbacks': from the last epoch end, or after a SIGTERM in the
+middle of an epoch, from the batch after the save, with the weights and
+optimizer state saved at the signal (see ``keras_callbacks``).
 
 Exit status: 0 when all epochs are done, 143 after a SIGTERM save, 2 for
 settings it cannot run, 3 without the ``tensorflow`` extra.

@@ -78,3 +78,17 @@ class MirroredFolder:
                 fs.put(str(path), f"{root}/{name}")
                 copied.append(name)
         return copied
+
+    def remove(self, names: Sequence[str]) -> list[str]:
+        """Delete the named files from storage (a local folder is storage
+        itself: the caller deletes them there); the names deleted."""
+        if not self.remote:
+            return []
+        fs, root = url_to_fs(self.uri)
+        fs.invalidate_cache(root)
+        removed = []
+        for name in names:
+            if fs.exists(f"{root}/{name}"):
+                fs.rm(f"{root}/{name}")
+                removed.append(name)
+        return removed
