@@ -203,24 +203,25 @@ class Destroyer:
             for route in plan.routes(self.config)
         ]
         for name in keepers:
-            try:
-                subscriber.get_subscription(subscription=name)
-                existed = True
-            except api_exceptions.NotFound:
-                existed = False
-            if existed and not self.dry_run:
-                subscriber.delete_subscription(subscription=name)
-            self._done("subscription", name.rsplit("/", 1)[-1], existed)
+            self._delete_pubsub("subscription", name, subscriber.get_subscription,
+                                subscriber.delete_subscription)  # fmt: skip
         publisher = PublisherClient()
         for topic in plan.topic_paths(self.config):
-            try:
-                publisher.get_topic(topic=topic)
-                existed = True
-            except api_exceptions.NotFound:
-                existed = False
-            if existed and not self.dry_run:
-                publisher.delete_topic(topic=topic)
-            self._done("topic", topic.rsplit("/", 1)[-1], existed)
+            self._delete_pubsub("topic", topic, publisher.get_topic, publisher.delete_topic)
+
+    def _delete_pubsub(
+        self, kind: str, name: str, get: Callable[..., Any], delete: Callable[..., Any]
+    ) -> None:
+        """Delete a topic or subscription (its full name) if it is there; the
+        clients name their argument after the kind (``topic=``, ``subscription=``)."""
+        try:
+            get(**{kind: name})
+            existed = True
+        except api_exceptions.NotFound:
+            existed = False
+        if existed and not self.dry_run:
+            delete(**{kind: name})
+        self._done(kind, name.rsplit("/", 1)[-1], existed)
 
     def delete_accounts(self) -> None:
         for account, email in self.setup.accounts():
