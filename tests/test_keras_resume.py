@@ -6,13 +6,10 @@ tensorflow``); without it these tests skip, saying so loudly."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
-import sys
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,13 +17,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-SKIP_MESSAGE = (
-    "!!! KERAS RESUME TESTS SKIPPED: TensorFlow is not installed here (make tensorflow) !!!"
-)
-if importlib.util.find_spec("tensorflow") is None:
-    print(f"\n{SKIP_MESSAGE}", file=sys.stderr)
-    warnings.warn(SKIP_MESSAGE, stacklevel=1)
-pytest.importorskip("tensorflow", reason=SKIP_MESSAGE)
+from tests.tensorflow_required import require_tensorflow
+
+require_tensorflow("KERAS RESUME TESTS")
 
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402

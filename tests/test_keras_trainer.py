@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,16 +20,9 @@ from typing import Any
 
 import pytest
 
-SKIP_MESSAGE = (
-    "!!! KERAS TRAINER TESTS SKIPPED: TensorFlow is not installed here; "
-    "make tensorflow installs it !!!"
-)
-if importlib.util.find_spec("tensorflow") is None:
-    # pytest captures stderr while collecting (the line shows with -s); the
-    # warning and the skip reason reach the terminal summary in every run.
-    print(f"\n{SKIP_MESSAGE}", file=sys.stderr)
-    warnings.warn(SKIP_MESSAGE, stacklevel=1)
-pytest.importorskip("tensorflow", reason=SKIP_MESSAGE)
+from tests.tensorflow_required import require_tensorflow
+
+require_tensorflow("KERAS TRAINER TESTS")
 
 import keras  # noqa: E402
 
