@@ -6,7 +6,9 @@ second deploy changes nothing; destroy leaves none of it."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
@@ -17,8 +19,8 @@ from infra.deploy.destroy import Destroyer
 from infra.deploy.plan import DeployConfig, problems
 from infra.localstack.emulators import Emulator
 from infra.topology import FUNCTIONS
-from shared.settings import Settings
 from tests.cloud_double import CloudDouble
+from tests.test_deploy import deploy_config
 
 pytestmark = pytest.mark.emulators
 REGION = "us-central1"
@@ -31,16 +33,10 @@ def cloud(project: str, emulators: tuple[Emulator, Emulator]) -> Iterator[CloudD
         yield double
 
 
-def config_for(project: str, **kw: object) -> DeployConfig:
-    settings = Settings(
-        project=project,
-        region=REGION,
-        storage_root="gs://acme-spotline/runs",
-        service_account=iam.VM_ACCOUNT.email(project),
-        user_topics=("alice", "bob"),
-    )
-    given = {"user_principals": (("alice", ALICE), ("bob", BOB)), **kw}
-    return DeployConfig(settings, iam.FUNCTIONS_ACCOUNT.email(project), **given)  # type: ignore[arg-type]
+def config_for(project: str, **kw: Any) -> DeployConfig:
+    """test_deploy's configuration, in the per-user mode for alice and bob."""
+    base = deploy_config(project, user_topics=("alice", "bob"))
+    return dataclasses.replace(base, **{"user_principals": (("alice", ALICE), ("bob", BOB)), **kw})
 
 
 def run(cloud: CloudDouble, config: DeployConfig) -> dict[str, str]:
