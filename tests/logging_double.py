@@ -3,7 +3,10 @@ google-cloud-logging client (``_use_grpc=False``, ``api_endpoint``).
 
 It keeps entries as the API returns them, answers a filter by the job and
 attempt it names (``jsonPayload.job_id="J" AND jsonPayload.attempt=N``, the form
-``shared.domain.lifecycle.logs_query`` writes), oldest first, and, like the API,
+``shared.domain.lifecycle.logs_query`` writes), narrowed by the instance ids
+(``resource.labels.instance_id="1"`` or ``=("1" OR "2")``), a node
+(``jsonPayload.node=K``) and a start (``timestamp>="..."``) when it names them,
+oldest first, and, like the API,
 may return fewer entries than ``pageSize``: at most ``PAGE`` a page, with a
 ``nextPageToken``, so a client that does not follow pages shows too little.
 """
@@ -11,6 +14,7 @@ may return fewer entries than ``pageSize``: at most ``PAGE`` a page, with a
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Any
 
 from infra.localcloud.wire import ApiError, JsonDict, RecordedRequest, Recorder
@@ -37,12 +41,19 @@ class LoggingDouble(Recorder):
         attempt = re.search(r"jsonPayload\.attempt=(\d+)", body.get("filter", ""))
         if job is None or attempt is None:
             raise ApiError(400, "this double answers a job's and an attempt's filter only")
+        query = body.get("filter", "")
+        ids = re.search(r"resource\.labels\.instance_id=(\([^)]*\)|\"[^\"]*\")", query)
+        node = re.search(r"jsonPayload\.node=(\d+)", query)
+        since = re.search(r'timestamp>="([^"]*)"', query)
         found = sorted(
             (
                 e
                 for e in self.entries
                 if e["jsonPayload"].get("job_id") == job[1]
                 and e["jsonPayload"].get("attempt") == int(attempt[1])
+                and (ids is None or f'"{e["resource"]["labels"]["instance_id"]}"' in ids[1])
+                and (node is None or e["jsonPayload"].get("node", 0) == int(node[1]))
+                and (since is None or _instant(e["timestamp"]) >= _instant(since[1]))
             ),
             key=lambda e: e["timestamp"],
             reverse=body.get("orderBy") == "timestamp desc",
@@ -54,13 +65,20 @@ class LoggingDouble(Recorder):
         return 200, page
 
 
-def an_entry(job_id: str, attempt: int, at: str, message: str) -> JsonDict:
-    """One VM log line as Cloud Logging returns it (``at``: RFC 3339, UTC)."""
+def _instant(at: str) -> datetime:
+    return datetime.fromisoformat(at.replace("Z", "+00:00"))
+
+
+def an_entry(
+    job_id: str, attempt: int, at: str, message: str, instance_id: str = "1", node: int = 0
+) -> JsonDict:
+    """One VM log line as Cloud Logging returns it (``at``: RFC 3339, UTC), as
+    the Ops Agent makes it from one of the agent's JSON lines."""
     return {
         "logName": "projects/p/logs/spotline-agent",
-        "resource": {"type": "gce_instance", "labels": {"instance_id": "1"}},
+        "resource": {"type": "gce_instance", "labels": {"instance_id": instance_id}},
         "timestamp": at,
-        "insertId": f"{job_id}-{attempt}-{at}",
+        "insertId": f"{job_id}-{attempt}-{node}-{at}",
         "severity": "INFO",
-        "jsonPayload": {"message": message, "job_id": job_id, "attempt": attempt},
+        "jsonPayload": {"message": message, "job_id": job_id, "attempt": attempt, "node": node},
     }

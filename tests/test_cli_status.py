@@ -315,7 +315,7 @@ def test_logs_in_the_cloud_come_from_cloud_logging(
             an_entry("one", 1, "2026-11-21T12:00:03Z", "epoch 1/2"),
             an_entry("one", 1, "2026-11-21T12:00:01Z", "resumed at step 0"),
             an_entry("one", 1, "2026-11-21T12:00:05Z", "stopped at step 7"),
-            an_entry("one", 2, "2026-11-21T12:01:00Z", "resumed at step 7"),
+            an_entry("one", 2, "2026-11-21T12:01:00Z", "resumed at step 7", instance_id="2"),
             an_entry("two", 1, "2026-11-21T12:00:02Z", "another job's line"),
         ]
     )
@@ -330,7 +330,7 @@ def test_logs_in_the_cloud_come_from_cloud_logging(
             machine_id="g2-standard-4",
             started_at=started + timedelta(minutes=n - 1),
             outcome="preempted" if n == 1 else None,
-            logs_query=logs_query(str(n), "one", n),
+            logs_query=logs_query([str(n)], "one", n),
         )
         for n in (1, 2)
     ]
@@ -356,6 +356,7 @@ def test_logs_in_the_cloud_come_from_cloud_logging(
     assert shown == [
         {
             "attempt": 2,
+            "node": 0,
             "instance": "sl-one-a2",
             "at": "2026-11-21T12:01:00+00:00",
             "message": "resumed at step 7",
@@ -379,7 +380,7 @@ def test_logs_say_why_cloud_logging_cannot_be_read(
         zone="us-central1-a",
         machine_id="g2-standard-4",
         started_at=NOW,
-        logs_query=logs_query("1", "one", 1),
+        logs_query=logs_query(["1"], "one", 1),
     )
     FirestoreStore(project).create_job(
         a_job("one", "ada", 3, JobStatus.TRAINING, attempts=[attempt])

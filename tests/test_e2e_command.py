@@ -4,10 +4,12 @@ and resumed; then its logs per attempt, and a replay of the job."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -16,6 +18,8 @@ import pytest
 
 from infra.cli.commands import main as cli
 from infra.cli.demo import wait_for_job
+from infra.cli.log_sources import LocalSource
+from infra.cli.logs import follow
 from infra.localstack.stack import LocalStack
 from shared.adapters.firestore_store import FirestoreStore
 from shared.domain.states import JobStatus
@@ -63,6 +67,12 @@ def test_a_command_job_survives_a_preemption(
         when=lambda job: job.attempt == 1 and job.epoch >= 1,
     )
     store = FirestoreStore(local_stack.options.project)
+    followed = io.StringIO()
+    vms = local_stack.workdir / "vms"
+    following = threading.Thread(
+        target=follow, args=(LocalSource(vms, poll_s=0.2), store, job_id, None, None, followed)
+    )
+    following.start()
 
     job = wait_for_job(store, job_id, 180, echo=False, on_update=preempt)
 
@@ -85,6 +95,11 @@ def test_a_command_job_survives_a_preemption(
     assert f"== attempt 1 on {first.instance} (preempted)" in shown
     assert f"stopped at step {first.checkpoint_step}" in shown
     assert f"resumed at step {first.checkpoint_step}" in shown and "epoch 4/4" in shown
+    # `logs --follow`, from the submit on: the same lines, each once, as they came.
+    following.join(timeout=30)
+    assert not following.is_alive()
+    assert _lines(followed.getvalue()) == _lines(shown)
+    assert f"== attempt 2 on {second.instance} (running)" in followed.getvalue()
 
     assert cli(["--workdir", str(local_stack.workdir), "replay", job_id]) == 0
     replay_id = capsys.readouterr().out.split(" as job ")[1].split()[0]
@@ -97,3 +112,9 @@ def test_a_command_job_survives_a_preemption(
     deadline = time.monotonic() + 20
     while host.list({"spotline-job": replay_id}) and time.monotonic() < deadline:
         time.sleep(0.2)
+
+
+def _lines(output: str) -> list[str]:
+    """A job's output lines without the attempts' headers (which say how each
+    ended, and a follow prints them while the attempt runs)."""
+    return [line for line in output.splitlines() if not line.startswith("== attempt ")]

@@ -3,12 +3,14 @@ gang, the real agents giving each node its rank, DDP over gloo on loopback."""
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from pathlib import Path
 
 import pytest
 
+from infra.cli.commands import main as cli
 from infra.cli.demo import wait_for_job
 from infra.localstack.stack import LocalStack
 from shared.adapters.firestore_store import FirestoreStore
@@ -18,7 +20,9 @@ from tests.test_e2e_recovery import epochs_of, submit, wait_no_vms
 pytestmark = [pytest.mark.emulators, pytest.mark.e2e]
 
 
-def test_two_nodes_train_to_identical_weights(local_stack: LocalStack) -> None:
+def test_two_nodes_train_to_identical_weights(
+    local_stack: LocalStack, capsys: pytest.CaptureFixture[str]
+) -> None:
     store = FirestoreStore(local_stack.options.project)
     job_id = submit(local_stack, nodes=2, epochs=3, hyperparameters={"lr": 0.01, "hidden": 64})
 
@@ -35,6 +39,25 @@ def test_two_nodes_train_to_identical_weights(local_stack: LocalStack) -> None:
         assert found, f"node {name} did not finish:\n{log[-2000:]}"
         digests.append(found.group(1))
     assert digests[0] == digests[1]
+    # Every line node 1's agent wrote for the job names the job, the attempt
+    # and the node: what the attempt's Cloud Logging query matches.
+    records = [
+        json.loads(line)
+        for line in Path(local_stack.workdir, "vms", f"{job.nodes[1]}.log").read_text().splitlines()
+        if line.startswith("{")
+    ]
+    mine = [r for r in records if r.get("job_id") == job_id]
+    assert mine and all(r["attempt"] == 1 and r["node"] == 1 for r in mine)
+    capsys.readouterr()
+    assert (
+        cli(["--workdir", str(local_stack.workdir), "logs", job_id, "--node", "1", "--json"]) == 0
+    )
+    shown = json.loads(capsys.readouterr().out)
+    assert {(line["node"], line["instance"]) for line in shown} == {(1, job.nodes[1])}
+    assert any(f"rank 1 final weights sha256={digests[1]}" in line["message"] for line in shown)
+    assert cli(["--workdir", str(local_stack.workdir), "logs", job_id]) == 0
+    both = capsys.readouterr().out
+    assert "[node 0] rank 0 final weights" in both and "[node 1] rank 1 final weights" in both
     deadline = time.monotonic() + 10
     while any(i.status != "CLOSED" for i in store.instances_of_job(job_id)):
         assert time.monotonic() < deadline

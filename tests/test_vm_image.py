@@ -117,3 +117,48 @@ def test_the_image_runs_the_trainer_as_an_unprivileged_account() -> None:
     kept = set(service["CapabilityBoundingSet"].split())
     assert {"CAP_SETUID", "CAP_SETGID", "CAP_CHOWN", "CAP_KILL"} <= kept
     assert not kept & {"CAP_SYS_ADMIN", "CAP_NET_ADMIN", "CAP_SYS_MODULE"}
+
+
+def test_the_agents_lines_reach_cloud_logging_as_the_queries_expect() -> None:
+    """The unit writes the agent's output where the Ops Agent reads it, the Ops
+    Agent parses it as JSON, and a line the agent writes carries every
+    jsonPayload field an attempt's query names."""
+    import contextlib
+    import io
+    import json
+
+    import yaml
+
+    from shared import logs
+    from shared.domain.lifecycle import logs_query
+
+    unit = configparser.ConfigParser(strict=False, interpolation=None)
+    unit.read(IMAGE / "systemd" / "spotline-agent.service")
+    written_to = unit["Service"]["StandardOutput"].removeprefix("append:")
+    config = yaml.safe_load((IMAGE / "ops-agent" / "config.yaml").read_text())["logging"]
+    [pipeline] = config["service"]["pipelines"].values()
+    [receiver] = pipeline["receivers"]
+    assert config["receivers"][receiver]["include_paths"] == [written_to]
+    processors = [config["processors"][name] for name in pipeline["processors"]]
+    assert processors[0]["type"] == "parse_json"  # first: later ones read its fields
+    moved = processors[1]["fields"]["severity"]["move_from"]
+
+    out = io.StringIO()
+    logs.labelled(job_id="j1", attempt=2, node=1)
+    try:
+        with contextlib.redirect_stdout(out):
+            logs.info("epoch 1/3", stream="trainer")
+    finally:
+        logs.labelled()
+    line = json.loads(out.getvalue())
+    queried = re.findall(r"jsonPayload\.(\w+)", logs_query(["7"], "j1", 2))
+    assert queried and all(field in line for field in queried)
+    assert (line["job_id"], line["attempt"], line["node"]) == ("j1", 2, 1)
+    assert line[moved.removeprefix("jsonPayload.")] == "INFO"
+
+    install = (IMAGE / "scripts" / "install.sh").read_text()
+    assert "--also-install --version=2.*.*" in install
+    assert "/tmp/spotline-ops-agent/config.yaml /etc/google-cloud-ops-agent/config.yaml" in install
+    assert f"install -d -m 0755 {Path(written_to).parent}" in install
+    template = (IMAGE / "spotline.pkr.hcl").read_text()
+    assert 'source      = "${path.root}/ops-agent"' in template

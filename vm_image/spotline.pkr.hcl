@@ -102,6 +102,11 @@ build {
     destination = "/tmp/spotline-agent.service"
   }
 
+  provisioner "file" {
+    source      = "${path.root}/ops-agent"
+    destination = "/tmp/spotline-ops-agent"
+  }
+
   provisioner "shell" {
     execute_command = "sudo -E bash '{{ .Path }}'"
     script          = "${path.root}/scripts/install.sh"

@@ -90,6 +90,7 @@ def launch(deps: Deps, job: JobDoc, now: datetime) -> JobDoc:
             option.machine.on_demand_usd_per_hour,
             leader.id or None,
             nodes=names,
+            node_ids=[vm.id or "" for vm in vms],
         ),
     )
     deps.store.delete_queue(job.job_id)

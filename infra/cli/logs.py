@@ -1,9 +1,8 @@
-"""``spotline logs``: a job's output, attempt by attempt.
+"""``spotline logs``: a job's output, attempt by attempt and node by node, once
+or followed (``--follow``) until the job ends.
 
-Locally each VM is a process whose output is a file in the stack's workdir; in
-the cloud the VM's logging agent sends its lines to Cloud Logging, read here
-through google-cloud-logging with the query each attempt records (its VM's
-instance id, the job and the attempt), so the logs outlive the VM.
+Where the lines come from is log_sources.py: the local VMs' files, or Cloud
+Logging in the cloud.
 """
 
 from __future__ import annotations
@@ -11,35 +10,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterator
-from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Any
+import time
+from datetime import UTC, datetime
+from typing import IO, TYPE_CHECKING
 
 from infra.cli.connect import job_of
-from shared.domain.documents import AttemptRecord
+from infra.cli.log_sources import CloudSource, LocalSource, LogLine, Source, node_instance
+from infra.cli.watch import exit_code
+from shared.domain.documents import AttemptRecord, JobDoc
 
-# Lines before the attempt's start (clock skew between the VM and Firestore)
-# are still its own.
-_SKEW = timedelta(minutes=5)
-_PAGE_SIZE = 1000
-
-
-@dataclass(frozen=True)
-class LogLine:
-    attempt: int
-    instance: str
-    at: datetime | None  # None: a line with no time (not one of the agent's records)
-    message: str
-
-    def to_json(self) -> dict[str, Any]:
-        at = None if self.at is None else self.at.isoformat()
-        return {
-            "attempt": self.attempt,
-            "instance": self.instance,
-            "at": at,
-            "message": self.message,
-        }
+if TYPE_CHECKING:
+    from shared.adapters.firestore_store import FirestoreStore
 
 
 def logs(args: argparse.Namespace) -> int:
@@ -49,98 +30,106 @@ def logs(args: argparse.Namespace) -> int:
     from infra.localstack.stack import read_stack_workdir
 
     settings, job = job_of(args)
-    vms = read_stack_workdir(args.workdir) / "vms" if settings.compute_endpoint else None
-    attempts = [a for a in job.attempts if args.attempt in (None, a.attempt)]
+    if args.node is not None and not 0 <= args.node < job.spec.nodes:
+        print(f"job {job.job_id} has no node {args.node}: nodes 0 to {job.spec.nodes - 1}")
+        return 2
+    source: Source = (
+        LocalSource(read_stack_workdir(args.workdir) / "vms")
+        if settings.compute_endpoint
+        else CloudSource(settings.project)
+    )
+    try:
+        if args.follow:
+            from shared.adapters.firestore_store import FirestoreStore
+
+            jobs = FirestoreStore(settings.project)
+            return follow(source, jobs, job.job_id, args.attempt, args.node, sys.stdout)
+        return show(source, job, args.attempt, args.node, args.json, sys.stdout)
+    except (GoogleAPIError, GoogleAuthError) as err:  # no credentials, no right, down
+        reason = " ".join(str(err).split())
+        query = next((a.logs_query for a in job.attempts if a.logs_query), "")
+        print(
+            f"cannot read Cloud Logging: {reason}\n  try: gcloud logging read "
+            f"'{query}' --project {settings.project}",
+            file=sys.stderr,
+        )
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def show(
+    source: Source, job: JobDoc, attempt: int | None, node: int | None, as_json: bool, out: IO[str]
+) -> int:
+    """Print the lines of the job's attempts (or of one), node by node."""
+    attempts = [a for a in job.attempts if attempt in (None, a.attempt)]
     if not attempts:
-        print(f"job {args.job} has no attempt {args.attempt or ''} with a VM yet", file=sys.stderr)
+        print(f"job {job.job_id} has no attempt {attempt or ''} with a VM yet", file=sys.stderr)
         return 1
     shown: list[LogLine] = []
-    for attempt in attempts:
-        if vms is None:
-            try:
-                lines = list(cloud_lines(settings.project, attempt))
-            except (GoogleAPIError, GoogleAuthError) as err:  # no credentials, no right, down
-                reason = " ".join(str(err).split())
-                print(
-                    f"cannot read Cloud Logging: {reason}\n  try: gcloud logging read "
-                    f"'{attempt.logs_query}' --project {settings.project}",
-                    file=sys.stderr,
-                )
-                return 1
-        else:
-            local = vms / f"{attempt.instance}.log"
-            text = local.read_text(errors="replace") if local.exists() else ""
-            lines = list(file_lines(text, job.job_id, attempt))
-        if args.json:
+    for record in attempts:
+        lines = sorted(source.new_lines(job.job_id, record, node), key=lambda line: line.node)
+        if as_json:
             shown += lines
             continue
-        print(
-            f"== attempt {attempt.attempt} on {attempt.instance} ({attempt.outcome or 'running'})"
-        )
+        print(_header(record, node), file=out)
         for line in lines:
-            print(line.message)
-    if args.json:
-        print(json.dumps([line.to_json() for line in shown], indent=2, ensure_ascii=False))
+            print(_text(record, line), file=out)
+    if as_json:
+        rows = [line.to_json() for line in shown]
+        print(json.dumps(rows, indent=2, ensure_ascii=False), file=out)
     return 0
 
 
-def file_lines(text: str, job_id: str, attempt: AttemptRecord) -> Iterator[LogLine]:
-    """One job attempt's lines of a local VM's output (a cooling VM runs several
-    jobs): the agent's JSON records of it, and every line that is not one."""
-    for line in text.splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            record = None
-        if not isinstance(record, dict):
-            yield LogLine(attempt.attempt, attempt.instance, None, line)
-        elif (
-            record.get("job_id", job_id) == job_id
-            and record.get("attempt", attempt.attempt) == attempt.attempt
-        ):
-            yield LogLine(
-                attempt.attempt,
-                attempt.instance,
-                _time(record.get("time")),
-                str(record.get("message", line)),
-            )
+def follow(
+    source: Source,
+    jobs: FirestoreStore,
+    job_id: str,
+    attempt: int | None,
+    node: int | None,
+    out: IO[str],
+) -> int:
+    """Print the lines as they come, into each new attempt, until the job has
+    ended and the last of its lines are in; the exit code is ``watch``'s (0
+    for COMPLETED). The job is read again before each round of lines, so the
+    round after it ended still reads everything its VMs wrote. A job not
+    recorded yet (just published) is waited for."""
+    from shared.domain.states import JobStatus
+
+    headed: set[int] = set()
+    ended_at: float | None = None
+    while True:
+        job = jobs.get_job(job_id)
+        if job is None:
+            time.sleep(source.poll_s)
+            continue
+        if job.status in JobStatus.terminal() and ended_at is None:
+            # A job that ended long ago has nothing on its way.
+            ago = (datetime.now(UTC) - job.updated_at).total_seconds() if job.updated_at else 0
+            ended_at = time.monotonic() - max(ago, 0.0)
+        for record in job.attempts:
+            if attempt not in (None, record.attempt):
+                continue
+            lines = source.new_lines(job.job_id, record, node)
+            if record.attempt not in headed and (lines or record.ended_at is None):
+                print(_header(record, node), file=out)
+                headed.add(record.attempt)
+            for line in lines:
+                print(_text(record, line), file=out)
+        out.flush()
+        if ended_at is not None and time.monotonic() - ended_at >= source.settle_s:
+            return exit_code([job])
+        time.sleep(source.poll_s)
 
 
-def _time(value: object) -> datetime | None:
-    try:
-        return datetime.fromisoformat(str(value)) if value else None
-    except ValueError:
-        return None
+def _header(record: AttemptRecord, node: int | None) -> str:
+    where = record.instance if node is None else node_instance(record, node)
+    nodes = f" (node {node})" if node is not None else ""
+    if node is None and record.nodes > 1:
+        nodes = f" and {record.nodes - 1} more nodes"
+    return f"== attempt {record.attempt} on {where}{nodes} ({record.outcome or 'running'})"
 
 
-def cloud_lines(project: str, attempt: AttemptRecord) -> Iterator[LogLine]:
-    """The attempt's entries in Cloud Logging, oldest first.
-
-    The filter is bounded by the attempt's start: without a timestamp term the
-    client library adds "the last 24 hours", and an older job's logs would
-    look empty.
-    """
-    from google.cloud import logging
-
-    from infra.deploy.endpoints import Endpoints, client_options
-
-    if not attempt.logs_query:
-        return
-    since = (attempt.started_at - _SKEW).strftime("%Y-%m-%dT%H:%M:%SZ")
-    client = logging.Client(
-        project=project,
-        _use_grpc=False,  # REST: the same requests against Google or a local double
-        **client_options(Endpoints.from_env().logging, None),
-    )
-    entries = client.list_entries(
-        resource_names=[f"projects/{project}"],
-        filter_=f'({attempt.logs_query}) AND timestamp>="{since}"',
-        order_by=logging.ASCENDING,
-        page_size=_PAGE_SIZE,
-    )
-    for entry in entries:
-        payload = entry.payload
-        message = (
-            payload.get("message", json.dumps(payload)) if isinstance(payload, dict) else payload
-        )
-        yield LogLine(attempt.attempt, attempt.instance, entry.timestamp, str(message))
+def _text(record: AttemptRecord, line: LogLine) -> str:
+    """A line as printed: a gang's lines say which node wrote them."""
+    return f"[node {line.node}] {line.message}" if record.nodes > 1 else line.message

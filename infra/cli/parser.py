@@ -161,6 +161,15 @@ def build() -> argparse.ArgumentParser:
     logs_cmd = sub.add_parser("logs", help="a job's output, attempt by attempt")
     logs_cmd.add_argument("job", help="the job")
     logs_cmd.add_argument("--attempt", type=int, default=None, help="only this attempt (1, 2, ...)")
+    logs_cmd.add_argument(
+        "--node", type=int, default=None, help="only this node of a multi-node job (0, 1, ...)"
+    )
+    logs_cmd.add_argument(
+        "-f",
+        "--follow",
+        action="store_true",
+        help="print new lines as they come, into each new attempt, until the job ends",
+    )
     logs_cmd.add_argument("--json", action="store_true", help=JSON_HELP)
     logs_cmd.set_defaults(run=logs.logs)
 

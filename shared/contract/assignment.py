@@ -26,3 +26,11 @@ class Assignment(BaseModel):
     nodes: list[str] = []
     hosts: list[str] = []
     master_port: int = 0
+
+    def node_rank(self, instance: str) -> int:
+        """The rank of ``instance`` in the job's gang (0 for a single node).
+
+        Raises:
+            ValueError: the instance is not one of the gang's nodes.
+        """
+        return self.nodes.index(instance) if self.nodes else 0

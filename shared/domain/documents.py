@@ -47,6 +47,7 @@ class AttemptRecord(_Doc):
     price_per_hour: float = 0.0  # what the VM cost (Spot or on demand)
     on_demand_price_per_hour: float = 0.0  # what the same VM costs on demand
     nodes: int = 1  # VMs in the attempt, each at price_per_hour
+    node_names: list[str] = Field(default_factory=list)  # a gang's VMs, by rank
     cost_usd: float = 0.0  # up to ended_at, or up to the last sweep while it runs
     on_demand_cost_usd: float = 0.0
 

@@ -223,6 +223,7 @@ def vm_recorded(
     on_demand_price_per_hour: float = 0.0,
     instance_id: str | None = None,
     nodes: list[str] | None = None,
+    node_ids: list[str] | None = None,
 ) -> JobDoc:
     """The attempt's VM (or the gang's node 0) exists: CONNECTING_SERVER, and a
     new attempt record. An ended job is left as it is: it ended while the VM
@@ -243,8 +244,9 @@ def vm_recorded(
         price_per_hour=price_per_hour,
         on_demand_price_per_hour=on_demand_price_per_hour,
         instance_id=instance_id,
-        logs_query=logs_query(instance_id, job.job_id, job.attempt),
+        logs_query=logs_query(node_ids or [instance_id or ""], job.job_id, job.attempt),
         nodes=len(nodes or [instance]),
+        node_names=list(nodes or []),
     )
     kept = [r for r in job.attempts if r.attempt != job.attempt]
     return job.model_copy(
@@ -258,12 +260,16 @@ def vm_recorded(
     )
 
 
-def logs_query(instance_id: str | None, job_id: str, attempt: int) -> str:
-    """A Cloud Logging query for one attempt's output, valid after the VM is gone
-    (the instance id is never reused; the agent labels its lines with the job)."""
+def logs_query(instance_ids: list[str], job_id: str, attempt: int) -> str:
+    """A Cloud Logging query for one attempt's output on all its VMs (every node
+    of a gang), valid after they are gone: instance ids are never reused, and
+    the agent labels its lines with the job, the attempt and the node. A VM
+    whose id is not known (an empty id) is found by the labels alone."""
     where = f'jsonPayload.job_id="{job_id}" AND jsonPayload.attempt={attempt}'
-    if instance_id:
-        where = f'resource.labels.instance_id="{instance_id}" AND {where}'
+    ids = [f'"{i}"' for i in instance_ids]
+    if ids and all(instance_ids):
+        one_of = ids[0] if len(ids) == 1 else f"({' OR '.join(ids)})"
+        where = f"resource.labels.instance_id={one_of} AND {where}"
     return f'resource.type="gce_instance" AND {where}'
 
 

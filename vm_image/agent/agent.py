@@ -102,6 +102,14 @@ class Agent:
     def _start(self, assignment: Assignment, event_token: str, reused: bool) -> None:
         """Reset the per-job state; a reused (cooling) VM skips gearing up."""
         self.assignment = assignment
+        # Every line from here on is this job's, on this node: the attempt's
+        # Cloud Logging query finds them by these fields (shared/logs.py).
+        logs.labelled(
+            job_id=assignment.job_id,
+            attempt=assignment.attempt,
+            # (A name not in the gang fails at the trainer's start, saying so.)
+            node=assignment.nodes.index(self.name) if self.name in assignment.nodes else 0,
+        )
         # The token of the attempt this VM runs now: a cooling VM handed the
         # next job gets that job's with it, and every event from then on
         # carries the new one.
@@ -252,6 +260,7 @@ class Agent:
     def _wait_for_next_job(self, timeout_s: float) -> Assignment | None:
         """Idle until spotline hands this VM a new job through its metadata
         (``wait_for_change``: no polling), or ``timeout_s`` passes."""
+        logs.labelled()  # no job's lines until the next one
         logs.info(f"cooling: waiting up to {timeout_s:.0f} s for the next job", instance=self.name)
         deadline = time.monotonic() + timeout_s
         while not self.preempted.is_set():

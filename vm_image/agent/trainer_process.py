@@ -58,7 +58,7 @@ def trainer_env(
     spec = assignment.spec
     cluster: dict[str, str] = {}
     if assignment.nodes:
-        rank = assignment.nodes.index(instance)
+        rank = assignment.node_rank(instance)
         cluster = cluster_env(spec.framework, assignment.hosts, rank, assignment.master_port)
     # The agent's own Python environment comes first on PATH: a command's
     # `python` has spotline, torch and fsspec, as the image installs them.

@@ -53,3 +53,15 @@ install -d -m 0755 /var/lib/spotline
 install -m 0644 /tmp/spotline-agent.service /etc/systemd/system/spotline-agent.service
 systemctl daemon-reload
 systemctl enable spotline-agent.service
+
+# 6. Logs: the Ops Agent (Google's installer, pinned to major version 2)
+#    sends the agent's JSON lines to Cloud Logging as structured entries, so
+#    `spotline logs` and each attempt's query (jsonPayload.job_id=...) find
+#    them after the VM is gone; logrotate keeps the file bounded.
+install -d -m 0755 /var/log/spotline
+curl -sSfO https://dl.google.com/cloudagents/add-google-cloud-ops-agent-repo.sh
+bash add-google-cloud-ops-agent-repo.sh --also-install --version=2.*.*
+rm add-google-cloud-ops-agent-repo.sh
+install -m 0644 /tmp/spotline-ops-agent/config.yaml /etc/google-cloud-ops-agent/config.yaml
+install -m 0644 /tmp/spotline-ops-agent/logrotate.conf /etc/logrotate.d/spotline-agent
+systemctl enable google-cloud-ops-agent
