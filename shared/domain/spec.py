@@ -39,6 +39,9 @@ from shared.domain.secret_env import MASK, REFERENCE_FORMS, SECRET_NAME_WORDS, i
 # Names end up in VM names and labels: lowercase letters, digits and hyphens.
 NAME_PATTERN = JOB_ID_PATTERN
 MACHINE_ID_PATTERN = r"^[a-z0-9][-a-z0-9]*(\.od)?$"
+# A container image reference (registry/path:tag@digest): no spaces, and no
+# leading "-" that the container runtime would read as an option.
+IMAGE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$"
 BUILTIN_TRAINERS = ("digits_mlp", "keras_ffnn")
 
 MachineId = Annotated[str, Field(max_length=64)]
@@ -84,7 +87,22 @@ class JobSpec(BaseModel):
         default=None, min_length=1, description="argv to run instead of a built-in trainer."
     )
     code_uri: str | None = Field(default=None, max_length=MAX_URI_CHARS)
-    data_uri: str | None = Field(default=None, max_length=MAX_URI_CHARS)
+    data_uri: str | None = Field(
+        default=None,
+        max_length=MAX_URI_CHARS,
+        description=(
+            "A folder or file (any fsspec URL) copied to the VM before the trainer starts; "
+            "its local folder is SPOTLINE_DATA_DIR."
+        ),
+    )
+    image: str | None = Field(
+        default=None,
+        max_length=MAX_URI_CHARS,
+        pattern=IMAGE_PATTERN,
+        description=(
+            "A container image the command runs in (GPUs passed through); needs 'command'."
+        ),
+    )
     batch_size: int = Field(default=32, ge=1, le=10_000_000)
     epochs: int = Field(default=1, ge=1, le=MAX_EPOCHS)
     hyperparameters: dict[str, Any] = Field(default_factory=dict)
@@ -169,6 +187,10 @@ class JobSpec(BaseModel):
             raise ValueError("give exactly one of 'trainer' (built-in) or 'command'")
         if self.trainer is not None and self.trainer not in BUILTIN_TRAINERS:
             raise ValueError(f"trainer: {self.trainer!r} is not one of {BUILTIN_TRAINERS}")
+        if self.image is not None and self.command is None:
+            raise ValueError(
+                "image: a container runs a 'command'; the built-in trainers run in the VM image"
+            )
         on_demand = self.on_demand_fallback or any(m.endswith(".od") for m in self.machine_ids)
         if self.stop_period_s > 0 and not on_demand:
             raise ValueError(

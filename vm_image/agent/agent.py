@@ -3,7 +3,8 @@
 1. read the instance's name, zone, ``spotline-job`` assignment and the
    attempt's event token (every event carries it: ``shared.domain.event_auth``);
 2. publish VM booted, then heartbeats (with the current phase) until done;
-3. fetch code, then run the trainer, relaying each reported epoch;
+3. fetch code, data set and requirements (``trainer_launch.prepare``), then
+   run the trainer, relaying each reported epoch;
 4. watch ``instance/preempted`` (wait_for_change) and SIGTERM: on the 30 s
    notice the trainer checkpoints at its next step and spotline is told where;
 5. publish job finished with the exit code and the tail of the log (a trainer
@@ -34,7 +35,7 @@ from shared.domain.vms import EVENT_TOKEN_METADATA_KEY, JOB_METADATA_KEY
 from shared.ports.bus import Bus
 from vm_image.agent.metadata import Metadata, MetadataError
 from vm_image.agent.privileges import AccountMissing, TrainerAccount, trainer_account
-from vm_image.agent.trainer_launch import launch_trainer
+from vm_image.agent.trainer_launch import launch_trainer, prepare
 from vm_image.agent.trainer_process import TENSORBOARD_DIR, CannotStart, TrainerProcess
 from vm_image.agent.transfers import download_folder, upload_folder
 from vm_image.agent.workspace import job_folder
@@ -285,7 +286,6 @@ class Agent:
         try:
             self._enter(JobSubstatus.SENDING_MODEL_AND_DATA)
             code_dir = self._fetch_code()
-            self._enter(JobSubstatus.TRAINING)
             exit_code, log_tail = self._train(code_dir)
             exited_at = time.monotonic()
             self._upload_tensorboard()
@@ -305,9 +305,12 @@ class Agent:
             self.job_done.set()
 
     def _train(self, code_dir: Path) -> tuple[int, str]:
-        """Run the trainer; its exit code and last output lines. A trainer
-        that cannot start fails the job with the reason as its output."""
+        """Prepare the job (data set, requirements), then run the trainer; its
+        exit code and last output lines. A job that cannot be prepared, or a
+        trainer that cannot start, fails with the reason as its output."""
         try:
+            prepared = prepare(self.assignment, self.account, self.workdir, self.job_dir, code_dir)
+            self._enter(JobSubstatus.TRAINING)
             self.trainer = launch_trainer(
                 self.assignment,
                 self.account,
@@ -316,6 +319,7 @@ class Agent:
                 code_dir,
                 self.name,
                 self._on_report,
+                prepared,
             )
         except CannotStart as err:
             logs.error(str(err), job_id=self.assignment.job_id, attempt=self.assignment.attempt)

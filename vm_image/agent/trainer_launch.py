@@ -1,14 +1,21 @@
-"""Everything between a fetched job and its running trainer: the account it
-runs as, its secrets resolved, its folder handed over, its environment."""
+"""Everything between a fetched job and its running trainer: its data set
+and Python requirements (``prepare``), the account it runs as, its secrets
+resolved, its folder handed over, its environment, its container."""
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from shared import logs
 from shared.contract.assignment import Assignment
+from vm_image.agent.container import container_command
+from vm_image.agent.job_data import DATA_DIR_ENV, DataUnavailable, fetch_data
+from vm_image.agent.job_env import InstallFailed, JobEnv, prepare_env, requirements_of
 from vm_image.agent.metadata import Metadata
 from vm_image.agent.privileges import AccountMissing, TrainerAccount
 from vm_image.agent.secret_access import SecretUnavailable, resolve_env
@@ -21,6 +28,62 @@ from vm_image.agent.trainer_process import (
 from vm_image.agent.workspace import hand_over
 
 EVENTS_FILE = "events.jsonl"
+CACHE_FOLDER = "cache"
+# A job that cannot be prepared (its data set or its requirements) fails with
+# this exit code and the reason as its output: like a trainer's failure, it
+# is not retried on another VM, where it would fail the same way.
+EXIT_PREPARE_FAILED = 1
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What the job gets besides its code: its data folder, its venv."""
+
+    data_dir: Path | None = None
+    job_env: JobEnv | None = None
+
+
+def prepare(
+    assignment: Assignment,
+    account: TrainerAccount | AccountMissing,
+    workdir: Path,
+    job_dir: Path,
+    code_dir: Path,
+) -> Prepared:
+    """Download the data set and install the code's ``requirements.txt``,
+    each reusing what this VM already holds (``{workdir}/cache``).
+
+    Raises:
+        CannotStart: no trainer account, a data set that is missing or larger
+            than the disk's free space, or a failed install (pip's last lines).
+    """
+    if isinstance(account, AccountMissing):
+        raise CannotStart(str(account), 126)
+    spec = assignment.spec
+    cache = workdir / CACHE_FOLDER
+    try:
+        data_dir = fetch_data(spec.data_uri, workdir) if spec.data_uri else None
+    except DataUnavailable as err:
+        raise CannotStart(f"cannot start the trainer: {err}", EXIT_PREPARE_FAILED) from None
+    requirements = requirements_of(code_dir)
+    if requirements is None:
+        return Prepared(data_dir)
+    if spec.image:
+        logs.warning(f"{requirements.name} not installed: the image {spec.image} brings its own")
+        return Prepared(data_dir)
+    env = {**os.environ, **spec.env, **_home(job_dir, account)}
+    try:
+        return Prepared(data_dir, prepare_env(requirements, cache, account, env))
+    except InstallFailed as err:
+        raise CannotStart(f"cannot start the trainer: {err}", EXIT_PREPARE_FAILED) from None
+
+
+def _home(job_dir: Path, account: TrainerAccount) -> dict[str, str]:
+    """pip's HOME (and so its cache) is the job's, as the trainer's will be."""
+    if not account.dedicated:
+        return {}
+    account.give(job_dir)  # its code (requirements.txt) and HOME are read by pip
+    return {"HOME": str(job_dir / "home"), "TMPDIR": str(job_dir / "tmp")}
 
 
 def launch_trainer(
@@ -31,8 +94,11 @@ def launch_trainer(
     code_dir: Path,
     instance: str,
     on_report: Callable[[dict[str, Any]], None],
+    prepared: Prepared | None = None,
 ) -> TrainerProcess:
-    """Start the job's trainer as ``account`` in ``code_dir``.
+    """Start the job's trainer as ``account`` in ``code_dir``, with what
+    ``prepare`` made ready: ``SPOTLINE_DATA_DIR``, the job's venv first on
+    PATH, and the spec's ``image`` wrapped around the command.
 
     Secret Manager references in the spec's env are resolved here, last, and
     go only into the trainer's environment (and the list of values its
@@ -52,13 +118,39 @@ def launch_trainer(
     env = trainer_env(assignment, events_path, dict(os.environ), instance)
     env.update(secrets)
     env.update(hand_over(job_dir, account, events_path))
+    prepared = prepared or Prepared()
+    command = trainer_command(assignment)
+    if prepared.data_dir is not None:
+        env[DATA_DIR_ENV] = str(prepared.data_dir)
+    if prepared.job_env is not None:
+        bin_dir = str(prepared.job_env.bin)
+        env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", os.defpath)])
+        env["VIRTUAL_ENV"] = str(prepared.job_env.root)
+        if command[0] == sys.executable:  # a built-in trainer: the job's python runs it
+            command[0] = str(prepared.job_env.python)
+    if assignment.spec.image:
+        mounts = [(job_dir, False)]
+        if prepared.data_dir is not None:
+            mounts.append((prepared.data_dir, True))
+        command = container_command(
+            assignment.spec.image,
+            command,
+            env,
+            os.environ,
+            mounts,
+            code_dir,
+            (account.uid, account.gid),
+            f"spotline-{assignment.job_id}-a{assignment.attempt}",
+        )
     return TrainerProcess(
-        trainer_command(assignment),
+        command,
         env,
         code_dir,
         events_path,
         on_report,
         labels={"job_id": assignment.job_id, "attempt": assignment.attempt},
-        account=account,
+        # The container runtime's client runs as the agent (access to its
+        # socket is root's); the container itself as the account (--user).
+        account=None if assignment.spec.image else account,
         secrets=list(secrets.values()),
     )

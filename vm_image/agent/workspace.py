@@ -15,7 +15,9 @@ Before a job starts, every other folder under ``jobs/`` is removed; when the
 trainer runs as its own account, so are processes it left running and files
 it owns at the top of /tmp, /var/tmp and /dev/shm (where any account may
 write). What a job keeps lives in its checkpoint and output folders in
-storage, never on the VM.
+storage, never on the VM. Beside ``jobs/``, ``cache/`` holds what the same
+user's next job may reuse and cannot change: the last data set, read-only to
+the trainer (``job_data``), and the last requirements venv (``job_env``).
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -87,3 +88,61 @@ def digits_split(seed: int, validation_split: float) -> DigitsSplit:
     n_val = round(len(y) * validation_split)
     val, train = order[:n_val], order[n_val:]
     return DigitsSplit(x[train], y[train], x[val], y[val])
+
+
+DATA_DIR_ENV = "SPOTLINE_DATA_DIR"
+
+
+def training_split(seed: int, validation_split: float, env: Mapping[str, str]) -> DigitsSplit:
+    """The job's data set when the agent fetched one (``SPOTLINE_DATA_DIR``),
+    else the digits; split the same way for every built-in trainer.
+
+    The data set format: one ``.npz`` file in the folder (``data.npz`` when
+    there are several) with ``x`` (samples x features, numbers) and ``y``
+    (integer class labels 0..K-1), and optionally ``x_val``/``y_val`` (the
+    seed's train_X, train_Y and validation_data). Without ``x_val``,
+    ``validation_split`` of the samples, shuffled by ``seed``, validate.
+
+    Raises:
+        SettingsError: no ``.npz`` file, or one without the arrays named above.
+    """
+    folder = env.get(DATA_DIR_ENV)
+    if not folder:
+        return digits_split(seed, validation_split)
+    path = _data_file(Path(folder))
+    with np.load(path, allow_pickle=False) as arrays:
+        missing = [name for name in ("x", "y") if name not in arrays.files]
+        if missing or (("x_val" in arrays.files) != ("y_val" in arrays.files)):
+            raise SettingsError(
+                f"{path.name} must hold arrays x and y (and x_val with y_val, or neither); "
+                f"it holds {sorted(arrays.files)}"
+            )
+        x = arrays["x"].astype(np.float32).reshape(len(arrays["x"]), -1)
+        y = arrays["y"].astype(np.int64)
+        if len(x) != len(y):
+            raise SettingsError(f"{path.name}: x has {len(x)} samples and y {len(y)}")
+        if "x_val" in arrays.files:
+            x_val = arrays["x_val"].astype(np.float32).reshape(len(arrays["x_val"]), -1)
+            return DigitsSplit(x, y, x_val, arrays["y_val"].astype(np.int64))
+    order = np.random.default_rng(seed).permutation(len(y))
+    n_val = round(len(y) * validation_split)
+    val, train = order[:n_val], order[n_val:]
+    return DigitsSplit(x[train], y[train], x[val], y[val])
+
+
+def classes_of(split: DigitsSplit) -> int:
+    """How many logits a model needs: the labels are 0..K-1, and at least
+    the digits' 10 (a digits checkpoint keeps its shape)."""
+    top = max(split.y_train.max(initial=0), split.y_val.max(initial=0))
+    return max(int(top) + 1, 10)
+
+
+def _data_file(folder: Path) -> Path:
+    found = sorted(folder.rglob("*.npz"))
+    named = [path for path in found if path.name == "data.npz"]
+    if len(named) == 1 or len(found) == 1:
+        return (named or found)[0]
+    raise SettingsError(
+        f"{DATA_DIR_ENV}={folder}: expected one .npz file (or one named data.npz), "
+        f"found {len(found)}"
+    )

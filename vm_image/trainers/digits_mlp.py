@@ -27,7 +27,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from vm_image.trainers.contract import RunSettings, SettingsError, digits_split
+from vm_image.trainers.contract import (
+    RunSettings,
+    SettingsError,
+    classes_of,
+    training_split,
+)
 from vm_image.trainers.report import report_checkpoint, report_epoch, report_resumed
 from vm_image.trainers.torch_checkpoint import (
     PreemptionFlag,
@@ -107,22 +112,33 @@ class Digits:
     y_train: torch.Tensor
     x_val: torch.Tensor
     y_val: torch.Tensor
+    classes: int = 10
+
+    @property
+    def features(self) -> int:
+        return int(self.x_train.shape[1])
 
 
-def load_digits_split(seed: int, validation_split: float) -> Digits:
-    """The 1797 digits, shuffled by ``seed`` and split into train and validation."""
-    split = digits_split(seed, validation_split)
+def load_digits_split(
+    seed: int, validation_split: float, env: Mapping[str, str] | None = None
+) -> Digits:
+    """The job's data set (``SPOTLINE_DATA_DIR`` in ``env``: see
+    ``contract.training_split``), else the 1797 digits, shuffled by ``seed``
+    and split into train and validation."""
+    split = training_split(seed, validation_split, env or {})
     return Digits(
-        *(
-            torch.from_numpy(part)
-            for part in (split.x_train, split.y_train, split.x_val, split.y_val)
-        )
+        torch.from_numpy(split.x_train),
+        torch.from_numpy(split.y_train),
+        torch.from_numpy(split.x_val),
+        torch.from_numpy(split.y_val),
+        classes=classes_of(split),
     )
 
 
-def build_model(hidden: int) -> nn.Sequential:
-    """64 pixels -> ``hidden`` ReLU units -> 10 class logits."""
-    return nn.Sequential(nn.Linear(64, hidden), nn.ReLU(), nn.Linear(hidden, 10))
+def build_model(hidden: int, features: int = 64, classes: int = 10) -> nn.Sequential:
+    """``features`` inputs (the digits' 64 pixels) -> ``hidden`` ReLU units ->
+    ``classes`` logits."""
+    return nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, classes))
 
 
 def batch_order(seed: int, epoch: int, size: int) -> torch.Tensor:
@@ -151,8 +167,8 @@ def train(settings: Settings, flag: PreemptionFlag) -> int:
     if settings.batch_size < world:
         print(f"batch size {settings.batch_size} < {world} nodes", file=sys.stderr)
         return EXIT_BAD_SETTINGS
-    data = load_digits_split(settings.seed, settings.validation_split)
-    model = build_model(settings.hidden)
+    data = load_digits_split(settings.seed, settings.validation_split, os.environ)
+    model = build_model(settings.hidden, data.features, data.classes)
     optimizer = torch.optim.Adam(model.parameters(), lr=settings.lr)
     loss_fn = nn.CrossEntropyLoss()
     n_train = len(data.y_train)

@@ -23,7 +23,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from vm_image.trainers.contract import DigitsSplit, RunSettings, SettingsError, digits_split
+from vm_image.trainers.contract import (
+    DigitsSplit,
+    RunSettings,
+    SettingsError,
+    classes_of,
+    training_split,
+)
 
 EXIT_BAD_SETTINGS = 2
 EXIT_MISSING_EXTRA = 3
@@ -97,17 +103,21 @@ class Settings:
         return settings
 
 
-def load_digits_split(seed: int, validation_split: float) -> DigitsSplit:
-    """The same split as ``digits_mlp`` for the same seed and fraction."""
-    return digits_split(seed, validation_split)
+def load_digits_split(
+    seed: int, validation_split: float, env: Mapping[str, str] | None = None
+) -> DigitsSplit:
+    """The same split as ``digits_mlp`` for the same seed, fraction and data
+    set (``SPOTLINE_DATA_DIR`` in ``env``: ``contract.training_split``)."""
+    return training_split(seed, validation_split, env or {})
 
 
-def build_model(keras: Any, lr: float) -> Any:
-    """The seed's network, compiled: 64 pixels -> 256 -> 256 -> 10 class logits."""
-    inputs = keras.Input(shape=(64,))
+def build_model(keras: Any, lr: float, features: int = 64, classes: int = 10) -> Any:
+    """The seed's network, compiled: ``features`` inputs (the digits' 64
+    pixels) -> 256 -> 256 -> ``classes`` logits."""
+    inputs = keras.Input(shape=(features,))
     hidden = keras.layers.Dense(HIDDEN, activation="relu")(inputs)
     hidden = keras.layers.Dense(HIDDEN, activation="relu")(hidden)
-    model = keras.Model(inputs, keras.layers.Dense(10)(hidden))
+    model = keras.Model(inputs, keras.layers.Dense(classes)(hidden))
     model.compile(
         optimizer=keras.optimizers.Adam(learning_rate=lr),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -125,8 +135,8 @@ def train(settings: Settings) -> int:
     # First: from here on a SIGTERM is a flag, served at a batch end.
     callbacks = spotline_callbacks(settings.checkpoint_dir, settings.output_dir, env=os.environ)
     keras.utils.set_random_seed(settings.seed)
-    data = load_digits_split(settings.seed, settings.validation_split)
-    model = build_model(keras, settings.lr)
+    data = load_digits_split(settings.seed, settings.validation_split, os.environ)
+    model = build_model(keras, settings.lr, data.x_train.shape[1], classes_of(data))
     validation = (data.x_val, data.y_val) if len(data.y_val) else None
     steps_per_epoch = -(-len(data.y_train) // settings.batch_size)
     print(

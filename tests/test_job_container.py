@@ -1,0 +1,136 @@
+"""A job with an ``image``: the agent runs its command through the container
+runtime, and its contract (reports through the events file, the preemption
+notice as SIGTERM, heartbeats) is the same as without one.
+
+This machine runs no container daemon: the runtime is the setting
+``SPOTLINE_CONTAINER_RUNTIME``, here a stand-in the test writes. It checks
+the argv it is given (image, GPUs, mounts, user, variables by name only) and
+then does what ``docker run`` would: becomes the ``--user``, enters the
+``--workdir``, keeps only the variables passed, and execs the command (so
+the agent's SIGTERM reaches it). Real containers are not exercised here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from shared.contract.events import EpochDone, SpotPreempted
+from tests.test_agent_failures import Topics
+from tests.vm_agent import Vm, next_finished
+
+pytestmark = pytest.mark.emulators
+
+IMAGE = "us-docker.pkg.dev/my-project/train/job:1.2"
+
+STAND_IN = r"""#!{python}
+import json, os, sys
+argv = sys.argv[1:]
+with open({record!r}, "w") as record:
+    json.dump(argv, record)
+assert argv[0] == "run", argv
+options, i = {{}}, 1
+flags = {{"--rm", "--init"}}
+while argv[i].startswith("--"):
+    if argv[i] in flags:
+        options.setdefault(argv[i], []).append("")
+        i += 1
+    else:
+        options.setdefault(argv[i], []).append(argv[i + 1])
+        i += 2
+image, command = argv[i], argv[i + 1:]
+assert image == {image!r}, image
+assert options["--gpus"] == ["all"], options
+for variable in options["--env"]:
+    assert "=" not in variable, "a value on the command line: " + variable
+uid, gid = (int(part) for part in options["--user"][0].split(":"))
+env = {{name: os.environ[name] for name in options["--env"]}}
+env["PATH"] = "/usr/local/bin:/usr/bin:/bin"
+os.chdir(options["--workdir"][0])
+if os.geteuid() == 0:
+    os.setgid(gid)
+    os.setgroups([])
+    os.setuid(uid)
+os.execvpe(command[0], command, env)
+"""
+
+# Reports an epoch, then waits; on SIGTERM reports where its state is.
+TRAINER = r"""
+echo "IN $(pwd) AS $(id -u) GREETING=$GREETING PATH=$PATH"
+echo '{"type":"epoch","epoch":1,"epochs":2,"step":7,"metrics":{"loss":0.5}}' >> "$SPOTLINE_EVENTS"
+saved='{"type":"checkpoint","step":7,"uri":"file:///state/7"}'
+trap 'echo "$saved" >> "$SPOTLINE_EVENTS"; exit 143' TERM
+while true; do sleep 0.1; done
+"""
+
+
+def test_a_job_in_a_container_reports_and_is_stopped_by_the_notice(
+    vm: Vm, agent_topics: Topics, tmp_path: Path
+) -> None:
+    agent_topics.create("spot_preempted")
+    record = tmp_path / "argv.json"
+    runtime = tmp_path / "stand-in-docker"
+    runtime.write_text(STAND_IN.format(python=sys.executable, record=str(record), image=IMAGE))
+    runtime.chmod(0o755)
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "x.txt").write_text("x")
+    trainer_user = {"SPOTLINE_TRAINER_USER": "nobody"} if os.geteuid() == 0 else {}
+    assignment = vm.assignment(
+        "jimg",
+        ["/bin/sh", "-c", TRAINER],
+        image=IMAGE,
+        data_uri=str(data),
+        env={"GREETING": "hello"},
+    )
+    vm.boot(assignment, SPOTLINE_CONTAINER_RUNTIME=str(runtime), **trainer_user)
+
+    epoch = None
+    deadline = time.monotonic() + 60
+    while epoch is None and time.monotonic() < deadline:
+        for message in agent_topics.pull("epoch_done", 5):
+            body = json.loads(message)
+            if "epoch" in body:
+                epoch = EpochDone.model_validate(body)
+    assert epoch is not None and epoch.step == 7 and epoch.metrics == {"loss": 0.5}
+    assert vm.server is not None
+    vm.server.set_preempted()
+    (message,) = agent_topics.pull("spot_preempted", 30)
+    preempted = SpotPreempted.model_validate_json(message)
+    assert preempted.job_id == "jimg" and preempted.step == 7
+    assert preempted.checkpoint_uri == "file:///state/7"  # written inside, relayed outside
+
+    argv = json.loads(record.read_text())
+    job_dir = vm.workdir / "jobs" / "jimg-a1"
+    assert argv[argv.index("--workdir") + 1] == str(job_dir / "code")
+    volumes = [argv[i + 1] for i, arg in enumerate(argv) if arg == "--volume"]
+    assert f"{job_dir}:{job_dir}" in volumes
+    assert any(volume.endswith(":ro") and "/cache/data/" in volume for volume in volumes)
+    names = {argv[i + 1] for i, arg in enumerate(argv) if arg == "--env"}
+    assert {"SPOTLINE_EVENTS", "SPOTLINE_JOB_ID", "SPOTLINE_DATA_DIR", "GREETING"} <= names
+    assert "PATH" not in names and "hello" not in argv  # values travel in the environment
+    assert argv[argv.index("--name") + 1] == "spotline-jimg-a1"
+    if trainer_user:
+        import pwd
+
+        nobody = pwd.getpwnam("nobody")
+        assert argv[argv.index("--user") + 1] == f"{nobody.pw_uid}:{nobody.pw_gid}"
+
+
+def test_a_container_that_exits_ends_the_job_with_its_code(
+    vm: Vm, agent_topics: Topics, tmp_path: Path
+) -> None:
+    record = tmp_path / "argv.json"
+    runtime = tmp_path / "stand-in-docker"
+    runtime.write_text(STAND_IN.format(python=sys.executable, record=str(record), image=IMAGE))
+    runtime.chmod(0o755)
+    command = ["/bin/sh", "-c", 'echo "inside: $SPOTLINE_JOB_ID"; exit 4']
+    vm.boot(vm.assignment("jexit", command, image=IMAGE), SPOTLINE_CONTAINER_RUNTIME=str(runtime))
+    event = next_finished(agent_topics)
+    assert event.exit_code == 4 and "inside: jexit" in event.log_tail, event.log_tail
+    assert json.loads(record.read_text())[-3:] == command
