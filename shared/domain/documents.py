@@ -159,7 +159,8 @@ class InstanceDoc(_Doc):
     history: list[HistoryEntry] = Field(default_factory=list)
 
 
-QueueReason = Literal["new", "preempted", "stalled", "no-capacity", "quota"]
+# "errored": the failure policy restarts the job (``shared.domain.failure_policy``).
+QueueReason = Literal["new", "preempted", "stalled", "errored", "no-capacity", "quota"]
 
 
 class QueueEntry(_Doc):

@@ -22,6 +22,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 from shared.domain.documents import JobDoc
+from shared.domain.states import JobSubstatus
 
 
 class Restart(StrEnum):
@@ -66,3 +67,12 @@ def preemption_limit(job: JobDoc, note: str) -> str | None:
     if limit is None or count <= limit:
         return None
     return f"preempted {count} times (max_preemptions={limit}); the last: {note}"
+
+
+def restarted_after(job: JobDoc, attempt: int) -> bool:
+    """Whether the job's current attempt is a restart of ``attempt`` after an
+    error (its history says so): that attempt's VMs are to go, and the new
+    one is to be placed."""
+    return job.attempt == attempt + 1 and any(
+        h.attempt == attempt and h.substatus == JobSubstatus.ERRORED for h in job.history
+    )
