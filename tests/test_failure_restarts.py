@@ -25,7 +25,9 @@ pytestmark = pytest.mark.emulators
 RESTARTS = {**SPEC, "max_restarts_on_errors": 1}
 
 
-def training(call: Callable[..., Any], attempt: int = 1, spec: dict[str, Any] | None = None) -> None:
+def training(
+    call: Callable[..., Any], attempt: int = 1, spec: dict[str, Any] | None = None
+) -> None:
     """Attempt ``attempt`` (submitted first, if 1) on its VM, training."""
     if attempt == 1:
         call("submit_job", "submit", spec or RESTARTS, message_id="submit")
@@ -34,10 +36,10 @@ def training(call: Callable[..., Any], attempt: int = 1, spec: dict[str, Any] | 
 
 
 def exits(call: Callable[..., Any], code: int, attempt: int = 1, message_id: str = "f1") -> None:
-    finished = event(
-        JobFinished, attempt=attempt, instance=f"sl-job1-a{attempt}", exit_code=code
+    finished = event(JobFinished, attempt=attempt, instance=f"sl-job1-a{attempt}", exit_code=code)
+    assert (
+        call("on_job_finished", "job_finished", finished, message_id=message_id).status_code == 200
     )
-    assert call("on_job_finished", "job_finished", finished, message_id=message_id).status_code == 200
 
 
 def job_of(project: str) -> JobDoc:
