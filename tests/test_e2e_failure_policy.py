@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.emulators, pytest.mark.e2e]
 # Any command: one epoch (a checkpoint), then exit 3 unless its marker says it
 # failed before; later runs resume from the checkpoint. A SIGTERM (the Spot
 # notice) stops it at the next step, saved, with 143.
-FLAKY = '''
+FLAKY = """
 import json, os, signal, sys, time
 import fsspec
 
@@ -59,11 +59,11 @@ for epoch in range(done + 1, epochs + 1):
         fs.pipe_file(marker, b"failed once")
         print("a flaky failure", flush=True)
         sys.exit(3)
-'''
+"""
 
 
 def test_an_error_restarts_from_the_checkpoint_and_a_preempted_zone_is_avoided(
-    local_stack: LocalStack, tmp_path: Path
+    local_stack: LocalStack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert local_stack.storage is not None
     code = tmp_path / "code"
@@ -99,3 +99,10 @@ def test_an_error_restarts_from_the_checkpoint_and_a_preempted_zone_is_avoided(
     # Each attempt records the epochs it ran (a resumed one may run one again).
     assert sorted(set(epochs_of(store, job_id, 4))) == [1, 2, 3, 4]
     wait_no_vms(local_stack, job_id)
+
+    capsys.readouterr()
+    assert cli(["--workdir", str(local_stack.workdir), "status", job_id]) == 0
+    shown = capsys.readouterr().out
+    counts = "restarts     1 on errors (max_restarts_on_errors=1); preemptions 1 (max_preemptions:"
+    assert counts in shown
+    print(shown)  # what the README shows (pytest -rP)

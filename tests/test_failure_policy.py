@@ -173,3 +173,14 @@ def test_bad_policy_fields_are_refused_naming_the_field(
     spec = {"user": "alice", "machine_ids": ["g2-standard-4"], "command": ["x"], field: value}
     with pytest.raises(InvalidMessage, match=problem):
         parse_spec(json.dumps(spec).encode())
+
+
+def test_the_history_says_on_which_account_each_restart_was_made() -> None:
+    job = training(submitted(max_restarts_on_errors=2, restart_on_exit_codes=[134]))
+    job = training(job_finished(job, finish(1, 3), at(100)), start=101)
+    job = job_finished(job, finish(2, 134), at(200))
+    notes = [h.note for h in job.history if h.substatus == S.ERRORED]
+    assert notes == [
+        "sl-job1-a1 exited with code 3; restart 1 of max_restarts_on_errors=2",
+        "sl-job1-a2 exited with code 134; 134 is in restart_on_exit_codes",
+    ]

@@ -48,6 +48,16 @@ def counted(job: JobDoc, restart: Restart) -> JobDoc:
     return job.model_copy(update={"restarts_on_errors": job.restarts_on_errors + 1})
 
 
+def restart_note(job: JobDoc, restart: Restart, exit_code: int, instance: str) -> str:
+    """The history's line for a restart: the exit, and the account it is on."""
+    if restart == Restart.ON_EXIT_CODE:
+        why = f"{exit_code} is in restart_on_exit_codes"
+    else:
+        limit = job.spec.max_restarts_on_errors
+        why = f"restart {job.restarts_on_errors + 1} of max_restarts_on_errors={limit}"
+    return f"{instance} exited with code {exit_code}; {why}"
+
+
 def error_reason(job: JobDoc, exit_code: int, instance: str) -> str:
     """Why a non-zero exit ends the job, naming the limit when one was set."""
     reason = f"the trainer exited with code {exit_code} on {instance}"

@@ -207,7 +207,7 @@ def finished(job: JobDoc, event: JobFinished, now: datetime) -> JobDoc:
         return advance(job, JobSubstatus.COMPLETED, now, note=f"{event.instance} exited 0")
     restart = failure_policy.restart_for(job, event.exit_code)
     if restart is not None:
-        note = f"{event.instance} exited with code {event.exit_code}; restarting ({restart})"
+        note = failure_policy.restart_note(job, restart, event.exit_code, event.instance)
         restarted = next_attempt(job, JobSubstatus.ERRORED, now, note, job.spec.max_attempts)
         if restarted.status in JobStatus.terminal():
             return restarted  # max_attempts: no restart to count
