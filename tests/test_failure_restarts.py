@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 
+from functions import deps
 from infra.localcloud.cloud import LocalCloud
 from shared.adapters.firestore_store import FirestoreStore
-from shared.contract.events import Heartbeat, JobFinished, SpotPreempted
+from shared.contract.events import Heartbeat, JobFinished, ReaperTick, SpotPreempted
+from shared.domain import late_finish
 from shared.domain.documents import JobDoc
 from shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
 from tests.conftest import SPEC
@@ -155,3 +157,31 @@ def test_max_preemptions_ends_the_job_naming_it(
     assert (job.status, job.attempt, job.preemptions) == (JobStatus.FAILED, 1, 1)
     assert job.error is not None and "preempted 1 times (max_preemptions=0)" in job.error
     assert host.list() == []
+
+
+def test_a_workers_error_restarts_the_whole_gang(
+    call: Callable[..., Any], host: LocalCloud, project: str
+) -> None:
+    call("submit_job", "submit", {**RESTARTS, "nodes": 2}, message_id="submit")
+    assert names(host) == ["sl-job1-a1-n0", "sl-job1-a1-n1"]
+    finished = event(JobFinished, instance="sl-job1-a1-n1", exit_code=3)
+    call("on_job_finished", "job_finished", finished, message_id="f1")
+    job = job_of(project)
+    assert (job.attempt, job.restarts_on_errors) == (2, 1)
+    assert names(host) == ["sl-job1-a2-n0", "sl-job1-a2-n1"]  # both old nodes gone
+
+
+def test_the_reaper_finishes_a_restart_whose_function_died(
+    call: Callable[..., Any], host: LocalCloud, project: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The restart is written on the job, and the function dies before it lets
+    the old VM go or places the next attempt: the reaper does both."""
+    training(call)
+    store = FirestoreStore(project)
+    finished = event(JobFinished, exit_code=3)
+    store.update_job("job1", lambda job: late_finish.job_finished(job, finished, job.updated_at))
+    assert names(host) == ["sl-job1-a1"]
+    monkeypatch.setenv("SPOTLINE_REQUEST_TIMEOUT_S", "0")
+    deps.reset()
+    call("reaper", "reaper_tick", ReaperTick(), message_id="t1")
+    restarted_once(project, host)

@@ -287,7 +287,8 @@ def vm_lost(
     checkpoint_uri: str | None = None,
 ) -> JobDoc:
     """The attempt's VM is gone (PREEMPTED or STALLED): close the attempt and
-    start the next one, or fail the job after ``max_attempts``.
+    start the next one, or fail the job after ``max_attempts`` VMs, or on a
+    preemption past ``max_preemptions`` (``failure_policy``).
 
     Raises:
         StaleEvent: the VM is not the job's current one, or the job is not on a VM
