@@ -1,5 +1,8 @@
 """spotline-job-finished -> on_job_finished: record the outcome, let the VM go.
 
+A non-zero exit the failure policy restarts (``shared.domain.failure_policy``)
+lets the attempt's VMs go and places the next attempt, as a preemption does.
+
 A finish that comes after its VM's loss was recorded (the finish-vs-preempt
 race) may still complete the job on that attempt: ``shared.domain.late_finish``
 decides, and the attempt started meanwhile is let go.
@@ -14,11 +17,11 @@ from functions.deps import Deps
 from functions.handlers.envelope import Message, pubsub_handler
 from functions.handlers.vm_events import apply_to_job
 from functions.ops.jobs import settle
-from functions.ops.recovery import release_superseded
+from functions.ops.recovery import release_superseded, restart
 from functions.ops.teardown import after_job
 from shared import logs
 from shared.contract.events import JobFinished
-from shared.domain import late_finish, lifecycle
+from shared.domain import failure_policy, late_finish, lifecycle
 
 
 @pubsub_handler
@@ -33,7 +36,10 @@ def on_job_finished(message: Message, deps: Deps) -> None:
         job_id=job.job_id,
         status=job.status,
     )
-    if late_finish.ended_after_loss(job):
+    if failure_policy.restarted_after(job, event.attempt):
+        # The failure policy restarts it: the errored attempt's VMs go, a new one comes.
+        restart(deps, job, event.attempt, now)
+    elif late_finish.ended_after_loss(job):
         # Its VM was lost: nothing to cool or stop; the next attempt's VMs go.
         release_superseded(deps, job, now)
     elif event.instance in lifecycle.current_vms(job):

@@ -49,6 +49,7 @@ from shared.domain.placement import (
     refusal_summary,
     vm_name,
 )
+from shared.domain.preempted_zones import zone_order
 from shared.domain.secret_env import reads_secrets
 from shared.domain.vms import Vm
 
@@ -114,6 +115,13 @@ def _find_vms(deps: Deps, job: JobDoc, now: datetime, tried: list[str]) -> Found
     return ([single[0]], single[1]) if single else None
 
 
+def _zones(deps: Deps, job: JobDoc, now: datetime) -> list[str]:
+    """The allowed zones, those the job was just preempted in last
+    (``avoid_preempted_zone_s``)."""
+    zones = job.spec.zones or list(deps.settings.zones)
+    return zone_order(zones, job.attempts, job.spec.avoid_preempted_zone_s, now)
+
+
 def _machine_ids(job: JobDoc) -> list[str]:
     return effective_machine_ids(
         job.spec.machine_ids, job.avoid_machine_ids, job.spec.on_demand_fallback
@@ -135,7 +143,7 @@ def _existing_vm(deps: Deps, job: JobDoc) -> Single | None:
 def _create_vm(deps: Deps, job: JobDoc, tried: list[str], now: datetime) -> Single | None:
     settings = deps.settings
     assignment = assignment_for(deps, job)
-    zones = job.spec.zones or list(settings.zones)
+    zones = _zones(deps, job, now)
     name = vm_name(job.job_id, job.attempt)
     choices = list(options(_machine_ids(job), zones, load_catalog()))
     hold_instance_slots(deps, job, [name], now)
@@ -179,7 +187,7 @@ def _create_gang(deps: Deps, job: JobDoc, tried: list[str], now: datetime) -> Fo
     the one allowed zone that holds every node."""
     settings = deps.settings
     assignment = assignment_for(deps, job)
-    zones = job.spec.zones or list(settings.zones)
+    zones = _zones(deps, job, now)
     names = node_names(job.job_id, job.attempt, job.spec.nodes)
     choices = list(options(_machine_ids(job), zones[:1], load_catalog()))
     hold_instance_slots(deps, job, names, now)

@@ -102,6 +102,21 @@ def recover(
     return job
 
 
+def restart(deps: Deps, job: JobDoc, attempt: int, now: datetime) -> JobDoc:
+    """The failure policy restarted the job after ``attempt`` exited non-zero
+    (written on the job first, as a loss is): that attempt's VMs go, every
+    node of a gang, and the next attempt is placed, resuming from the last
+    checkpoint. A crash in between is finished by the reaper, as after a loss:
+    the VMs no attempt owns are released, the job in REQUESTING_SERVER placed."""
+    note = f"attempt {attempt} exited with an error; restarting"
+    for node in deps.store.instances_of_job(job.job_id):
+        if node.attempt == attempt and node.status in InstanceStatus.live():
+            release_instance(deps, node.name, now, note, owner=Owner.of(node))
+    if job.substatus == JobSubstatus.REQUESTING_SERVER:
+        return relaunch(deps, job, "errored", now)
+    return job
+
+
 def relaunch(deps: Deps, job: JobDoc, reason: QueueReason, now: datetime) -> JobDoc:
     """Queue the attempt first (if this process dies, the reaper places it),
     then place it now, within the user's active-jobs quota (``start``)."""

@@ -7,7 +7,7 @@ import json
 from collections.abc import Sequence
 from datetime import datetime
 
-from infra.cli.job_fields import age, display_spec, duration, short_span
+from infra.cli.job_fields import age, display_spec, duration, failure_counts, short_span
 from infra.cli.report import timeline
 from shared.domain.documents import EpochDoc, JobDoc
 
@@ -36,6 +36,7 @@ def detail_text(
         + (f": {job.description}" if job.description else ""),
         f"status       {job.status}/{job.substatus}, progress {job.progress}, "
         f"attempt {job.attempt}, preemptions {job.preemptions}",
+        f"restarts     {failure_counts(job)}",
         f"submitted    {job.created_at:%Y-%m-%d %H:%M:%S} UTC ({age(job.created_at, now)}), "
         f"duration {short_span(duration(job, now))}",
         f"machine      {where}",

@@ -68,6 +68,20 @@ def _iso(at: datetime | None) -> str | None:
     return None if at is None else at.isoformat()
 
 
+def failure_counts(job: JobDoc) -> str:
+    """The failure policy's counters against their limits, in one line."""
+    spec = job.spec
+    line = (
+        f"{job.restarts_on_errors} on errors (max_restarts_on_errors={spec.max_restarts_on_errors})"
+    )
+    if spec.restart_on_exit_codes or job.restarts_on_exit_codes:
+        line += f", {job.restarts_on_exit_codes} on exit codes {spec.restart_on_exit_codes}"
+    cap = f"max_preemptions={spec.max_preemptions}"
+    if spec.max_preemptions is None:
+        cap = "max_preemptions: no limit"
+    return f"{line}; preemptions {job.preemptions} ({cap})"
+
+
 def summary(job: JobDoc, now: datetime) -> dict[str, Any]:
     """One job in ``spotline status --json``."""
     return {
@@ -81,6 +95,8 @@ def summary(job: JobDoc, now: datetime) -> dict[str, Any]:
         "epochs": job.epochs,
         "attempt": job.attempt,
         "preemptions": job.preemptions,
+        "restarts_on_errors": job.restarts_on_errors,
+        "restarts_on_exit_codes": job.restarts_on_exit_codes,
         "machine_id": job.machine_id,
         "instance": job.instance,
         "zone": job.zone,

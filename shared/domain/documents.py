@@ -63,6 +63,10 @@ class JobDoc(_Doc):
     substatus: JobSubstatus = JobSubstatus.REQUESTING_SERVER
     attempt: int = 1
     preemptions: int = 0
+    # The failure policy's restarts (``shared.domain.failure_policy``): those
+    # spent of max_restarts_on_errors, and those of restart_on_exit_codes.
+    restarts_on_errors: int = 0
+    restarts_on_exit_codes: int = 0
     instance: str | None = None  # the current attempt's VM name (node 0 of a gang)
     nodes: list[str] = Field(default_factory=list)  # a multi-node attempt's VMs, by rank
     zone: str | None = None
@@ -156,7 +160,8 @@ class InstanceDoc(_Doc):
     history: list[HistoryEntry] = Field(default_factory=list)
 
 
-QueueReason = Literal["new", "preempted", "stalled", "no-capacity", "quota"]
+# "errored": the failure policy restarts the job (``shared.domain.failure_policy``).
+QueueReason = Literal["new", "preempted", "stalled", "errored", "no-capacity", "quota"]
 
 
 class QueueEntry(_Doc):

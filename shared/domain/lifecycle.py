@@ -12,6 +12,7 @@ import re
 from datetime import datetime
 
 from shared.contract.events import EpochDone, Heartbeat, JobFinished, VmBooted, VmEvent
+from shared.domain import failure_policy
 from shared.domain.cooling import segment_cost
 from shared.domain.documents import AttemptRecord, EpochDoc, HistoryEntry, InstanceDoc, JobDoc
 from shared.domain.errors import (
@@ -189,7 +190,8 @@ def epoch_doc(event: EpochDone, now: datetime) -> EpochDoc:
 
 
 def finished(job: JobDoc, event: JobFinished, now: datetime) -> JobDoc:
-    """COMPLETED on exit code 0, else FAILED with a reason a person can act on."""
+    """COMPLETED on exit code 0; else a new attempt when the failure policy
+    restarts it (``failure_policy``), or FAILED with a reason a person can act on."""
     check_current(job, event)
     job = catch_up(job, event, now)
     if event.last_epoch is not None:
@@ -203,8 +205,15 @@ def finished(job: JobDoc, event: JobFinished, now: datetime) -> JobDoc:
     if event.exit_code == 0:
         job = advance(job, JobSubstatus.RETURNING, now)
         return advance(job, JobSubstatus.COMPLETED, now, note=f"{event.instance} exited 0")
+    restart = failure_policy.restart_for(job, event.exit_code)
+    if restart is not None:
+        note = failure_policy.restart_note(job, restart, event.exit_code, event.instance)
+        restarted = next_attempt(job, JobSubstatus.ERRORED, now, note, job.spec.max_attempts)
+        if restarted.status in JobStatus.terminal():
+            return restarted  # max_attempts: no restart to count
+        return failure_policy.counted(restarted, restart)
     tail = event.log_tail[-_LOG_TAIL_CHARS:]
-    reason = f"the trainer exited with code {event.exit_code} on {event.instance}"
+    reason = failure_policy.error_reason(job, event.exit_code, event.instance)
     if tail:
         reason += f"; last output:\n{tail}"
     try:
@@ -284,7 +293,8 @@ def vm_lost(
     checkpoint_uri: str | None = None,
 ) -> JobDoc:
     """The attempt's VM is gone (PREEMPTED or STALLED): close the attempt and
-    start the next one, or fail the job after ``max_attempts``.
+    start the next one, or fail the job after ``max_attempts`` VMs, or on a
+    preemption past ``max_preemptions`` (``failure_policy``).
 
     Raises:
         StaleEvent: the VM is not the job's current one, or the job is not on a VM
@@ -301,9 +311,11 @@ def vm_lost(
         job = job.model_copy(update={"checkpoint_uri": checkpoint_uri})
     if step is not None:
         note = f"{note}; state saved at step {step}"
+    give_up = None
     if cause == JobSubstatus.PREEMPTED:
         job = _avoid_after_preemptions(job)
-    return next_attempt(job, cause, now, note, job.spec.max_attempts)
+        give_up = failure_policy.preemption_limit(job, note)
+    return next_attempt(job, cause, now, note, job.spec.max_attempts, give_up)
 
 
 def saved_after_loss(job: JobDoc, attempt: int, step: int) -> JobDoc:

@@ -48,6 +48,8 @@ MachineId = Annotated[str, Field(max_length=64)]
 ZoneName = Annotated[str, Field(min_length=1, max_length=63, pattern=ZONE_PATTERN)]
 Seconds = Annotated[int, Field(ge=0, le=MAX_PERIOD_S)]
 EnvVars = Annotated[dict[str, str], AfterValidator(check_keys)]
+# A process's exit status is one byte; 0 is success, never a failure to restart.
+ExitCode = Annotated[int, Field(ge=1, le=255)]
 
 
 class JobSpec(BaseModel):
@@ -138,7 +140,44 @@ class JobSpec(BaseModel):
         default=10,
         ge=1,
         le=MAX_ATTEMPTS,
-        description="VMs tried across preemptions and stalls, then FAILED.",
+        description=(
+            "VMs tried in all (preemptions, stalls and restarts on errors together), "
+            "then FAILED: the cap on what a job may burn."
+        ),
+    )
+    # -- the failure policy (shared.domain.failure_policy) --
+    max_restarts_on_errors: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_ATTEMPTS,
+        description=(
+            "A non-zero exit starts a new attempt from the last checkpoint, this many "
+            "times; the next one fails the job. 0: the first non-zero exit fails it."
+        ),
+    )
+    restart_on_exit_codes: list[ExitCode] = Field(
+        default_factory=list,
+        max_length=32,
+        description=(
+            "Exit codes that always start a new attempt (a flaky NCCL error), not counted "
+            "against max_restarts_on_errors; max_attempts still caps them."
+        ),
+    )
+    max_preemptions: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_ATTEMPTS,
+        description=(
+            "Preemptions recovered from; the next one fails the job. null: no limit "
+            "(max_attempts still caps the VMs tried)."
+        ),
+    )
+    avoid_preempted_zone_s: Seconds = Field(
+        default=0,
+        description=(
+            "After a preemption in a zone, placement tries the other allowed zones first for "
+            "this long (the zone is still tried last). 0: zones in their usual order."
+        ),
     )
     fallback_after_preemptions: int = Field(
         default=0,

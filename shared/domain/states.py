@@ -13,7 +13,7 @@ from enum import StrEnum
 class JobStatus(StrEnum):
     QUEUING = "QUEUING"  # first attempt, waiting for or setting up a VM
     TRAINING = "TRAINING"  # the trainer runs, or returns its results
-    RECOVERING = "RECOVERING"  # a later attempt, after a preemption or a stall
+    RECOVERING = "RECOVERING"  # a later attempt, after a preemption, a stall or a restart
     COMPLETED = "COMPLETED"  # the trainer exited 0
     CANCELED = "CANCELED"  # a person, or a limit (wait_request_s, quota wait), ended it
     FAILED = "FAILED"  # the trainer failed, or spotline gave up: see `error`
@@ -38,6 +38,7 @@ class JobSubstatus(StrEnum):
     RETURNING = "RETURNING"  # trainer done, outputs being uploaded
     PREEMPTED = "PREEMPTED"  # the Spot VM was taken away; a new attempt follows
     STALLED = "STALLED"  # the VM stopped sending heartbeats; a new attempt follows
+    ERRORED = "ERRORED"  # the trainer exited non-zero; the failure policy restarts it
     COMPLETED = "COMPLETED"
     CANCELED = "CANCELED"
     FAILED = "FAILED"
@@ -63,9 +64,11 @@ class JobSubstatus(StrEnum):
 S = JobSubstatus
 _GIVE_UP = {S.CANCELED, S.FAILED}
 _VM_LOST = {S.PREEMPTED, S.STALLED}
+# Ended on a VM, then a new attempt: a lost VM, or an error the failure policy restarts.
+_RESTARTED = {*_VM_LOST, S.ERRORED}
 # On a VM any later step may come next: events can be lost or arrive out of
 # order (an epoch before "booted"), and a job may finish from any step.
-_ON_VM_END = {S.COMPLETED, S.CANCELED, S.FAILED, *_VM_LOST}
+_ON_VM_END = {S.COMPLETED, S.CANCELED, S.FAILED, *_RESTARTED}
 
 # Waiting for the next attempt's VM, a job may still complete: the attempt
 # before it finished just before its VM was lost, and the finish came after
@@ -87,6 +90,7 @@ JOB_TRANSITIONS: dict[JobSubstatus, frozenset[JobSubstatus]] = {
     S.RETURNING: frozenset(_ON_VM_END),
     S.PREEMPTED: frozenset({S.REQUESTING_SERVER, S.WAITING_FOR_CAPACITY, *_GIVE_UP}),
     S.STALLED: frozenset({S.REQUESTING_SERVER, S.WAITING_FOR_CAPACITY, *_GIVE_UP}),
+    S.ERRORED: frozenset({S.REQUESTING_SERVER, S.WAITING_FOR_CAPACITY, *_GIVE_UP}),
     S.COMPLETED: frozenset(),
     S.CANCELED: frozenset(),
     S.FAILED: frozenset(),
@@ -97,7 +101,7 @@ def job_status_for(substatus: JobSubstatus, attempt: int) -> JobStatus:
     """The status a person reads for a substatus on a given attempt."""
     if substatus in (S.TRAINING, S.RETURNING):
         return JobStatus.TRAINING
-    if substatus in _VM_LOST:
+    if substatus in _RESTARTED:
         return JobStatus.RECOVERING
     if substatus in S.endings():
         return JobStatus(substatus.value)

@@ -59,21 +59,29 @@ def fail_job(job: JobDoc, to: JobSubstatus, now: datetime, error: str) -> JobDoc
 
 
 def next_attempt(
-    job: JobDoc, cause: JobSubstatus, now: datetime, note: str, max_attempts: int
+    job: JobDoc,
+    cause: JobSubstatus,
+    now: datetime,
+    note: str,
+    max_attempts: int,
+    give_up: str | None = None,
 ) -> JobDoc:
-    """The VM is lost (PREEMPTED or STALLED): record it, then start the next
-    attempt in REQUESTING_SERVER, or FAIL once ``max_attempts`` VMs were tried.
-    Both moves land in one write, so no reader sees a job half-way."""
+    """The attempt ended (PREEMPTED, STALLED, or ERRORED and restarted by the
+    failure policy): record it, then start the next attempt in
+    REQUESTING_SERVER, or FAIL once ``max_attempts`` VMs were tried, or with
+    ``give_up`` (a limit of the failure policy, named). Both moves land in one
+    write, so no reader sees a job half-way."""
     lost = move_job(job, cause, now, note)
     lost = lost.model_copy(
         update={"preemptions": job.preemptions + (cause == JobSubstatus.PREEMPTED)}
     )
-    if job.attempt >= max_attempts:
-        reason = (
+    if give_up is None and job.attempt >= max_attempts:
+        give_up = (
             f"gave up after {job.attempt} attempt(s) (max_attempts={max_attempts}); "
             f"the last one was {cause.lower()}: {note}"
         )
-        return fail_job(lost, JobSubstatus.FAILED, now, reason)
+    if give_up is not None:
+        return fail_job(lost, JobSubstatus.FAILED, now, give_up)
     bumped = lost.model_copy(
         update={
             "attempt": job.attempt + 1,
