@@ -169,6 +169,9 @@ class QueueEntry(_Doc):
     tries: int = 0
     last_error: str | None = None
     user: str | None = None
+    # When this attempt began to wait for capacity: its machine options'
+    # windows count from here (``shared.domain.option_waiting``).
+    waiting_since: datetime | None = None
 
 
 class UserDoc(_Doc):

@@ -105,7 +105,24 @@ class JobSpec(BaseModel):
             "restarts it instead of creating one. Within the stopped-instances quota. 0: delete."
         ),
     )
-    wait_request_s: Seconds = 600
+    wait_request_s: int = Field(
+        default=600,
+        ge=0,
+        le=MAX_PERIOD_S,
+        description=(
+            "Seconds each machine option is asked for (retried while it has no capacity) "
+            "before the next one; 0: every option at once."
+        ),
+    )
+    wait_total_s: int | None = Field(
+        default=None,
+        ge=-MAX_PERIOD_S,
+        le=MAX_PERIOD_S,
+        description=(
+            "Seconds a job waits for capacity in all, then CANCELED; default: wait_request_s "
+            "x the number of machine_ids; non-positive: no limit (options asked for in turn)."
+        ),
+    )
     wait_new_job_create_s: int = Field(
         default=-1, ge=-MAX_PERIOD_S, le=MAX_PERIOD_S, description="Non-positive: no limit."
     )
