@@ -85,6 +85,13 @@ class JobSpec(BaseModel):
     )
     code_uri: str | None = Field(default=None, max_length=MAX_URI_CHARS)
     data_uri: str | None = Field(default=None, max_length=MAX_URI_CHARS)
+    record: bool = Field(
+        default=False,
+        description=(
+            "Keep a snapshot of code_uri and data_uri under the job's storage "
+            "(made by `spotline submit`); `spotline replay` runs the snapshot."
+        ),
+    )
     batch_size: int = Field(default=32, ge=1, le=10_000_000)
     epochs: int = Field(default=1, ge=1, le=MAX_EPOCHS)
     hyperparameters: dict[str, Any] = Field(default_factory=dict)
