@@ -77,7 +77,7 @@ def test_a_capacity_entry_is_due_at_its_windows_end_and_a_new_attempt_starts_ane
     assert last.not_before == at(80)  # the wait's end: 2 options x 40 s
     next_attempt = waiting.model_copy(update={"attempt": 2})
     again = waiting_for_capacity(next_attempt, second, at(500), "full")
-    assert (again.waiting_since, again.not_before) == (at(500), at(540))  # its window's end
+    assert (again.waiting_since, again.not_before) == (at(500), at(515))  # quick again
 
 
 def test_a_job_waiting_for_quota_gives_up_after_wait_new_job_create_s_if_positive() -> None:
@@ -87,3 +87,14 @@ def test_a_job_waiting_for_quota_gives_up_after_wait_new_job_create_s_if_positiv
     assert reason == "over quota for wait_new_job_create_s=30 s: 5 jobs"
     for forever in (0, -1):
         assert give_up_reason(waiting, spec(wait_new_job_create_s=forever), at(10**6)) is None
+
+
+def test_the_backoff_starts_again_with_each_options_window() -> None:
+    waiting = job(
+        spec={"machine_ids": ["g2-standard-4", "n1-standard-8-t4"], "wait_request_s": 300}
+    )
+    tired = entry(tries=4, waiting_since=T0)  # the first option, asked for 4 times
+    switched = waiting_for_capacity(waiting, tired, at(300), "full")
+    assert switched.not_before == at(315)  # not 240 s on: the second option's quick cadence
+    again = waiting_for_capacity(waiting, switched, at(315), "full")
+    assert (again.tries, again.not_before) == (6, at(345))

@@ -48,6 +48,15 @@ def window_end(since: datetime, now: datetime, wait_request_s: int) -> datetime 
     return since + timedelta(seconds=windows * wait_request_s)
 
 
+def window_elapsed_s(since: datetime, now: datetime, wait_request_s: int) -> float | None:
+    """How long the current option's window has run; None when there are none.
+    The backoff starts again with each window, so every option is asked for
+    at the quick cadence first, however long the job waited before."""
+    if wait_request_s <= 0:
+        return None
+    return max((now - since).total_seconds(), 0.0) % wait_request_s
+
+
 def total_wait_s(spec: JobSpec) -> int | None:
     """How long a job may wait for capacity in all; None: no limit."""
     if spec.wait_total_s is None:

@@ -34,7 +34,11 @@ def waiting_for_capacity(
     or the whole wait ends."""
     tries = previous.tries + 1 if previous else 1
     since = waiting_since(previous, job.attempt) or now
-    due = [now + timedelta(seconds=capacity_backoff_s(tries))]
+    backoff_s: float = capacity_backoff_s(tries)
+    in_window_s = option_waiting.window_elapsed_s(since, now, job.spec.wait_request_s)
+    if in_window_s is not None:  # 15 s, 30 s, 60 s... again from each window's start
+        backoff_s = min(backoff_s, in_window_s + BACKOFF_BASE_S)
+    due = [now + timedelta(seconds=backoff_s)]
     end = option_waiting.window_end(since, now, job.spec.wait_request_s)
     limit_s = option_waiting.total_wait_s(job.spec)
     due += [end] if end is not None else []
