@@ -28,7 +28,10 @@ def test_a_machine_over_quota_is_passed_over_for_the_next(
     # No L4 quota at all: a Spot g2-standard-4 is refused in every zone.
     host.quota_limits.update({"NVIDIA_L4_GPUS": 0, "PREEMPTIBLE_NVIDIA_L4_GPUS": 0})
 
-    call("submit_job", "submit", SPEC)  # g2-standard-4, then n1-standard-8-t4.od
+    # g2-standard-4, then n1-standard-8-t4.od at once: wait_request_s 0 asks
+    # for every option in one pass (by default the first is asked for that
+    # long before the next: tests/test_option_waiting.py).
+    call("submit_job", "submit", {**SPEC, "wait_request_s": 0})
 
     job = FirestoreStore(project).get_job("job1")
     assert job is not None and job.machine_id == "n1-standard-8-t4.od"

@@ -22,6 +22,7 @@ from shared.domain.errors import IllegalTransition, PermanentError
 from shared.domain.lifecycle import advance, end_attempt, job_id_for, new_job
 from shared.domain.liveness import Owner
 from shared.domain.queueing import give_up_reason
+from shared.domain.recording import record_for
 from shared.domain.spec import JobSpec
 from shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
 from shared.domain.transitions import fail_job
@@ -40,6 +41,7 @@ def admit(deps: Deps, spec: JobSpec, message_id: str, now: datetime) -> JobDoc:
         raise PermanentError("; ".join(problems))
     job_id = job_id_for(spec, message_id)
     job = new_job(spec, job_id, message_id, now)
+    job = job.model_copy(update={"record": record_for(deps.settings.job_prefix(job_id), spec)})
     if deps.store.create_job(job):
         return job
     existing = deps.store.get_job(job_id)

@@ -38,6 +38,7 @@ from shared.domain.catalog import load_catalog
 from shared.domain.documents import InstanceDoc, JobDoc
 from shared.domain.errors import CapacityError, Unplaceable
 from shared.domain.lifecycle import vm_recorded
+from shared.domain.option_waiting import ask_order, option_index
 from shared.domain.placement import (
     Option,
     build_gang_request,
@@ -50,6 +51,7 @@ from shared.domain.placement import (
     vm_name,
 )
 from shared.domain.preempted_zones import zone_order
+from shared.domain.queueing import waiting_since
 from shared.domain.secret_env import reads_secrets
 from shared.domain.vms import Vm
 
@@ -128,6 +130,16 @@ def _machine_ids(job: JobDoc) -> list[str]:
     )
 
 
+def _ask_order(deps: Deps, job: JobDoc, now: datetime) -> list[str]:
+    """The machine ids of this pass, the one whose ``wait_request_s`` window
+    ``now`` is in first (``shared.domain.option_waiting``); the others follow
+    for when it is refused for good, or with ``wait_request_s`` 0."""
+    machine_ids = _machine_ids(job)
+    since = waiting_since(deps.store.get_queue(job.job_id), job.attempt)
+    index = option_index(since, now, job.spec.wait_request_s, len(machine_ids))
+    return ask_order(machine_ids, index)
+
+
 # -- new VMs --
 
 
@@ -145,27 +157,30 @@ def _create_vm(deps: Deps, job: JobDoc, tried: list[str], now: datetime) -> Sing
     assignment = assignment_for(deps, job)
     zones = _zones(deps, job, now)
     name = vm_name(job.job_id, job.attempt)
-    choices = list(options(_machine_ids(job), zones, load_catalog()))
+    groups = [list(options([m], zones, load_catalog())) for m in _ask_order(deps, job, now)]
     hold_instance_slots(deps, job, [name], now)
     token = issue_event_token(deps, job)
     refused: list[tuple[str, str]] = []
-    for option in choices:
-        # A new placement pass (the job's history grew) tries with new requestIds.
-        request = build_vm_request(
-            option, assignment, settings.image, job.user, settings.service_account,
-            placement=len(job.history), event_token=token,
-        )  # fmt: skip
-        try:
-            vm = deps.compute.insert(request)
-        except CapacityError as err:
-            tried.append(f"{option.machine_id} in {option.zone}: {err.reason}")
-            _record_request(deps, option.machine_id, ok=False)
-            continue
-        except Unplaceable as err:  # this option only: another zone or machine may do
-            refused.append((f"{option.machine_id} in {option.zone}", err.detail))
-            continue
-        _record_request(deps, option.machine_id, ok=True)
-        return vm, option
+    for choices in groups:
+        for option in choices:
+            # A new placement pass (the job's history grew) tries with new requestIds.
+            request = build_vm_request(
+                option, assignment, settings.image, job.user, settings.service_account,
+                placement=len(job.history), event_token=token,
+            )  # fmt: skip
+            try:
+                vm = deps.compute.insert(request)
+            except CapacityError as err:
+                tried.append(f"{option.machine_id} in {option.zone}: {err.reason}")
+                _record_request(deps, option.machine_id, ok=False)
+                continue
+            except Unplaceable as err:  # this option only: another zone or machine may do
+                refused.append((f"{option.machine_id} in {option.zone}", err.detail))
+                continue
+            _record_request(deps, option.machine_id, ok=True)
+            return vm, option
+        if tried and job.spec.wait_request_s > 0:
+            break  # no capacity for the option whose window this is: wait for it
     free_instance_slot(deps, job.user, name, now)  # no VM: a waiting job holds no slot
     _wait_or_give_up(tried, refused)
     return None
@@ -189,11 +204,13 @@ def _create_gang(deps: Deps, job: JobDoc, tried: list[str], now: datetime) -> Fo
     assignment = assignment_for(deps, job)
     zones = _zones(deps, job, now)
     names = node_names(job.job_id, job.attempt, job.spec.nodes)
-    choices = list(options(_machine_ids(job), zones[:1], load_catalog()))
+    choices = list(options(_ask_order(deps, job, now), zones[:1], load_catalog()))
     hold_instance_slots(deps, job, names, now)
     token = issue_event_token(deps, job)  # one for every node
     refused: list[tuple[str, str]] = []
     for option in choices:
+        if tried and job.spec.wait_request_s > 0:
+            break  # no capacity for the option whose window this is: wait for it
         gang = build_gang_request(
             option, assignment, settings.image, job.user, settings.region, zones,
             settings.service_account, placement=len(job.history), event_token=token,

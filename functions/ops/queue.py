@@ -31,8 +31,9 @@ def wait_for_quota(deps: Deps, job: JobDoc, now: datetime, reason: str) -> JobDo
 
 
 def wait_for_capacity(deps: Deps, job: JobDoc, now: datetime, tried: list[str]) -> JobDoc:
-    """WAITING_FOR_CAPACITY, retried with exponential backoff by the reaper
-    until ``wait_request_s``; ``tried`` says what failed, for the person."""
+    """WAITING_FOR_CAPACITY, retried with exponential backoff by the reaper,
+    each machine option for ``wait_request_s`` in turn, until ``wait_total_s``
+    (``shared.domain.option_waiting``); ``tried`` says what failed, for the person."""
     store = deps.store
     summary = "; ".join(tried) or "no option"
     entry = queueing.waiting_for_capacity(job, store.get_queue(job.job_id), now, summary)

@@ -11,7 +11,7 @@ stages, each load -> decide (pure, ``shared.domain.reaping``) -> apply:
    are priced and ended; spotline-labelled VMs nothing owns are deleted;
 2. active jobs: past ``max_runtime_s`` -> CANCELED; stuck in REQUESTING_SERVER
    (the placing function died) -> placed again;
-3. the due queue: placed again, or CANCELED after ``wait_request_s``;
+3. the due queue: placed again, or CANCELED after ``wait_total_s``;
 4. users' slots a crash left taken: freed.
 
 It reads only active documents: terminal jobs and closed instances cost nothing.

@@ -200,6 +200,18 @@ def build() -> argparse.ArgumentParser:
     replay.add_argument(
         "--description", default=None, help='the copy\'s description (default: "replay of JOB")'
     )
+    replay.add_argument(
+        "--code-dir", type=Path, default=None, help="upload this folder and run it as the code"
+    )
+    replay.add_argument(
+        "--data-dir", type=Path, default=None, help="upload this folder as the copy's data_uri"
+    )
+    replay.add_argument(
+        "--wait-request-s",
+        type=int,
+        default=None,
+        help="seconds each machine option is asked for (default: the job's)",
+    )
     replay.set_defaults(run=submit.replay)
 
     machines = sub.add_parser("machines", help="the machine catalog, prices and availability")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from infra.cli.connect import connect, job_of
@@ -46,6 +47,12 @@ def submit(args: argparse.Namespace) -> int:
         print(json.dumps(display_spec(spec), indent=2, ensure_ascii=False))
         print(f"{args.file} is valid; nothing published (--dry-run)", file=sys.stderr)
         return 0
+    if spec.record:
+        try:
+            data, spec = record_inputs(settings, data, spec)
+        except FileNotFoundError as err:
+            print(f"{args.file} was not submitted: cannot record it: {err}", file=sys.stderr)
+            return EXIT_INVALID
     # Exactly what `gcloud pubsub topics publish spotline-submit --message=...` sends
     # (on the user's own topic in the per-user mode).
     topics = topics_for(spec.user, settings.user_topics)
@@ -100,19 +107,100 @@ def check_submission(data: bytes, settings: Settings) -> tuple[JobSpec | None, l
     return spec, problems + ([too_many] if too_many else [])
 
 
+def record_inputs(settings: Settings, data: bytes, spec: JobSpec) -> tuple[bytes, JobSpec]:
+    """A recorded job's snapshot, copied before it is published (see
+    ``shared.domain.recording``); the job gets an id now when it has none,
+    since the snapshot lives under the job's storage. The message and spec
+    to publish.
+
+    Raises:
+        FileNotFoundError: nothing is stored under code_uri or data_uri.
+    """
+    from infra.cli.recording import fresh_job_id, take_snapshot
+    from shared.domain.recording import record_for
+    from shared.domain.spec import parse_spec
+
+    if spec.job_id is None:
+        data = json.dumps({**json.loads(data), "job_id": fresh_job_id("rec")}).encode()
+        spec = parse_spec(data)
+    assert spec.job_id is not None
+    record = record_for(settings.job_prefix(spec.job_id), spec)
+    assert record is not None
+    copied = take_snapshot(record, spec)
+    where = record.marker_uri.rsplit("/", 1)[0]
+    if copied is None:
+        print(f"recorded already: {where}")
+    else:
+        print(f"recorded {sum(copied.values())} file(s) into {where}")
+    return data, spec
+
+
 def replay(args: argparse.Namespace) -> int:
+    """Submit a copy of the job: a recorded job's copy runs its snapshot, not
+    the originals; ``--code-dir``/``--data-dir`` upload local folders under
+    the copy's storage and run those instead."""
+    from pydantic import ValidationError
+
+    from infra.cli.recording import snapshot_complete
     from shared.adapters.pubsub_bus import PubsubBus
     from shared.domain.lifecycle import job_id_for
+    from shared.domain.spec import JobSpec, describe_validation_error
     from shared.topics import topics_for
 
     settings, job = job_of(args)
     description = args.description or f"replay of {job.job_id}: {job.spec.description}"[:500]
-    spec = job.spec.model_copy(update={"job_id": None, "description": description})
+    # The copy records nothing again: it runs the snapshot, which stays where it is.
+    update: dict[str, object] = {"job_id": None, "description": description, "record": False}
+    if job.record is not None:
+        if not snapshot_complete(job.record):
+            print(
+                f"job {job.job_id} was recorded, but its snapshot is not whole "
+                f"(no {job.record.marker_uri}): `spotline submit` makes it before publishing",
+                file=sys.stderr,
+            )
+            return 1
+        update |= {"code_uri": job.record.code_uri, "data_uri": job.record.data_uri}
+    if args.wait_request_s is not None:
+        update["wait_request_s"] = args.wait_request_s
+    if args.code_dir or args.data_dir:
+        try:
+            update |= upload_inputs(settings, args.code_dir, args.data_dir)
+        except FileNotFoundError as err:
+            print(f"nothing replayed: {err}", file=sys.stderr)
+            return EXIT_INVALID
+    try:
+        spec = JobSpec.model_validate({**job.spec.model_dump(by_alias=True), **update})
+    except ValidationError as err:
+        print(f"nothing replayed: {describe_validation_error(err)}", file=sys.stderr)
+        return EXIT_INVALID
     data = spec.model_dump_json(exclude_none=True).encode()
     topics = topics_for(spec.user, settings.user_topics)
     message_id = PubsubBus(settings.project, topics).publish("submit", data)
     print(f"replaying {job.job_id} as job {job_id_for(spec, message_id)} (message {message_id})")
     return 0
+
+
+def upload_inputs(
+    settings: Settings, code_dir: Path | None, data_dir: Path | None
+) -> dict[str, object]:
+    """Local folders uploaded under a new job id's storage (``inputs/code``,
+    ``inputs/data``); the spec fields that point the copy there.
+
+    Raises:
+        FileNotFoundError: a folder holds no file.
+    """
+    from infra.cli.recording import copy_folder, fresh_job_id
+
+    job_id = fresh_job_id("replay")
+    inputs = f"{settings.job_prefix(job_id)}/inputs"
+    fields: dict[str, object] = {"job_id": job_id}
+    for key, folder in (("code_uri", code_dir), ("data_uri", data_dir)):
+        if folder is not None:
+            target = f"{inputs}/{key.removesuffix('_uri')}"
+            copied = copy_folder(folder.resolve().as_uri(), target)
+            print(f"uploaded {copied} file(s) from {folder} to {target}")
+            fields[key] = target
+    return fields
 
 
 def cancel(args: argparse.Namespace) -> int:

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from shared.domain.recording import Record
 from shared.domain.spec import JobSpec
 from shared.domain.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
 from shared.domain.vms import Provisioning
@@ -94,6 +95,7 @@ class JobDoc(_Doc):
     phase_seconds: dict[str, float] = Field(default_factory=dict)
     attempts: list[AttemptRecord] = Field(default_factory=list)
     avoid_machine_ids: list[str] = Field(default_factory=list)  # after repeated preemptions
+    record: Record | None = None  # a recorded job's snapshot (``shared.domain.recording``)
     # SHA-256 of the event tokens handed to the VMs of an attempt, by attempt
     # (a string: Firestore's map keys), the current and previous attempts
     # only; never the tokens (``shared.domain.event_auth``).
@@ -175,6 +177,9 @@ class QueueEntry(_Doc):
     tries: int = 0
     last_error: str | None = None
     user: str | None = None
+    # When this attempt began to wait for capacity: its machine options'
+    # windows count from here (``shared.domain.option_waiting``).
+    waiting_since: datetime | None = None
 
 
 class UserDoc(_Doc):

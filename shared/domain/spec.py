@@ -105,6 +105,13 @@ class JobSpec(BaseModel):
             "A container image the command runs in (GPUs passed through); needs 'command'."
         ),
     )
+    record: bool = Field(
+        default=False,
+        description=(
+            "Keep a snapshot of code_uri and data_uri under the job's storage "
+            "(made by `spotline submit`); `spotline replay` runs the snapshot."
+        ),
+    )
     batch_size: int = Field(default=32, ge=1, le=10_000_000)
     epochs: int = Field(default=1, ge=1, le=MAX_EPOCHS)
     hyperparameters: dict[str, Any] = Field(default_factory=dict)
@@ -125,7 +132,24 @@ class JobSpec(BaseModel):
             "restarts it instead of creating one. Within the stopped-instances quota. 0: delete."
         ),
     )
-    wait_request_s: Seconds = 600
+    wait_request_s: int = Field(
+        default=600,
+        ge=0,
+        le=MAX_PERIOD_S,
+        description=(
+            "Seconds each machine option is asked for (retried while it has no capacity) "
+            "before the next one; 0: every option at once."
+        ),
+    )
+    wait_total_s: int | None = Field(
+        default=None,
+        ge=-MAX_PERIOD_S,
+        le=MAX_PERIOD_S,
+        description=(
+            "Seconds a job waits for capacity in all, then CANCELED; default: wait_request_s "
+            "x the number of machine_ids; non-positive: no limit (options asked for in turn)."
+        ),
+    )
     wait_new_job_create_s: int = Field(
         default=-1, ge=-MAX_PERIOD_S, le=MAX_PERIOD_S, description="Non-positive: no limit."
     )

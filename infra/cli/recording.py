@@ -1,0 +1,88 @@
+"""What the CLI copies before it publishes: a recorded job's snapshot
+(``shared.domain.recording`` says why here), and a replay's local folders.
+
+Copies go through fsspec, so ``gs://`` (or the storage emulator) and
+``file://`` read and write alike; the user's own credentials do the reading.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from shared.domain.recording import Record
+    from shared.domain.spec import JobSpec
+
+_CHUNK = 1 << 20
+
+
+def copy_folder(source: str, target: str) -> int:
+    """Copy every file under ``source`` to the same relative names under
+    ``target`` (fsspec URLs), after removing whatever ``target`` held; the
+    number of files copied.
+
+    Raises:
+        FileNotFoundError: nothing is stored under ``source``.
+    """
+    from fsspec.core import url_to_fs
+
+    source_fs, source_root = url_to_fs(source)
+    source_root = source_root.rstrip("/")
+    source_fs.invalidate_cache(source_root)  # another process may have written it
+    files = [path for path in source_fs.find(source_root) if not path.endswith("/")]
+    if not files:
+        raise FileNotFoundError(f"nothing stored under {source}")
+    target_fs, target_root = url_to_fs(target)
+    target_root = target_root.rstrip("/")
+    if target_fs.exists(target_root):  # a copy cut short: none of it is kept
+        target_fs.rm(target_root, recursive=True)
+    for path in files:
+        relative = path[len(source_root) :].lstrip("/") or path.rsplit("/", 1)[-1]
+        destination = f"{target_root}/{relative}"
+        target_fs.makedirs(destination.rsplit("/", 1)[0], exist_ok=True)
+        with source_fs.open(path, "rb") as read, target_fs.open(destination, "wb") as write:
+            shutil.copyfileobj(read, write, _CHUNK)
+    return len(files)
+
+
+def snapshot_complete(record: Record) -> bool:
+    """Whether the snapshot was copied whole (its marker is written last)."""
+    from fsspec.core import url_to_fs
+
+    fs, marker = url_to_fs(record.marker_uri)
+    fs.invalidate_cache(marker.rsplit("/", 1)[0])
+    return bool(fs.exists(marker))
+
+
+def take_snapshot(record: Record, spec: JobSpec) -> dict[str, int] | None:
+    """Copy the spec's code and data folders to the record's place, then write
+    the marker; the files copied per folder. None: a whole snapshot is there
+    already (the same job id submitted again), and nothing is copied twice.
+
+    Raises:
+        FileNotFoundError: nothing is stored under code_uri or data_uri.
+    """
+    from fsspec.core import url_to_fs
+
+    if snapshot_complete(record):
+        return None
+    copied: dict[str, int] = {}
+    for source, target in ((spec.code_uri, record.code_uri), (spec.data_uri, record.data_uri)):
+        if source and target:
+            copied[target] = copy_folder(source, target)
+    fs, marker = url_to_fs(record.marker_uri)
+    fs.makedirs(marker.rsplit("/", 1)[0], exist_ok=True)
+    body = {"code_uri": spec.code_uri, "data_uri": spec.data_uri, "files": copied}
+    with fs.open(marker, "w") as out:
+        out.write(json.dumps(body, indent=2))
+    return copied
+
+
+def fresh_job_id(stem: str) -> str:
+    """A job id chosen before publishing, when its storage must be written
+    first (a message's own id is known only once published); never of the
+    form spotline derives from message ids ('j' and 12 hex digits)."""
+    return f"{stem}-{secrets.token_hex(5)}"

@@ -1,0 +1,113 @@
+"""Record and replay on the whole local stack: ``spotline submit`` of a
+recorded job keeps its code and data in the job's storage; the originals
+change; ``spotline replay`` runs the recorded code, and with ``--code-dir``,
+``--data-dir`` and ``--wait-request-s`` runs what it is given."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import fsspec
+import pytest
+
+from infra.cli.commands import main as cli
+from infra.cli.demo import wait_for_job
+from infra.cli.recording import copy_folder
+from infra.localstack.stack import LocalStack
+from shared.adapters.firestore_store import FirestoreStore
+from shared.domain.documents import JobDoc
+from shared.domain.states import JobStatus
+
+pytestmark = [pytest.mark.emulators, pytest.mark.e2e]
+
+# Reports the version its code folder holds, and how many lines its data has.
+TRAIN = """\
+import json, os, pathlib
+version = float(pathlib.Path("VERSION").read_text())
+with open(os.environ["SPOTLINE_EVENTS"], "a") as events:
+    events.write(json.dumps({"type": "epoch", "epoch": 1, "epochs": 1, "step": 1,
+                             "metrics": {"version": version}}) + "\\n")
+print(f"code version {version}", flush=True)
+"""
+
+
+def code(folder: Path, version: int) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "train.py").write_text(TRAIN)
+    (folder / "VERSION").write_text(str(version))
+    return folder
+
+
+def data(folder: Path, text: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "rows.csv").write_text(text)
+    return folder
+
+
+def read(uri: str) -> str:
+    with fsspec.open(uri, "r") as stored:
+        return str(stored.read())
+
+
+def finished(store: FirestoreStore, out: str) -> JobDoc:
+    """The job a submit or replay printed, once it has ended."""
+    marker = " as job " if " as job " in out else "job id: "
+    job_id = out.split(marker)[1].split()[0]
+    job = wait_for_job(store, job_id, 120, echo=False)
+    assert job.status == JobStatus.COMPLETED, job.error
+    return job
+
+
+def test_a_replay_runs_the_recorded_code_not_the_changed_original(
+    local_stack: LocalStack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert local_stack.storage is not None
+    workdir = ["--workdir", str(local_stack.workdir)]
+    store = FirestoreStore(local_stack.options.project)
+    originals = f"{local_stack.storage.root}/originals/{tmp_path.name}"
+    copy_folder(code(tmp_path / "v1", 1).as_uri(), f"{originals}/code")
+    copy_folder(data(tmp_path / "d1", "a\nb\n").as_uri(), f"{originals}/data")
+    spec = tmp_path / "job.json"
+    fields = {
+        "user": "carol",
+        "machine_ids": ["g2-standard-4"],
+        "command": ["python", "train.py"],
+        "code_uri": f"{originals}/code",
+        "data_uri": f"{originals}/data",
+        "record": True,
+    }
+    spec.write_text(json.dumps(fields))
+    capsys.readouterr()
+    assert cli([*workdir, "submit", str(spec)]) == 0
+    out = capsys.readouterr().out
+    assert "recorded 3 file(s) into" in out
+    original = finished(store, out)
+    assert original.metrics == {"version": 1.0} and original.record is not None
+    prefix = f"{local_stack.storage.root}/jobs/{original.job_id}/record"
+    assert (original.record.code_uri, original.record.data_uri) == (
+        f"{prefix}/code",
+        f"{prefix}/data",
+    )
+
+    # The originals change after the job ran.
+    copy_folder(code(tmp_path / "v2", 2).as_uri(), f"{originals}/code")
+    copy_folder(data(tmp_path / "d2", "changed\n").as_uri(), f"{originals}/data")
+
+    assert cli([*workdir, "replay", original.job_id, "--wait-request-s", "77"]) == 0
+    replay = finished(store, capsys.readouterr().out)
+    assert replay.metrics == {"version": 1.0}  # the recorded code, not version 2
+    assert (replay.spec.code_uri, replay.spec.data_uri) == (f"{prefix}/code", f"{prefix}/data")
+    assert read(f"{prefix}/data/rows.csv") == "a\nb\n"
+    assert replay.spec.wait_request_s == 77 and not replay.spec.record
+
+    # Local folders, uploaded under the copy's own storage.
+    code(tmp_path / "v3", 3)
+    data(tmp_path / "d3", "local\n")
+    args = ["replay", original.job_id, "--code-dir", str(tmp_path / "v3")]
+    assert cli([*workdir, *args, "--data-dir", str(tmp_path / "d3"), "--description", "v3"]) == 0
+    local = finished(store, capsys.readouterr().out)
+    assert local.metrics == {"version": 3.0} and local.description == "v3"
+    inputs = f"{local_stack.storage.root}/jobs/{local.job_id}/inputs"
+    assert (local.spec.code_uri, local.spec.data_uri) == (f"{inputs}/code", f"{inputs}/data")
+    assert read(f"{inputs}/data/rows.csv") == "local\n"
