@@ -3,7 +3,8 @@
 
 Level-triggered and idempotent (Scheduler may fire twice): it compares what
 Firestore believes with what Compute Engine says exists, and converges. Four
-stages, each load -> decide (pure, ``shared.domain.reaping``) -> apply:
+stages, each load -> decide (pure, ``shared.domain.reaping``) -> apply, and a
+fifth that only publishes:
 
 1. instances and VMs: a vanished VM is a missed preemption (requeue); a
    silent one is stalled (delete, requeue); one its job no longer owns is
@@ -16,7 +17,8 @@ stages, each load -> decide (pure, ``shared.domain.reaping``) -> apply:
 5. state-change events a crash left in a job's outbox: published
    (``functions.ops.outbox``).
 
-It reads only active documents: terminal jobs and closed instances cost nothing.
+It reads only active documents (and, in stage 5, jobs whose outbox holds
+events): terminal jobs and closed instances cost nothing.
 Every step it applies is re-entrant, so a sweep killed part-way is finished
 by the next one.
 """
