@@ -15,6 +15,7 @@ from infra.localcloud.wire import ApiError, HttpService
 from shared.domain.capacity import GPU_METRICS
 from shared.domain.catalog import gpu_zones, load_catalog, priced, shapes, shipped_prices
 from shared.domain.prices import PriceBook, needed
+from shared.domain.sku_prices import PriceError, SkuRate, part_of, rates
 from tests.billing_double import SERVICE_PATH, BillingCatalogApi, skus_for
 
 pytest.importorskip("google.cloud.billing_v1", reason="the prices extra: google-cloud-billing")
@@ -140,3 +141,43 @@ def test_a_refused_request_keeps_the_old_file(
 
     assert code == 1 and "Cloud Billing API has not been used" in said
     assert path.read_text() == "old"
+
+
+def rate(description: str, usage: str = "OnDemand", unit: str = "h", usd: float = 1.0) -> SkuRate:
+    return SkuRate("0000-0000", description, usage, ("us-central1",), unit, usd)
+
+
+@pytest.mark.parametrize(
+    ("sku", "part"),
+    [
+        (rate("N1 Predefined Instance Core running in Americas"), ("n1/vcpu", "on_demand")),
+        (
+            rate("Spot Preemptible G2 Instance Ram running in Americas", "Preemptible", "GiBy.h"),
+            ("g2/memory_gb", "spot"),
+        ),
+        (rate("Nvidia H100 80GB GPU running in Americas"), ("gpu/nvidia-h100-80gb", "on_demand")),
+        (rate("Nvidia Tesla A100 GPU running in Americas"), ("gpu/nvidia-tesla-a100", "on_demand")),
+        # Not rates spotline uses: a commitment, a Spot description sold on demand,
+        # memory per hour (not per GiB hour), a workstation, a GPU not in the catalog.
+        (rate("N1 Predefined Instance Core running in Americas", "Commit1Yr"), None),
+        (rate("Spot Preemptible Nvidia L4 GPU running in Americas", "OnDemand"), None),
+        (rate("A2 Instance Ram running in Americas", unit="h"), None),
+        (rate("Nvidia RTX Virtual Workstation - Tesla T4 GPU running in Americas"), None),
+        (rate("Nvidia B200 GPU running in Americas"), None),
+    ],
+)
+def test_a_sku_is_read_as_the_part_it_prices_or_not_at_all(
+    sku: SkuRate, part: tuple[str, str] | None
+) -> None:
+    assert part_of(sku) == part
+
+
+def test_two_rates_for_one_part_are_an_error_naming_both() -> None:
+    skus = [
+        rate("Nvidia L4 GPU running in Americas", usd=0.56),
+        rate("Nvidia L4 GPU running in Americas", usd=0.60),
+        rate("Spot Preemptible Nvidia L4 GPU running in Americas", "Preemptible", usd=0.2),
+    ]
+    with pytest.raises(PriceError, match=r"gpu/nvidia-l4 on_demand: 0.56 and 0.6"):
+        rates(skus, "us-central1", {"gpu/nvidia-l4"})
+    assert rates(skus[1:], "us-central1", {"gpu/nvidia-l4"})["gpu/nvidia-l4"].on_demand == 0.6
