@@ -11,7 +11,7 @@ TENSORFLOW := $(VENV)/.tensorflow
 
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[torch,dev,local,viz]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[torch,dev,local,viz,prices]'
 	touch $@
 
 # TensorFlow (CPU) and Keras in .venv: the built-in Keras trainer, Keras

@@ -5,6 +5,7 @@ locally, ``spotline up`` serves each with ``functions-framework --target NAME``.
 """
 
 from functions.handlers.cancel_job import cancel_job
+from functions.handlers.notify_webhook import notify_webhook
 from functions.handlers.on_epoch_done import on_epoch_done
 from functions.handlers.on_job_finished import on_job_finished
 from functions.handlers.on_spot_preempted import on_spot_preempted
@@ -14,6 +15,7 @@ from functions.handlers.submit_job import submit_job
 
 __all__ = [
     "cancel_job",
+    "notify_webhook",
     "on_epoch_done",
     "on_job_finished",
     "on_spot_preempted",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from shared import logs
 from shared.settings import Settings, SettingsError
@@ -45,7 +45,7 @@ class Deps:
     ) -> None:
         self.settings = settings
         self.clock = clock
-        self._store = store
+        self._store = _with_outbox(store, self) if store is not None else None
         self._compute = compute
         self._bus = bus
 
@@ -54,7 +54,7 @@ class Deps:
         if self._store is None:
             from shared.adapters.firestore_store import FirestoreStore
 
-            self._store = FirestoreStore(self.settings.project)
+            self._store = _with_outbox(FirestoreStore(self.settings.project), self)
         return self._store
 
     @property
@@ -70,6 +70,16 @@ class Deps:
 
             self._bus = PubsubBus(self.settings.project, self.settings.topics)
         return self._bus
+
+
+def _with_outbox(store: Store, deps: Deps) -> Store:
+    """The store whose job writes publish their state-change events once they
+    commit (``functions.ops.outbox``), on the process's bus."""
+    from functions.ops.outbox import OutboxStore
+
+    if isinstance(store, OutboxStore):  # another Deps' store: publish once
+        return cast("Store", store)
+    return cast("Store", OutboxStore(store, lambda: deps.bus))
 
 
 def build_compute(settings: Settings) -> Compute:

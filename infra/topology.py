@@ -66,6 +66,9 @@ FUNCTIONS: tuple[Function, ...] = (
     # Places the next attempt at once: room for a VM insert.
     Function("on_spot_preempted", "spot_preempted", timeout_s=300, ack_deadline_s=300),
     Function("cancel_job", "cancel", timeout_s=300, ack_deadline_s=300),
+    # A job's webhook (``functions.ops.webhook``): a 5xx or a timeout raises,
+    # and Pub/Sub's backoff is the retry policy.
+    Function("notify_webhook", "job_events", timeout_s=60, ack_deadline_s=60),
     # A tick missed is the next tick: retry little, never pile up sweeps.
     Function(
         "reaper",

@@ -12,6 +12,7 @@ value and what it should be.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from collections.abc import Mapping
@@ -168,6 +169,14 @@ class Settings(BaseSettings):
         "those topics are obeyed",
     )
 
+    # README, Notifications: where a job's webhook may go besides public
+    # addresses (and over plain http); locally 127.0.0.0/8 for a test receiver.
+    webhook_allowed_networks: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(),
+        description="networks (CIDR, comma list) a job's webhook_url may reach besides public "
+        "addresses, plain http included; the metadata server never",
+    )
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -181,7 +190,17 @@ class Settings(BaseSettings):
         # from the mapping it is given, which need not be os.environ.
         return (init_settings,)
 
-    @field_validator("zones", "user_topics", mode="before")
+    @field_validator("webhook_allowed_networks", mode="after")
+    @classmethod
+    def _networks(cls, networks: tuple[str, ...]) -> tuple[str, ...]:
+        for network in networks:
+            try:
+                ipaddress.ip_network(network, strict=False)
+            except ValueError as err:
+                raise ValueError(f"{network}: not a network such as 127.0.0.0/8 ({err})") from err
+        return networks
+
+    @field_validator("zones", "user_topics", "webhook_allowed_networks", mode="before")
     @classmethod
     def _comma_list(cls, value: Any) -> Any:
         if isinstance(value, str):

@@ -73,6 +73,9 @@ class FaultyStore:
     def list_jobs(self, statuses: Iterable[str] | None = None, limit: int = 200) -> list[JobDoc]:
         return self.fault("list_jobs", lambda: self.inner.list_jobs(statuses, limit))
 
+    def unpublished_jobs(self, limit: int = 200) -> list[JobDoc]:
+        return self.fault("unpublished_jobs", lambda: self.inner.unpublished_jobs(limit))
+
     def recent_jobs(
         self,
         limit: int = 50,

@@ -8,6 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 from shared.domain.documents import HistoryEntry, JobDoc
+from shared.domain.job_events import JobEvent
 from shared.domain.late_finish import SUPERSEDED, ended_after_loss
 from shared.domain.lifecycle import VM_PHASES
 from shared.domain.pricing import vm_cost
@@ -70,7 +71,7 @@ def problems(world: World, *, claims: bool = False) -> list[str]:
         for (j, n), count in sent.items():
             if j == plan.job_id and n > job.attempt and (n not in superseded or count > 1):
                 found.append(f"{plan.job_id}: {count} inserts for attempt {n}, past {job.attempt}")
-        found += cost_problems(job) + phase_problems(job)
+        found += cost_problems(job) + phase_problems(job) + event_problems(world, job)
     found += [f"VM left: {vm['name']} {vm['state']}" for vm in world.cloud.list()]
     for instance in store.list_instances():
         if instance.status != InstanceStatus.CLOSED:
@@ -84,6 +85,28 @@ def problems(world: World, *, claims: bool = False) -> list[str]:
 
 
 _SLOTS = {"active_jobs", "active_instances", "stopped_instances"}
+
+
+def event_problems(world: World, job: JobDoc) -> list[str]:
+    """Every state change of the job was published once the run settled:
+    sequences 1..n with no gap, each copy of an event equal to the first, the
+    last one the job's state, nothing left in its outbox."""
+    found = []
+    first: dict[int, JobEvent] = {}
+    for event in world.bus.events("job_events"):
+        if not isinstance(event, JobEvent) or event.job_id != job.job_id:
+            continue
+        kept = first.setdefault(event.sequence, event)
+        if kept != event:
+            found.append(f"{job.job_id}: two different events {event.event_id}")
+    if sorted(first) != list(range(1, job.event_sequence + 1)):
+        found.append(f"{job.job_id}: events {sorted(first)} of {job.event_sequence}")
+    last = first.get(job.event_sequence)
+    if last is None or (last.status, last.substatus) != (job.status, job.substatus):
+        found.append(f"{job.job_id}: last event {last and last.substatus}, job {job.substatus}")
+    if job.pending_events:
+        found.append(f"{job.job_id}: events left unpublished {job.pending_events}")
+    return found
 
 
 def cost_problems(job: JobDoc) -> list[str]:

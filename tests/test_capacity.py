@@ -83,13 +83,13 @@ def test_no_listed_metric_is_unknown() -> None:
 
 
 def test_a_gpu_without_a_known_metric_is_unknown() -> None:
-    h100 = dataclasses.replace(CATALOG["a2-highgpu-1g"], gpu_type="nvidia-h100-80gb")
+    b200 = dataclasses.replace(CATALOG["a2-highgpu-1g"], gpu_type="nvidia-b200")
 
-    assert capacity(h100, STANDARD, quotas(CPUS=(96.0, 0.0))) is None
+    assert capacity(b200, STANDARD, quotas(CPUS=(96.0, 0.0))) is None
 
 
 def test_demand_adds_gpus_of_one_metric_and_skips_unknown_types() -> None:
-    gpus = [("nvidia-l4", 2), ("nvidia-l4", 2), ("nvidia-h100-80gb", 8)]
+    gpus = [("nvidia-l4", 2), ("nvidia-l4", 2), ("nvidia-b200", 8)]
 
     assert demand(48, gpus) == {"CPUS": 48, "NVIDIA_L4_GPUS": 4}
     assert demand(0, []) == {}

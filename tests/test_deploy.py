@@ -93,6 +93,10 @@ def test_a_first_deploy_creates_the_whole_topology(cloud: CloudDouble, project: 
     tick_topic = f"projects/{project}/topics/spotline-reaper-tick"
     assert reaper["eventTrigger"]["pubsubTopic"] == tick_topic
     assert reaper["serviceConfig"]["timeoutSeconds"] == 540
+    # The job state-change events' topic, and the function posting them to webhooks.
+    [notify] = [r.body for r in creates if r.query["functionId"] == "spotline-notify-webhook"]
+    events_topic = f"projects/{project}/topics/spotline-job-events"
+    assert notify["eventTrigger"]["pubsubTopic"] == events_topic
     # The upload is the archive, sent as a signed URL wants it.
     [put] = cloud.requests_to("PUT", next(iter(cloud.uploads)))
     assert put.headers["content-type"] == "application/zip" and "authorization" not in put.headers

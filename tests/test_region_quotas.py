@@ -18,8 +18,10 @@ pytestmark = pytest.mark.emulators
 
 
 def capacities(shown: str) -> dict[str, str]:
-    """MACHINE_ID -> CAPACITY of the machines table (GPUS is one word, "-" or "1xnvidia-l4")."""
-    return {line.split()[0]: line.split()[4] for line in shown.splitlines()[2:]}
+    """MACHINE_ID -> CAPACITY of the machines table (GPUS is one word, "-" or "1xnvidia-l4");
+    the line under it says how old the prices are."""
+    rows = [line for line in shown.splitlines()[2:] if not line.startswith("prices of ")]
+    return {line.split()[0]: line.split()[4] for line in rows}
 
 
 def test_a_machine_over_quota_is_passed_over_for_the_next(
@@ -67,5 +69,6 @@ def test_machines_without_readable_quotas_shows_why(
 
     out, err = capsys.readouterr()
     assert set(capacities(out).values()) == {"?"}
+    assert out.splitlines()[-1].startswith("prices of us-central1 as of 2025-06-01, from ")
     assert err.startswith("CAPACITY unknown: cannot read the quotas of us-central1: ")
     assert err.count("\n") == 1

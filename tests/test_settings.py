@@ -63,6 +63,8 @@ def a_value(name: str) -> tuple[str, object]:
         return " zone-x , zone-y", ("zone-x", "zone-y")
     if name == "user_topics":
         return "bob, alice", ("alice", "bob")
+    if name == "webhook_allowed_networks":
+        return "127.0.0.0/8, 10.0.0.0/8", ("127.0.0.0/8", "10.0.0.0/8")
     if isinstance(default, bool) or default is None or isinstance(default, str):
         return f"{name}-value", f"{name}-value"
     if isinstance(default, int):
@@ -80,7 +82,11 @@ def test_every_setting_is_read_from_its_variable_and_written_back(name: str) -> 
     settings = Settings.from_env({variable: text})
 
     assert getattr(settings, name) == value
-    canonical = {"zones": "zone-x,zone-y", "user_topics": "alice,bob"}
+    canonical = {
+        "zones": "zone-x,zone-y",
+        "user_topics": "alice,bob",
+        "webhook_allowed_networks": "127.0.0.0/8,10.0.0.0/8",
+    }
     written = canonical.get(name, text)
     assert settings.to_env()[variable] == written
 

@@ -20,6 +20,7 @@ from shared.adapters.memory_store import InMemoryStore
 from shared.domain.catalog import load_catalog
 from shared.domain.documents import EpochDoc, InstanceDoc, JobDoc, QueueEntry, Rejection, UserDoc
 from shared.domain.errors import TransientError
+from shared.domain.job_events import without_published
 from shared.domain.lifecycle import new_job
 from shared.domain.spec import JobSpec
 from shared.domain.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
@@ -284,6 +285,18 @@ def test_lists_filter_by_status_in_key_order_up_to_a_limit(store: Store) -> None
     assert [i.name for i in store.stopped_instances(limit=1)] == ["vm2"]
     assert [i.name for i in store.instances_of_job("job1")] == ["vm1", "vm2", "vm4"]
     assert store.instances_of_job("job9") == []
+
+
+def test_unpublished_jobs_are_those_with_events_in_their_outbox(store: Store) -> None:
+    for job_id in ("c", "a", "b"):  # each new job holds its "submitted" event
+        store.create_job(a_job(job_id))
+    assert [j.job_id for j in store.unpublished_jobs()] == ["a", "b", "c"]
+    assert [j.job_id for j in store.unpublished_jobs(limit=2)] == ["a", "b"]
+    store.update_job("b", lambda job: without_published(job, {1}))
+    assert [j.job_id for j in store.unpublished_jobs()] == ["a", "c"]
+    canceled = store.update_job("b", lambda job: move_job(job, JobSubstatus.CANCELED, T0))
+    assert canceled is not None and [e.event_id for e in canceled.pending_events] == ["b/2"]
+    assert [j.job_id for j in store.unpublished_jobs()] == ["a", "b", "c"]
 
 
 def test_a_status_filter_holds_one_to_thirty_values(store: Store) -> None:

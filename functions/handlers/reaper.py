@@ -1,5 +1,5 @@
 """spotline-reaper-tick -> reaper: the sweep Cloud Scheduler starts every
-minute (``functions.ops.sweep``: load -> decide -> apply, in four stages)."""
+minute (``functions.ops.sweep``: load -> decide -> apply, in five stages)."""
 
 from __future__ import annotations
 

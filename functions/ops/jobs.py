@@ -36,7 +36,8 @@ def admit(deps: Deps, spec: JobSpec, message_id: str, now: datetime) -> JobDoc:
         PermanentError: the deployment cannot take the job (``admission``), or
             another submission holds the job id.
     """
-    problems = refusals(spec, load_catalog(), deps.settings.region)
+    settings = deps.settings
+    problems = refusals(spec, load_catalog(), settings.region, settings.webhook_allowed_networks)
     if problems:
         raise PermanentError("; ".join(problems))
     job_id = job_id_for(spec, message_id)

@@ -3,7 +3,8 @@
 
 Level-triggered and idempotent (Scheduler may fire twice): it compares what
 Firestore believes with what Compute Engine says exists, and converges. Four
-stages, each load -> decide (pure, ``shared.domain.reaping``) -> apply:
+stages, each load -> decide (pure, ``shared.domain.reaping``) -> apply, and a
+fifth that only publishes:
 
 1. instances and VMs: a vanished VM is a missed preemption (requeue); a
    silent one is stalled (delete, requeue); one its job no longer owns is
@@ -12,9 +13,12 @@ stages, each load -> decide (pure, ``shared.domain.reaping``) -> apply:
 2. active jobs: past ``max_runtime_s`` -> CANCELED; stuck in REQUESTING_SERVER
    (the placing function died) -> placed again;
 3. the due queue: placed again, or CANCELED after ``wait_total_s``;
-4. users' slots a crash left taken: freed.
+4. users' slots a crash left taken: freed;
+5. state-change events a crash left in a job's outbox: published
+   (``functions.ops.outbox``).
 
-It reads only active documents: terminal jobs and closed instances cost nothing.
+It reads only active documents (and, in stage 5, jobs whose outbox holds
+events): terminal jobs and closed instances cost nothing.
 Every step it applies is re-entrant, so a sweep killed part-way is finished
 by the next one.
 """
@@ -34,6 +38,7 @@ from functions.ops.jobs import (
     retry_waiting,
     settle,
 )
+from functions.ops.outbox import publish_unpublished
 from functions.ops.queue import drop, give_up
 from functions.ops.recovery import recover
 from functions.ops.slots import free_instance_slot, free_stopped_slot
@@ -57,7 +62,7 @@ from shared.domain.vms import MANAGED_LABEL, Vm
 
 
 def sweep(deps: Deps, now: datetime) -> Counter[str]:
-    """One pass of the four stages; the count of each outcome."""
+    """One pass of the five stages; the count of each outcome."""
     store, settings = deps.store, deps.settings
     # 1. Instances first, then VMs (see ``decide_vms``).
     instances = store.list_instances(InstanceStatus.live())
@@ -76,6 +81,10 @@ def sweep(deps: Deps, now: datetime) -> Counter[str]:
     owners = _jobs(deps, [j for u in users for j in u.active_jobs] + list(map(r.job_of_vm, names)))
     held = _instances(deps, names)
     apply(deps, r.decide_slots(users, owners, held), now, counts)
+    # 5.
+    published = publish_unpublished(deps.store, deps.bus)
+    if published:
+        counts["events"] += published
     return counts
 
 

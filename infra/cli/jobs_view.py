@@ -88,10 +88,12 @@ def machines(args: argparse.Namespace) -> int:
     from infra.cli.report import MachineRow, machine_json, machines_table
     from shared.adapters.firestore_store import FirestoreStore
     from shared.domain.capacity import capacity
-    from shared.domain.catalog import load_catalog
+    from shared.domain.catalog import load_catalog, shipped_prices
     from shared.domain.states import InstanceStatus
     from shared.domain.vms import Provisioning
 
+    if args.refresh_prices:
+        return refresh_prices(args)
     settings = connect(args.workdir)
     store = FirestoreStore(settings.project)
     quotas = _region_quotas(settings)
@@ -123,6 +125,33 @@ def machines(args: argparse.Namespace) -> int:
         print_json([machine_json(row) for row in rows])
     else:
         print(machines_table(rows, quotas_read=quotas is not None))
+        book = shipped_prices()
+        print(f"prices of {book.region} as of {book.priced_at}, from {book.source}")
+    return 0
+
+
+def refresh_prices(args: argparse.Namespace) -> int:
+    """``machines --refresh-prices``: the price file from the Billing Catalog API."""
+    from datetime import UTC, datetime
+    from pathlib import Path
+
+    from google.api_core.exceptions import GoogleAPIError
+
+    from infra.cli.prices import refresh, shipped_price_file
+    from shared.domain.sku_prices import PriceError
+    from shared.settings import Settings
+
+    path = Path(args.prices_file) if args.prices_file else shipped_price_file()
+    region = Settings.from_env().region
+    try:
+        book = refresh(path, region, args.billing_endpoint, datetime.now(UTC).date())
+    except (PriceError, GoogleAPIError) as err:
+        print(f"spotline: prices not refreshed, {path} kept: {err}", file=sys.stderr)
+        return 1
+    print(
+        f"{path}: {len(book.components)} rates of {book.region} as of {book.priced_at}, "
+        f"from {book.source}"
+    )
     return 0
 
 

@@ -216,6 +216,19 @@ def build() -> argparse.ArgumentParser:
 
     machines = sub.add_parser("machines", help="the machine catalog, prices and availability")
     machines.add_argument("--json", action="store_true", help=JSON_HELP)
+    machines.add_argument(
+        "--refresh-prices",
+        action="store_true",
+        help="rewrite the price file from the Cloud Billing Catalog API (the region's SKUs)",
+    )
+    machines.add_argument(
+        "--prices-file", default=None, help="the price file to write (default: the shipped one)"
+    )
+    machines.add_argument(
+        "--billing-endpoint",
+        default=None,
+        help="the Cloud Billing API's endpoint (default: cloudbilling.googleapis.com)",
+    )
     machines.set_defaults(run=jobs_view.machines)
 
     schema = sub.add_parser("schema", help="print the job spec's JSON Schema")

@@ -102,7 +102,7 @@ def check_submission(data: bytes, settings: Settings) -> tuple[JobSpec | None, l
     except InvalidMessage as err:
         # describe_validation_error joins one problem per field with "; ".
         return None, [f"not a valid job spec: {problem}" for problem in str(err).split("; ")]
-    problems = refusals(spec, load_catalog(), settings.region)
+    problems = refusals(spec, load_catalog(), settings.region, settings.webhook_allowed_networks)
     too_many = too_many_nodes(spec, settings.max_active_instances)
     return spec, problems + ([too_many] if too_many else [])
 

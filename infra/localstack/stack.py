@@ -65,6 +65,9 @@ class StackOptions:
     notice_s: float = 30.0
     # The per-user mode (SECURITY.md): these users submit and cancel on their own topics.
     user_topics: tuple[str, ...] = ()
+    # Job webhooks may call receivers on this machine, over plain http too
+    # (the webhook_allowed_networks setting; in the cloud: none, https only).
+    webhook_allowed_networks: tuple[str, ...] = ("127.0.0.0/8",)
 
 
 class LocalStack:
@@ -180,6 +183,7 @@ class LocalStack:
             "SPOTLINE_STALL_TIMEOUT_S": str(self.options.stall_timeout_s),
             "SPOTLINE_BOOT_TIMEOUT_S": str(self.options.boot_timeout_s),
             "SPOTLINE_REQUEST_TIMEOUT_S": str(self.options.request_timeout_s),
+            "SPOTLINE_WEBHOOK_ALLOWED_NETWORKS": ",".join(self.options.webhook_allowed_networks),
             **(
                 {"SPOTLINE_USER_TOPICS": ",".join(self.options.user_topics)}
                 if self.options.user_topics

@@ -92,6 +92,9 @@ class FirestoreStore:
     def list_jobs(self, statuses: Iterable[str] | None = None, limit: int = 200) -> list[JobDoc]:
         return self._list(JOBS, JobDoc, "status", statuses, limit)
 
+    def unpublished_jobs(self, limit: int = 200) -> list[JobDoc]:
+        return self._list(JOBS, JobDoc, "outbox", ["pending"], limit)
+
     def recent_jobs(
         self,
         limit: int = 50,

@@ -3,7 +3,8 @@
 Known at submission and never to change for the job: its machine ids are in
 the catalog, its zones are in the region spotline is deployed in, a job id
 of its own does not take the form spotline derives from message ids, and no
-secret-like ``env`` variable holds a literal value (``secret_env``). A job
+secret-like ``env`` variable holds a literal value (``secret_env``), and
+its webhook is one the deployment may call (``webhooks``). A job
 refused here is a rejected submission: no job document, no slot.
 
 Pure: the caller passes the catalog and the region (the settings' business).
@@ -11,17 +12,26 @@ Pure: the caller passes the catalog and the region (the settings' business).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from shared.domain.catalog import Machine
 from shared.domain.lifecycle import DERIVED_JOB_ID
 from shared.domain.placement import parse_machine_id
 from shared.domain.secret_env import env_refusals
 from shared.domain.spec import JobSpec
+from shared.domain.webhooks import url_problem
 
 
-def refusals(spec: JobSpec, catalog: Mapping[str, Machine], region: str) -> list[str]:
-    """Why the deployment cannot take the job, one line per problem; empty: it can."""
+def refusals(
+    spec: JobSpec,
+    catalog: Mapping[str, Machine],
+    region: str,
+    webhook_networks: Sequence[str] = (),
+) -> list[str]:
+    """Why the deployment cannot take the job, one line per problem; empty: it can.
+
+    ``webhook_networks``: the networks a webhook may reach besides public
+    addresses, over plain http too (``webhooks``)."""
     problems = [
         f"machine_ids: {machine_id!r} is not in the catalog ({', '.join(sorted(catalog))})"
         for machine_id in spec.machine_ids
@@ -38,6 +48,9 @@ def refusals(spec: JobSpec, catalog: Mapping[str, Machine], region: str) -> list
             "('j' and 12 hex digits); choose another"
         )
     problems += env_refusals(spec.env)
+    webhook = spec.webhook_url and url_problem(spec.webhook_url, webhook_networks)
+    if webhook:
+        problems.append(webhook)
     return problems
 
 

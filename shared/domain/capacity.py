@@ -23,6 +23,10 @@ GPU_METRICS = {
     "nvidia-tesla-t4": "NVIDIA_T4_GPUS",
     "nvidia-l4": "NVIDIA_L4_GPUS",
     "nvidia-tesla-a100": "NVIDIA_A100_GPUS",
+    "nvidia-a100-80gb": "NVIDIA_A100_80GB_GPUS",
+    "nvidia-h100-80gb": "NVIDIA_H100_GPUS",
+    "nvidia-tesla-v100": "NVIDIA_V100_GPUS",
+    "nvidia-tesla-p100": "NVIDIA_P100_GPUS",
 }
 # Every catalog machine's vCPUs are counted against CPUS. The API also lists
 # family metrics (E2_CPUS, A2_CPUS, N2_CPUS; none for N1 or G2), but which

@@ -9,8 +9,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
+from shared.domain.job_events import JobEvent
 from shared.domain.recording import Record
 from shared.domain.spec import JobSpec
 from shared.domain.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
@@ -100,6 +101,17 @@ class JobDoc(_Doc):
     # (a string: Firestore's map keys), the current and previous attempts
     # only; never the tokens (``shared.domain.event_auth``).
     event_token_hashes: dict[str, list[str]] = Field(default_factory=dict)
+    # The state-change notifications (``shared.domain.job_events``): the last
+    # sequence number given, and the outbox of events not yet published.
+    event_sequence: int = 0
+    pending_events: list[JobEvent] = Field(default_factory=list)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def outbox(self) -> Literal["pending", "empty"]:
+        """Stored with the job, so the reaper finds the jobs whose events a
+        crash left unpublished with one equality query."""
+        return "pending" if self.pending_events else "empty"
 
 
 class EpochDoc(_Doc):

@@ -21,6 +21,7 @@ from shared.domain.errors import (
     PermanentError,
     TransientError,
 )
+from shared.domain.job_events import with_event
 from shared.domain.pricing import CoolingRule, savings_percent, vm_cost
 from shared.domain.spec import JobSpec
 from shared.domain.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
@@ -54,7 +55,7 @@ def new_job(spec: JobSpec, job_id: str, message_id: str, now: datetime) -> JobDo
         attempt=1,
         note="submitted",
     )
-    return JobDoc(
+    job = JobDoc(
         job_id=job_id,
         user=spec.user,
         description=spec.description,
@@ -66,6 +67,8 @@ def new_job(spec: JobSpec, job_id: str, message_id: str, now: datetime) -> JobDo
         updated_at=now,
         history=[start],
     )
+    # The first notification: the job exists, waiting for a VM.
+    return with_event(job, None, now, "submitted")
 
 
 def current_vms(job: JobDoc) -> list[str]:

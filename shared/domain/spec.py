@@ -35,6 +35,7 @@ from shared.domain.bounds import (
 )
 from shared.domain.errors import InvalidMessage
 from shared.domain.secret_env import MASK, REFERENCE_FORMS, SECRET_NAME_WORDS, is_secret_name
+from shared.domain.webhooks import ANY_NETWORK, MAX_URL_CHARS, url_problem
 
 # Names end up in VM names and labels: lowercase letters, digits and hyphens.
 NAME_PATTERN = JOB_ID_PATTERN
@@ -221,6 +222,25 @@ class JobSpec(BaseModel):
             "the VM resolves it, and only the reference is stored."
         ),
     )
+
+    webhook_url: str | None = Field(
+        default=None,
+        max_length=MAX_URL_CHARS,
+        description=(
+            "POSTed each state change of the job (the spotline-job-events JSON); "
+            "https only, to a public address."
+        ),
+    )
+
+    @field_validator("webhook_url")
+    @classmethod
+    def _webhook(cls, url: str | None) -> str | None:
+        # Any network here; the deployment's rules (``webhook_allowed_networks``)
+        # are admission's, the addresses the notify function's.
+        problem = None if url is None else url_problem(url, ANY_NETWORK)
+        if problem is not None:
+            raise ValueError(problem)
+        return url
 
     @field_validator("hyperparameters", "fit_kwargs")
     @classmethod

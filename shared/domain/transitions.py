@@ -12,6 +12,7 @@ from datetime import datetime
 
 from shared.domain.documents import HistoryEntry, InstanceDoc, JobDoc
 from shared.domain.errors import IllegalTransition
+from shared.domain.job_events import with_event
 from shared.domain.states import (
     INSTANCE_SUBSTATUSES,
     INSTANCE_TRANSITIONS,
@@ -41,7 +42,7 @@ def move_job(job: JobDoc, to: JobSubstatus, now: datetime, note: str = "") -> Jo
     status = job_status_for(to, job.attempt)
     entry = HistoryEntry(at=now, status=status, substatus=to, attempt=job.attempt, note=note)
     history = [*job.history, entry]
-    return job.model_copy(
+    moved = job.model_copy(
         update={
             "status": status,
             "substatus": to,
@@ -50,12 +51,19 @@ def move_job(job: JobDoc, to: JobSubstatus, now: datetime, note: str = "") -> Jo
             "phase_seconds": phase_seconds(history),
         }
     )
+    # The notification goes out in the same write (the job's outbox).
+    return with_event(moved, job, now, note)
 
 
 def fail_job(job: JobDoc, to: JobSubstatus, now: datetime, error: str) -> JobDoc:
     """Move to an ending (FAILED or CANCELED) and say why, in a sentence."""
     moved = move_job(job, to, now, note=error)
-    return moved.model_copy(update={"error": error}) if moved is not job else job
+    if moved is job:
+        return job
+    event = moved.pending_events[-1].model_copy(update={"error": error})
+    return moved.model_copy(
+        update={"error": error, "pending_events": [*moved.pending_events[:-1], event]}
+    )
 
 
 def next_attempt(

@@ -33,6 +33,9 @@ Contract, for every adapter:
   ``stopped_instances(limit)``: the instances whose substatus is STOPPED, the
   same way. ``instances_of_job(job_id)``: every instance of the job, in key
   order. ``list_users(limit)``: every user, in key order.
+* ``unpublished_jobs(limit)``: the jobs whose outbox holds events not yet
+  published (``outbox == "pending"``, ``shared.domain.job_events``), at most
+  ``limit`` of them, in key order.
 * ``recent_jobs(limit, user, statuses)``: at most ``limit`` jobs, the newest
   (``created_at``) first, ties in descending key order; only the user's when
   ``user`` is given, only those whose ``status`` is one of ``statuses`` when
@@ -81,6 +84,8 @@ class Store(Protocol):
     def list_jobs(
         self, statuses: Iterable[str] | None = None, limit: int = 200
     ) -> list[JobDoc]: ...
+
+    def unpublished_jobs(self, limit: int = 200) -> list[JobDoc]: ...
 
     def recent_jobs(
         self,

@@ -1,0 +1,198 @@
+"""A job's webhook: which URLs are refused (SSRF), and the notify_webhook
+function POSTing events to a receiver on 127.0.0.1 through the real
+functions framework, the job in the Firestore emulator."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from functions import deps
+from infra.localcloud.cloud import LocalCloud
+from shared.adapters.firestore_store import FirestoreStore
+from shared.domain.admission import refusals
+from shared.domain.catalog import load_catalog
+from shared.domain.errors import InvalidMessage
+from shared.domain.job_events import JobEvent
+from shared.domain.spec import parse_spec
+from shared.domain.webhooks import address_problem, url_problem
+from tests.conftest import SPEC
+
+LOCAL = ("127.0.0.0/8",)
+
+
+@pytest.mark.parametrize(
+    ("url", "networks", "said"),
+    [
+        ("ftp://example.com/hook", (), "must start with https://"),
+        ("http://example.com/hook", (), "plain http"),
+        ("https://user:pw@example.com/hook", (), "user name or password"),
+        ("https://metadata.google.internal/computeMetadata/v1/", LOCAL, "metadata server"),
+        ("https://METADATA./x", LOCAL, "metadata server"),
+        ("https://169.254.169.254/x", ("169.254.0.0/16",), "metadata server"),
+        ("https://[::ffff:169.254.169.254]/x", LOCAL, "metadata server"),
+        ("https://10.1.2.3/hook", (), "private, loopback"),
+        ("https://127.0.0.1:8080/hook", (), "private, loopback"),
+        ("https://[::1]/hook", (), "private, loopback"),
+        ("https://[::ffff:192.168.0.1]/hook", (), "private, loopback"),
+        ("http://10.0.0.5/hook", LOCAL, "not in webhook_allowed_networks"),
+        ("https:///hook", (), "names no host"),
+        ("https://example.com:99999/hook", (), "is not a URL"),
+    ],
+)
+def test_a_refused_webhook_url_says_why(url: str, networks: tuple[str, ...], said: str) -> None:
+    problem = url_problem(url, networks)
+    assert problem is not None and said in problem
+
+
+@pytest.mark.parametrize(
+    ("url", "networks"),
+    [
+        ("https://hooks.example.com/spotline?x=1", ()),
+        ("https://8.8.8.8/hook", ()),
+        ("http://127.0.0.1:8080/hook", LOCAL),
+        ("https://127.0.0.1/hook", LOCAL),
+    ],
+)
+def test_an_allowed_webhook_url_passes(url: str, networks: tuple[str, ...]) -> None:
+    assert url_problem(url, networks) is None
+
+
+def test_a_private_address_a_name_resolves_to_is_refused_unless_allowed() -> None:
+    assert address_problem("192.168.1.7") is not None
+    assert address_problem("100.64.0.1") is not None  # shared address space
+    assert address_problem("192.168.1.7", ("192.168.0.0/16",)) is None
+    assert address_problem("93.184.216.34") is None
+    assert address_problem("93.184.216.34", LOCAL, plain_http=True) is not None
+
+
+def test_the_spec_refuses_a_metadata_webhook_and_admission_a_private_one() -> None:
+    with pytest.raises(InvalidMessage, match="metadata server"):
+        parse_spec(json.dumps({**SPEC, "webhook_url": "http://169.254.169.254/"}).encode())
+    spec = parse_spec(json.dumps({**SPEC, "webhook_url": "http://127.0.0.1:9/h"}).encode())
+    [refused] = refusals(spec, load_catalog(), "us-central1")
+    assert "plain http" in refused
+    assert refusals(spec, load_catalog(), "us-central1", LOCAL) == []
+
+
+# -- the function, posting to a receiver on 127.0.0.1 --
+
+
+class Receiver:
+    """An HTTP server on 127.0.0.1 that records POSTs and answers ``status``."""
+
+    def __init__(self) -> None:
+        self.status = 200
+        self.posts: list[tuple[dict[str, str], dict[str, Any]]] = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                receiver.posts.append((dict(self.headers), json.loads(body)))
+                self.send_response(receiver.status)
+                self.end_headers()
+
+            def log_message(self, *_: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    made = Receiver()
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def local_webhooks(monkeypatch: pytest.MonkeyPatch, host: LocalCloud) -> None:
+    monkeypatch.setenv("SPOTLINE_WEBHOOK_ALLOWED_NETWORKS", "127.0.0.0/8")
+    deps.reset()
+
+
+def an_event(job_id: str = "job1", sequence: int = 2) -> JobEvent:
+    return JobEvent(
+        event_id=f"{job_id}/{sequence}",
+        job_id=job_id,
+        user="alice",
+        sequence=sequence,
+        status="QUEUING",
+        substatus="CONNECTING_SERVER",
+        previous_status="QUEUING",
+        previous_substatus="REQUESTING_SERVER",
+        attempt=1,
+        at=datetime(2026, 1, 2, tzinfo=UTC),
+    )
+
+
+@pytest.mark.emulators
+def test_the_event_is_posted_as_published_with_its_id(
+    call: Callable[..., Any], project: str, receiver: Receiver, local_webhooks: None
+) -> None:
+    assert call("submit_job", "submit", {**SPEC, "webhook_url": receiver.url}).status_code == 200
+    event = an_event()
+
+    assert call("notify_webhook", "job_events", event).status_code == 200
+
+    [(headers, body)] = receiver.posts
+    assert headers["X-Spotline-Event-Id"] == "job1/2"
+    assert headers["Content-Type"] == "application/json"
+    assert JobEvent.model_validate(body) == event
+
+
+@pytest.mark.emulators
+def test_a_5xx_is_retried_by_pubsub_and_a_4xx_is_dropped(
+    call: Callable[..., Any], project: str, receiver: Receiver, local_webhooks: None
+) -> None:
+    call("submit_job", "submit", {**SPEC, "webhook_url": receiver.url})
+    receiver.status = 503
+    assert call("notify_webhook", "job_events", an_event()).status_code == 500  # redelivered
+    receiver.status = 200
+    assert call("notify_webhook", "job_events", an_event()).status_code == 200
+    receiver.status = 410
+    assert call("notify_webhook", "job_events", an_event(sequence=3)).status_code == 200
+    assert [h["X-Spotline-Event-Id"] for h, _ in receiver.posts] == ["job1/2", "job1/2", "job1/3"]
+
+
+@pytest.mark.emulators
+def test_an_address_no_longer_allowed_is_never_called(
+    call: Callable[..., Any],
+    project: str,
+    receiver: Receiver,
+    local_webhooks: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    via_name = receiver.url.replace("127.0.0.1", "localhost")
+    call("submit_job", "submit", {**SPEC, "webhook_url": via_name})
+    job = FirestoreStore(project).get_job("job1")
+    assert job is not None and job.spec.webhook_url == via_name
+    monkeypatch.setenv("SPOTLINE_WEBHOOK_ALLOWED_NETWORKS", "10.0.0.0/8")
+    deps.reset()
+
+    assert call("notify_webhook", "job_events", an_event()).status_code == 200  # acknowledged
+
+    assert receiver.posts == []
+
+
+@pytest.mark.emulators
+def test_a_job_without_a_webhook_posts_nothing(
+    call: Callable[..., Any], project: str, receiver: Receiver, local_webhooks: None
+) -> None:
+    call("submit_job", "submit", SPEC)
+    assert call("notify_webhook", "job_events", an_event()).status_code == 200
+    assert call("notify_webhook", "job_events", b"{not json").status_code == 200
+    assert receiver.posts == []
