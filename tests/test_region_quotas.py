@@ -69,6 +69,6 @@ def test_machines_without_readable_quotas_shows_why(
 
     out, err = capsys.readouterr()
     assert set(capacities(out).values()) == {"?"}
-    assert out.splitlines()[-1].startswith("prices of us-central1 as of 2025-06-01, from ")
+    assert out.splitlines()[-1].startswith("prices of us-central1 as of 2025-06-01 (source: ")
     assert err.startswith("CAPACITY unknown: cannot read the quotas of us-central1: ")
     assert err.count("\n") == 1

@@ -126,7 +126,7 @@ def machines(args: argparse.Namespace) -> int:
     else:
         print(machines_table(rows, quotas_read=quotas is not None))
         book = shipped_prices()
-        print(f"prices of {book.region} as of {book.priced_at}, from {book.source}")
+        print(f"prices of {book.region} as of {book.priced_at} (source: {book.source})")
     return 0
 
 
