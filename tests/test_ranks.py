@@ -41,7 +41,7 @@ def test_frameworks_whose_one_process_drives_every_gpu_default_to_one(framework:
 
 def test_the_keras_trainer_runs_one_process_that_mirrors_across_the_gpus() -> None:
     assert processes_per_node(spec(trainer="keras_ffnn", framework="tensorflow"), gpus=4) == 1
-    with pytest.raises(InvalidMessage, match="processes_per_node: .*keras_ffnn.*MirroredStrategy"):
+    with pytest.raises(InvalidMessage, match=r"processes_per_node: .*keras_ffnn.*MirroredStrategy"):
         parse_spec(json.dumps({**BASE, "trainer": "keras_ffnn", "processes_per_node": 2}).encode())
 
 

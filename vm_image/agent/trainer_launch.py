@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from shared.contract.assignment import Assignment
+from shared.contract.ranks import processes_per_node
 from vm_image.agent.metadata import Metadata
 from vm_image.agent.privileges import AccountMissing, TrainerAccount
+from vm_image.agent.rank_group import RankGroup, rank_events_path, start_ranks
 from vm_image.agent.secret_access import SecretUnavailable, resolve_env
 from vm_image.agent.trainer_process import (
     CannotStart,
@@ -31,8 +33,9 @@ def launch_trainer(
     code_dir: Path,
     instance: str,
     on_report: Callable[[dict[str, Any]], None],
-) -> TrainerProcess:
-    """Start the job's trainer as ``account`` in ``code_dir``.
+) -> TrainerProcess | RankGroup:
+    """Start the job's trainer as ``account`` in ``code_dir``: one process, or
+    one per rank where the node runs several (``rank_group``).
 
     Secret Manager references in the spec's env are resolved here, last, and
     go only into the trainer's environment (and the list of values its
@@ -49,9 +52,17 @@ def launch_trainer(
     except SecretUnavailable as err:
         raise CannotStart(f"cannot start the trainer: {err}", 126) from None
     events_path = job_dir / EVENTS_FILE
+    ppn = processes_per_node(assignment.spec, assignment.gpus)
+    for local_rank in range(1, ppn):  # made before the folder is handed over
+        rank_events_path(events_path, local_rank).touch()
     env = trainer_env(assignment, events_path, dict(os.environ), instance)
     env.update(secrets)
     env.update(hand_over(job_dir, account, events_path))
+    if ppn > 1:
+        return start_ranks(
+            ppn, assignment, instance, trainer_command(assignment), env, code_dir,
+            events_path, on_report, account, list(secrets.values()),
+        )  # fmt: skip
     return TrainerProcess(
         trainer_command(assignment),
         env,
