@@ -33,6 +33,7 @@ from shared.domain.placement import (
     Option,
     held_vm,
     node_names,
+    parse_machine_id,
     vm_name,
 )
 from shared.domain.secret_env import reads_secrets
@@ -195,7 +196,9 @@ def _boot(deps: Deps, job: JobDoc, instance: InstanceDoc, now: datetime) -> Sing
 def _assign(deps: Deps, job: JobDoc, instance: InstanceDoc) -> None:
     """The agent idling on the VM wakes on this metadata change; the job and
     its attempt's event token arrive in one change (one setMetadata)."""
-    assignment = assignment_for(deps, job).model_dump_json()
+    machine = load_catalog().get(parse_machine_id(instance.machine_id)[0])
+    gpus = machine.gpu_count if machine else 0
+    assignment = assignment_for(deps, job).model_copy(update={"gpus": gpus}).model_dump_json()
     token = issue_event_token(deps, job)
     items = {JOB_METADATA_KEY: assignment, EVENT_TOKEN_METADATA_KEY: token}
     deps.compute.set_metadata(instance.zone, instance.name, items)

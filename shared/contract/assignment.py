@@ -26,6 +26,10 @@ class Assignment(BaseModel):
     nodes: list[str] = []
     hosts: list[str] = []
     master_port: int = 0
+    # The GPUs of the machine this VM is (catalog): how many trainer processes
+    # a node runs by default (``ranks.processes_per_node``). 0: a CPU machine,
+    # or an assignment from before the field.
+    gpus: int = 0
 
     def node_rank(self, instance: str) -> int:
         """The rank of ``instance`` in the job's gang (0 for a single node).

@@ -3,8 +3,9 @@
 Known at submission and never to change for the job: its machine ids are in
 the catalog, its zones are in the region spotline is deployed in, a job id
 of its own does not take the form spotline derives from message ids, and no
-secret-like ``env`` variable holds a literal value (``secret_env``), and
-its webhook is one the deployment may call (``webhooks``). A job
+secret-like ``env`` variable holds a literal value (``secret_env``), its
+webhook is one the deployment may call (``webhooks``), and the built-in Keras
+trainer's batch splits evenly across each machine's GPUs. A job
 refused here is a rejected submission: no job document, no slot.
 
 Pure: the caller passes the catalog and the region (the settings' business).
@@ -51,6 +52,30 @@ def refusals(
     webhook = spec.webhook_url and url_problem(spec.webhook_url, webhook_networks)
     if webhook:
         problems.append(webhook)
+    problems += mirrored_batch_refusals(spec, catalog)
+    return problems
+
+
+def mirrored_batch_refusals(spec: JobSpec, catalog: Mapping[str, Machine]) -> list[str]:
+    """The built-in Keras trainer trains with ``tf.distribute.MirroredStrategy``
+    on a machine with several GPUs, which splits each batch evenly across them
+    (the seed: "batch size should be set as the multiple of the number of
+    GPUs"). Any machine id of the list may be the one placed, so each is checked."""
+    if spec.trainer != "keras_ffnn":
+        return []
+    problems = []
+    names = dict.fromkeys(parse_machine_id(machine_id)[0] for machine_id in spec.machine_ids)
+    for name in names:
+        machine = catalog.get(name)
+        gpus = machine.gpu_count if machine else 0
+        if gpus > 1 and spec.batch_size % gpus:
+            below = spec.batch_size // gpus * gpus
+            near = f"{below} or {below + gpus}" if below else str(gpus)
+            problems.append(
+                f"batch_size: {spec.batch_size} is not a multiple of the {gpus} GPUs of {name}: "
+                "the keras_ffnn trainer's MirroredStrategy splits each batch evenly across "
+                f"them (try {near})"
+            )
     return problems
 
 

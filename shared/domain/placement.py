@@ -239,7 +239,9 @@ def build_vm_request(
         labels=vm_labels(assignment.job_id, assignment.attempt, user) | option_labels(option),
         metadata={
             **BOOT_SCRIPTS,
-            JOB_METADATA_KEY: assignment.model_dump_json(),
+            JOB_METADATA_KEY: assignment.model_copy(
+                update={"gpus": machine.gpu_count}
+            ).model_dump_json(),
             **({EVENT_TOKEN_METADATA_KEY: event_token} if event_token else {}),
         },
         accelerators=accelerators,

@@ -44,6 +44,8 @@ MACHINE_ID_PATTERN = r"^[a-z0-9][-a-z0-9]*(\.od)?$"
 # leading "-" that the container runtime would read as an option.
 IMAGE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$"
 BUILTIN_TRAINERS = ("digits_mlp", "keras_ffnn")
+# More than any machine's GPUs (8), for CPU data-parallel jobs too.
+MAX_PROCESSES_PER_NODE = 16
 
 MachineId = Annotated[str, Field(max_length=64)]
 ZoneName = Annotated[str, Field(min_length=1, max_length=63, pattern=ZONE_PATTERN)]
@@ -121,6 +123,16 @@ class JobSpec(BaseModel):
     seed: int = Field(default=0, ge=0, le=2**32 - 1, description="NumPy's seeds are 32-bit.")
     nodes: int = Field(
         default=1, ge=1, le=64, description="VMs that train together, created in one zone."
+    )
+    processes_per_node: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_PROCESSES_PER_NODE,
+        description=(
+            "Trainer processes (ranks) on each node. Default: the machine's GPU count "
+            "(1 on a CPU machine) for pytorch and command jobs; 1 for tensorflow, jax, "
+            "xgboost and the keras_ffnn trainer, whose one process drives every GPU."
+        ),
     )
     cool_down_period_s: Seconds = 0
     stop_period_s: int = Field(
@@ -274,6 +286,7 @@ class JobSpec(BaseModel):
             raise ValueError(
                 "image: a container runs a 'command'; the built-in trainers run in the VM image"
             )
+        self._one_process_where_needed()
         on_demand = self.on_demand_fallback or any(m.endswith(".od") for m in self.machine_ids)
         if self.stop_period_s > 0 and not on_demand:
             raise ValueError(
@@ -281,6 +294,26 @@ class JobSpec(BaseModel):
                 "on demand (add a NAME.od id, or on_demand_fallback)"
             )
         return self
+
+    def _one_process_where_needed(self) -> None:
+        """Jobs whose one process per node drives every GPU itself; a second
+        process would train a second copy beside it."""
+        if (self.processes_per_node or 1) == 1:
+            return
+        if self.image is not None:
+            raise ValueError(
+                "processes_per_node: a container job runs one process per node; start the "
+                "ranks inside the image (torchrun --nproc-per-node)"
+            )
+        if self.trainer == "keras_ffnn":
+            raise ValueError(
+                "processes_per_node: the keras_ffnn trainer runs one process per node, which "
+                "trains on every GPU with tf.distribute.MirroredStrategy; leave it unset"
+            )
+        if self.framework == "xgboost":
+            raise ValueError(
+                "processes_per_node: xgboost's tracker takes one worker per node; leave it unset"
+            )
 
     # The OS can start no process with these (execve takes NUL-terminated
     # strings, and "NAME=value" pairs): refused here, not on the VM.

@@ -35,6 +35,7 @@ from shared.domain.vms import EVENT_TOKEN_METADATA_KEY, JOB_METADATA_KEY
 from shared.ports.bus import Bus
 from vm_image.agent.metadata import Metadata, MetadataError
 from vm_image.agent.privileges import AccountMissing, TrainerAccount, trainer_account
+from vm_image.agent.rank_group import RankGroup
 from vm_image.agent.trainer_launch import launch_trainer, prepare
 from vm_image.agent.trainer_process import TENSORBOARD_DIR, CannotStart, TrainerProcess
 from vm_image.agent.transfers import download_folder, upload_folder
@@ -121,7 +122,7 @@ class Agent:
             self.phases[self.phase] = datetime.now(UTC)
         self.step: int | None = None
         self.checkpoint_uri: str | None = None
-        self.trainer: TrainerProcess | None = None
+        self.trainer: TrainerProcess | RankGroup | None = None
         self.last_epoch: EpochDone | None = None
         self._tensorboard_uploaded_at = float("-inf")  # the first epoch's logs go up
         self.job_done = threading.Event()

@@ -13,11 +13,13 @@ from typing import Any
 
 from shared import logs
 from shared.contract.assignment import Assignment
+from shared.contract.ranks import processes_per_node
 from vm_image.agent.container import container_command
 from vm_image.agent.job_data import DATA_DIR_ENV, DataUnavailable, fetch_data
 from vm_image.agent.job_env import InstallFailed, JobEnv, prepare_env, requirements_of
 from vm_image.agent.metadata import Metadata
 from vm_image.agent.privileges import AccountMissing, TrainerAccount
+from vm_image.agent.rank_group import RankGroup, rank_events_path, start_ranks
 from vm_image.agent.secret_access import SecretUnavailable, resolve_env
 from vm_image.agent.trainer_process import (
     CannotStart,
@@ -95,10 +97,12 @@ def launch_trainer(
     instance: str,
     on_report: Callable[[dict[str, Any]], None],
     prepared: Prepared | None = None,
-) -> TrainerProcess:
+) -> TrainerProcess | RankGroup:
     """Start the job's trainer as ``account`` in ``code_dir``, with what
     ``prepare`` made ready: ``SPOTLINE_DATA_DIR``, the job's venv first on
-    PATH, and the spec's ``image`` wrapped around the command.
+    PATH, and the spec's ``image`` wrapped around the command. One process,
+    or one per rank where the node runs several (``rank_group``); a
+    container is one process (what it runs starts its own ranks).
 
     Secret Manager references in the spec's env are resolved here, last, and
     go only into the trainer's environment (and the list of values its
@@ -115,6 +119,9 @@ def launch_trainer(
     except SecretUnavailable as err:
         raise CannotStart(f"cannot start the trainer: {err}", 126) from None
     events_path = job_dir / EVENTS_FILE
+    ppn = processes_per_node(assignment.spec, assignment.gpus)
+    for local_rank in range(1, ppn):  # made before the folder is handed over
+        rank_events_path(events_path, local_rank).touch()
     env = trainer_env(assignment, events_path, dict(os.environ), instance)
     env.update(secrets)
     env.update(hand_over(job_dir, account, events_path))
@@ -142,6 +149,11 @@ def launch_trainer(
             (account.uid, account.gid),
             f"spotline-{assignment.job_id}-a{assignment.attempt}",
         )
+    if ppn > 1:
+        return start_ranks(
+            ppn, assignment, instance, command, env, code_dir,
+            events_path, on_report, account, list(secrets.values()),
+        )  # fmt: skip
     return TrainerProcess(
         command,
         env,

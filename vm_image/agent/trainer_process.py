@@ -92,7 +92,8 @@ class TrainerProcess:
     ``account``: who it runs as (``privileges``); by default the agent's
     user. ``secrets``: values resolved from Secret Manager, replaced by
     ``***`` in every line relayed, logged or kept for the job's error (a
-    value split across two reads of _READ_BYTES is not caught).
+    value split across two reads of _READ_BYTES is not caught). ``log_name``:
+    its raw output's file in ``workdir`` (one for each rank of a node).
     """
 
     def __init__(
@@ -105,6 +106,7 @@ class TrainerProcess:
         labels: dict[str, Any] | None = None,
         account: TrainerAccount | None = None,
         secrets: Sequence[str] = (),
+        log_name: str = "trainer.log",
     ) -> None:
         self.events_path = events_path
         self.secrets = [value for value in secrets if value]
@@ -115,7 +117,7 @@ class TrainerProcess:
         self._done = threading.Event()
         if not events_path.exists():
             events_path.touch()
-        self._log = open(workdir / "trainer.log", "a", encoding="utf-8")  # noqa: SIM115
+        self._log = open(workdir / log_name, "a", encoding="utf-8")  # noqa: SIM115
         self._log_failed = False
         # Same process group as the agent: whatever stops the VM stops both.
         # Bytes, not text: a trainer's output need not be UTF-8 (see _copy).

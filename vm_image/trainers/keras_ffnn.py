@@ -5,6 +5,8 @@ variables the agent sets. The model is the seed example's (Dense 256 ReLU,
 Dense 256 ReLU, Dense 10 logits; Adam; sparse cross-entropy from logits;
 sparse categorical accuracy) on 8x8 digits scaled to [0, 1], and training is a
 plain ``model.fit`` with :func:`~vm_image.trainers.keras_callbacks.spotline_callbacks`.
+On a machine with several GPUs the model is built under
+``tf.distribute.MirroredStrategy``: each batch is split evenly across them.
 
 Resuming is the callbacks': from the last epoch end, or after a SIGTERM in the
 middle of an epoch, from the batch after the save, with the weights and
@@ -126,23 +128,58 @@ def build_model(keras: Any, lr: float, features: int = 64, classes: int = 10) ->
     return model
 
 
+def mirrors(gpus: int) -> bool:
+    """Whether a machine with ``gpus`` GPUs trains with MirroredStrategy: with
+    several, as the seed's Aibro does, one replica on each, in this one
+    process (the agent starts one per node for this trainer)."""
+    return gpus > 1
+
+
+def distribution_strategy(tf: Any, devices: list[str]) -> Any:
+    """MirroredStrategy over ``devices`` where there are several, else
+    TensorFlow's default strategy (one device)."""
+    if mirrors(len(devices)):
+        return tf.distribute.MirroredStrategy(devices=devices)
+    return tf.distribute.get_strategy()
+
+
+def uneven_batch(batch_size: int, gpus: int) -> str | None:
+    """Why MirroredStrategy cannot split ``batch_size`` evenly across ``gpus``
+    GPUs, or None. Submission refuses such a job for a machine in the
+    catalog; this catches the GPUs actually found."""
+    if mirrors(gpus) and batch_size % gpus:
+        return (
+            f"batch size {batch_size} is not a multiple of the {gpus} GPUs "
+            "MirroredStrategy splits it across"
+        )
+    return None
+
+
 def train(settings: Settings) -> int:
     """Fit to ``settings.epochs`` from the last backup; return the exit code."""
     import keras
+    import tensorflow as tf
 
     from vm_image.trainers.keras_callbacks import exit_code, spotline_callbacks, stopped_by_sigterm
 
     # First: from here on a SIGTERM is a flag, served at a batch end.
     callbacks = spotline_callbacks(settings.checkpoint_dir, settings.output_dir, env=os.environ)
+    gpus = [device.name for device in tf.config.list_logical_devices("GPU")]
+    problem = uneven_batch(settings.batch_size, len(gpus))
+    if problem:
+        print(f"keras_ffnn: {problem}", file=sys.stderr)
+        return EXIT_BAD_SETTINGS
+    strategy = distribution_strategy(tf, gpus)
     keras.utils.set_random_seed(settings.seed)
     data = load_digits_split(settings.seed, settings.validation_split, os.environ)
-    model = build_model(keras, settings.lr, data.x_train.shape[1], classes_of(data))
+    with strategy.scope():  # the model's variables: one copy on each GPU
+        model = build_model(keras, settings.lr, data.x_train.shape[1], classes_of(data))
     validation = (data.x_val, data.y_val) if len(data.y_val) else None
     steps_per_epoch = -(-len(data.y_train) // settings.batch_size)
     print(
         f"job {settings.job_id} attempt {settings.attempt}: {settings.epochs} epochs of "
         f"{steps_per_epoch} steps ({len(data.y_train)} samples, batch {settings.batch_size}), "
-        f"keras {keras.__version__}",
+        f"keras {keras.__version__}, {strategy.num_replicas_in_sync} replica(s)",
         flush=True,
     )
     started = time.perf_counter()

@@ -1,0 +1,148 @@
+"""Several processes per node on the whole local stack: the real agent starts
+``processes_per_node`` ranks of a command job (examples/ranks_job), which
+all_reduce over gloo on loopback; a crashing rank ends its node; the
+preemption notice reaches every rank and the job resumes."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from infra.cli.commands import main as cli
+from infra.cli.demo import wait_for_job
+from infra.localstack.stack import LocalStack
+from shared.adapters.firestore_store import FirestoreStore
+from shared.domain.states import JobStatus
+from tests.test_e2e_recovery import epochs_of, once, submit, wait_no_vms
+from vm_image.agent.transfers import upload_folder
+
+pytestmark = [pytest.mark.emulators, pytest.mark.e2e]
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "ranks_job"
+STEPS_PER_EPOCH = 20  # examples/ranks_job/all_reduce.py
+
+
+def submit_ranks(stack: LocalStack, tmp_path: Path, **fields: Any) -> str:
+    assert stack.storage is not None
+    code_uri = f"{stack.storage.root}/code/{tmp_path.name}"
+    assert upload_folder(EXAMPLE, code_uri) >= 1
+    return submit(
+        stack, trainer=None, command=["python", "all_reduce.py"], code_uri=code_uri,
+        framework="command", processes_per_node=2, **fields,
+    )  # fmt: skip
+
+
+def trainer_lines(stack: LocalStack, vm: str) -> list[str]:
+    """What the VM's trainer processes printed, from the agent's JSON log lines."""
+    lines = []
+    for raw in Path(stack.workdir, "vms", f"{vm}.log").read_text().splitlines():
+        try:
+            record = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("stream") == "trainer":
+            lines.append(str(record.get("message", "")))
+    return lines
+
+
+def rank_envs(stack: LocalStack, vms: list[str]) -> list[dict[str, str]]:
+    found = [
+        json.loads(line.split("rank-env ", 1)[1])
+        for vm in vms
+        for line in trainer_lines(stack, vm)
+        if line.startswith("rank-env ")
+    ]
+    return sorted(found, key=lambda env: int(env["RANK"]))
+
+
+def expected_envs(nodes: int, ppn: int) -> list[dict[str, str]]:
+    return [
+        {
+            "RANK": str(node * ppn + local),
+            "WORLD_SIZE": str(nodes * ppn),
+            "LOCAL_RANK": str(local),
+            "LOCAL_WORLD_SIZE": str(ppn),
+            "NODE_RANK": str(node),
+        }
+        for node in range(nodes)
+        for local in range(ppn)
+    ]
+
+
+def test_two_ranks_on_one_node_all_reduce(local_stack: LocalStack, tmp_path: Path) -> None:
+    store = FirestoreStore(local_stack.options.project)
+    job_id = submit_ranks(local_stack, tmp_path, epochs=2)
+
+    job = wait_for_job(store, job_id, 180, echo=False)
+
+    assert job.status == JobStatus.COMPLETED, job.error
+    # Every step each rank adds rank + 1: 1 + 2 per step, 40 steps; rank 0 reports.
+    assert job.metrics == {"total": 2 * STEPS_PER_EPOCH * 3.0, "world_size": 2}
+    assert epochs_of(store, job_id, 2) == [1, 2]
+    assert job.instance is not None
+    assert rank_envs(local_stack, [job.instance]) == expected_envs(nodes=1, ppn=2)
+    wait_no_vms(local_stack, job_id)
+
+
+def test_two_nodes_of_two_ranks(local_stack: LocalStack, tmp_path: Path) -> None:
+    store = FirestoreStore(local_stack.options.project)
+    job_id = submit_ranks(local_stack, tmp_path, epochs=1, nodes=2)
+
+    job = wait_for_job(store, job_id, 240, echo=False)
+
+    assert job.status == JobStatus.COMPLETED, job.error
+    assert job.metrics == {"total": STEPS_PER_EPOCH * (1 + 2 + 3 + 4.0), "world_size": 4}
+    assert rank_envs(local_stack, list(job.nodes)) == expected_envs(nodes=2, ppn=2)
+    wait_no_vms(local_stack, job_id)
+
+
+def test_a_crashing_rank_ends_its_node_with_its_exit_code(
+    local_stack: LocalStack, tmp_path: Path
+) -> None:
+    store = FirestoreStore(local_stack.options.project)
+    # Rank 1 exits before the rendezvous: rank 0 would wait in it for 30 minutes.
+    job_id = submit_ranks(local_stack, tmp_path, epochs=2, env={"CRASH_RANK": "1"})
+
+    started = time.monotonic()
+    job = wait_for_job(store, job_id, 120, echo=False)
+
+    assert job.status == JobStatus.FAILED
+    assert "exited with code 7" in (job.error or "")
+    assert "local rank 1 of 2 exited with code 7" in (job.error or "")
+    assert "rank 1: crashing on purpose" in (job.error or "")  # the failing rank's lines
+    assert time.monotonic() - started < 90
+    wait_no_vms(local_stack, job_id)
+
+
+def test_the_notice_reaches_every_rank_and_the_job_resumes(
+    local_stack: LocalStack, tmp_path: Path
+) -> None:
+    store = FirestoreStore(local_stack.options.project)
+    job_id = submit_ranks(local_stack, tmp_path, epochs=4, hyperparameters={"step_time_s": 0.1})
+    preempt = once(
+        lambda job: cli(
+            ["--workdir", str(local_stack.workdir), "preempt", job.job_id, "--notice-s", "10"]
+        ),
+        when=lambda job: job.attempt == 1 and job.epoch >= 1,
+    )
+
+    job = wait_for_job(store, job_id, 240, echo=False, on_update=preempt)
+
+    assert job.status == JobStatus.COMPLETED, job.error
+    first, second = job.attempts[:2]
+    assert first.outcome == "preempted" and first.checkpoint_step is not None
+    assert second.resumed_from_step == first.checkpoint_step
+    # Nothing lost or counted twice across the stop: the sum of a straight run.
+    assert job.metrics == {"total": 4 * STEPS_PER_EPOCH * 3.0, "world_size": 2}
+    stopped = [
+        line for line in trainer_lines(local_stack, first.instance) if "stopping at step" in line
+    ]
+    step = first.checkpoint_step
+    assert sorted(stopped) == [
+        f"rank 0: stopping at step {step}, sigterm=True",
+        f"rank 1: stopping at step {step}, sigterm=True",
+    ]
+    wait_no_vms(local_stack, job_id)
