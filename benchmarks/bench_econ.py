@@ -20,9 +20,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.econ import report, traces  # noqa: E402
-from benchmarks.econ.model import Job, Params  # noqa: E402
-from benchmarks.econ.spotline_run import SpotlineRun  # noqa: E402
+from benchmarks.econ import report, traces
+from benchmarks.econ.model import Job, Params
+from benchmarks.econ.spotline_run import SpotlineRun
 
 RATES = (0.1, 0.5, 1.0, 2.0)
 

@@ -19,8 +19,8 @@ loss is reported).
 
 from __future__ import annotations
 
-import base64
 import contextlib
+import functools
 import heapq
 import io
 import itertools
@@ -31,11 +31,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from cloudevents.http import CloudEvent
 from pydantic import BaseModel
 
 from benchmarks.econ.model import Job, Outcome, Params
 from benchmarks.econ.traces import Trace
+from benchmarks.econ.wire import PROJECT, cloud_event, log_entry, settings
 from functions import deps as process_deps
 from functions.deps import Deps
 from functions.handlers.on_epoch_done import on_epoch_done
@@ -52,7 +52,6 @@ from shared.adapters.memory_store import InMemoryStore
 from shared.adapters.recording_bus import RecordingBus
 from shared.contract.assignment import Assignment
 from shared.contract.events import (
-    PREEMPTED_METHOD,
     Heartbeat,
     JobFinished,
     ReaperTick,
@@ -60,13 +59,10 @@ from shared.contract.events import (
     VmBooted,
 )
 from shared.domain.bounds import MAX_ATTEMPTS
-from shared.domain.documents import JobDoc
+from shared.domain.lifecycle import accrue
 from shared.domain.states import JobStatus, JobSubstatus
 from shared.domain.vms import EVENT_TOKEN_METADATA_KEY, JOB_METADATA_KEY, MANAGED_LABEL
-from shared.settings import TOPICS, Settings
 
-PROJECT = "spotline-econ"
-ZONES = ("us-central1-a", "us-central1-b")
 T0 = datetime(2026, 1, 5, 0, 0, tzinfo=UTC)
 JOB_ID = "econ"
 HANDLERS: dict[str, Callable[[Any], None]] = {
@@ -138,7 +134,7 @@ class SpotlineRun:
             self.cloud = cloud
             self.store = InMemoryStore()
             self.deps = Deps(
-                _settings(cloud.endpoint),
+                settings(cloud.endpoint),
                 store=self.store,
                 compute=GceCompute(
                     PROJECT, api_endpoint=cloud.endpoint, operation_timeout_s=5.0, read_retry_s=1.0
@@ -149,7 +145,7 @@ class SpotlineRun:
             self._at(0.0, self._submit)
             if not self.on_demand:
                 for p in self.trace.for_nodes(self.job.nodes):
-                    self._at(p.t_h * 3600, lambda node=p.node: self._preempt(node))
+                    self._at(p.t_h * 3600, functools.partial(self._preempt, p.node))
             limit = self.params.max_hours * 3600
             while self.events and not self._ended():
                 event = heapq.heappop(self.events)
@@ -175,23 +171,7 @@ class SpotlineRun:
 
     def _deliver(self, topic: str, data: bytes, published_s: float) -> None:
         message_id = str(next(self._ids))
-        name = f"projects/{PROJECT}/topics/{TOPICS[topic]}"
-        event = CloudEvent(
-            {
-                "id": message_id,
-                "source": f"//pubsub.googleapis.com/{name}",
-                "type": "google.cloud.pubsub.topic.v1.messagePublished",
-                "specversion": "1.0",
-            },
-            {
-                "message": {
-                    "data": base64.b64encode(data).decode(),
-                    "messageId": message_id,
-                    "publishTime": (T0 + timedelta(seconds=published_s)).isoformat(),
-                },
-                "subscription": f"projects/{PROJECT}/subscriptions/{topic}",
-            },
-        )
+        event = cloud_event(topic, data, message_id, T0 + timedelta(seconds=published_s))
         with self._installed(), contextlib.redirect_stdout(io.StringIO()):
             try:
                 HANDLERS[topic](event)
@@ -264,7 +244,7 @@ class SpotlineRun:
         for number, vms in fresh.items():
             attempt = _Attempt(number, self.now_s, sorted(vms, key=lambda v: v.rank))
             self.attempts[number] = attempt
-            self._at(self.now_s + self.params.boot_s, lambda a=attempt: self._boot(a))
+            self._at(self.now_s + self.params.boot_s, functools.partial(self._boot, attempt))
 
     def _common(self, attempt: _Attempt, vm: _Vm) -> dict[str, Any]:
         return {
@@ -337,7 +317,7 @@ class SpotlineRun:
             )
         else:
             # Before the agent is up only the log sink reports it.
-            self._publish("spot_preempted", _log_entry(vm))
+            self._publish("spot_preempted", log_entry(vm.zone, vm.name, vm.instance_id))
         self._at(self.now_s + self.params.notice_s, lambda: self._terminate(vm))
 
     def _terminate(self, vm: _Vm) -> None:
@@ -356,7 +336,7 @@ class SpotlineRun:
             raise RuntimeError(f"the job was never created: {self.failures}")
         finished = job.status == JobStatus.COMPLETED
         if not finished:
-            job = _accrued(job, self._clock())
+            job = accrue(job, self._clock())
         vm_s = sum(
             r.nodes * ((r.ended_at or self._clock()) - r.started_at).total_seconds()
             for r in job.attempts
@@ -378,37 +358,3 @@ class SpotlineRun:
         if running is None or running.train_start is None:
             return self.saved_s
         return self.saved_s + max(0.0, end_s - running.train_start)
-
-
-def _accrued(job: JobDoc, now: datetime) -> JobDoc:
-    from shared.domain.lifecycle import accrue
-
-    return accrue(job, now)
-
-
-def _log_entry(vm: _Vm) -> bytes:
-    """The Cloud Logging sink's message for a preemption (its VM and numeric id)."""
-    return json.dumps(
-        {
-            "protoPayload": {
-                "methodName": PREEMPTED_METHOD,
-                "resourceName": f"projects/{PROJECT}/zones/{vm.zone}/instances/{vm.name}",
-            },
-            "resource": {
-                "type": "gce_instance",
-                "labels": {"zone": vm.zone, "instance_id": vm.instance_id},
-            },
-        }
-    ).encode()
-
-
-def _settings(endpoint: str) -> Settings:
-    """As deployed, with quotas out of the way (one job, many attempts)."""
-    return Settings(
-        project=PROJECT,
-        compute_endpoint=endpoint,
-        zones=ZONES,
-        storage_root="memory://spotline-econ",
-        max_active_jobs=1000,
-        max_active_instances=1000,
-    )
