@@ -31,8 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--machine", default="g2-standard-4", help="catalog machine id")
     parser.add_argument("--hours", type=float, default=24.0, help="the job's GPU work")
-    parser.add_argument("--gang", type=int, default=4, help="nodes of the multi-node job")
-    parser.add_argument("--seeds", type=int, default=5, help="seeded traces per rate")
+    parser.add_argument("--gang", type=int, default=4, help="nodes of the multi-node job (0: none)")
+    parser.add_argument("--seeds", type=int, default=3, help="seeded traces per rate")
     parser.add_argument(
         "--rates", default=",".join(map(str, RATES)), help="preemptions per VM-hour"
     )
@@ -48,10 +48,10 @@ def main(argv: list[str] | None = None) -> int:
         period_s=args.period_s,
         detect_s=args.detect_s,
     )
-    jobs = [
-        Job(f"1x {args.machine} {args.hours:g} h", args.machine, args.hours),
-        Job(f"{args.gang}x {args.machine} {args.hours:g} h", args.machine, args.hours, args.gang),
-    ]
+    jobs = [Job(f"1x {args.machine} {args.hours:g} h", args.machine, args.hours)]
+    if args.gang > 0:
+        name = f"{args.gang}x {args.machine} {args.hours:g} h"
+        jobs.append(Job(name, args.machine, args.hours, args.gang))
     began = time.monotonic()
     table: list[report.Row] = []
     verdicts: list[str] = []
