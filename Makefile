@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 TENSORFLOW := $(VENV)/.tensorflow
 
-.PHONY: demo test lint tools tensorflow bench soak soak-replay soak-deps clean
+.PHONY: demo test lint tools tensorflow bench bench-econ soak soak-replay soak-deps clean
 
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -75,6 +75,14 @@ soak: $(INSTALLED)
 
 bench: $(INSTALLED)
 	$(BIN)/python benchmarks/bench_skeleton.py
+
+# Issue 14's Spot economics (README: Spot economics): spotline's handlers on a
+# virtual clock under seeded preemption traces, against on-demand, restart
+# from scratch and a SkyPilot-like poller. ECON_ARGS: e.g. --trace FILE.
+ECON_SEEDS ?= 3
+ECON_ARGS ?=
+bench-econ: $(INSTALLED)
+	$(BIN)/python benchmarks/bench_econ.py --seeds $(ECON_SEEDS) $(ECON_ARGS)
 
 clean:
 	rm -rf $(VENV) .spotline .pytest_cache .mypy_cache .ruff_cache

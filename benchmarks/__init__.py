@@ -1,0 +1,1 @@
+"""Benchmarks: scripts run by hand or by make, each printing its table."""
