@@ -50,9 +50,24 @@ def fetch_data(uri: str, workdir: Path) -> Path:
     cached copy is still current.
 
     Raises:
-        DataUnavailable: nothing is stored at ``uri``, or it is larger than
-            the disk's free space (both sizes named).
+        DataUnavailable: nothing is stored at ``uri``, it is larger than the
+            disk's free space (both sizes named), or it could not be listed or
+            copied: an object deleted between the listing and its download, a
+            link to nothing, a name outside the folder. Any other error would
+            stop the agent before it reports the job, and every next attempt's
+            VM would meet the same; a copy cut short is never taken for a
+            current one (its manifest is written last).
     """
+    try:
+        return _fetch(uri, workdir)
+    except (OSError, ValueError) as err:
+        raise DataUnavailable(
+            f"data_uri {uri} could not be copied ({type(err).__name__}: {err}); "
+            "did it change while it was copied?"
+        ) from None
+
+
+def _fetch(uri: str, workdir: Path) -> Path:
     from fsspec.core import url_to_fs
 
     fs, root = url_to_fs(uri)
