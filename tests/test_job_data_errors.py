@@ -12,7 +12,6 @@ the one stand-in is a storage whose contents change during the first copy.
 from __future__ import annotations
 
 from pathlib import Path
-
 from typing import Any
 
 import fsspec
@@ -28,7 +27,7 @@ def test_a_link_to_nothing_in_the_data_set_is_named(tmp_path: Path) -> None:
     (data / "train.csv").write_text("x\n")
     (data / "gone.csv").symlink_to(tmp_path / "deleted-meanwhile.csv")
 
-    with pytest.raises(DataUnavailable, match="gone.csv"):
+    with pytest.raises(DataUnavailable, match=r"gone\.csv"):
         fetch_data(str(data), tmp_path / "vm")
     # Nothing half-copied is taken for a current copy by the next job.
     assert not list((tmp_path / "vm").glob("cache/data/*/manifest.json"))
