@@ -150,3 +150,29 @@ def test_follow_prints_each_line_once_into_the_next_attempt_until_the_job_ends(
         "[node 1] resumed",
         "[node 0] done",
     ]
+
+
+def test_follow_ends_when_the_job_is_deleted_while_followed(
+    project: str, logging_api: LoggingDouble
+) -> None:
+    """The job document is deleted (from the console) while its logs are
+    followed: the follow says so and ends with 1, instead of waiting for
+    ever as for a job not recorded yet."""
+    store = FirestoreStore(project)
+    store.create_job(
+        job("gone", status=JobStatus.TRAINING, spec={"nodes": 2}, attempts=[gang_attempt(1)])
+    )
+    source = CloudSource(project, settle_s=0.3, poll_s=0.05)
+    out = io.StringIO()
+    codes: list[int] = []
+    following = threading.Thread(
+        target=lambda: codes.append(follow(source, store, "gone", None, None, out)), daemon=True
+    )
+    following.start()
+    time.sleep(0.3)
+    store.client.collection("jobs").document("gone").delete()
+
+    following.join(timeout=5)
+    assert not following.is_alive(), "the follow waits for a deleted job for ever"
+    assert codes == [1]
+    assert "job gone no longer exists" in out.getvalue()

@@ -93,16 +93,22 @@ def follow(
     ended and the last of its lines are in; the exit code is ``watch``'s (0
     for COMPLETED). The job is read again before each round of lines, so the
     round after it ended still reads everything its VMs wrote. A job not
-    recorded yet (just published) is waited for."""
+    recorded yet (just published) is waited for; one deleted while followed
+    (from the console) ends the follow with 1: no event will ever end it."""
     from shared.domain.states import JobStatus
 
     headed: set[int] = set()
     ended_at: float | None = None
+    seen = False
     while True:
         job = jobs.get_job(job_id)
+        if job is None and seen:
+            print(f"job {job_id} no longer exists: it was deleted while followed", file=out)
+            return 1
         if job is None:
             time.sleep(source.poll_s)
             continue
+        seen = True
         if job.status in JobStatus.terminal() and ended_at is None:
             # A job that ended long ago has nothing on its way.
             ago = (datetime.now(UTC) - job.updated_at).total_seconds() if job.updated_at else 0

@@ -64,10 +64,23 @@ def take_snapshot(record: Record, spec: JobSpec) -> dict[str, int] | None:
 
     Raises:
         FileNotFoundError: nothing is stored under code_uri or data_uri.
+        FileExistsError: the whole snapshot there is of other sources (the
+            job id was used with another code_uri or data_uri): the job would
+            run one code and a replay another.
     """
     from fsspec.core import url_to_fs
 
     if snapshot_complete(record):
+        fs, marker = url_to_fs(record.marker_uri)
+        with fs.open(marker, "r") as read:
+            kept = json.loads(read.read())
+        sources = {"code_uri": spec.code_uri, "data_uri": spec.data_uri}
+        if {key: kept.get(key) for key in sources} != sources:
+            raise FileExistsError(
+                f"{record.marker_uri.rsplit('/', 1)[0]} already holds a snapshot of "
+                f"code_uri {kept.get('code_uri')}, data_uri {kept.get('data_uri')}, not of "
+                f"code_uri {spec.code_uri}, data_uri {spec.data_uri}: give the job another job_id"
+            )
         return None
     copied: dict[str, int] = {}
     for source, target in ((spec.code_uri, record.code_uri), (spec.data_uri, record.data_uri)):

@@ -50,7 +50,7 @@ def submit(args: argparse.Namespace) -> int:
     if spec.record:
         try:
             data, spec = record_inputs(settings, data, spec)
-        except FileNotFoundError as err:
+        except (FileNotFoundError, FileExistsError) as err:
             print(f"{args.file} was not submitted: cannot record it: {err}", file=sys.stderr)
             return EXIT_INVALID
     # Exactly what `gcloud pubsub topics publish spotline-submit --message=...` sends
@@ -115,6 +115,7 @@ def record_inputs(settings: Settings, data: bytes, spec: JobSpec) -> tuple[bytes
 
     Raises:
         FileNotFoundError: nothing is stored under code_uri or data_uri.
+        FileExistsError: the job id's snapshot is of other sources.
     """
     from infra.cli.recording import fresh_job_id, take_snapshot
     from shared.domain.recording import record_for

@@ -57,7 +57,7 @@ def waiting_for_capacity(
 
 def waiting_since(entry: QueueEntry | None, attempt: int) -> datetime | None:
     """When the attempt began to wait for capacity; None before it has (a new
-    attempt, or a wait for quota, starts no option window)."""
+    attempt, or a wait for quota alone, starts no option window)."""
     if entry is None or entry.attempt != attempt:
         return None
     return entry.waiting_since
@@ -66,7 +66,9 @@ def waiting_since(entry: QueueEntry | None, attempt: int) -> datetime | None:
 def waiting_for_quota(
     job: JobDoc, previous: QueueEntry | None, now: datetime, reason: str
 ) -> QueueEntry:
-    """The entry of a job over its user's quota, retried at a fixed interval."""
+    """The entry of a job over its user's quota, retried at a fixed interval.
+    A wait for capacity of the same attempt before it is kept (``waiting_since``):
+    a quota wait in between must not start that wait, and its deadline, again."""
     return QueueEntry(
         job_id=job.job_id,
         reason="quota",
@@ -76,6 +78,7 @@ def waiting_for_quota(
         tries=previous.tries + 1 if previous else 1,
         last_error=reason,
         user=job.user,
+        waiting_since=waiting_since(previous, job.attempt),
     )
 
 

@@ -49,10 +49,32 @@ def fetch_data(uri: str, workdir: Path) -> Path:
     """The local folder holding ``uri``'s files, downloading them unless the
     cached copy is still current.
 
+    An object listed and gone by its download (the data set changed while it
+    was copied) is copied again once from a new listing. What would fail on
+    every VM fails the job (``DataUnavailable``) rather than the agent, which
+    reports nothing: a listed file that cannot be read (a link to nothing),
+    a name that would land outside the folder. Other storage errors still end
+    the agent (the reaper's new attempt tries again). A copy cut short is
+    never taken for a current one: its manifest is written last.
+
     Raises:
-        DataUnavailable: nothing is stored at ``uri``, or it is larger than
-            the disk's free space (both sizes named).
+        DataUnavailable: nothing is stored at ``uri``, it is larger than the
+            disk's free space (both sizes named), or it cannot be copied.
     """
+    try:
+        try:
+            return _fetch(uri, workdir)
+        except FileNotFoundError as err:
+            logs.warning(f"data_uri {uri}: {err} went away while copied; copying again")
+            return _fetch(uri, workdir)
+    except (FileNotFoundError, ValueError) as err:
+        raise DataUnavailable(
+            f"data_uri {uri} cannot be copied ({type(err).__name__}: {err}): a link to "
+            "nothing, a name outside the folder, or objects deleted while it was copied"
+        ) from None
+
+
+def _fetch(uri: str, workdir: Path) -> Path:
     from fsspec.core import url_to_fs
 
     fs, root = url_to_fs(uri)

@@ -18,7 +18,10 @@ Cache: a reused VM keeps the last environment under
 ``{workdir}/cache/envs/{hash}``, the hash of the requirements file (and of
 the interpreter); the same file again skips the install. A venv is marked
 complete only after pip succeeds: an install cut short is made again. One
-environment is kept at a time.
+environment is kept at a time. Once pip is done the agent takes the venv
+over (its owner, read-only to everyone else): the trainer runs as the
+account pip ran as, and must not change (a ``pip install`` at run time, a
+``.pth`` file) what the next job with the same file reuses.
 """
 
 from __future__ import annotations
@@ -91,7 +94,7 @@ def prepare_env(
     envs.mkdir(parents=True, exist_ok=True)
     envs.chmod(0o755)
     root = envs / digest[:16]
-    if (root / _COMPLETE).exists():
+    if (root / _COMPLETE).exists() and root.stat().st_uid == os.geteuid():
         logs.info(f"{REQUIREMENTS} already installed in {root}: reused")
         return JobEnv(root)
     for entry in envs.iterdir():  # one environment at a time; a half-made one too
@@ -104,6 +107,7 @@ def prepare_env(
     _link_agent_site(JobEnv(root), account, env)
     pip = [str(JobEnv(root).python), "-m", "pip", "install", "--disable-pip-version-check"]
     _run([*pip, "-r", str(requirements)], account, env, f"pip install -r {REQUIREMENTS}")
+    _take_over(root)
     (root / _COMPLETE).write_text(digest)
     logs.info(f"{REQUIREMENTS} installed in {root}")
     return JobEnv(root)
@@ -117,6 +121,23 @@ def _link_agent_site(job_env: JobEnv, account: TrainerAccount, env: dict[str, st
     agent_sites = [path for path in site.getsitepackages() if os.path.isdir(path)]
     (purelib / _AGENT_SITE).write_text("".join(f"{path}\n" for path in agent_sites))
     account.give(purelib / _AGENT_SITE)
+
+
+def _take_over(root: Path) -> None:
+    """Make the venv the agent's, readable and runnable by every account,
+    writable by none other: what pip left is what the next job gets. Links
+    are changed, not followed (``bin/python`` points at the interpreter)."""
+    uid, gid = os.geteuid(), os.getegid()
+    for folder, dirs, files in os.walk(root):
+        os.chown(folder, uid, gid, follow_symlinks=False)
+        os.chmod(folder, 0o755)
+        for name in dirs + files:
+            path = os.path.join(folder, name)
+            os.chown(path, uid, gid, follow_symlinks=False)
+            if os.path.islink(path) or name in dirs:
+                continue  # a folder is done when walked into
+            executable = os.stat(path).st_mode & 0o100
+            os.chmod(path, 0o755 if executable else 0o644)
 
 
 def _run(command: list[str], account: TrainerAccount, env: dict[str, str], what: str) -> str:
