@@ -18,6 +18,7 @@ from infra.localstack.stack import LocalStack
 from shared.adapters.firestore_store import FirestoreStore
 from shared.domain.documents import JobDoc
 from shared.domain.states import JobStatus
+from tests.test_e2e_recovery import once
 
 pytestmark = [pytest.mark.emulators, pytest.mark.e2e]
 
@@ -111,3 +112,66 @@ def test_a_replay_runs_the_recorded_code_not_the_changed_original(
     inputs = f"{local_stack.storage.root}/jobs/{local.job_id}/inputs"
     assert (local.spec.code_uri, local.spec.data_uri) == (f"{inputs}/code", f"{inputs}/data")
     assert read(f"{inputs}/data/rows.csv") == "local\n"
+
+
+# Reports attempt and code version as its epoch; attempt 1 then waits to be
+# preempted.
+TRAIN_UNTIL_PREEMPTED = """\
+import json, os, pathlib, time
+version = float(pathlib.Path("VERSION").read_text())
+rows = len(pathlib.Path(os.environ["SPOTLINE_DATA_DIR"], "rows.csv").read_text().split())
+attempt = int(os.environ["SPOTLINE_ATTEMPT"])
+with open(os.environ["SPOTLINE_EVENTS"], "a") as events:
+    events.write(json.dumps({"type": "epoch", "epoch": attempt, "epochs": 2, "step": attempt,
+                             "metrics": {"version": version, "rows": rows}}) + "\\n")
+print(f"attempt {attempt}: code version {version}, {rows} rows", flush=True)
+if attempt == 1:
+    time.sleep(120)
+"""
+
+
+def test_a_recorded_job_runs_its_snapshot_on_every_attempt(
+    local_stack: LocalStack, tmp_path: Path
+) -> None:
+    """The originals change while attempt 1 runs; the preempted job's attempt 2
+    runs the recorded code and data, as its replay would: what ran is what
+    was recorded."""
+    assert local_stack.storage is not None
+    store = FirestoreStore(local_stack.options.project)
+    originals = f"{local_stack.storage.root}/originals/{tmp_path.name}"
+    first = code(tmp_path / "v1", 1)
+    (first / "train.py").write_text(TRAIN_UNTIL_PREEMPTED)
+    copy_folder(first.as_uri(), f"{originals}/code")
+    copy_folder(data(tmp_path / "d1", "a\nb\n").as_uri(), f"{originals}/data")
+    spec = tmp_path / "job.json"
+    spec.write_text(
+        json.dumps(
+            {
+                "user": "dave",
+                "machine_ids": ["g2-standard-4"],
+                "command": ["python", "train.py"],
+                "code_uri": f"{originals}/code",
+                "data_uri": f"{originals}/data",
+                "epochs": 2,
+                "record": True,
+                "job_id": "recorded-preempted",
+            }
+        )
+    )
+    workdir = ["--workdir", str(local_stack.workdir)]
+    job_id = "recorded-preempted"
+    assert cli([*workdir, "submit", str(spec)]) == 0
+
+    def change_and_preempt(job: JobDoc) -> None:
+        second = code(tmp_path / "v2", 2)
+        (second / "train.py").write_text(TRAIN_UNTIL_PREEMPTED)
+        copy_folder(second.as_uri(), f"{originals}/code")
+        copy_folder(data(tmp_path / "d2", "changed\n").as_uri(), f"{originals}/data")
+        cli([*workdir, "preempt", job.job_id, "--notice-s", "5"])
+
+    preempt = once(change_and_preempt, when=lambda j: j.epoch >= 1)
+    job = wait_for_job(store, job_id, 180, echo=False, on_update=preempt)
+
+    assert job.status == JobStatus.COMPLETED, job.error
+    assert job.attempt == 2 and job.preemptions == 1
+    assert job.metrics == {"version": 1.0, "rows": 2.0}  # the snapshot, not version 2

@@ -67,6 +67,7 @@ def assignment_for(deps: Deps, job: JobDoc) -> Assignment:
         checkpoint_dir=f"{prefix}/checkpoints",
         output_dir=f"{prefix}/outputs",
         heartbeat_s=settings.heartbeat_s,
+        record=job.record,
     )
 
 

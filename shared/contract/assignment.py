@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
+from shared.domain.recording import Record
 from shared.domain.spec import JobSpec
 
 
@@ -30,6 +31,8 @@ class Assignment(BaseModel):
     # a node runs by default (``ranks.processes_per_node``). 0: a CPU machine,
     # or an assignment from before the field.
     gpus: int = 0
+    # A recorded job's snapshot, which every attempt runs (vm_image/agent/recorded.py).
+    record: Record | None = None
 
     def node_rank(self, instance: str) -> int:
         """The rank of ``instance`` in the job's gang (0 for a single node).

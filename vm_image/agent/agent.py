@@ -36,6 +36,7 @@ from shared.ports.bus import Bus
 from vm_image.agent.metadata import Metadata, MetadataError
 from vm_image.agent.privileges import AccountMissing, TrainerAccount, trainer_account
 from vm_image.agent.rank_group import RankGroup
+from vm_image.agent.recorded import job_sources
 from vm_image.agent.trainer_launch import launch_trainer, prepare
 from vm_image.agent.trainer_process import TENSORBOARD_DIR, CannotStart, TrainerProcess
 from vm_image.agent.transfers import download_folder, upload_folder
@@ -286,8 +287,9 @@ class Agent:
         threading.Thread(target=self._beat, args=(self.job_done,), daemon=True).start()
         try:
             self._enter(JobSubstatus.SENDING_MODEL_AND_DATA)
-            code_dir = self._fetch_code()
-            exit_code, log_tail = self._train(code_dir)
+            code_uri, data_uri = job_sources(self.assignment)
+            code_dir = self._fetch_code(code_uri)
+            exit_code, log_tail = self._train(code_dir, data_uri)
             exited_at = time.monotonic()
             self._upload_tensorboard()
             if preempted_run(exit_code, self._notice_at, exited_at):
@@ -305,12 +307,14 @@ class Agent:
         finally:
             self.job_done.set()
 
-    def _train(self, code_dir: Path) -> tuple[int, str]:
+    def _train(self, code_dir: Path, data_uri: str | None) -> tuple[int, str]:
         """Prepare the job (data set, requirements), then run the trainer; its
         exit code and last output lines. A job that cannot be prepared, or a
         trainer that cannot start, fails with the reason as its output."""
         try:
-            prepared = prepare(self.assignment, self.account, self.workdir, self.job_dir, code_dir)
+            prepared = prepare(
+                self.assignment, self.account, self.workdir, self.job_dir, code_dir, data_uri
+            )
             self._enter(JobSubstatus.TRAINING)
             self.trainer = launch_trainer(
                 self.assignment,
@@ -385,11 +389,10 @@ class Agent:
         except Exception as err:  # logs must never stop a job
             logs.warning(f"could not upload TensorBoard logs: {err}")
 
-    def _fetch_code(self) -> Path:
-        """Copy ``code_uri`` (any fsspec URL of a folder) into the workdir; run there."""
+    def _fetch_code(self, uri: str | None) -> Path:
+        """Copy ``uri`` (any fsspec URL of a folder) into the workdir; run there."""
         code_dir = self.job_dir / "code"
         code_dir.mkdir(parents=True, exist_ok=True)
-        uri = self.assignment.spec.code_uri
         if uri:
             download_folder(uri, code_dir)
         return code_dir

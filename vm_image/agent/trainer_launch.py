@@ -51,9 +51,11 @@ def prepare(
     workdir: Path,
     job_dir: Path,
     code_dir: Path,
+    data_uri: str | None = None,
 ) -> Prepared:
-    """Download the data set and install the code's ``requirements.txt``,
-    each reusing what this VM already holds (``{workdir}/cache``).
+    """Download the data set (``data_uri``: the spec's, or a recorded job's
+    snapshot) and install the code's ``requirements.txt``, each reusing what
+    this VM already holds (``{workdir}/cache``).
 
     Raises:
         CannotStart: no trainer account, a data set that is missing or larger
@@ -64,7 +66,7 @@ def prepare(
     spec = assignment.spec
     cache = workdir / CACHE_FOLDER
     try:
-        data_dir = fetch_data(spec.data_uri, workdir) if spec.data_uri else None
+        data_dir = fetch_data(data_uri, workdir) if data_uri else None
     except DataUnavailable as err:
         raise CannotStart(f"cannot start the trainer: {err}", EXIT_PREPARE_FAILED) from None
     requirements = requirements_of(code_dir)
