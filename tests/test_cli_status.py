@@ -23,6 +23,7 @@ from infra.localcloud.wire import HttpService
 from shared.adapters.firestore_store import FirestoreStore
 from shared.domain.documents import AttemptRecord, EpochDoc, HistoryEntry, JobDoc, Rejection
 from shared.domain.lifecycle import logs_query
+from shared.domain.recording import Record
 from shared.domain.states import JobStatus, JobSubstatus
 from tests.documents import job
 from tests.logging_double import LoggingDouble, an_entry
@@ -176,6 +177,10 @@ def test_status_of_one_job_shows_spec_checkpoints_and_logs(
             attempts=[attempt],
             checkpoint_uri="gs://bucket/spotline/jobs/one/checkpoints/step-40",
             history=[HistoryEntry(at=NOW, status="QUEUING")],
+            record=Record(
+                code_uri="gs://bucket/spotline/jobs/one/record/code",
+                marker_uri="gs://bucket/spotline/jobs/one/record/RECORD_COMPLETE.json",
+            ),
         )
     )
     store.put_epoch(
@@ -194,11 +199,17 @@ def test_status_of_one_job_shows_spec_checkpoints_and_logs(
     assert shown["checkpoint_uri"].endswith("step-40")
     assert shown["logs"] == [{"attempt": 1, "instance": "sl-one-a1", "query": attempt.logs_query}]
     assert [e["step"] for e in shown["epochs"]] == [40]
+    assert shown["record"] == {
+        "code_uri": "gs://bucket/spotline/jobs/one/record/code",
+        "data_uri": None,
+        "marker_uri": "gs://bucket/spotline/jobs/one/record/RECORD_COMPLETE.json",
+    }
     assert datetime.fromisoformat(shown["history"][0]["at"]) == NOW
 
     assert cli(["status", "one"]) == 0
     text = capsys.readouterr().out
     assert "gs://bucket/spotline/jobs/one/checkpoints" in text
+    assert "recorded     code gs://bucket/spotline/jobs/one/record/code" in text
     assert f"gcloud logging read '{attempt.logs_query}' --project {project}" in text
     assert '"LEARNING_RATE": "0.1"' in text and '"API_TOKEN": "***"' in text
     assert "tok-123" not in text and "pw-456" not in text

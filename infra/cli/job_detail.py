@@ -44,6 +44,13 @@ def detail_text(
         f"checkpoints  {checkpoint_dir}"
         + (f" (last: {job.checkpoint_uri})" if job.checkpoint_uri else " (none saved yet)"),
     ]
+    if job.record is not None:
+        kept = [
+            f"{what} {uri}"
+            for what, uri in (("code", job.record.code_uri), ("data", job.record.data_uri))
+            if uri
+        ]
+        lines.append(f"recorded     {', '.join(kept) or 'nothing (no code_uri or data_uri)'}")
     if job.metrics:
         metrics = " ".join(
             f"{name}={'nan' if value is None else format(value, '.4g')}"

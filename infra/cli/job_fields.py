@@ -122,6 +122,7 @@ def detail(
         **summary(job, now),
         "spec": display_spec(job.spec),
         "checkpoint_dir": checkpoint_dir,
+        "record": None if job.record is None else job.record.model_dump(mode="json"),
         "logs": [
             {"attempt": a.attempt, "instance": a.instance, "query": a.logs_query}
             for a in job.attempts
