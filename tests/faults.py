@@ -70,8 +70,10 @@ class FaultyStore:
     def update_job(self, job_id: str, change: Callable[[JobDoc], JobDoc]) -> JobDoc | None:
         return self.fault("update_job", lambda: self.inner.update_job(job_id, change))
 
-    def list_jobs(self, statuses: Iterable[str] | None = None, limit: int = 200) -> list[JobDoc]:
-        return self.fault("list_jobs", lambda: self.inner.list_jobs(statuses, limit))
+    def list_jobs(
+        self, statuses: Iterable[str] | None = None, limit: int = 200, after: str | None = None
+    ) -> list[JobDoc]:
+        return self.fault("list_jobs", lambda: self.inner.list_jobs(statuses, limit, after))
 
     def recent_jobs(
         self,
@@ -102,12 +104,14 @@ class FaultyStore:
         return self.fault("instances_of_job", lambda: self.inner.instances_of_job(job_id))
 
     def list_instances(
-        self, statuses: Iterable[str] | None = None, limit: int = 500
+        self, statuses: Iterable[str] | None = None, limit: int = 500, after: str | None = None
     ) -> list[InstanceDoc]:
-        return self.fault("list_instances", lambda: self.inner.list_instances(statuses, limit))
+        return self.fault(
+            "list_instances", lambda: self.inner.list_instances(statuses, limit, after)
+        )
 
-    def stopped_instances(self, limit: int = 500) -> list[InstanceDoc]:
-        return self.fault("stopped_instances", lambda: self.inner.stopped_instances(limit))
+    def stopped_instances(self, limit: int = 500, after: str | None = None) -> list[InstanceDoc]:
+        return self.fault("stopped_instances", lambda: self.inner.stopped_instances(limit, after))
 
     def put_queue(self, entry: QueueEntry) -> None:
         return self.fault("put_queue", lambda: self.inner.put_queue(entry))
@@ -130,8 +134,8 @@ class FaultyStore:
     def update_user(self, user: str, change: Callable[[UserDoc], UserDoc]) -> UserDoc:
         return self.fault("update_user", lambda: self.inner.update_user(user, change))
 
-    def list_users(self, limit: int = 1000) -> list[UserDoc]:
-        return self.fault("list_users", lambda: self.inner.list_users(limit))
+    def list_users(self, limit: int = 1000, after: str | None = None) -> list[UserDoc]:
+        return self.fault("list_users", lambda: self.inner.list_users(limit, after))
 
     def seed_machines(self, catalog: dict[str, Machine]) -> None:
         return self.fault("seed_machines", lambda: self.inner.seed_machines(catalog))

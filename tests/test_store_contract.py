@@ -460,3 +460,24 @@ def test_a_document_id_with_a_slash_is_refused(store: Store) -> None:
     with pytest.raises(ValueError):
         store.get_job("a/b")
     assert store.list_instances() == []
+
+
+def test_lists_page_on_from_the_last_key(store: Store) -> None:
+    for job_id in ("e", "c", "a", "d", "b"):
+        job = a_job(job_id)
+        store.create_job(move_job(job, JobSubstatus.CANCELED, T0) if job_id == "c" else job)
+    active = [JobStatus.QUEUING]
+    assert [j.job_id for j in store.list_jobs(active, limit=2)] == ["a", "b"]
+    assert [j.job_id for j in store.list_jobs(active, limit=2, after="b")] == ["d", "e"]
+    assert store.list_jobs(active, limit=2, after="e") == []
+    # The key need not exist, nor match the filter.
+    assert [j.job_id for j in store.list_jobs(active, after="bb")] == ["d", "e"]
+    assert [j.job_id for j in store.list_jobs(after="c")] == ["d", "e"]
+    closed, stopped = InstanceStatus.CLOSED, InstanceSubstatus.STOPPED
+    for name in ("vm2", "vm1", "vm3"):
+        store.create_instance(an_instance(name, "a", closed, stopped))
+    assert [i.name for i in store.list_instances(limit=1, after="vm1")] == ["vm2"]
+    assert [i.name for i in store.stopped_instances(limit=5, after="vm2")] == ["vm3"]
+    for name in ("bob", "alice", "carol"):
+        store.update_user(name, lambda u: u)
+    assert [u.user for u in store.list_users(limit=1, after="alice")] == ["bob"]

@@ -89,8 +89,10 @@ class FirestoreStore:
         """
         return self._update(JOBS, job_id, JobDoc, change)
 
-    def list_jobs(self, statuses: Iterable[str] | None = None, limit: int = 200) -> list[JobDoc]:
-        return self._list(JOBS, JobDoc, "status", statuses, limit)
+    def list_jobs(
+        self, statuses: Iterable[str] | None = None, limit: int = 200, after: str | None = None
+    ) -> list[JobDoc]:
+        return self._list(JOBS, JobDoc, "status", statuses, limit, after)
 
     def recent_jobs(
         self,
@@ -160,13 +162,13 @@ class FirestoreStore:
         return [InstanceDoc.model_validate(snap.to_dict()) for snap in query.stream()]
 
     def list_instances(
-        self, statuses: Iterable[str] | None = None, limit: int = 500
+        self, statuses: Iterable[str] | None = None, limit: int = 500, after: str | None = None
     ) -> list[InstanceDoc]:
-        return self._list(INSTANCES, InstanceDoc, "status", statuses, limit)
+        return self._list(INSTANCES, InstanceDoc, "status", statuses, limit, after)
 
-    def stopped_instances(self, limit: int = 500) -> list[InstanceDoc]:
+    def stopped_instances(self, limit: int = 500, after: str | None = None) -> list[InstanceDoc]:
         """CLOSED/STOPPED instances: kept, restartable, and watched by the reaper."""
-        return self._list(INSTANCES, InstanceDoc, "substatus", ["STOPPED"], limit)
+        return self._list(INSTANCES, InstanceDoc, "substatus", ["STOPPED"], limit, after)
 
     # -- queue ------------------------------------------------------------
 
@@ -215,8 +217,8 @@ class FirestoreStore:
         assert updated is not None  # created just above; users are never deleted
         return updated
 
-    def list_users(self, limit: int = 1000) -> list[UserDoc]:
-        return self._list(USERS, UserDoc, "user", None, limit)
+    def list_users(self, limit: int = 1000, after: str | None = None) -> list[UserDoc]:
+        return self._list(USERS, UserDoc, "user", None, limit, after)
 
     # -- machines -------------------------------------------------------------
 
@@ -332,7 +334,11 @@ class FirestoreStore:
         field: str,
         values: Iterable[str] | None,
         limit: int,
+        after: str | None,
     ) -> list[Doc]:
+        """A page: the filter's documents in key order, the first ``limit`` of
+        them past key ``after``. Equality and ``in`` filters with an order on
+        the key need no composite index (Firestore's single-field ones do)."""
         from google.cloud.firestore_v1.base_query import FieldFilter
 
         query: Any = self.client.collection(collection)
@@ -342,6 +348,10 @@ class FirestoreStore:
                 # Firestore answers InvalidArgument; a caller's mistake is a ValueError.
                 raise ValueError(f"{field} in {wanted}: between 1 and {_IN_LIMIT} values")
             query = query.where(filter=FieldFilter(field, "in", wanted))
+        query = query.order_by("__name__")
+        if after is not None:
+            last = self.client.collection(collection).document(after)
+            query = query.start_after({"__name__": last})
         return [model.model_validate(snap.to_dict()) for snap in query.limit(limit).stream()]
 
 

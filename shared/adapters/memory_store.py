@@ -92,8 +92,10 @@ class InMemoryStore:
     def update_job(self, job_id: str, change: Callable[[JobDoc], JobDoc]) -> JobDoc | None:
         return self._update(JOBS, job_id, JobDoc, change)
 
-    def list_jobs(self, statuses: Iterable[str] | None = None, limit: int = 200) -> list[JobDoc]:
-        return self._list(JOBS, JobDoc, "status", statuses, limit)
+    def list_jobs(
+        self, statuses: Iterable[str] | None = None, limit: int = 200, after: str | None = None
+    ) -> list[JobDoc]:
+        return self._list(JOBS, JobDoc, "status", statuses, limit, after)
 
     def recent_jobs(
         self,
@@ -146,12 +148,12 @@ class InMemoryStore:
         return self._list(INSTANCES, InstanceDoc, "job_id", [job_id], None)
 
     def list_instances(
-        self, statuses: Iterable[str] | None = None, limit: int = 500
+        self, statuses: Iterable[str] | None = None, limit: int = 500, after: str | None = None
     ) -> list[InstanceDoc]:
-        return self._list(INSTANCES, InstanceDoc, "status", statuses, limit)
+        return self._list(INSTANCES, InstanceDoc, "status", statuses, limit, after)
 
-    def stopped_instances(self, limit: int = 500) -> list[InstanceDoc]:
-        return self._list(INSTANCES, InstanceDoc, "substatus", ["STOPPED"], limit)
+    def stopped_instances(self, limit: int = 500, after: str | None = None) -> list[InstanceDoc]:
+        return self._list(INSTANCES, InstanceDoc, "substatus", ["STOPPED"], limit, after)
 
     # -- queue ------------------------------------------------------------
 
@@ -192,8 +194,8 @@ class InMemoryStore:
         assert updated is not None  # created just above; users are never deleted
         return updated
 
-    def list_users(self, limit: int = 1000) -> list[UserDoc]:
-        return self._list(USERS, UserDoc, "user", None, limit)
+    def list_users(self, limit: int = 1000, after: str | None = None) -> list[UserDoc]:
+        return self._list(USERS, UserDoc, "user", None, limit, after)
 
     # -- machines -------------------------------------------------------------
 
@@ -318,6 +320,7 @@ class InMemoryStore:
         field: str,
         values: Iterable[str] | None,
         limit: int | None,
+        after: str | None = None,
     ) -> list[Doc]:
         wanted = [str(value) for value in values] if values is not None else None
         if wanted is not None and not 0 < len(wanted) <= _IN_LIMIT:
@@ -325,7 +328,7 @@ class InMemoryStore:
             raise ValueError(f"{field} in {wanted}: between 1 and {_IN_LIMIT} values")
         rows = [
             fields
-            for _, fields in self._snapshot(collection)
-            if wanted is None or fields.get(field) in wanted
+            for key, fields in self._snapshot(collection)
+            if (wanted is None or fields.get(field) in wanted) and (after is None or key > after)
         ]
         return [model.model_validate(fields) for fields in rows[:limit]]

@@ -26,13 +26,16 @@ Contract, for every adapter:
   with nothing written (the caller raises, and Pub/Sub redelivers).
 * ``update_user(user, change)`` is ``update_*`` that first creates
   ``UserDoc(user=user)`` when the user has no document: it never returns None.
-* ``list_jobs(statuses, limit)``, ``list_instances(statuses, limit)``: the
-  documents whose ``status`` is one of ``statuses`` (every document when None),
-  at most ``limit`` of them, in key order. ``statuses`` must hold 1 to 30
-  values (Firestore's bounds on an ``in`` filter); otherwise ``ValueError``.
-  ``stopped_instances(limit)``: the instances whose substatus is STOPPED, the
-  same way. ``instances_of_job(job_id)``: every instance of the job, in key
-  order. ``list_users(limit)``: every user, in key order.
+* ``list_jobs(statuses, limit, after)``, ``list_instances(statuses, limit,
+  after)``: the documents whose ``status`` is one of ``statuses`` (every
+  document when None), at most ``limit`` of them, in key order, starting past
+  the key ``after`` when given (the next page: pass the last key of this
+  one). ``statuses`` must hold 1 to 30 values (Firestore's bounds on an
+  ``in`` filter); otherwise ``ValueError``.
+  ``stopped_instances(limit, after)``: the instances whose substatus is
+  STOPPED, the same way. ``instances_of_job(job_id)``: every instance of the
+  job, in key order. ``list_users(limit, after)``: every user, in key order,
+  paged the same way.
 * ``recent_jobs(limit, user, statuses)``: at most ``limit`` jobs, the newest
   (``created_at``) first, ties in descending key order; only the user's when
   ``user`` is given, only those whose ``status`` is one of ``statuses`` when
@@ -79,7 +82,7 @@ class Store(Protocol):
     def update_job(self, job_id: str, change: Callable[[JobDoc], JobDoc]) -> JobDoc | None: ...
 
     def list_jobs(
-        self, statuses: Iterable[str] | None = None, limit: int = 200
+        self, statuses: Iterable[str] | None = None, limit: int = 200, after: str | None = None
     ) -> list[JobDoc]: ...
 
     def recent_jobs(
@@ -105,10 +108,12 @@ class Store(Protocol):
     def instances_of_job(self, job_id: str) -> list[InstanceDoc]: ...
 
     def list_instances(
-        self, statuses: Iterable[str] | None = None, limit: int = 500
+        self, statuses: Iterable[str] | None = None, limit: int = 500, after: str | None = None
     ) -> list[InstanceDoc]: ...
 
-    def stopped_instances(self, limit: int = 500) -> list[InstanceDoc]: ...
+    def stopped_instances(
+        self, limit: int = 500, after: str | None = None
+    ) -> list[InstanceDoc]: ...
 
     # -- queue
     def put_queue(self, entry: QueueEntry) -> None: ...
@@ -126,7 +131,7 @@ class Store(Protocol):
 
     def update_user(self, user: str, change: Callable[[UserDoc], UserDoc]) -> UserDoc: ...
 
-    def list_users(self, limit: int = 1000) -> list[UserDoc]: ...
+    def list_users(self, limit: int = 1000, after: str | None = None) -> list[UserDoc]: ...
 
     # -- machines
     def seed_machines(self, catalog: dict[str, Machine]) -> None: ...
