@@ -67,6 +67,9 @@ class FaultyStore:
     def get_job(self, job_id: str) -> JobDoc | None:
         return self.fault("get_job", lambda: self.inner.get_job(job_id))
 
+    def get_jobs(self, job_ids: Iterable[str]) -> dict[str, JobDoc]:
+        return self.fault("get_jobs", lambda: self.inner.get_jobs(job_ids))
+
     def update_job(self, job_id: str, change: Callable[[JobDoc], JobDoc]) -> JobDoc | None:
         return self.fault("update_job", lambda: self.inner.update_job(job_id, change))
 
@@ -94,6 +97,9 @@ class FaultyStore:
 
     def get_instance(self, name: str) -> InstanceDoc | None:
         return self.fault("get_instance", lambda: self.inner.get_instance(name))
+
+    def get_instances(self, names: Iterable[str]) -> dict[str, InstanceDoc]:
+        return self.fault("get_instances", lambda: self.inner.get_instances(names))
 
     def update_instance(
         self, name: str, change: Callable[[InstanceDoc], InstanceDoc]

@@ -481,3 +481,14 @@ def test_lists_page_on_from_the_last_key(store: Store) -> None:
     for name in ("bob", "alice", "carol"):
         store.update_user(name, lambda u: u)
     assert [u.user for u in store.list_users(limit=1, after="alice")] == ["bob"]
+
+
+def test_batch_gets_return_the_documents_found_by_key(store: Store) -> None:
+    for job_id in ("a", "b", "c"):
+        store.create_job(a_job(job_id))
+    store.create_instance(an_instance("vm1", "a", InstanceStatus.EXECUTING))
+    found = store.get_jobs(["c", "a", "missing", "a"])
+    assert sorted(found) == ["a", "c"] and found["c"] == store.get_job("c")
+    assert store.get_jobs([]) == {}
+    assert store.get_jobs(iter(["b"])).keys() == {"b"}  # any iterable, read once
+    assert store.get_instances(["vm1", "vm9"]) == {"vm1": store.get_instance("vm1")}

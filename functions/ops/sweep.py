@@ -127,13 +127,12 @@ def reap_vms(
 
 
 def _jobs(deps: Deps, job_ids: Iterable[str]) -> dict[str, JobDoc]:
-    found = {job_id: deps.store.get_job(job_id) for job_id in set(job_ids) if job_id}
-    return {job_id: job for job_id, job in found.items() if job is not None}
+    # In batches: one get per job made a 10,000-job sweep take minutes.
+    return deps.store.get_jobs(job_id for job_id in job_ids if job_id)
 
 
 def _instances(deps: Deps, names: Iterable[str]) -> dict[str, InstanceDoc]:
-    found = {name: deps.store.get_instance(name) for name in set(names)}
-    return {name: instance for name, instance in found.items() if instance is not None}
+    return deps.store.get_instances(names)
 
 
 def apply(

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel
 
+from shared.adapters.firestore_diff import changed_fields
 from shared.domain.catalog import Machine
 from shared.domain.documents import (
     EpochDoc,
@@ -54,6 +55,7 @@ JOBS, INSTANCES, QUEUE, REJECTED, EPOCHS, USERS, MACHINES = (
 )
 _UPDATE_ATTEMPTS = 20
 _IN_LIMIT = 30  # Firestore's bound on the values of an ``in`` filter
+_GET_ALL = 300  # documents per batch get (a request's size stays small)
 
 
 class FirestoreStore:
@@ -81,6 +83,9 @@ class FirestoreStore:
 
     def get_job(self, job_id: str) -> JobDoc | None:
         return self._get(JOBS, job_id, JobDoc)
+
+    def get_jobs(self, job_ids: Iterable[str]) -> dict[str, JobDoc]:
+        return self._get_all(JOBS, job_ids, JobDoc)
 
     def update_job(self, job_id: str, change: Callable[[JobDoc], JobDoc]) -> JobDoc | None:
         """Apply ``change`` (pure; may run more than once) with a guarded write.
@@ -149,6 +154,9 @@ class FirestoreStore:
 
     def get_instance(self, name: str) -> InstanceDoc | None:
         return self._get(INSTANCES, name, InstanceDoc)
+
+    def get_instances(self, names: Iterable[str]) -> dict[str, InstanceDoc]:
+        return self._get_all(INSTANCES, names, InstanceDoc)
 
     def update_instance(
         self, name: str, change: Callable[[InstanceDoc], InstanceDoc]
@@ -302,6 +310,20 @@ class FirestoreStore:
         snap = self.client.collection(collection).document(key).get()
         return model.model_validate(snap.to_dict()) if snap.exists else None
 
+    def _get_all(self, collection: str, keys: Iterable[str], model: type[Doc]) -> dict[str, Doc]:
+        """One BatchGetDocuments per ``_GET_ALL`` keys, instead of a round trip each."""
+        wanted = sorted(set(keys))
+        found: dict[str, Doc] = {}
+        for first in range(0, len(wanted), _GET_ALL):
+            refs = [
+                self.client.collection(collection).document(k)
+                for k in wanted[first : first + _GET_ALL]
+            ]
+            for snap in self.client.get_all(refs):
+                if snap.exists:
+                    found[snap.id] = model.model_validate(snap.to_dict())
+        return found
+
     def _update(
         self, collection: str, key: str, model: type[Doc], change: Callable[[Doc], Doc]
     ) -> Doc | None:
@@ -317,8 +339,9 @@ class FirestoreStore:
             if changed is current or changed == current:
                 return current
             guard = self.client.write_option(last_update_time=snap.update_time)
+            fields = changed_fields(to_firestore(current), to_firestore(changed))
             try:
-                ref.update(to_firestore(changed), option=guard)
+                ref.update(fields, option=guard)
             except FailedPrecondition:
                 log.info("%s/%s changed under us; re-reading", collection, key)
                 # Jitter, so that writers racing for one document spread out.

@@ -89,6 +89,10 @@ class InMemoryStore:
     def get_job(self, job_id: str) -> JobDoc | None:
         return self._get(JOBS, job_id, JobDoc)
 
+    def get_jobs(self, job_ids: Iterable[str]) -> dict[str, JobDoc]:
+        found = {job_id: self.get_job(job_id) for job_id in set(job_ids)}
+        return {job_id: job for job_id, job in found.items() if job is not None}
+
     def update_job(self, job_id: str, change: Callable[[JobDoc], JobDoc]) -> JobDoc | None:
         return self._update(JOBS, job_id, JobDoc, change)
 
@@ -138,6 +142,10 @@ class InMemoryStore:
 
     def get_instance(self, name: str) -> InstanceDoc | None:
         return self._get(INSTANCES, name, InstanceDoc)
+
+    def get_instances(self, names: Iterable[str]) -> dict[str, InstanceDoc]:
+        found = {name: self.get_instance(name) for name in set(names)}
+        return {name: instance for name, instance in found.items() if instance is not None}
 
     def update_instance(
         self, name: str, change: Callable[[InstanceDoc], InstanceDoc]

@@ -14,7 +14,9 @@ Contract, for every adapter:
   natural key (job id, instance name, message id) and returns True; when a
   document with that key exists it writes nothing and returns False (a
   redelivered event, not an error).
-* ``get_*(key)`` returns the document or None.
+* ``get_*(key)`` returns the document or None. ``get_jobs(job_ids)``,
+  ``get_instances(names)``: the documents found, by key, read together in as
+  few round trips as the adapter can (a sweep reads thousands).
 * ``update_*(key, change)`` reads the document, applies ``change`` to it and
   writes the result, guarded: when another writer wrote the document between
   the read and the write, the write is refused and ``change`` runs again on the
@@ -79,6 +81,8 @@ class Store(Protocol):
 
     def get_job(self, job_id: str) -> JobDoc | None: ...
 
+    def get_jobs(self, job_ids: Iterable[str]) -> dict[str, JobDoc]: ...
+
     def update_job(self, job_id: str, change: Callable[[JobDoc], JobDoc]) -> JobDoc | None: ...
 
     def list_jobs(
@@ -100,6 +104,8 @@ class Store(Protocol):
     def create_instance(self, instance: InstanceDoc) -> bool: ...
 
     def get_instance(self, name: str) -> InstanceDoc | None: ...
+
+    def get_instances(self, names: Iterable[str]) -> dict[str, InstanceDoc]: ...
 
     def update_instance(
         self, name: str, change: Callable[[InstanceDoc], InstanceDoc]
