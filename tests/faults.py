@@ -110,14 +110,22 @@ class FaultyStore:
         return self.fault("instances_of_job", lambda: self.inner.instances_of_job(job_id))
 
     def list_instances(
-        self, statuses: Iterable[str] | None = None, limit: int = 500, after: str | None = None
+        self,
+        statuses: Iterable[str] | None = None,
+        limit: int = 500,
+        after: str | None = None,
+        user: str | None = None,
     ) -> list[InstanceDoc]:
         return self.fault(
-            "list_instances", lambda: self.inner.list_instances(statuses, limit, after)
+            "list_instances", lambda: self.inner.list_instances(statuses, limit, after, user)
         )
 
-    def stopped_instances(self, limit: int = 500, after: str | None = None) -> list[InstanceDoc]:
-        return self.fault("stopped_instances", lambda: self.inner.stopped_instances(limit, after))
+    def stopped_instances(
+        self, limit: int = 500, after: str | None = None, user: str | None = None
+    ) -> list[InstanceDoc]:
+        return self.fault(
+            "stopped_instances", lambda: self.inner.stopped_instances(limit, after, user)
+        )
 
     def put_queue(self, entry: QueueEntry) -> None:
         return self.fault("put_queue", lambda: self.inner.put_queue(entry))

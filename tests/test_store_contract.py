@@ -492,3 +492,17 @@ def test_batch_gets_return_the_documents_found_by_key(store: Store) -> None:
     assert store.get_jobs([]) == {}
     assert store.get_jobs(iter(["b"])).keys() == {"b"}  # any iterable, read once
     assert store.get_instances(["vm1", "vm9"]) == {"vm1": store.get_instance("vm1")}
+
+
+def test_instance_lists_take_one_user_s_only(store: Store) -> None:
+    closed, stopped = InstanceStatus.CLOSED, InstanceSubstatus.STOPPED
+    for name, user in (("vm1", "alice"), ("vm2", "bob"), ("vm3", "alice")):
+        doc = an_instance(name, "a", closed, stopped).model_copy(update={"user": user})
+        store.create_instance(doc)
+    store.create_instance(an_instance("vm4", "a", InstanceStatus.COOLING))
+    assert [i.name for i in store.stopped_instances(user="alice")] == ["vm1", "vm3"]
+    assert [i.name for i in store.stopped_instances(user="alice", after="vm1")] == ["vm3"]
+    assert [i.name for i in store.list_instances([closed], user="bob")] == ["vm2"]
+    assert store.list_instances([InstanceStatus.COOLING], user="bob") == []
+    with pytest.raises(ValueError, match="give one value"):
+        store.list_instances([closed, InstanceStatus.COOLING], user="bob")

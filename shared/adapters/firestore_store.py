@@ -170,13 +170,19 @@ class FirestoreStore:
         return [InstanceDoc.model_validate(snap.to_dict()) for snap in query.stream()]
 
     def list_instances(
-        self, statuses: Iterable[str] | None = None, limit: int = 500, after: str | None = None
+        self,
+        statuses: Iterable[str] | None = None,
+        limit: int = 500,
+        after: str | None = None,
+        user: str | None = None,
     ) -> list[InstanceDoc]:
-        return self._list(INSTANCES, InstanceDoc, "status", statuses, limit, after)
+        return self._list(INSTANCES, InstanceDoc, "status", statuses, limit, after, user)
 
-    def stopped_instances(self, limit: int = 500, after: str | None = None) -> list[InstanceDoc]:
+    def stopped_instances(
+        self, limit: int = 500, after: str | None = None, user: str | None = None
+    ) -> list[InstanceDoc]:
         """CLOSED/STOPPED instances: kept, restartable, and watched by the reaper."""
-        return self._list(INSTANCES, InstanceDoc, "substatus", ["STOPPED"], limit, after)
+        return self._list(INSTANCES, InstanceDoc, "substatus", ["STOPPED"], limit, after, user)
 
     # -- queue ------------------------------------------------------------
 
@@ -358,10 +364,14 @@ class FirestoreStore:
         values: Iterable[str] | None,
         limit: int,
         after: str | None,
+        user: str | None = None,
     ) -> list[Doc]:
-        """A page: the filter's documents in key order, the first ``limit`` of
-        them past key ``after``. Equality and ``in`` filters with an order on
-        the key need no composite index (Firestore's single-field ones do)."""
+        """A page: the filter's documents (only ``user``'s, when given) in key
+        order, the first ``limit`` of them past key ``after``.
+
+        No composite index is needed: one value is an equality, and equalities
+        on two fields are served by merging single-field indexes; an ``in`` is
+        only ever used alone."""
         from google.cloud.firestore_v1.base_query import FieldFilter
 
         query: Any = self.client.collection(collection)
@@ -370,7 +380,13 @@ class FirestoreStore:
             if not 0 < len(wanted) <= _IN_LIMIT:
                 # Firestore answers InvalidArgument; a caller's mistake is a ValueError.
                 raise ValueError(f"{field} in {wanted}: between 1 and {_IN_LIMIT} values")
-            query = query.where(filter=FieldFilter(field, "in", wanted))
+            op = "==" if len(wanted) == 1 else "in"
+            query = query.where(filter=FieldFilter(field, op, wanted[0] if op == "==" else wanted))
+        if user is not None:
+            if wanted is not None and len(wanted) > 1:
+                # ``in`` and another field would need a composite index.
+                raise ValueError(f"{field} in {wanted} with a user: give one value")
+            query = query.where(filter=FieldFilter("user", "==", user))
         query = query.order_by("__name__")
         if after is not None:
             last = self.client.collection(collection).document(after)

@@ -156,12 +156,18 @@ class InMemoryStore:
         return self._list(INSTANCES, InstanceDoc, "job_id", [job_id], None)
 
     def list_instances(
-        self, statuses: Iterable[str] | None = None, limit: int = 500, after: str | None = None
+        self,
+        statuses: Iterable[str] | None = None,
+        limit: int = 500,
+        after: str | None = None,
+        user: str | None = None,
     ) -> list[InstanceDoc]:
-        return self._list(INSTANCES, InstanceDoc, "status", statuses, limit, after)
+        return self._list(INSTANCES, InstanceDoc, "status", statuses, limit, after, user)
 
-    def stopped_instances(self, limit: int = 500, after: str | None = None) -> list[InstanceDoc]:
-        return self._list(INSTANCES, InstanceDoc, "substatus", ["STOPPED"], limit, after)
+    def stopped_instances(
+        self, limit: int = 500, after: str | None = None, user: str | None = None
+    ) -> list[InstanceDoc]:
+        return self._list(INSTANCES, InstanceDoc, "substatus", ["STOPPED"], limit, after, user)
 
     # -- queue ------------------------------------------------------------
 
@@ -329,14 +335,19 @@ class InMemoryStore:
         values: Iterable[str] | None,
         limit: int | None,
         after: str | None = None,
+        user: str | None = None,
     ) -> list[Doc]:
         wanted = [str(value) for value in values] if values is not None else None
         if wanted is not None and not 0 < len(wanted) <= _IN_LIMIT:
             # Firestore refuses such an ``in`` filter; fail here the same way.
             raise ValueError(f"{field} in {wanted}: between 1 and {_IN_LIMIT} values")
+        if user is not None and wanted is not None and len(wanted) > 1:
+            raise ValueError(f"{field} in {wanted} with a user: give one value")
         rows = [
             fields
             for key, fields in self._snapshot(collection)
-            if (wanted is None or fields.get(field) in wanted) and (after is None or key > after)
+            if (wanted is None or fields.get(field) in wanted)
+            and (after is None or key > after)
+            and (user is None or fields.get("user") == user)
         ]
         return [model.model_validate(fields) for fields in rows[:limit]]

@@ -35,7 +35,9 @@ Contract, for every adapter:
   one). ``statuses`` must hold 1 to 30 values (Firestore's bounds on an
   ``in`` filter); otherwise ``ValueError``.
   ``stopped_instances(limit, after)``: the instances whose substatus is
-  STOPPED, the same way. ``instances_of_job(job_id)``: every instance of the
+  STOPPED, the same way. Both take only ``user``'s instances when it is given
+  (a placement can take only its user's VMs: the team's are not read).
+  ``instances_of_job(job_id)``: every instance of the
   job, in key order. ``list_users(limit, after)``: every user, in key order,
   paged the same way.
 * ``recent_jobs(limit, user, statuses)``: at most ``limit`` jobs, the newest
@@ -114,11 +116,15 @@ class Store(Protocol):
     def instances_of_job(self, job_id: str) -> list[InstanceDoc]: ...
 
     def list_instances(
-        self, statuses: Iterable[str] | None = None, limit: int = 500, after: str | None = None
+        self,
+        statuses: Iterable[str] | None = None,
+        limit: int = 500,
+        after: str | None = None,
+        user: str | None = None,
     ) -> list[InstanceDoc]: ...
 
     def stopped_instances(
-        self, limit: int = 500, after: str | None = None
+        self, limit: int = 500, after: str | None = None, user: str | None = None
     ) -> list[InstanceDoc]: ...
 
     # -- queue
