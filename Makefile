@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 TENSORFLOW := $(VENV)/.tensorflow
 
-.PHONY: demo test lint tools tensorflow bench soak soak-replay soak-deps clean
+.PHONY: demo test lint tools tensorflow bench bench-scale soak soak-replay soak-deps clean
 
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -75,6 +75,18 @@ soak: $(INSTALLED)
 
 bench: $(INSTALLED)
 	$(BIN)/python benchmarks/bench_skeleton.py
+
+# Issue 14: spotline at a team's scale, each benchmark on its own emulator (not
+# part of `make test`; about 30 min on 2 shared cores): cold starts, Firestore
+# operations per job and their price, a burst of 500 submissions from 20 users,
+# the reaper over 10,000 active and 100,000 terminal jobs. Each prints a table
+# and merges its figures into benchmarks/results/scale-<date>.json (README,
+# Performance). The Spot economics simulator (item 5) appends its line last.
+bench-scale: $(INSTALLED)
+	$(BIN)/python benchmarks/bench_scale_coldstart.py
+	$(BIN)/python benchmarks/bench_scale_ops.py
+	$(BIN)/python benchmarks/bench_scale_throughput.py
+	$(BIN)/python benchmarks/bench_scale_reaper.py
 
 clean:
 	rm -rf $(VENV) .spotline .pytest_cache .mypy_cache .ruff_cache

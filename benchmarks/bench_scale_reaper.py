@@ -10,6 +10,7 @@ Run: make bench-scale   (or .venv/bin/python benchmarks/bench_scale_reaper.py
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -21,7 +22,6 @@ from scale_world import (
     completed,
     compute_client,
     firestore_emulator,
-    job_id,
     save,
     template,
     user_of,
@@ -66,9 +66,11 @@ def seed_active(store: FirestoreStore, cloud: LocalCloud, active: int, now: date
 
 def seed_terminal(store: FirestoreStore, first: int, count: int, now: datetime) -> float:
     t = template(now - timedelta(days=1))
-    ended = now - timedelta(hours=1)
-    done = ((job_id(n), completed(t, n, ended)) for n in range(first, first + count))
-    return batch_write(store.client, "jobs", done)
+    return batch_write(store.client, "jobs", completed(t, first, count, now - timedelta(hours=1)))
+
+
+def progress(line: str) -> None:
+    print(f"  ... {line}", file=sys.stderr, flush=True)
 
 
 def timed_sweep(deps: Deps, store: CountingStore, now: datetime) -> dict[str, Any]:
@@ -96,11 +98,15 @@ def run(active: int, terminal: int) -> dict[str, Any]:
     ):
         firestore = FirestoreStore(PROJECT)
         results["seed_active_s"] = round(seed_active(firestore, cloud, active, now), 1)
+        progress(f"seeded {active} active jobs in {results['seed_active_s']} s; sweeping")
         store = CountingStore(FirestoreStore(PROJECT))
         settings = Settings(project=PROJECT, zones=ZONES)
         deps = Deps(settings, store=store, compute=compute_client(cloud))
         results["sweep_active"] = timed_sweep(deps, store, now + timedelta(seconds=20))
+        save("reaper", results)  # kept should the rest not finish
+        progress(f"swept in {results['sweep_active']['seconds']} s; seeding {terminal} terminal")
         results["seed_terminal_s"] = round(seed_terminal(firestore, active, terminal, now), 1)
+        progress(f"seeded in {results['seed_terminal_s']} s; sweeping")
         results["sweep_with_terminal"] = timed_sweep(deps, store, now + timedelta(seconds=40))
     return results
 
