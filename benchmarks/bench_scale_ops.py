@@ -27,7 +27,8 @@ from tests.replay import PROJECT, Plan, Published, World
 
 EPOCHS, PREEMPTED_AT = 15, 8  # the VM is taken as epoch 8 would start
 # Firestore Standard edition, USD per 100,000 operations
-# (https://cloud.google.com/firestore/pricing, as of 2026-11).
+# (multi-region: cloud.google.com/firestore/pricing; regional: as third-party
+# guides quote its per-location table, deletes assumed at half; 2026-11-24).
 RATES = {
     "multi-region (nam5)": {"reads": 0.06, "writes": 0.18, "deletes": 0.02},
     "regional (us-central1)": {"reads": 0.03, "writes": 0.09, "deletes": 0.01},
