@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 TENSORFLOW := $(VENV)/.tensorflow
 
-.PHONY: demo test lint tools tensorflow bench bench-econ soak soak-replay soak-deps clean
+.PHONY: demo test lint tools tensorflow bench bench-scale bench-econ soak soak-replay soak-deps clean
 
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -82,6 +82,19 @@ bench: $(INSTALLED)
 ECON_SEEDS ?= 3
 ECON_ARGS ?=
 bench-econ: $(INSTALLED)
+	$(BIN)/python benchmarks/bench_econ.py --seeds $(ECON_SEEDS) $(ECON_ARGS)
+
+# Issue 14: spotline at a team's scale, each benchmark on its own emulator (not
+# part of `make test`; about 30 min on 2 shared cores, and the Spot economics
+# about 25 more): cold starts, Firestore operations per job and their price, a
+# burst of 500 submissions from 20 users, the reaper over 10,000 active and
+# 100,000 terminal jobs. Each prints a table and merges its figures into
+# benchmarks/results/scale-<date>.json (README, Performance).
+bench-scale: $(INSTALLED)
+	$(BIN)/python benchmarks/bench_scale_coldstart.py
+	$(BIN)/python benchmarks/bench_scale_ops.py
+	$(BIN)/python benchmarks/bench_scale_throughput.py
+	$(BIN)/python benchmarks/bench_scale_reaper.py
 	$(BIN)/python benchmarks/bench_econ.py --seeds $(ECON_SEEDS) $(ECON_ARGS)
 
 clean:

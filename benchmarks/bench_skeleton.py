@@ -83,8 +83,8 @@ def main() -> None:
     print("cold import, fresh interpreter (target < 0.4 s for modules that create no VMs)")
     for function in FUNCTIONS:
         show(
-            f"  functions.{function.entry_point}",
-            import_seconds(f"functions.{function.entry_point}", args.import_runs),
+            f"  functions.handlers.{function.entry_point}",
+            import_seconds(f"functions.handlers.{function.entry_point}", args.import_runs),
         )
     show(
         "  functions_framework (paid by every server)",

@@ -67,11 +67,16 @@ class FaultyStore:
     def get_job(self, job_id: str) -> JobDoc | None:
         return self.fault("get_job", lambda: self.inner.get_job(job_id))
 
+    def get_jobs(self, job_ids: Iterable[str]) -> dict[str, JobDoc]:
+        return self.fault("get_jobs", lambda: self.inner.get_jobs(job_ids))
+
     def update_job(self, job_id: str, change: Callable[[JobDoc], JobDoc]) -> JobDoc | None:
         return self.fault("update_job", lambda: self.inner.update_job(job_id, change))
 
-    def list_jobs(self, statuses: Iterable[str] | None = None, limit: int = 200) -> list[JobDoc]:
-        return self.fault("list_jobs", lambda: self.inner.list_jobs(statuses, limit))
+    def list_jobs(
+        self, statuses: Iterable[str] | None = None, limit: int = 200, after: str | None = None
+    ) -> list[JobDoc]:
+        return self.fault("list_jobs", lambda: self.inner.list_jobs(statuses, limit, after))
 
     def unpublished_jobs(self, limit: int = 200) -> list[JobDoc]:
         return self.fault("unpublished_jobs", lambda: self.inner.unpublished_jobs(limit))
@@ -96,6 +101,9 @@ class FaultyStore:
     def get_instance(self, name: str) -> InstanceDoc | None:
         return self.fault("get_instance", lambda: self.inner.get_instance(name))
 
+    def get_instances(self, names: Iterable[str]) -> dict[str, InstanceDoc]:
+        return self.fault("get_instances", lambda: self.inner.get_instances(names))
+
     def update_instance(
         self, name: str, change: Callable[[InstanceDoc], InstanceDoc]
     ) -> InstanceDoc | None:
@@ -105,12 +113,22 @@ class FaultyStore:
         return self.fault("instances_of_job", lambda: self.inner.instances_of_job(job_id))
 
     def list_instances(
-        self, statuses: Iterable[str] | None = None, limit: int = 500
+        self,
+        statuses: Iterable[str] | None = None,
+        limit: int = 500,
+        after: str | None = None,
+        user: str | None = None,
     ) -> list[InstanceDoc]:
-        return self.fault("list_instances", lambda: self.inner.list_instances(statuses, limit))
+        return self.fault(
+            "list_instances", lambda: self.inner.list_instances(statuses, limit, after, user)
+        )
 
-    def stopped_instances(self, limit: int = 500) -> list[InstanceDoc]:
-        return self.fault("stopped_instances", lambda: self.inner.stopped_instances(limit))
+    def stopped_instances(
+        self, limit: int = 500, after: str | None = None, user: str | None = None
+    ) -> list[InstanceDoc]:
+        return self.fault(
+            "stopped_instances", lambda: self.inner.stopped_instances(limit, after, user)
+        )
 
     def put_queue(self, entry: QueueEntry) -> None:
         return self.fault("put_queue", lambda: self.inner.put_queue(entry))
@@ -133,8 +151,8 @@ class FaultyStore:
     def update_user(self, user: str, change: Callable[[UserDoc], UserDoc]) -> UserDoc:
         return self.fault("update_user", lambda: self.inner.update_user(user, change))
 
-    def list_users(self, limit: int = 1000) -> list[UserDoc]:
-        return self.fault("list_users", lambda: self.inner.list_users(limit))
+    def list_users(self, limit: int = 1000, after: str | None = None) -> list[UserDoc]:
+        return self.fault("list_users", lambda: self.inner.list_users(limit, after))
 
     def seed_machines(self, catalog: dict[str, Machine]) -> None:
         return self.fault("seed_machines", lambda: self.inner.seed_machines(catalog))

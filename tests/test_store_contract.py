@@ -473,3 +473,49 @@ def test_a_document_id_with_a_slash_is_refused(store: Store) -> None:
     with pytest.raises(ValueError):
         store.get_job("a/b")
     assert store.list_instances() == []
+
+
+def test_lists_page_on_from_the_last_key(store: Store) -> None:
+    for job_id in ("e", "c", "a", "d", "b"):
+        job = a_job(job_id)
+        store.create_job(move_job(job, JobSubstatus.CANCELED, T0) if job_id == "c" else job)
+    active = [JobStatus.QUEUING]
+    assert [j.job_id for j in store.list_jobs(active, limit=2)] == ["a", "b"]
+    assert [j.job_id for j in store.list_jobs(active, limit=2, after="b")] == ["d", "e"]
+    assert store.list_jobs(active, limit=2, after="e") == []
+    # The key need not exist, nor match the filter.
+    assert [j.job_id for j in store.list_jobs(active, after="bb")] == ["d", "e"]
+    assert [j.job_id for j in store.list_jobs(after="c")] == ["d", "e"]
+    closed, stopped = InstanceStatus.CLOSED, InstanceSubstatus.STOPPED
+    for name in ("vm2", "vm1", "vm3"):
+        store.create_instance(an_instance(name, "a", closed, stopped))
+    assert [i.name for i in store.list_instances(limit=1, after="vm1")] == ["vm2"]
+    assert [i.name for i in store.stopped_instances(limit=5, after="vm2")] == ["vm3"]
+    for name in ("bob", "alice", "carol"):
+        store.update_user(name, lambda u: u)
+    assert [u.user for u in store.list_users(limit=1, after="alice")] == ["bob"]
+
+
+def test_batch_gets_return_the_documents_found_by_key(store: Store) -> None:
+    for job_id in ("a", "b", "c"):
+        store.create_job(a_job(job_id))
+    store.create_instance(an_instance("vm1", "a", InstanceStatus.EXECUTING))
+    found = store.get_jobs(["c", "a", "missing", "a"])
+    assert sorted(found) == ["a", "c"] and found["c"] == store.get_job("c")
+    assert store.get_jobs([]) == {}
+    assert store.get_jobs(iter(["b"])).keys() == {"b"}  # any iterable, read once
+    assert store.get_instances(["vm1", "vm9"]) == {"vm1": store.get_instance("vm1")}
+
+
+def test_instance_lists_take_one_user_s_only(store: Store) -> None:
+    closed, stopped = InstanceStatus.CLOSED, InstanceSubstatus.STOPPED
+    for name, user in (("vm1", "alice"), ("vm2", "bob"), ("vm3", "alice")):
+        doc = an_instance(name, "a", closed, stopped).model_copy(update={"user": user})
+        store.create_instance(doc)
+    store.create_instance(an_instance("vm4", "a", InstanceStatus.COOLING))
+    assert [i.name for i in store.stopped_instances(user="alice")] == ["vm1", "vm3"]
+    assert [i.name for i in store.stopped_instances(user="alice", after="vm1")] == ["vm3"]
+    assert [i.name for i in store.list_instances([closed], user="bob")] == ["vm2"]
+    assert store.list_instances([InstanceStatus.COOLING], user="bob") == []
+    with pytest.raises(ValueError, match="give one value"):
+        store.list_instances([closed, InstanceStatus.COOLING], user="bob")

@@ -120,7 +120,9 @@ def claim_cooling(deps: Deps, job: JobDoc, machine_ids: list[str], now: datetime
             _assign(deps, job, instance)
             return held_vm(instance, load_catalog())
     zones = set(job.spec.zones or settings.zones)
-    cooling = [i for i in store.list_instances([InstanceStatus.COOLING]) if i.zone in zones]
+    # Only the user's: another user's cooling VM is never claimable.
+    mine = store.list_instances([InstanceStatus.COOLING], user=job.user)
+    cooling = [i for i in mine if i.zone in zones]
     for machine_id in machine_ids:
         for instance in cooling:
             if not _can_serve(instance, job):
@@ -152,7 +154,7 @@ def claim_stopped(deps: Deps, job: JobDoc, machine_ids: list[str], now: datetime
         if restarted_for(instance, job.job_id, job.attempt, own_name):
             return _boot(deps, job, instance, now)  # a redelivery: boot it again, idempotently
     zones = set(job.spec.zones or deps.settings.zones)
-    candidates = [i for i in store.stopped_instances() if i.zone in zones]
+    candidates = [i for i in store.stopped_instances(user=job.user) if i.zone in zones]
     for machine_id in machine_ids:
         for instance in candidates:
             if not _can_serve(instance, job):

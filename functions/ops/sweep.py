@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
+from typing import TypeVar
 
 from functions.deps import Deps
 from functions.ops.jobs import (
@@ -53,7 +54,7 @@ from functions.ops.teardown import (
 )
 from shared import logs
 from shared.domain import reaping as r
-from shared.domain.documents import InstanceDoc, JobDoc
+from shared.domain.documents import InstanceDoc, JobDoc, UserDoc
 from shared.domain.errors import PermanentError
 from shared.domain.lifecycle import accrue
 from shared.domain.liveness import Owner
@@ -65,18 +66,20 @@ def sweep(deps: Deps, now: datetime) -> Counter[str]:
     """One pass of the five stages; the count of each outcome."""
     store, settings = deps.store, deps.settings
     # 1. Instances first, then VMs (see ``decide_vms``).
-    instances = store.list_instances(InstanceStatus.live())
-    stopped = store.stopped_instances()
+    live = InstanceStatus.live()
+    instances = every(lambda after: store.list_instances(live, PAGE, after), _name)
+    stopped = every(lambda after: store.stopped_instances(PAGE, after), _name)
     counts = reap_vms(deps, instances, stopped, deps.compute.list({MANAGED_LABEL: "true"}), now)
     # 2.
-    active = store.list_jobs(JobStatus.active())
+    active_statuses = JobStatus.active()
+    active = every(lambda after: store.list_jobs(active_statuses, PAGE, after), _job_id)
     apply(deps, r.decide_jobs(active, settings, now), now, counts)
     # 3.
     due = store.due_queue(now)
     queued = _jobs(deps, [e.job_id for e in due if e.reason != "quota"])
     apply(deps, r.decide_queue(due, queued, now), now, counts)
     # 4. Jobs before instances (see ``decide_slots``).
-    users = store.list_users()
+    users = every(lambda after: store.list_users(PAGE, after), _user)
     names = [n for u in users for n in [*u.active_instances, *u.stopped_instances]]
     owners = _jobs(deps, [j for u in users for j in u.active_jobs] + list(map(r.job_of_vm, names)))
     held = _instances(deps, names)
@@ -86,6 +89,37 @@ def sweep(deps: Deps, now: datetime) -> Counter[str]:
     if published:
         counts["events"] += published
     return counts
+
+
+# Documents per listing call. The sweep reads every active document, page by
+# page (a listing with a fixed limit left the rest of a busy project unswept).
+PAGE = 300
+
+Doc = TypeVar("Doc")
+
+
+def every(page: Callable[[str | None], Sequence[Doc]], key: Callable[[Doc], str]) -> list[Doc]:
+    """Every document of a listing, ``page(after)`` called until a short page."""
+    found: list[Doc] = []
+    after: str | None = None
+    while True:
+        batch = page(after)
+        found.extend(batch)
+        if len(batch) < PAGE:
+            return found
+        after = key(batch[-1])
+
+
+def _name(instance: InstanceDoc) -> str:
+    return instance.name
+
+
+def _job_id(job: JobDoc) -> str:
+    return job.job_id
+
+
+def _user(user: UserDoc) -> str:
+    return user.user
 
 
 def reap_vms(
@@ -102,13 +136,12 @@ def reap_vms(
 
 
 def _jobs(deps: Deps, job_ids: Iterable[str]) -> dict[str, JobDoc]:
-    found = {job_id: deps.store.get_job(job_id) for job_id in set(job_ids) if job_id}
-    return {job_id: job for job_id, job in found.items() if job is not None}
+    # In batches: one get per job made a 10,000-job sweep take minutes.
+    return deps.store.get_jobs(job_id for job_id in job_ids if job_id)
 
 
 def _instances(deps: Deps, names: Iterable[str]) -> dict[str, InstanceDoc]:
-    found = {name: deps.store.get_instance(name) for name in set(names)}
-    return {name: instance for name, instance in found.items() if instance is not None}
+    return deps.store.get_instances(names)
 
 
 def apply(

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel
 
+from shared.adapters.firestore_diff import changed_fields
 from shared.domain.catalog import Machine
 from shared.domain.documents import (
     EpochDoc,
@@ -54,6 +55,7 @@ JOBS, INSTANCES, QUEUE, REJECTED, EPOCHS, USERS, MACHINES = (
 )
 _UPDATE_ATTEMPTS = 20
 _IN_LIMIT = 30  # Firestore's bound on the values of an ``in`` filter
+_GET_ALL = 300  # documents per batch get (a request's size stays small)
 
 
 class FirestoreStore:
@@ -82,6 +84,9 @@ class FirestoreStore:
     def get_job(self, job_id: str) -> JobDoc | None:
         return self._get(JOBS, job_id, JobDoc)
 
+    def get_jobs(self, job_ids: Iterable[str]) -> dict[str, JobDoc]:
+        return self._get_all(JOBS, job_ids, JobDoc)
+
     def update_job(self, job_id: str, change: Callable[[JobDoc], JobDoc]) -> JobDoc | None:
         """Apply ``change`` (pure; may run more than once) with a guarded write.
 
@@ -89,11 +94,13 @@ class FirestoreStore:
         """
         return self._update(JOBS, job_id, JobDoc, change)
 
-    def list_jobs(self, statuses: Iterable[str] | None = None, limit: int = 200) -> list[JobDoc]:
-        return self._list(JOBS, JobDoc, "status", statuses, limit)
+    def list_jobs(
+        self, statuses: Iterable[str] | None = None, limit: int = 200, after: str | None = None
+    ) -> list[JobDoc]:
+        return self._list(JOBS, JobDoc, "status", statuses, limit, after)
 
     def unpublished_jobs(self, limit: int = 200) -> list[JobDoc]:
-        return self._list(JOBS, JobDoc, "outbox", ["pending"], limit)
+        return self._list(JOBS, JobDoc, "outbox", ["pending"], limit, None)
 
     def recent_jobs(
         self,
@@ -151,6 +158,9 @@ class FirestoreStore:
     def get_instance(self, name: str) -> InstanceDoc | None:
         return self._get(INSTANCES, name, InstanceDoc)
 
+    def get_instances(self, names: Iterable[str]) -> dict[str, InstanceDoc]:
+        return self._get_all(INSTANCES, names, InstanceDoc)
+
     def update_instance(
         self, name: str, change: Callable[[InstanceDoc], InstanceDoc]
     ) -> InstanceDoc | None:
@@ -163,13 +173,19 @@ class FirestoreStore:
         return [InstanceDoc.model_validate(snap.to_dict()) for snap in query.stream()]
 
     def list_instances(
-        self, statuses: Iterable[str] | None = None, limit: int = 500
+        self,
+        statuses: Iterable[str] | None = None,
+        limit: int = 500,
+        after: str | None = None,
+        user: str | None = None,
     ) -> list[InstanceDoc]:
-        return self._list(INSTANCES, InstanceDoc, "status", statuses, limit)
+        return self._list(INSTANCES, InstanceDoc, "status", statuses, limit, after, user)
 
-    def stopped_instances(self, limit: int = 500) -> list[InstanceDoc]:
+    def stopped_instances(
+        self, limit: int = 500, after: str | None = None, user: str | None = None
+    ) -> list[InstanceDoc]:
         """CLOSED/STOPPED instances: kept, restartable, and watched by the reaper."""
-        return self._list(INSTANCES, InstanceDoc, "substatus", ["STOPPED"], limit)
+        return self._list(INSTANCES, InstanceDoc, "substatus", ["STOPPED"], limit, after, user)
 
     # -- queue ------------------------------------------------------------
 
@@ -218,8 +234,8 @@ class FirestoreStore:
         assert updated is not None  # created just above; users are never deleted
         return updated
 
-    def list_users(self, limit: int = 1000) -> list[UserDoc]:
-        return self._list(USERS, UserDoc, "user", None, limit)
+    def list_users(self, limit: int = 1000, after: str | None = None) -> list[UserDoc]:
+        return self._list(USERS, UserDoc, "user", None, limit, after)
 
     # -- machines -------------------------------------------------------------
 
@@ -303,6 +319,20 @@ class FirestoreStore:
         snap = self.client.collection(collection).document(key).get()
         return model.model_validate(snap.to_dict()) if snap.exists else None
 
+    def _get_all(self, collection: str, keys: Iterable[str], model: type[Doc]) -> dict[str, Doc]:
+        """One BatchGetDocuments per ``_GET_ALL`` keys, instead of a round trip each."""
+        wanted = sorted(set(keys))
+        found: dict[str, Doc] = {}
+        for first in range(0, len(wanted), _GET_ALL):
+            refs = [
+                self.client.collection(collection).document(k)
+                for k in wanted[first : first + _GET_ALL]
+            ]
+            for snap in self.client.get_all(refs):
+                if snap.exists:
+                    found[snap.id] = model.model_validate(snap.to_dict())
+        return found
+
     def _update(
         self, collection: str, key: str, model: type[Doc], change: Callable[[Doc], Doc]
     ) -> Doc | None:
@@ -318,8 +348,11 @@ class FirestoreStore:
             if changed is current or changed == current:
                 return current
             guard = self.client.write_option(last_update_time=snap.update_time)
+            fields = changed_fields(to_firestore(current), to_firestore(changed))
+            if not fields:  # unequal models, equal documents: nothing to write
+                return current
             try:
-                ref.update(to_firestore(changed), option=guard)
+                ref.update(fields, option=guard)
             except FailedPrecondition:
                 log.info("%s/%s changed under us; re-reading", collection, key)
                 # Jitter, so that writers racing for one document spread out.
@@ -335,7 +368,15 @@ class FirestoreStore:
         field: str,
         values: Iterable[str] | None,
         limit: int,
+        after: str | None,
+        user: str | None = None,
     ) -> list[Doc]:
+        """A page: the filter's documents (only ``user``'s, when given) in key
+        order, the first ``limit`` of them past key ``after``.
+
+        No composite index is needed: one value is an equality, and equalities
+        on two fields are served by merging single-field indexes; an ``in`` is
+        only ever used alone."""
         from google.cloud.firestore_v1.base_query import FieldFilter
 
         query: Any = self.client.collection(collection)
@@ -344,7 +385,17 @@ class FirestoreStore:
             if not 0 < len(wanted) <= _IN_LIMIT:
                 # Firestore answers InvalidArgument; a caller's mistake is a ValueError.
                 raise ValueError(f"{field} in {wanted}: between 1 and {_IN_LIMIT} values")
-            query = query.where(filter=FieldFilter(field, "in", wanted))
+            op = "==" if len(wanted) == 1 else "in"
+            query = query.where(filter=FieldFilter(field, op, wanted[0] if op == "==" else wanted))
+        if user is not None:
+            if wanted is not None and len(wanted) > 1:
+                # ``in`` and another field would need a composite index.
+                raise ValueError(f"{field} in {wanted} with a user: give one value")
+            query = query.where(filter=FieldFilter("user", "==", user))
+        query = query.order_by("__name__")
+        if after is not None:
+            last = self.client.collection(collection).document(after)
+            query = query.start_after({"__name__": last})
         return [model.model_validate(snap.to_dict()) for snap in query.limit(limit).stream()]
 
 

@@ -89,11 +89,17 @@ class InMemoryStore:
     def get_job(self, job_id: str) -> JobDoc | None:
         return self._get(JOBS, job_id, JobDoc)
 
+    def get_jobs(self, job_ids: Iterable[str]) -> dict[str, JobDoc]:
+        found = {job_id: self.get_job(job_id) for job_id in set(job_ids)}
+        return {job_id: job for job_id, job in found.items() if job is not None}
+
     def update_job(self, job_id: str, change: Callable[[JobDoc], JobDoc]) -> JobDoc | None:
         return self._update(JOBS, job_id, JobDoc, change)
 
-    def list_jobs(self, statuses: Iterable[str] | None = None, limit: int = 200) -> list[JobDoc]:
-        return self._list(JOBS, JobDoc, "status", statuses, limit)
+    def list_jobs(
+        self, statuses: Iterable[str] | None = None, limit: int = 200, after: str | None = None
+    ) -> list[JobDoc]:
+        return self._list(JOBS, JobDoc, "status", statuses, limit, after)
 
     def unpublished_jobs(self, limit: int = 200) -> list[JobDoc]:
         return self._list(JOBS, JobDoc, "outbox", ["pending"], limit)
@@ -140,6 +146,10 @@ class InMemoryStore:
     def get_instance(self, name: str) -> InstanceDoc | None:
         return self._get(INSTANCES, name, InstanceDoc)
 
+    def get_instances(self, names: Iterable[str]) -> dict[str, InstanceDoc]:
+        found = {name: self.get_instance(name) for name in set(names)}
+        return {name: instance for name, instance in found.items() if instance is not None}
+
     def update_instance(
         self, name: str, change: Callable[[InstanceDoc], InstanceDoc]
     ) -> InstanceDoc | None:
@@ -149,12 +159,18 @@ class InMemoryStore:
         return self._list(INSTANCES, InstanceDoc, "job_id", [job_id], None)
 
     def list_instances(
-        self, statuses: Iterable[str] | None = None, limit: int = 500
+        self,
+        statuses: Iterable[str] | None = None,
+        limit: int = 500,
+        after: str | None = None,
+        user: str | None = None,
     ) -> list[InstanceDoc]:
-        return self._list(INSTANCES, InstanceDoc, "status", statuses, limit)
+        return self._list(INSTANCES, InstanceDoc, "status", statuses, limit, after, user)
 
-    def stopped_instances(self, limit: int = 500) -> list[InstanceDoc]:
-        return self._list(INSTANCES, InstanceDoc, "substatus", ["STOPPED"], limit)
+    def stopped_instances(
+        self, limit: int = 500, after: str | None = None, user: str | None = None
+    ) -> list[InstanceDoc]:
+        return self._list(INSTANCES, InstanceDoc, "substatus", ["STOPPED"], limit, after, user)
 
     # -- queue ------------------------------------------------------------
 
@@ -195,8 +211,8 @@ class InMemoryStore:
         assert updated is not None  # created just above; users are never deleted
         return updated
 
-    def list_users(self, limit: int = 1000) -> list[UserDoc]:
-        return self._list(USERS, UserDoc, "user", None, limit)
+    def list_users(self, limit: int = 1000, after: str | None = None) -> list[UserDoc]:
+        return self._list(USERS, UserDoc, "user", None, limit, after)
 
     # -- machines -------------------------------------------------------------
 
@@ -321,14 +337,20 @@ class InMemoryStore:
         field: str,
         values: Iterable[str] | None,
         limit: int | None,
+        after: str | None = None,
+        user: str | None = None,
     ) -> list[Doc]:
         wanted = [str(value) for value in values] if values is not None else None
         if wanted is not None and not 0 < len(wanted) <= _IN_LIMIT:
             # Firestore refuses such an ``in`` filter; fail here the same way.
             raise ValueError(f"{field} in {wanted}: between 1 and {_IN_LIMIT} values")
+        if user is not None and wanted is not None and len(wanted) > 1:
+            raise ValueError(f"{field} in {wanted} with a user: give one value")
         rows = [
             fields
-            for _, fields in self._snapshot(collection)
-            if wanted is None or fields.get(field) in wanted
+            for key, fields in self._snapshot(collection)
+            if (wanted is None or fields.get(field) in wanted)
+            and (after is None or key > after)
+            and (user is None or fields.get("user") == user)
         ]
         return [model.model_validate(fields) for fields in rows[:limit]]

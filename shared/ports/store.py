@@ -14,7 +14,9 @@ Contract, for every adapter:
   natural key (job id, instance name, message id) and returns True; when a
   document with that key exists it writes nothing and returns False (a
   redelivered event, not an error).
-* ``get_*(key)`` returns the document or None.
+* ``get_*(key)`` returns the document or None. ``get_jobs(job_ids)``,
+  ``get_instances(names)``: the documents found, by key, read together in as
+  few round trips as the adapter can (a sweep reads thousands).
 * ``update_*(key, change)`` reads the document, applies ``change`` to it and
   writes the result, guarded: when another writer wrote the document between
   the read and the write, the write is refused and ``change`` runs again on the
@@ -26,13 +28,18 @@ Contract, for every adapter:
   with nothing written (the caller raises, and Pub/Sub redelivers).
 * ``update_user(user, change)`` is ``update_*`` that first creates
   ``UserDoc(user=user)`` when the user has no document: it never returns None.
-* ``list_jobs(statuses, limit)``, ``list_instances(statuses, limit)``: the
-  documents whose ``status`` is one of ``statuses`` (every document when None),
-  at most ``limit`` of them, in key order. ``statuses`` must hold 1 to 30
-  values (Firestore's bounds on an ``in`` filter); otherwise ``ValueError``.
-  ``stopped_instances(limit)``: the instances whose substatus is STOPPED, the
-  same way. ``instances_of_job(job_id)``: every instance of the job, in key
-  order. ``list_users(limit)``: every user, in key order.
+* ``list_jobs(statuses, limit, after)``, ``list_instances(statuses, limit,
+  after)``: the documents whose ``status`` is one of ``statuses`` (every
+  document when None), at most ``limit`` of them, in key order, starting past
+  the key ``after`` when given (the next page: pass the last key of this
+  one). ``statuses`` must hold 1 to 30 values (Firestore's bounds on an
+  ``in`` filter); otherwise ``ValueError``.
+  ``stopped_instances(limit, after)``: the instances whose substatus is
+  STOPPED, the same way. Both take only ``user``'s instances when it is given
+  (a placement can take only its user's VMs: the team's are not read).
+  ``instances_of_job(job_id)``: every instance of the
+  job, in key order. ``list_users(limit, after)``: every user, in key order,
+  paged the same way.
 * ``unpublished_jobs(limit)``: the jobs whose outbox holds events not yet
   published (``outbox == "pending"``, ``shared.domain.job_events``), at most
   ``limit`` of them, in key order.
@@ -79,10 +86,12 @@ class Store(Protocol):
 
     def get_job(self, job_id: str) -> JobDoc | None: ...
 
+    def get_jobs(self, job_ids: Iterable[str]) -> dict[str, JobDoc]: ...
+
     def update_job(self, job_id: str, change: Callable[[JobDoc], JobDoc]) -> JobDoc | None: ...
 
     def list_jobs(
-        self, statuses: Iterable[str] | None = None, limit: int = 200
+        self, statuses: Iterable[str] | None = None, limit: int = 200, after: str | None = None
     ) -> list[JobDoc]: ...
 
     def unpublished_jobs(self, limit: int = 200) -> list[JobDoc]: ...
@@ -103,6 +112,8 @@ class Store(Protocol):
 
     def get_instance(self, name: str) -> InstanceDoc | None: ...
 
+    def get_instances(self, names: Iterable[str]) -> dict[str, InstanceDoc]: ...
+
     def update_instance(
         self, name: str, change: Callable[[InstanceDoc], InstanceDoc]
     ) -> InstanceDoc | None: ...
@@ -110,10 +121,16 @@ class Store(Protocol):
     def instances_of_job(self, job_id: str) -> list[InstanceDoc]: ...
 
     def list_instances(
-        self, statuses: Iterable[str] | None = None, limit: int = 500
+        self,
+        statuses: Iterable[str] | None = None,
+        limit: int = 500,
+        after: str | None = None,
+        user: str | None = None,
     ) -> list[InstanceDoc]: ...
 
-    def stopped_instances(self, limit: int = 500) -> list[InstanceDoc]: ...
+    def stopped_instances(
+        self, limit: int = 500, after: str | None = None, user: str | None = None
+    ) -> list[InstanceDoc]: ...
 
     # -- queue
     def put_queue(self, entry: QueueEntry) -> None: ...
@@ -131,7 +148,7 @@ class Store(Protocol):
 
     def update_user(self, user: str, change: Callable[[UserDoc], UserDoc]) -> UserDoc: ...
 
-    def list_users(self, limit: int = 1000) -> list[UserDoc]: ...
+    def list_users(self, limit: int = 1000, after: str | None = None) -> list[UserDoc]: ...
 
     # -- machines
     def seed_machines(self, catalog: dict[str, Machine]) -> None: ...

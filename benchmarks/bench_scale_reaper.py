@@ -1,0 +1,142 @@
+"""The reaper at scale: one real sweep (``functions.ops.sweep``) on the Firestore
+emulator over 10,000 active jobs, their instances and VMs, then again with
+100,000 terminal jobs added. Reads are counted at the store port
+(``CountingStore``); terminal jobs must add none.
+
+Run: make bench-scale   (or .venv/bin/python benchmarks/bench_scale_reaper.py
+[--active N] [--terminal N])
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from scale_world import (
+    ZONES,
+    batch_write,
+    clone,
+    completed,
+    compute_client,
+    firestore_emulator,
+    save,
+    template,
+    user_of,
+)
+
+from functions.deps import Deps
+from functions.ops.sweep import sweep
+from infra.localcloud.cloud import LocalCloud
+from infra.localcloud.instances import spec_from_request
+from infra.localcloud.launchers import RecordLauncher
+from infra.localcloud.quotas import DEFAULT_LIMITS
+from shared.adapters.counting_store import CountingStore
+from shared.adapters.firestore_store import FirestoreStore
+from shared.domain.documents import InstanceDoc, JobDoc, UserDoc
+from shared.settings import Settings
+
+PROJECT = "bench-reaper"
+_NO_QUOTA = dict.fromkeys(DEFAULT_LIMITS, 1e12)  # 10,000 GPUs in one region
+
+
+def seed_active(store: FirestoreStore, cloud: LocalCloud, active: int, now: datetime) -> float:
+    """``active`` TRAINING jobs, each on its executing VM, five per user; seconds."""
+    t = template(now)
+    jobs: dict[str, JobDoc] = {}
+    instances: dict[str, InstanceDoc] = {}
+    users: dict[str, UserDoc] = {}
+    vms = []
+    for n in range(active):
+        job, instance, vm = clone(t, n)
+        jobs[job.job_id], instances[instance.name] = job, instance
+        vms.append(spec_from_request({**vm, "machine_type": t.instance.machine_type}))
+        user = users.setdefault(user_of(n), UserDoc(user=user_of(n), updated_at=now))
+        user.active_jobs.append(job.job_id)
+        user.active_instances.append(instance.name)
+    cloud.model.create(vms)  # at once: one quota check, not one per VM
+    return (
+        batch_write(store.client, "jobs", jobs.items())
+        + batch_write(store.client, "instances", instances.items())
+        + batch_write(store.client, "users", users.items())
+    )
+
+
+def seed_terminal(store: FirestoreStore, first: int, count: int, now: datetime) -> float:
+    t = template(now - timedelta(days=1))
+    return batch_write(store.client, "jobs", completed(t, first, count, now - timedelta(hours=1)))
+
+
+def progress(line: str) -> None:
+    print(f"  ... {line}", file=sys.stderr, flush=True)
+
+
+def timed_sweep(deps: Deps, store: CountingStore, now: datetime) -> dict[str, Any]:
+    before = store.ops.snapshot()
+    started = time.perf_counter()
+    counts = sweep(deps, now)
+    seconds = time.perf_counter() - started
+    ops = store.ops - before
+    return {
+        "seconds": round(seconds, 2),
+        "reads": ops.reads,
+        "writes": ops.writes,
+        "deletes": ops.deletes,
+        "outcomes": dict(counts),
+        "reads_by_method": {k: v for k, v in sorted(ops.by_method.items()) if k.endswith("reads")},
+    }
+
+
+def run(active: int, terminal: int) -> dict[str, Any]:
+    now = datetime.now(UTC)
+    results: dict[str, Any] = {"active_jobs": active, "terminal_jobs": terminal}
+    with (
+        firestore_emulator(),
+        LocalCloud(PROJECT, RecordLauncher(), quota_limits=_NO_QUOTA) as cloud,
+    ):
+        firestore = FirestoreStore(PROJECT)
+        results["seed_active_s"] = round(seed_active(firestore, cloud, active, now), 1)
+        progress(f"seeded {active} active jobs in {results['seed_active_s']} s; sweeping")
+        store = CountingStore(FirestoreStore(PROJECT))
+        settings = Settings(project=PROJECT, zones=ZONES)
+        deps = Deps(settings, store=store, compute=compute_client(cloud))
+        results["sweep_active"] = timed_sweep(deps, store, now + timedelta(seconds=20))
+        save("reaper", results)  # kept should the rest not finish
+        progress(f"swept in {results['sweep_active']['seconds']} s; seeding {terminal} terminal")
+        results["seed_terminal_s"] = round(seed_terminal(firestore, active, terminal, now), 1)
+        progress(f"seeded in {results['seed_terminal_s']} s; sweeping")
+        results["sweep_with_terminal"] = timed_sweep(deps, store, now + timedelta(seconds=40))
+    return results
+
+
+def show(results: dict[str, Any]) -> None:
+    print(
+        f"reaper sweep, Firestore emulator, {results['active_jobs']} active jobs + instances + VMs"
+    )
+    print(f"  {'':<34}{'seconds':>9}{'reads':>9}{'writes':>9}{'deletes':>9}")
+    for key, label in (
+        ("sweep_active", "active only"),
+        ("sweep_with_terminal", f"+ {results['terminal_jobs']} terminal jobs"),
+    ):
+        row = results[key]
+        figures = "".join(f"{row[k]:>9}" for k in ("seconds", "reads", "writes", "deletes"))
+        print(f"  {label:<34}{figures}")
+    added = results["sweep_with_terminal"]["reads"] - results["sweep_active"]["reads"]
+    print(f"  reads added by the terminal jobs: {added}")
+    print(f"  reads by call: {results['sweep_active']['reads_by_method']}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--active", type=int, default=10_000)
+    parser.add_argument("--terminal", type=int, default=100_000)
+    args = parser.parse_args()
+    results = run(args.active, args.terminal)
+    show(results)
+    print(f"  -> {save('reaper', results)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+"""What a submission reads, counted as Firestore bills it (``CountingStore``):
+a constant number of documents, whatever the rest of the team holds. Only the
+user's own cooling or stopped VMs can take the job (``claimable``,
+``restartable``), so other users' are not read."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+
+from functions.deps import Deps
+from functions.ops.jobs import admit, start
+from infra.localcloud.cloud import LocalCloud
+from shared.adapters.counting_store import CountingStore, Operations
+from shared.adapters.memory_store import InMemoryStore
+from shared.domain.spec import JobSpec
+from shared.domain.states import InstanceStatus, InstanceSubstatus
+from shared.settings import Settings
+from tests.documents import T0, at, instance
+from tests.local_cloud import client
+
+
+@pytest.fixture
+def world(cloud: LocalCloud) -> Iterator[tuple[Deps, CountingStore, InMemoryStore]]:
+    inner = InMemoryStore()
+    store = CountingStore(inner)
+    settings = Settings(project=cloud.project, zones=("us-central1-a",))
+    yield Deps(settings, store=store, compute=client(cloud), clock=lambda: T0), store, inner
+
+
+def _submit(deps: Deps, store: CountingStore, n: int) -> Operations:
+    spec = {"user": "alice", "machine_ids": ["g2-standard-4"], "trainer": "digits_mlp"}
+    before = store.ops.snapshot()
+    job = admit(deps, JobSpec.model_validate({**spec, "job_id": f"job{n}"}), f"m{n}", T0)
+    start(deps, job, T0)
+    return store.ops - before
+
+
+def test_a_submission_reads_no_other_user_s_cooling_or_stopped_vm(
+    world: tuple[Deps, CountingStore, InMemoryStore],
+) -> None:
+    deps, store, inner = world
+    alone = _submit(deps, store, 1)
+    for n in range(40):
+        cooling = instance(f"sl-bob{n}-a1", f"bob{n}", status=InstanceStatus.COOLING)
+        inner.create_instance(cooling.model_copy(update={"user": "bob", "cooling_until": at(3600)}))
+        stopped = instance(
+            f"sl-carol{n}-a1",
+            f"carol{n}",
+            status=InstanceStatus.CLOSED,
+            substatus=InstanceSubstatus.STOPPED,
+        )
+        inner.create_instance(
+            stopped.model_copy(update={"user": "carol", "stopped_until": T0 + timedelta(days=1)})
+        )
+    crowded = _submit(deps, store, 2)
+    assert crowded.reads == alone.reads
+    assert crowded.calls == alone.calls

@@ -1,0 +1,127 @@
+"""What one sweep reads, counted as Firestore bills it (``CountingStore``):
+every active document, however many pages they fill, and no terminal job.
+
+The in-memory store keeps these fast; ``tests/test_store_contract.py`` holds
+Firestore to the same paging. ``make bench-scale`` measures the same at
+10,000 active jobs on the emulator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from functools import partial
+
+import pytest
+
+from functions.deps import Deps
+from functions.ops.sweep import sweep
+from infra.localcloud.cloud import LocalCloud
+from shared.adapters.counting_store import CountingStore
+from shared.adapters.memory_store import InMemoryStore
+from shared.domain.documents import UserDoc
+from shared.domain.states import JobStatus, JobSubstatus
+from shared.settings import Settings
+from tests.documents import at, job
+from tests.local_cloud import client
+
+# More than one page of each listing the sweep makes (the old fixed limits
+# were 200 jobs and 1000 users: the rest were never swept).
+ACTIVE_JOBS = 450
+USERS = 1100
+
+
+@pytest.fixture
+def world(cloud: LocalCloud) -> Iterator[tuple[Deps, CountingStore, InMemoryStore]]:
+    inner = InMemoryStore()
+    store = CountingStore(inner)
+    settings = Settings(project=cloud.project, zones=("us-central1-a",))
+    yield Deps(settings, store=store, compute=client(cloud)), store, inner
+
+
+def _seed(inner: InMemoryStore, active: int, terminal: int, users: int) -> None:
+    for n in range(active):
+        inner.create_job(job(f"run{n:05}", substatus=JobSubstatus.TRAINING, pending_events=[]))
+    for n in range(terminal):
+        done = job(f"done{n:05}", status=JobStatus.COMPLETED, substatus=JobSubstatus.COMPLETED)
+        inner.create_job(done.model_copy(update={"pending_events": []}))
+    for n in range(users):
+        inner.update_user(f"user{n:05}", lambda u: u)
+
+
+def test_a_sweep_lists_every_active_job_and_user_past_one_page(
+    world: tuple[Deps, CountingStore, InMemoryStore],
+) -> None:
+    deps, store, inner = world
+    _seed(inner, ACTIVE_JOBS, 3, USERS)
+    sweep(deps, at(60))
+    assert store.ops.by_method["list_jobs.reads"] == ACTIVE_JOBS
+    assert store.ops.by_method["list_users.reads"] == USERS
+    # Stage 2 accrues each running job: every one of them, not the first page.
+    assert store.ops.by_method["update_job.reads"] == ACTIVE_JOBS
+
+
+def test_terminal_jobs_add_no_reads_to_a_sweep(
+    world: tuple[Deps, CountingStore, InMemoryStore],
+) -> None:
+    deps, store, inner = world
+    _seed(inner, 20, 5, 3)
+    sweep(deps, at(60))
+    before = store.ops.snapshot()
+    for n in range(5, 300):
+        # As terminal jobs are: their state changes published (the outbox empty).
+        done = job(f"done{n:05}", status=JobStatus.CANCELED, substatus=JobSubstatus.CANCELED)
+        inner.create_job(done.model_copy(update={"pending_events": []}))
+    inner.update_user("user00000", lambda u: u.model_copy(update={"active_jobs": []}))
+    sweep(deps, at(120))
+    second = store.ops - before
+    assert second.reads == before.reads
+    assert second.writes == before.writes == 0
+
+
+def _holding(user: UserDoc, job_id: str) -> UserDoc:
+    return user.model_copy(update={"active_jobs": [job_id]})
+
+
+def test_the_counting_store_knows_every_call_of_the_port() -> None:
+    from shared.adapters import counting_store
+    from shared.ports.store import Store
+
+    port = {name for name in vars(Store) if not name.startswith("_")}
+    assert port == counting_store.METHODS
+    with pytest.raises(AttributeError, match="bills 'version'"):
+        CountingStore(InMemoryStore()).version  # noqa: B018
+
+
+def test_the_counting_store_counts_reads_writes_and_deletes() -> None:
+    store = CountingStore(InMemoryStore())
+    assert store.get_job("none") is None
+    store.create_job(job("a"))
+    assert not store.create_job(job("a"))  # exists: nothing written
+    store.update_job("a", lambda j: j)  # unchanged: a read, no write
+    store.update_job("a", lambda j: j.model_copy(update={"cost_usd": 1.0}))
+    store.update_job("missing", lambda j: j)
+    store.list_jobs()  # one document
+    store.list_jobs([JobStatus.FAILED])  # none: still one read
+    store.delete_queue("a")
+    ops = store.ops
+    assert (ops.reads, ops.writes, ops.deletes) == (1 + 1 + 1 + 1 + 1 + 1, 2, 1)
+    assert ops.by_method["update_job.reads"] == 3
+    assert ops.by_method["update_job.writes"] == 1
+
+
+def test_a_sweep_s_round_trips_do_not_grow_with_the_jobs_it_reads(
+    world: tuple[Deps, CountingStore, InMemoryStore],
+) -> None:
+    """Each round trip to Firestore costs milliseconds: 10,000 single gets
+    made a sweep take minutes. Jobs are read in batches."""
+    deps, store, inner = world
+    calls: list[int] = []
+    for users in (10, 120):
+        for n in range(len(calls) * 10, users):
+            job_id = f"new{n:05}"
+            inner.create_job(job(job_id, substatus=JobSubstatus.REQUESTING_SERVER))
+            inner.update_user(f"user{n:05}", partial(_holding, job_id=job_id))
+        before = store.ops.snapshot()
+        sweep(deps, at(1))
+        calls.append((store.ops - before).calls)
+    assert calls[0] == calls[1]
