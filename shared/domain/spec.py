@@ -76,7 +76,7 @@ class JobSpec(BaseModel):
     zones: list[ZoneName] = Field(
         default_factory=list, max_length=64, description="Allowed zones; empty: defaults."
     )
-    framework: Literal["pytorch", "tensorflow", "xgboost", "jax", "command"] = Field(
+    framework: Literal["pytorch", "tensorflow", "xgboost", "jax", "ray", "command"] = Field(
         default="pytorch", description="Which distributed environment multi-node jobs get."
     )
     trainer: str | None = Field(default=None, description=f"Built-in: {BUILTIN_TRAINERS}.")
@@ -93,6 +93,15 @@ class JobSpec(BaseModel):
     seed: int = Field(default=0, ge=0, le=2**32 - 1, description="NumPy's seeds are 32-bit.")
     nodes: int = Field(
         default=1, ge=1, le=64, description="VMs that train together, created in one zone."
+    )
+    ray_join_timeout_s: int = Field(
+        default=600,
+        ge=1,
+        le=MAX_PERIOD_S,
+        description=(
+            "framework ray: how long the head waits for every node to join the Ray "
+            "cluster before the job FAILS, naming how many joined."
+        ),
     )
     cool_down_period_s: Seconds = 0
     stop_period_s: int = Field(
