@@ -43,6 +43,8 @@ POLL_S = 2.0
 # The head is taken for gone after this many refused connections in a row
 # (one refusal may be a restart of its GCS).
 HEAD_GONE_CHECKS = 3
+# How long the head's own Ray may take to answer on its port.
+HEAD_START_S = 180.0
 # How long Ray may drain (its own default is 30 s) before it is killed.
 STOP_GRACE_S = 40.0
 
@@ -203,25 +205,36 @@ class RayLauncher:
             shutil.rmtree(temp_dir, ignore_errors=True)
 
     def _wait_for_head(self) -> None:
-        deadline = time.monotonic() + self.node.join_timeout_s
+        """Until the head's GCS answers. The head's own start is bounded by
+        HEAD_START_S, and its wait for the nodes by the join timeout: a
+        worker waits for both, so that a missing node is the head's to name."""
+        limit_s = HEAD_START_S + self.node.join_timeout_s
+        deadline = time.monotonic() + limit_s
         while not port_open(self.node.head, self.node.port):
             if self.stopping.is_set():
                 return
             if time.monotonic() >= deadline:
                 raise RayLaunchError(
-                    f"the Ray head at {self.node.address} did not answer within "
-                    f"{self.node.join_timeout_s:.0f} s (ray_join_timeout_s)"
+                    f"the Ray head at {self.node.address} did not answer within {limit_s:.0f} s"
                 )
             time.sleep(POLL_S)
 
+    def _wait_for_own_head(self) -> None:
+        """Until this node's GCS answers: the join timeout counts from then
+        (and ray.init would wait without end for a GCS that is not up)."""
+        deadline = time.monotonic() + HEAD_START_S
+        while not port_open(self.node.head, self.node.port):
+            self._check_ray_running()
+            if time.monotonic() >= deadline:
+                raise RayLaunchError(f"the Ray head did not start within {HEAD_START_S:.0f} s")
+            self.stopping.wait(0.5)
+
     def _alive_nodes(self) -> int:
-        import ray  # noqa: PLC0415 (a heavy import, on Ray jobs only)
+        import ray  # a heavy import, on Ray jobs only
 
         if self.stopping.is_set():
             raise RayLaunchError("preempted while the Ray nodes were joining")
         self._check_ray_running()
-        if not port_open(self.node.head, self.node.port):
-            return 0  # the GCS is not up yet: ray.init would wait for it without end
         if not ray.is_initialized():
             ray.init(address=self.node.address, log_to_driver=False, logging_level="WARNING")
         return sum(1 for n in ray.nodes() if n.get("Alive"))
@@ -233,8 +246,9 @@ class RayLauncher:
             raise RayLaunchError(f"`ray start` exited with code {code} (its output is above)")
 
     def _run_head(self) -> int:
-        import ray  # noqa: PLC0415
+        import ray
 
+        self._wait_for_own_head()
         try:
             wait_for_nodes(
                 self._alive_nodes,
