@@ -89,7 +89,8 @@ class FakeClock:
 
 
 def test_the_head_waits_until_every_node_joined() -> None:
-    clock, counts, said = FakeClock(), iter([1, 1, 2, 3]), []
+    clock, counts = FakeClock(), iter([1, 1, 2, 3])
+    said: list[str] = []
     wait_for_nodes(lambda: next(counts), 3, 60, "h:1", clock, clock.sleep, said.append)
     assert said[-1] == "ray_address=h:1, node_count=3, expected_node_count=3"
     assert said[0].startswith("ray_address=h:1, node_count=1, expected_node_count=3; retrying")

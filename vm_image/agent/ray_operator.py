@@ -259,9 +259,14 @@ class RayLauncher:
             )
         finally:
             ray.shutdown()
+            # ray.init() put its own SIGTERM handler in place (a driver's,
+            # which exits at once): the notice must reach the command again.
+            signal.signal(signal.SIGTERM, self.on_sigterm)
         if self.stopping.is_set():
             return 143
-        self.user = subprocess.Popen(self.command, env=self.env)
+        # A job of one node has no cluster env: its command joins this head too.
+        env = {"RAY_ADDRESS": self.node.address, **self.env}
+        self.user = subprocess.Popen(self.command, env=env)
         return self.user.wait()
 
     def _run_worker(self) -> int:
