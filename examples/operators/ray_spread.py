@@ -1,11 +1,14 @@
 """A Ray driver: spotline's launcher has started Ray on every node and waited
 for all of them to join, and set RAY_ADDRESS, so ray.init() joins the cluster.
-One task per CPU, spread over the nodes; prints where they ran."""
+One task on each node (a STRICT_SPREAD placement group: one bundle a node);
+prints where they ran."""
 
 import os
 import socket
 
 import ray
+from ray.util.placement_group import placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 ray.init()
 
@@ -16,10 +19,15 @@ def where(i: int) -> str:
 
 
 alive = sum(1 for node in ray.nodes() if node["Alive"])
-cpus = int(ray.cluster_resources().get("CPU", 1))
-ran_on = set(ray.get([where.options(scheduling_strategy="SPREAD").remote(i) for i in range(cpus)]))
+group = placement_group([{"CPU": 1}] * alive, strategy="STRICT_SPREAD")
+ray.get(group.ready())
+tasks = [
+    where.options(scheduling_strategy=PlacementGroupSchedulingStrategy(group, i)).remote(i)
+    for i in range(alive)
+]
+ran_on = set(ray.get(tasks))
 print(
-    f"ray on {socket.gethostname()}: {alive} nodes alive, {cpus} tasks ran on "
+    f"ray on {socket.gethostname()}: {alive} nodes alive, {len(tasks)} tasks ran on "
     f"{len(ran_on)} nodes (RAY_ADDRESS={os.environ['RAY_ADDRESS']})",
     flush=True,
 )
