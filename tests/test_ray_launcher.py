@@ -28,9 +28,35 @@ time.sleep(300)
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A port with its next one free too (the head's Ray client server's)."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+
+
+def launch(port: int) -> subprocess.Popen[str]:
+    env = {
+        **os.environ,
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "SPOTLINE_RAY_NUM_CPUS": "1",
+        "SPOTLINE_RAY_OBJECT_STORE_BYTES": str(80 * 2**20),
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "vm_image.agent.ray_operator", "--", sys.executable, "-c", DRIVER],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own group: what is left of it can be seen, and killed
+    )
 
 
 def group_alive(pgid: int) -> bool:
@@ -43,21 +69,7 @@ def group_alive(pgid: int) -> bool:
 
 def test_a_preempted_ray_node_stops_the_command_then_ray() -> None:
     require_framework("ray", "the Ray launcher's preemption test", "ray")
-    env = {
-        **os.environ,
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(free_port()),
-        "SPOTLINE_RAY_NUM_CPUS": "1",
-        "SPOTLINE_RAY_OBJECT_STORE_BYTES": str(80 * 2**20),
-    }
-    launcher = subprocess.Popen(
-        [sys.executable, "-m", "vm_image.agent.ray_operator", "--", sys.executable, "-c", DRIVER],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,  # its own group: what is left of it can be seen, and killed
-    )
+    launcher = launch(free_port())
     output: list[str] = []
     assert launcher.stdout is not None
     reader = threading.Thread(target=lambda: output.extend(launcher.stdout or []), daemon=True)
@@ -79,3 +91,23 @@ def test_a_preempted_ray_node_stops_the_command_then_ray() -> None:
     finally:
         if group_alive(launcher.pid):
             os.killpg(launcher.pid, signal.SIGKILL)
+
+
+def test_a_head_whose_ray_dies_fails_instead_of_waiting_for_ever() -> None:
+    require_framework("ray", "the Ray launcher's failed-start test", "ray")
+    port = free_port()
+    with socket.socket() as taken:  # Ray's client server cannot bind: its `ray start` dies
+        taken.bind(("127.0.0.1", port + 1))
+        taken.listen()
+        launcher = launch(port)
+        try:
+            output, _ = launcher.communicate(timeout=240)
+        finally:
+            if group_alive(launcher.pid):
+                os.killpg(launcher.pid, signal.SIGKILL)
+    # Before: ray.init() waited for the gone GCS for ever (seen in a run where
+    # the next port was taken). Now the launcher fails, whether Ray dies
+    # before or after the driver joined: with its own message, or Ray's core
+    # worker ends the process first, after its own.
+    assert launcher.returncode not in (0, None), output[-3000:]
+    assert "Some Ray subprocesses exited unexpectedly" in output

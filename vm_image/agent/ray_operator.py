@@ -35,6 +35,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 # Ray's default GCS port, for a job of one node (it has no MASTER_PORT).
 DEFAULT_PORT = 6379
@@ -45,6 +46,8 @@ POLL_S = 2.0
 HEAD_GONE_CHECKS = 3
 # How long the head's own Ray may take to answer on its port.
 HEAD_START_S = 180.0
+# How long the head's check of the nodes may take to connect to its own Ray.
+CONNECT_S = 120.0
 # How long Ray may drain (its own default is 30 s) before it is killed.
 STOP_GRACE_S = 40.0
 
@@ -236,8 +239,31 @@ class RayLauncher:
             raise RayLaunchError("preempted while the Ray nodes were joining")
         self._check_ray_running()
         if not ray.is_initialized():
-            ray.init(address=self.node.address, log_to_driver=False, logging_level="WARNING")
+            self._connect(ray)
         return sum(1 for n in ray.nodes() if n.get("Alive"))
+
+    def _connect(self, ray: Any) -> None:
+        """ray.init(), watched: it waits without end for a GCS that has gone
+        (a `ray start` that answered on its port, then died on another), so
+        it runs aside while this node's Ray is checked on."""
+        failure: list[BaseException] = []
+
+        def connect() -> None:
+            try:
+                ray.init(address=self.node.address, log_to_driver=False, logging_level="WARNING")
+            except BaseException as err:  # handed to the waiting thread
+                failure.append(err)
+
+        thread = threading.Thread(target=connect, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + CONNECT_S
+        while thread.is_alive():
+            self._check_ray_running()
+            if time.monotonic() >= deadline:
+                raise RayLaunchError(f"could not connect to the Ray head within {CONNECT_S:.0f} s")
+            thread.join(0.5)
+        if failure:
+            raise RayLaunchError(f"could not connect to the Ray head: {failure[0]}")
 
     def _check_ray_running(self) -> None:
         assert self.ray is not None
