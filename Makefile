@@ -6,8 +6,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 TENSORFLOW := $(VENV)/.tensorflow
+RAY := $(VENV)/.ray
+XGBOOST := $(VENV)/.xgboost
 
-.PHONY: demo test lint tools tensorflow bench bench-scale bench-econ soak soak-replay soak-deps clean
+.PHONY: demo test lint tools tensorflow ray xgboost bench bench-scale bench-econ soak soak-replay soak-deps clean
 
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +22,18 @@ $(INSTALLED): pyproject.toml
 tensorflow: $(TENSORFLOW)
 $(TENSORFLOW): $(INSTALLED)
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[tensorflow]'
+	touch $@
+
+# Ray (framework "ray": the launcher, the 2-node Ray tests), about 250 MB and
+# 10 s to install from a warm cache; XGBoost's CPU build, about 20 MB.
+ray: $(RAY)
+$(RAY): $(INSTALLED)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[ray]'
+	touch $@
+
+xgboost: $(XGBOOST)
+$(XGBOOST): $(INSTALLED)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[xgboost]'
 	touch $@
 
 demo: $(INSTALLED)

@@ -47,3 +47,34 @@ def test_ranks_outside_the_cluster_are_refused() -> None:
 def test_ports_differ_per_attempt() -> None:
     assert master_port("j", 1) != master_port("j", 2)
     assert 20000 <= master_port("j", 1) < 32000
+
+
+def test_jax_also_gets_the_seed_jax_operator_names() -> None:
+    env = cluster_env("jax", HOSTS, 1, 1234)
+    assert {k: env[k] for k in env if k.startswith("JAXOPERATOR_")} == {
+        "JAXOPERATOR_COORDINATOR_ADDRESS": "sl-j-a1-n0:1234",
+        "JAXOPERATOR_NUM_PROCESSES": "3",
+        "JAXOPERATOR_PROCESS_ID": "1",
+    }
+
+
+@pytest.mark.parametrize("framework", ["pytorch", "tensorflow", "xgboost", "jax", "ray", "command"])
+def test_every_framework_gets_the_seed_nodes_list(framework: str) -> None:
+    # Seed 003's scripts: nodes = os.environ['NODES'].split();
+    # node_rank = nodes.index(socket.gethostname()), the hostname being the VM name.
+    names = ["sl-j-a1-n0", "sl-j-a1-n1", "sl-j-a1-n2"]
+    env = cluster_env(framework, ["10.0.0.5", "10.0.0.6", "10.0.0.7"], 2, 7777, nodes=names)
+    assert env["NODES"].split().index("sl-j-a1-n2") == 2
+    assert env["NODES"] == "sl-j-a1-n0 sl-j-a1-n1 sl-j-a1-n2"
+    assert cluster_env(framework, HOSTS, 0, 7777)["NODES"] == " ".join(HOSTS)
+
+
+def test_node_names_must_match_the_hosts() -> None:
+    with pytest.raises(ValueError, match="2 node names for 3 hosts"):
+        cluster_env("pytorch", HOSTS, 0, 1, nodes=["a", "b"])
+
+
+def test_ray_gets_the_head_address() -> None:
+    env = cluster_env("ray", HOSTS, 2, 6379)
+    assert (env["RAY_ADDRESS"], env["RAY_SERVER"]) == ("sl-j-a1-n0:6379", "sl-j-a1-n0:6379")
+    assert "RAY_ADDRESS" not in cluster_env("pytorch", HOSTS, 2, 6379)

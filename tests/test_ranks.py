@@ -33,7 +33,7 @@ def test_by_default_a_node_runs_one_process_per_gpu() -> None:
     assert processes_per_node(command, gpus=8) == 8
 
 
-@pytest.mark.parametrize("framework", ["tensorflow", "jax", "xgboost"])
+@pytest.mark.parametrize("framework", ["tensorflow", "jax", "xgboost", "ray"])
 def test_frameworks_whose_one_process_drives_every_gpu_default_to_one(framework: str) -> None:
     job = spec(trainer=None, command=["python", "t.py"], framework=framework)
     assert processes_per_node(job, gpus=4) == 1
@@ -59,6 +59,9 @@ def test_spec_bounds_and_xgboost_are_named() -> None:
     xgb = {**BASE, "trainer": None, "command": ["x"], "framework": "xgboost"}
     with pytest.raises(InvalidMessage, match="processes_per_node: xgboost"):
         parse_spec(json.dumps({**xgb, "processes_per_node": 2}).encode())
+    ray = {**xgb, "framework": "ray"}
+    with pytest.raises(InvalidMessage, match="processes_per_node: a Ray node runs one launcher"):
+        parse_spec(json.dumps({**ray, "processes_per_node": 2}).encode())
 
 
 def test_each_rank_gets_what_torchrun_would_set() -> None:

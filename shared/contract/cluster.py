@@ -2,8 +2,11 @@
 
 The names follow what each framework reads (and the seed's AIchor operators):
 PyTorch's env:// rendezvous, TensorFlow's TF_CONFIG, XGBoost's tracker
-variables, JAX's coordinator. One process per node: a node's rank is its
-index in the job's node list; node 0 is the master/coordinator.
+variables, JAX's coordinator (under JAX's names and the seed's Jax-Operator
+``JAXOPERATOR_*`` names), Ray's head address. One process per node: a node's
+rank is its index in the job's node list; node 0 is the master/coordinator
+(Ray's head). ``NODES`` is the seed's DIY recipe: the VM names, space
+separated, in which a script finds its rank by its own hostname.
 """
 
 from __future__ import annotations
@@ -19,10 +22,23 @@ def master_port(job_id: str, attempt: int) -> int:
     return 20000 + zlib.crc32(f"{job_id}/{attempt}".encode()) % 12000
 
 
-def cluster_env(framework: str, hosts: list[str], rank: int, port: int) -> dict[str, str]:
-    """Variables for the node of ``rank`` among ``hosts`` (index = rank)."""
+def cluster_env(
+    framework: str,
+    hosts: list[str],
+    rank: int,
+    port: int,
+    nodes: list[str] | None = None,
+) -> dict[str, str]:
+    """Variables for the node of ``rank`` among ``hosts`` (index = rank).
+
+    ``nodes``: the VMs' names, for ``NODES`` (their hostnames on Compute
+    Engine); by default ``hosts``.
+    """
     if not 0 <= rank < len(hosts):
         raise ValueError(f"rank {rank} is not in a cluster of {len(hosts)}")
+    names = hosts if nodes is None else nodes
+    if len(names) != len(hosts):
+        raise ValueError(f"{len(names)} node names for {len(hosts)} hosts")
     world = str(len(hosts))
     master = hosts[0]
     env = {
@@ -34,6 +50,7 @@ def cluster_env(framework: str, hosts: list[str], rank: int, port: int) -> dict[
         "MASTER_PORT": str(port),
         "WORLD_SIZE": world,
         "RANK": str(rank),
+        "NODES": " ".join(names),
     }
     if framework in ("pytorch", "command"):
         env |= {"LOCAL_RANK": "0", "NODE_RANK": str(rank)}
@@ -52,5 +69,13 @@ def cluster_env(framework: str, hosts: list[str], rank: int, port: int) -> dict[
             "JAX_COORDINATOR_ADDRESS": f"{master}:{port}",
             "JAX_NUM_PROCESSES": world,
             "JAX_PROCESS_ID": str(rank),
+            # The seed's Jax-Operator names, for scripts written against it.
+            "JAXOPERATOR_COORDINATOR_ADDRESS": f"{master}:{port}",
+            "JAXOPERATOR_NUM_PROCESSES": world,
+            "JAXOPERATOR_PROCESS_ID": str(rank),
         }
+    elif framework == "ray":
+        # ray.init() with no argument joins the cluster at RAY_ADDRESS; the
+        # seed's Ray-Operator calls the same address RAY_SERVER.
+        env |= {"RAY_ADDRESS": f"{master}:{port}", "RAY_SERVER": f"{master}:{port}"}
     return env

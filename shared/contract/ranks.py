@@ -18,7 +18,7 @@ from shared.domain.spec import JobSpec
 # One process of these drives all of its node's GPUs (TensorFlow's mirrored
 # strategies, JAX's local devices, XGBoost's tracker takes one worker a node):
 # by default they get one, whatever the GPU count.
-ONE_PROCESS_FRAMEWORKS = ("tensorflow", "jax", "xgboost")
+ONE_PROCESS_FRAMEWORKS = ("tensorflow", "jax", "xgboost", "ray")
 
 
 def processes_per_node(spec: JobSpec, gpus: int) -> int:
@@ -43,8 +43,10 @@ def rank_env(
     ppn: int,
     local_rank: int,
     gpus: int,
+    nodes: list[str] | None = None,
 ) -> dict[str, str]:
-    """The variables of process ``local_rank`` on node ``node_rank`` of ``hosts``.
+    """The variables of process ``local_rank`` on node ``node_rank`` of ``hosts``
+    (``nodes``: the VMs' names, for ``NODES``, as ``cluster_env`` takes them).
 
     RANK and WORLD_SIZE count processes, not nodes; every rank sees all the
     node's GPUs (CUDA_VISIBLE_DEVICES, absent on a CPU machine) and takes
@@ -54,7 +56,7 @@ def rank_env(
         raise ValueError(f"local rank {local_rank} is not in a node of {ppn} processes")
     rank = node_rank * ppn + local_rank
     world = len(hosts) * ppn
-    env = cluster_env(framework, hosts, node_rank, port) | {
+    env = cluster_env(framework, hosts, node_rank, port, nodes) | {
         "RANK": str(rank),
         "WORLD_SIZE": str(world),
         "LOCAL_RANK": str(local_rank),

@@ -84,7 +84,7 @@ class JobSpec(BaseModel):
     zones: list[ZoneName] = Field(
         default_factory=list, max_length=64, description="Allowed zones; empty: defaults."
     )
-    framework: Literal["pytorch", "tensorflow", "xgboost", "jax", "command"] = Field(
+    framework: Literal["pytorch", "tensorflow", "xgboost", "jax", "ray", "command"] = Field(
         default="pytorch", description="Which distributed environment multi-node jobs get."
     )
     trainer: str | None = Field(default=None, description=f"Built-in: {BUILTIN_TRAINERS}.")
@@ -131,7 +131,16 @@ class JobSpec(BaseModel):
         description=(
             "Trainer processes (ranks) on each node. Default: the machine's GPU count "
             "(1 on a CPU machine) for pytorch and command jobs; 1 for tensorflow, jax, "
-            "xgboost and the keras_ffnn trainer, whose one process drives every GPU."
+            "xgboost, ray and the keras_ffnn trainer, whose one process drives every GPU."
+        ),
+    )
+    ray_join_timeout_s: int = Field(
+        default=600,
+        ge=1,
+        le=MAX_PERIOD_S,
+        description=(
+            "framework ray: how long the head waits for every node to join the Ray "
+            "cluster before the job FAILS, naming how many joined."
         ),
     )
     cool_down_period_s: Seconds = 0
@@ -313,6 +322,11 @@ class JobSpec(BaseModel):
         if self.framework == "xgboost":
             raise ValueError(
                 "processes_per_node: xgboost's tracker takes one worker per node; leave it unset"
+            )
+        if self.framework == "ray":
+            raise ValueError(
+                "processes_per_node: a Ray node runs one launcher, and Ray starts its own "
+                "workers on it; leave it unset"
             )
 
     # The OS can start no process with these (execve takes NUL-terminated

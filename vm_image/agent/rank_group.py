@@ -140,7 +140,14 @@ def start_ranks(
     try:
         for local_rank in range(ppn):
             own = rank_env(
-                assignment.spec.framework, hosts, node_rank, port, ppn, local_rank, assignment.gpus
+                assignment.spec.framework,
+                hosts,
+                node_rank,
+                port,
+                ppn,
+                local_rank,
+                assignment.gpus,
+                assignment.nodes or [instance],
             )
             reports = rank_events_path(events_path, local_rank)
             started.append(

@@ -44,10 +44,16 @@ class CannotStart(RuntimeError):
 
 
 def trainer_command(assignment: Assignment) -> list[str]:
+    """The trainer's argv; a Ray job's goes through the Ray launcher, which
+    starts this node's Ray (head or worker) and runs the argv on the head."""
     spec = assignment.spec
     if spec.command:
-        return list(spec.command)
-    return [sys.executable, "-m", f"vm_image.trainers.{spec.trainer}"]
+        command = list(spec.command)
+    else:
+        command = [sys.executable, "-m", f"vm_image.trainers.{spec.trainer}"]
+    if spec.framework == "ray":
+        return [sys.executable, "-m", "vm_image.agent.ray_operator", "--", *command]
+    return command
 
 
 def trainer_env(
@@ -59,7 +65,11 @@ def trainer_env(
     cluster: dict[str, str] = {}
     if assignment.nodes:
         rank = assignment.node_rank(instance)
-        cluster = cluster_env(spec.framework, assignment.hosts, rank, assignment.master_port)
+        cluster = cluster_env(
+            spec.framework, assignment.hosts, rank, assignment.master_port, assignment.nodes
+        )
+    if spec.framework == "ray":
+        cluster["SPOTLINE_RAY_JOIN_TIMEOUT_S"] = str(spec.ray_join_timeout_s)
     # The agent's own Python environment comes first on PATH: a command's
     # `python` has spotline, torch and fsspec, as the image installs them.
     path = os.pathsep.join([os.path.dirname(sys.executable), base.get("PATH", os.defpath)])

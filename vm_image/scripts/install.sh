@@ -18,7 +18,7 @@ apt-get update
 DEBIAN_FRONTEND=noninteractive apt-get install -y python3.11 python3.11-venv
 python3.11 -m venv /opt/spotline/venv
 /opt/spotline/venv/bin/pip install --upgrade pip
-/opt/spotline/venv/bin/pip install "$(ls /tmp/spotline-*.whl)[torch,tensorflow-cuda]"
+/opt/spotline/venv/bin/pip install "$(ls /tmp/spotline-*.whl)[torch,tensorflow-cuda,ray]"
 #    gs:// goes through gcsfs (a base dependency): fail the build, not the
 #    first checkpoint upload, if it is missing.
 /opt/spotline/venv/bin/python -c "import fsspec; fsspec.get_filesystem_class('gs')"

@@ -1,0 +1,21 @@
+"""Skip a test loudly where an optional framework is missing (``make ray``,
+``make xgboost`` install them): a skip nobody notices hides a broken install."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import warnings
+
+import pytest
+
+
+def require_framework(module: str, what: str, make_target: str) -> None:
+    """Skip the calling test unless ``module`` is importable, saying so loudly."""
+    message = (
+        f"!!! {what} SKIPPED: {module} is not installed here; make {make_target} installs it !!!"
+    )
+    if importlib.util.find_spec(module) is None:
+        print(f"\n{message}", file=sys.stderr)
+        warnings.warn(message, stacklevel=2)
+        pytest.skip(message)

@@ -1,0 +1,113 @@
+"""The Ray launcher as the agent runs it, on one node with real Ray: the
+command joins the node's cluster; a preemption notice (SIGTERM) reaches the
+command first, then Ray is stopped, leaving no Ray process behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from tests.framework_required import require_framework
+
+DRIVER = """
+import signal, sys, time
+import ray
+ray.init()
+print("driver joined", len(ray.nodes()), "node", flush=True)
+def on_notice(*_):
+    print("driver checkpointing on the notice", flush=True)
+    sys.exit(143)
+signal.signal(signal.SIGTERM, on_notice)
+time.sleep(300)
+"""
+
+
+def free_port() -> int:
+    """A port with its next one free too (the head's Ray client server's)."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+
+
+def launch(port: int) -> subprocess.Popen[str]:
+    env = {
+        **os.environ,
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "SPOTLINE_RAY_NUM_CPUS": "1",
+        "SPOTLINE_RAY_OBJECT_STORE_BYTES": str(80 * 2**20),
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "vm_image.agent.ray_operator", "--", sys.executable, "-c", DRIVER],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own group: what is left of it can be seen, and killed
+    )
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_a_preempted_ray_node_stops_the_command_then_ray() -> None:
+    require_framework("ray", "the Ray launcher's preemption test", "ray")
+    launcher = launch(free_port())
+    output: list[str] = []
+    assert launcher.stdout is not None
+    reader = threading.Thread(target=lambda: output.extend(launcher.stdout or []), daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 150
+        while not any("driver joined 1 node" in line for line in list(output)):
+            assert launcher.poll() is None, "".join(output[-40:])
+            assert time.monotonic() < deadline, "the driver never joined:\n" + "".join(output[-40:])
+            time.sleep(0.5)
+        launcher.send_signal(signal.SIGTERM)  # the agent's preemption notice
+        assert launcher.wait(timeout=90) == 143, "".join(output[-40:])
+        reader.join(timeout=30)
+        assert "driver checkpointing on the notice" in "".join(output)
+        deadline = time.monotonic() + 30
+        while group_alive(launcher.pid):  # gcs_server, raylet, ... all stopped
+            assert time.monotonic() < deadline, "Ray processes outlived the launcher"
+            time.sleep(0.5)
+    finally:
+        if group_alive(launcher.pid):
+            os.killpg(launcher.pid, signal.SIGKILL)
+
+
+def test_a_head_whose_ray_dies_fails_instead_of_waiting_for_ever() -> None:
+    require_framework("ray", "the Ray launcher's failed-start test", "ray")
+    port = free_port()
+    with socket.socket() as taken:  # Ray's client server cannot bind: its `ray start` dies
+        taken.bind(("127.0.0.1", port + 1))
+        taken.listen()
+        launcher = launch(port)
+        try:
+            output, _ = launcher.communicate(timeout=240)
+        finally:
+            if group_alive(launcher.pid):
+                os.killpg(launcher.pid, signal.SIGKILL)
+    # Before: ray.init() waited for the gone GCS for ever (seen in a run where
+    # the next port was taken). Now the launcher fails, whether Ray dies
+    # before or after the driver joined: with its own message, or Ray's core
+    # worker ends the process first, after its own.
+    assert launcher.returncode not in (0, None), output[-3000:]
+    assert "Some Ray subprocesses exited unexpectedly" in output
