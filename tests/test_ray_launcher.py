@@ -111,3 +111,10 @@ def test_a_head_whose_ray_dies_fails_instead_of_waiting_for_ever() -> None:
     # worker ends the process first, after its own.
     assert launcher.returncode not in (0, None), output[-3000:]
     assert "Some Ray subprocesses exited unexpectedly" in output
+    # Whenever it died: before the command started, or under it (then the
+    # command, waiting for the gone GCS, is stopped).
+    assert (
+        "`ray start` exited with code" in output
+        or "Ray on the head stopped" in output
+        or "could not connect to the Ray head" in output
+    ), output[-3000:]

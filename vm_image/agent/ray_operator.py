@@ -50,6 +50,8 @@ HEAD_START_S = 180.0
 CONNECT_S = 120.0
 # How long Ray may drain (its own default is 30 s) before it is killed.
 STOP_GRACE_S = 40.0
+# The head's exit code when its Ray stopped under the command.
+EXIT_RAY_STOPPED = 1
 
 
 class RayLaunchError(RuntimeError):
@@ -293,7 +295,36 @@ class RayLauncher:
         # A job of one node has no cluster env: its command joins this head too.
         env = {"RAY_ADDRESS": self.node.address, **self.env}
         self.user = subprocess.Popen(self.command, env=env)
-        return self.user.wait()
+        return self._wait_for_command()
+
+    def _wait_for_command(self) -> int:
+        """The command's exit code. Should this node's Ray stop under it (its
+        ``ray start`` exits: a Ray process died), the command's Ray calls
+        would wait for ever for the gone GCS: it is stopped, and the job fails
+        saying why, instead of holding its VM until the reaper's stall timeout
+        or for ever."""
+        assert self.user is not None and self.ray is not None
+        while True:
+            try:
+                return self.user.wait(timeout=POLL_S)
+            except subprocess.TimeoutExpired:
+                pass
+            code = self.ray.poll()
+            if code is None or self.stopping.is_set():
+                continue
+            print(
+                f"ray_operator: Ray on the head stopped (`ray start` exited with code {code}) "
+                "while the command ran; stopping the command",
+                file=sys.stderr,
+                flush=True,
+            )
+            self.user.terminate()
+            try:
+                self.user.wait(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                self.user.kill()
+                self.user.wait()
+            return EXIT_RAY_STOPPED
 
     def _run_worker(self) -> int:
         gone = 0
