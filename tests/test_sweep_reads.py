@@ -21,7 +21,7 @@ from shared.adapters.memory_store import InMemoryStore
 from shared.domain.documents import UserDoc
 from shared.domain.states import JobStatus, JobSubstatus
 from shared.settings import Settings
-from tests.documents import at, job
+from tests.documents import at, instance, job
 from tests.local_cloud import client
 
 # More than one page of each listing the sweep makes (the old fixed limits
@@ -125,3 +125,20 @@ def test_a_sweep_s_round_trips_do_not_grow_with_the_jobs_it_reads(
         sweep(deps, at(1))
         calls.append((store.ops - before).calls)
     assert calls[0] == calls[1]
+
+
+def test_a_sweep_reads_each_active_job_of_an_instance_once(
+    world: tuple[Deps, CountingStore, InMemoryStore],
+) -> None:
+    """Stage 1 needs the jobs of the live instances, stage 2 lists the active
+    jobs: stage 1 used to read the same jobs again, one batch get each."""
+    deps, store, inner = world
+    for n in range(ACTIVE_JOBS):
+        inner.create_job(job(f"run{n:05}", pending_events=[]))
+        inner.create_instance(instance(f"sl-run{n:05}-a1", f"run{n:05}"))
+    inner.create_instance(instance("sl-gone-a1", "gone"))  # its job is not active: read
+    sweep(deps, at(1))
+    assert store.ops.by_method["list_jobs.reads"] == ACTIVE_JOBS
+    # Batch gets left: "gone", and stage 4's of the users whose jobs stage 1
+    # requeued (these instances have no VMs). Before: one more per job.
+    assert store.ops.by_method["get_jobs.reads"] < ACTIVE_JOBS // 10

@@ -69,10 +69,13 @@ def sweep(deps: Deps, now: datetime) -> Counter[str]:
     live = InstanceStatus.live()
     instances = every(lambda after: store.list_instances(live, PAGE, after), _name)
     stopped = every(lambda after: store.stopped_instances(PAGE, after), _name)
-    counts = reap_vms(deps, instances, stopped, deps.compute.list({MANAGED_LABEL: "true"}), now)
+    vms = deps.compute.list({MANAGED_LABEL: "true"})
+    # Listed once, after the VMs: stage 1 finds its jobs here (and reads only
+    # the inactive ones it names), stage 2 decides on it. Stage 1's writes
+    # make it stale, as another function's would: stage 2's ops are guarded.
+    active = every(lambda after: store.list_jobs(JobStatus.active(), PAGE, after), _job_id)
+    counts = reap_vms(deps, instances, stopped, vms, now, known=active)
     # 2.
-    active_statuses = JobStatus.active()
-    active = every(lambda after: store.list_jobs(active_statuses, PAGE, after), _job_id)
     apply(deps, r.decide_jobs(active, settings, now), now, counts)
     # 3.
     due = store.due_queue(now)
@@ -128,10 +131,13 @@ def reap_vms(
     stopped: Sequence[InstanceDoc],
     vms: Sequence[Vm],
     now: datetime,
+    known: Iterable[JobDoc] = (),
 ) -> Counter[str]:
-    """Stage 1 on listings made before: the jobs are read now, after them."""
+    """Stage 1 on listings made before: the jobs are read after them, or
+    listed after them (``known``: one read of each active job per sweep)."""
+    jobs = {job.job_id: job for job in known}
     wanted = [i.job_id for i in instances] + [vm.labels.get(r.JOB_LABEL, "") for vm in vms]
-    jobs = _jobs(deps, wanted)
+    jobs.update(_jobs(deps, (job_id for job_id in wanted if job_id not in jobs)))
     return apply(deps, r.decide_vms(instances, stopped, vms, jobs, deps.settings, now), now)
 
 
