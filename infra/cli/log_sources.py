@@ -18,6 +18,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -161,7 +162,7 @@ class CloudSource:
         if node is not None:
             query += f" AND jsonPayload.node={node}"
         lines = []
-        for entry in _entries(self.project, query):
+        for entry in self._entries(query):
             key = entry.insert_id or f"{entry.timestamp}/{entry.payload}"
             if key in shown:
                 continue
@@ -184,20 +185,26 @@ class CloudSource:
                     del shown[insert_id]  # older than the next question: never listed again
         return lines
 
+    def _entries(self, query: str) -> Iterator[Any]:
+        from google.cloud import logging
 
-def _entries(project: str, query: str) -> Iterator[Any]:
-    from google.cloud import logging
+        yield from self._client.list_entries(
+            resource_names=[f"projects/{self.project}"],
+            filter_=query,
+            order_by=logging.ASCENDING,
+            page_size=_PAGE_SIZE,
+        )
 
-    from infra.deploy.endpoints import Endpoints, client_options
+    @cached_property
+    def _client(self) -> Any:
+        """One client for every attempt and every round of a follow (it keeps
+        its credentials and connections)."""
+        from google.cloud import logging
 
-    client = logging.Client(
-        project=project,
-        _use_grpc=False,  # REST: the same requests against Google or a local double
-        **client_options(Endpoints.from_env().logging, None),
-    )
-    yield from client.list_entries(
-        resource_names=[f"projects/{project}"],
-        filter_=query,
-        order_by=logging.ASCENDING,
-        page_size=_PAGE_SIZE,
-    )
+        from infra.deploy.endpoints import Endpoints, client_options
+
+        return logging.Client(
+            project=self.project,
+            _use_grpc=False,  # REST: the same requests against Google or a local double
+            **client_options(Endpoints.from_env().logging, None),
+        )
