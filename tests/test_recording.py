@@ -12,10 +12,9 @@ from pathlib import Path
 from functions.deps import Deps
 from functions.handlers.envelope import Message
 from functions.handlers.submit_job import submit_job
-from infra.cli.recording import copy_folder, take_snapshot
+from infra.cli.recording import copy_folder, snapshot_complete, take_snapshot
 from infra.localcloud.cloud import LocalCloud
 from shared.adapters.memory_store import InMemoryStore
-from shared.adapters.record_snapshot import snapshot_complete
 from shared.domain.recording import record_for
 from shared.domain.spec import JobSpec
 from shared.settings import Settings

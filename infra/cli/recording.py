@@ -12,8 +12,6 @@ import secrets
 import shutil
 from typing import TYPE_CHECKING
 
-from shared.adapters.record_snapshot import snapshot_complete
-
 if TYPE_CHECKING:
     from shared.domain.recording import Record
     from shared.domain.spec import JobSpec
@@ -48,6 +46,15 @@ def copy_folder(source: str, target: str) -> int:
         with source_fs.open(path, "rb") as read, target_fs.open(destination, "wb") as write:
             shutil.copyfileobj(read, write, _CHUNK)
     return len(files)
+
+
+def snapshot_complete(record: Record) -> bool:
+    """Whether the snapshot was copied whole (its marker is written last)."""
+    from fsspec.core import url_to_fs
+
+    fs, marker = url_to_fs(record.marker_uri)
+    fs.invalidate_cache(marker.rsplit("/", 1)[0])
+    return bool(fs.exists(marker))
 
 
 def take_snapshot(record: Record, spec: JobSpec) -> dict[str, int] | None:

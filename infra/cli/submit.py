@@ -142,8 +142,8 @@ def replay(args: argparse.Namespace) -> int:
     the copy's storage and run those instead."""
     from pydantic import ValidationError
 
+    from infra.cli.recording import snapshot_complete
     from shared.adapters.pubsub_bus import PubsubBus
-    from shared.adapters.record_snapshot import snapshot_complete
     from shared.domain.lifecycle import job_id_for
     from shared.domain.spec import JobSpec, describe_validation_error
     from shared.topics import topics_for

@@ -50,7 +50,7 @@ def node_layout(assignment: Assignment, instance: str) -> tuple[list[str], int, 
     """The hosts of the job's nodes, this node's rank, and the rendezvous port.
     A single node's ranks meet on loopback, at a port from the job and attempt."""
     if assignment.nodes:
-        return list(assignment.hosts), assignment.node_rank(instance), assignment.master_port
+        return list(assignment.hosts), assignment.nodes.index(instance), assignment.master_port
     return ["127.0.0.1"], 0, master_port(assignment.job_id, assignment.attempt)
 
 

@@ -12,7 +12,6 @@ the job then runs its originals, and says so.
 from __future__ import annotations
 
 from shared import logs
-from shared.adapters.record_snapshot import snapshot_complete
 from shared.contract.assignment import Assignment
 
 
@@ -22,10 +21,17 @@ def job_sources(assignment: Assignment) -> tuple[str | None, str | None]:
     record = assignment.record
     if record is None:
         return spec.code_uri, spec.data_uri
-    if not snapshot_complete(record):
+    if not _exists(record.marker_uri):
         logs.warning(
             f"the job's record has no {record.marker_uri}: it was not made (or not finished), "
             "so this attempt runs the originals"
         )
         return spec.code_uri, spec.data_uri
     return record.code_uri or spec.code_uri, record.data_uri or spec.data_uri
+
+
+def _exists(uri: str) -> bool:
+    from fsspec.core import url_to_fs
+
+    fs, path = url_to_fs(uri)
+    return bool(fs.exists(path))
