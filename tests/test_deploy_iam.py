@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from google.api_core.exceptions import BadRequest
 
+from functions.deps import Deps
+from functions.ops.jobs import cancel
 from infra.deploy import iam
 from infra.deploy.bootstrap import ProjectSetup
 from infra.deploy.deployer import Deployer
@@ -16,8 +18,12 @@ from infra.deploy.plan import DeployConfig
 from infra.localcloud.wire import ApiError
 from infra.localstack.emulators import Emulator
 from shared.adapters.gce_requests import VM_SCOPES
+from shared.adapters.memory_store import InMemoryStore
+from shared.adapters.recording_bus import RecordingBus
+from shared.domain.states import JobSubstatus
 from shared.settings import Settings
 from tests.cloud_double import CloudDouble
+from tests.documents import T0, job
 
 ROOT = Path(__file__).resolve().parents[1]
 # Roles that would let an account (or a leaked VM token) do far more than its job.
@@ -63,9 +69,24 @@ def test_the_functions_account_runs_vms_as_the_vm_account_only() -> None:
         (iam.Scope.PROJECT, iam.Role.DATASTORE_USER),
         (iam.Scope.PROJECT, iam.Role.RUN_INVOKER),
         (iam.Scope.SERVICE_ACCOUNT, iam.Role.SERVICE_ACCOUNT_USER),
+        (iam.Scope.TOPIC, iam.Role.PUBLISHER),
     }
     [user] = [b for b in mine if b.role is iam.Role.SERVICE_ACCOUNT_USER]
     assert user.resource == f"projects/acme-ml/serviceAccounts/{CONFIG.vm_account}"
+
+
+def test_the_functions_account_publishes_where_the_functions_publish_and_nowhere_else() -> None:
+    # What the functions really publish: a job's life through the real
+    # operations, with every publish recorded (a missing grant was found only
+    # in review: the job-events outbox would have been refused in a project).
+    bus = RecordingBus("acme-ml")
+    deps = Deps(Settings(project="acme-ml"), store=InMemoryStore(), bus=bus)
+    deps.store.create_job(job(substatus=JobSubstatus.WAITING_FOR_CAPACITY))
+    cancel(deps, "job1", "not needed", T0)
+    published = {bus.topic_path(key) for key, _ in bus.published}
+    granted = {b.resource for b in every_binding() if b.member == FN and b.scope is iam.Scope.TOPIC}
+    assert published and granted == published
+    assert all(b.role is iam.Role.PUBLISHER for b in every_binding() if b.resource in granted)
 
 
 def test_the_vm_account_publishes_vm_events_writes_jobs_files_and_logs_nothing_more() -> None:

@@ -9,8 +9,8 @@ compute.admin, ...) appears in them or on the wire. Least privilege:
   regions' quotas (``compute.instanceAdmin.v1``), attaches the VM account and no
   other (``iam.serviceAccountUser`` on that account alone), reads and writes
   Firestore (``datastore.user``), and is the identity its Pub/Sub triggers
-  invoke the functions as (``run.invoker``). The functions publish no event, so
-  it publishes on no topic.
+  invoke the functions as (``run.invoker``). It publishes on the topics the
+  functions publish on (``FUNCTION_TOPICS``) and no other.
 - the VM account publishes on the VM event topics only, reads and writes objects
   under the storage root's ``jobs/`` prefix only (an IAM condition), and writes
   logs. No Compute, IAM or Firestore right.
@@ -98,6 +98,8 @@ VM_ACCOUNT = Account(
 ACCOUNTS = (FUNCTIONS_ACCOUNT, VM_ACCOUNT)
 VM_EVENT_TOPICS = ("vm_booted", "epoch_done", "job_finished", "spot_preempted")
 USER_TOPICS = ("submit", "cancel")
+# What the functions publish: each job's state changes (``functions.ops.outbox``).
+FUNCTION_TOPICS = ("job_events",)
 
 
 @dataclass(frozen=True)
@@ -219,6 +221,10 @@ def bindings(config: IamConfig) -> list[Binding]:
             "checkpoints and outputs",
             jobs_condition(config),
         ),
+    ]
+    found += [
+        Binding(Scope.TOPIC, config.topic(key), Role.PUBLISHER, fn, "what the functions publish")
+        for key in FUNCTION_TOPICS
     ]
     found += [
         Binding(Scope.TOPIC, config.topic(key), Role.PUBLISHER, vm, "VM events")
