@@ -134,6 +134,14 @@ class Settings(BaseSettings):
         ge=0,
         description="a job requesting a VM this long (seconds) is placed again",
     )
+    # A running job's cost in Firestore is at most this old: the reaper prices
+    # it again then, not at every tick (one write per running job a minute
+    # was most of a 10,000-job sweep).
+    cost_refresh_s: float = Field(
+        default=300.0,
+        ge=0,
+        description="the reaper prices a running job's cost so far this often (seconds)",
+    )
     max_active_jobs: int = Field(
         default=5,
         ge=1,

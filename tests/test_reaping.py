@@ -9,6 +9,7 @@ from typing import Any
 from shared.domain import reaping as r
 from shared.domain.cooling import claim, start_cooling
 from shared.domain.documents import AttemptRecord, InstanceDoc, JobDoc
+from shared.domain.lifecycle import accrue
 from shared.domain.liveness import NOTICE_MARGIN_S, PREEMPTION_NOTICE_S
 from shared.domain.pricing import CoolingRule
 from shared.domain.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
@@ -24,6 +25,7 @@ class Limits:
     stall_timeout_s: float = 300
     boot_timeout_s: float = 600
     request_timeout_s: float = 120
+    cost_refresh_s: float = 300
 
 
 LIMITS = Limits()
@@ -246,6 +248,18 @@ def test_a_running_job_accrues_its_cost() -> None:
     assert r.decide_jobs([running], LIMITS, at(10)) == [r.Accrue(running)]
     waiting = job(substatus=S.WAITING_FOR_QUOTA, status=JobStatus.QUEUING)
     assert r.decide_jobs([waiting], LIMITS, at(10)) == []
+
+
+def test_a_running_job_is_priced_again_only_once_its_cost_is_cost_refresh_s_old() -> None:
+    priced = job(cost_as_of=at(100))
+    assert r.decide_jobs([priced], LIMITS, at(399)) == []
+    assert r.decide_jobs([priced], LIMITS, at(400)) == [r.Accrue(priced)]
+    never = job()  # placed, never priced yet
+    assert r.decide_jobs([never], LIMITS, at(1)) == [r.Accrue(never)]
+
+
+def test_pricing_a_job_records_when() -> None:
+    assert accrue(job(), at(42)).cost_as_of == at(42)
 
 
 def test_a_job_past_its_max_runtime_is_canceled() -> None:

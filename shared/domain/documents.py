@@ -83,6 +83,9 @@ class JobDoc(_Doc):
     on_demand_cost_usd: float = 0.0  # the same VM time at on-demand prices
     savings_percent: float | None = None
     cooling_cost_usd: float = 0.0  # holding its VM idle afterwards, for the next job
+    # When ``cost_usd`` was last priced (``lifecycle.accrue``): the reaper
+    # prices a running job again once this is ``cost_refresh_s`` old.
+    cost_as_of: datetime | None = None
     # The cooling period it left, by instance name: set, never added to, so a
     # redelivered or repeated charge changes nothing.
     cooling_charges: dict[str, float] = Field(default_factory=dict)

@@ -378,6 +378,7 @@ def accrue(job: JobDoc, now: datetime) -> JobDoc:
             "cost_usd": cost,
             "on_demand_cost_usd": on_demand,
             "savings_percent": savings_percent(cost, on_demand),
+            "cost_as_of": now,
         }
     )
 

@@ -83,6 +83,8 @@ class Timeouts(Protocol):
     def boot_timeout_s(self) -> float: ...
     @property
     def request_timeout_s(self) -> float: ...
+    @property
+    def cost_refresh_s(self) -> float: ...
 
 
 def decide_vms(
@@ -197,11 +199,16 @@ def orphaned(vm: Vm, instance: InstanceDoc | None, job: JobDoc | None, now: date
     return vm.state != VmState.STOPPING
 
 
+def _cost_stale(job: JobDoc, timeouts: Timeouts, now: datetime) -> bool:
+    priced = job.cost_as_of
+    return priced is None or (now - priced).total_seconds() >= timeouts.cost_refresh_s
+
+
 def decide_jobs(jobs: Sequence[JobDoc], timeouts: Timeouts, now: datetime) -> list[JobAction]:
     """Stage 2, over the active jobs."""
     actions: list[JobAction] = []
     for job in jobs:
-        if job.substatus in JobSubstatus.on_vm():
+        if job.substatus in JobSubstatus.on_vm() and _cost_stale(job, timeouts, now):
             actions.append(Accrue(job))
         limit = job.spec.max_runtime_s
         if limit is not None and (now - job.created_at).total_seconds() > limit:
