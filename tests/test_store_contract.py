@@ -494,6 +494,12 @@ def test_lists_page_on_from_the_last_key(store: Store) -> None:
     for name in ("bob", "alice", "carol"):
         store.update_user(name, lambda u: u)
     assert [u.user for u in store.list_users(limit=1, after="alice")] == ["bob"]
+    # The same listings, keys alone.
+    assert store.list_job_ids(active, limit=2, after="b") == ["d", "e"]
+    assert store.list_job_ids([JobStatus.CANCELED]) == ["c"]
+    assert store.list_instance_names([closed], limit=2) == ["vm1", "vm2"]
+    assert store.stopped_instance_names(after="vm1") == ["vm2", "vm3"]
+    assert store.list_user_names(limit=2, after="alice") == ["bob", "carol"]
 
 
 def test_batch_gets_return_the_documents_found_by_key(store: Store) -> None:
@@ -505,6 +511,8 @@ def test_batch_gets_return_the_documents_found_by_key(store: Store) -> None:
     assert store.get_jobs([]) == {}
     assert store.get_jobs(iter(["b"])).keys() == {"b"}  # any iterable, read once
     assert store.get_instances(["vm1", "vm9"]) == {"vm1": store.get_instance("vm1")}
+    store.update_user("bob", lambda u: u)
+    assert store.get_users(["bob", "nobody"]) == {"bob": store.get_user("bob")}
 
 
 def test_instance_lists_take_one_user_s_only(store: Store) -> None:

@@ -41,9 +41,14 @@ _QUERIES = frozenset(
         "recent_rejections",
         "availability",
         "unpublished_jobs",
+        # Keys alone: billed as a read per document all the same.
+        "list_job_ids",
+        "list_instance_names",
+        "stopped_instance_names",
+        "list_user_names",
     }
 )
-_BATCH_GETS = frozenset({"get_jobs", "get_instances"})
+_BATCH_GETS = frozenset({"get_jobs", "get_instances", "get_users"})
 _CREATES = frozenset({"create_job", "create_instance", "record_rejection"})
 _SETS = frozenset({"put_epoch", "put_queue", "record_request"})
 _UPDATES = frozenset({"update_job", "update_instance", "update_user"})

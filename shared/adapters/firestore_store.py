@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import BaseModel
 
 from shared.adapters.firestore_diff import changed_fields
+from shared.adapters.firestore_listing import keys_of, page_query
 from shared.domain.catalog import Machine
 from shared.domain.documents import (
     EpochDoc,
@@ -54,7 +55,6 @@ JOBS, INSTANCES, QUEUE, REJECTED, EPOCHS, USERS, MACHINES = (
     "machines",
 )
 _UPDATE_ATTEMPTS = 20
-_IN_LIMIT = 30  # Firestore's bound on the values of an ``in`` filter
 _GET_ALL = 300  # documents per batch get (a request's size stays small)
 
 
@@ -98,6 +98,11 @@ class FirestoreStore:
         self, statuses: Iterable[str] | None = None, limit: int = 200, after: str | None = None
     ) -> list[JobDoc]:
         return self._list(JOBS, JobDoc, "status", statuses, limit, after)
+
+    def list_job_ids(
+        self, statuses: Iterable[str], limit: int = 1000, after: str | None = None
+    ) -> list[str]:
+        return self._keys(JOBS, "status", statuses, limit, after)
 
     def unpublished_jobs(self, limit: int = 200) -> list[JobDoc]:
         return self._list(JOBS, JobDoc, "outbox", ["pending"], limit, None)
@@ -187,6 +192,14 @@ class FirestoreStore:
         """CLOSED/STOPPED instances: kept, restartable, and watched by the reaper."""
         return self._list(INSTANCES, InstanceDoc, "substatus", ["STOPPED"], limit, after, user)
 
+    def list_instance_names(
+        self, statuses: Iterable[str], limit: int = 1000, after: str | None = None
+    ) -> list[str]:
+        return self._keys(INSTANCES, "status", statuses, limit, after)
+
+    def stopped_instance_names(self, limit: int = 1000, after: str | None = None) -> list[str]:
+        return self._keys(INSTANCES, "substatus", ["STOPPED"], limit, after)
+
     # -- queue ------------------------------------------------------------
 
     def put_queue(self, entry: QueueEntry) -> None:
@@ -234,8 +247,14 @@ class FirestoreStore:
         assert updated is not None  # created just above; users are never deleted
         return updated
 
+    def get_users(self, users: Iterable[str]) -> dict[str, UserDoc]:
+        return self._get_all(USERS, users, UserDoc)
+
     def list_users(self, limit: int = 1000, after: str | None = None) -> list[UserDoc]:
         return self._list(USERS, UserDoc, "user", None, limit, after)
+
+    def list_user_names(self, limit: int = 1000, after: str | None = None) -> list[str]:
+        return self._keys(USERS, "user", None, limit, after)
 
     # -- machines -------------------------------------------------------------
 
@@ -371,32 +390,18 @@ class FirestoreStore:
         after: str | None,
         user: str | None = None,
     ) -> list[Doc]:
-        """A page: the filter's documents (only ``user``'s, when given) in key
-        order, the first ``limit`` of them past key ``after``.
+        query = page_query(self.client, collection, field, values, limit, after, user)
+        return [model.model_validate(snap.to_dict()) for snap in query.stream()]
 
-        No composite index is needed: one value is an equality, and equalities
-        on two fields are served by merging single-field indexes; an ``in`` is
-        only ever used alone."""
-        from google.cloud.firestore_v1.base_query import FieldFilter
-
-        query: Any = self.client.collection(collection)
-        wanted = [str(value) for value in values] if values is not None else None
-        if wanted is not None:
-            if not 0 < len(wanted) <= _IN_LIMIT:
-                # Firestore answers InvalidArgument; a caller's mistake is a ValueError.
-                raise ValueError(f"{field} in {wanted}: between 1 and {_IN_LIMIT} values")
-            op = "==" if len(wanted) == 1 else "in"
-            query = query.where(filter=FieldFilter(field, op, wanted[0] if op == "==" else wanted))
-        if user is not None:
-            if wanted is not None and len(wanted) > 1:
-                # ``in`` and another field would need a composite index.
-                raise ValueError(f"{field} in {wanted} with a user: give one value")
-            query = query.where(filter=FieldFilter("user", "==", user))
-        query = query.order_by("__name__")
-        if after is not None:
-            last = self.client.collection(collection).document(after)
-            query = query.start_after({"__name__": last})
-        return [model.model_validate(snap.to_dict()) for snap in query.limit(limit).stream()]
+    def _keys(
+        self,
+        collection: str,
+        field: str,
+        values: Iterable[str] | None,
+        limit: int,
+        after: str | None,
+    ) -> list[str]:
+        return keys_of(page_query(self.client, collection, field, values, limit, after))
 
 
 def _recent_filters(limit: int, statuses: Iterable[str] | None) -> set[str] | None:

@@ -101,6 +101,11 @@ class InMemoryStore:
     ) -> list[JobDoc]:
         return self._list(JOBS, JobDoc, "status", statuses, limit, after)
 
+    def list_job_ids(
+        self, statuses: Iterable[str], limit: int = 1000, after: str | None = None
+    ) -> list[str]:
+        return self._keys(JOBS, "status", statuses, limit, after)
+
     def unpublished_jobs(self, limit: int = 200) -> list[JobDoc]:
         return self._list(JOBS, JobDoc, "outbox", ["pending"], limit)
 
@@ -172,6 +177,14 @@ class InMemoryStore:
     ) -> list[InstanceDoc]:
         return self._list(INSTANCES, InstanceDoc, "substatus", ["STOPPED"], limit, after, user)
 
+    def list_instance_names(
+        self, statuses: Iterable[str], limit: int = 1000, after: str | None = None
+    ) -> list[str]:
+        return self._keys(INSTANCES, "status", statuses, limit, after)
+
+    def stopped_instance_names(self, limit: int = 1000, after: str | None = None) -> list[str]:
+        return self._keys(INSTANCES, "substatus", ["STOPPED"], limit, after)
+
     # -- queue ------------------------------------------------------------
 
     def put_queue(self, entry: QueueEntry) -> None:
@@ -211,8 +224,15 @@ class InMemoryStore:
         assert updated is not None  # created just above; users are never deleted
         return updated
 
+    def get_users(self, users: Iterable[str]) -> dict[str, UserDoc]:
+        found = {user: self.get_user(user) for user in set(users)}
+        return {user: doc for user, doc in found.items() if doc is not None}
+
     def list_users(self, limit: int = 1000, after: str | None = None) -> list[UserDoc]:
         return self._list(USERS, UserDoc, "user", None, limit, after)
+
+    def list_user_names(self, limit: int = 1000, after: str | None = None) -> list[str]:
+        return self._keys(USERS, "user", None, limit, after)
 
     # -- machines -------------------------------------------------------------
 
@@ -330,6 +350,16 @@ class InMemoryStore:
             documents = dict(self._docs.get(collection, {}))
         return [(key, documents[key][1]) for key in sorted(documents)]
 
+    def _keys(
+        self,
+        collection: str,
+        field: str,
+        values: Iterable[str] | None,
+        limit: int,
+        after: str | None,
+    ) -> list[str]:
+        return [doc[0] for doc in self._rows(collection, field, values, after, None)[:limit]]
+
     def _list(
         self,
         collection: str,
@@ -340,17 +370,27 @@ class InMemoryStore:
         after: str | None = None,
         user: str | None = None,
     ) -> list[Doc]:
+        rows = self._rows(collection, field, values, after, user)
+        return [model.model_validate(fields) for _, fields in rows[:limit]]
+
+    def _rows(
+        self,
+        collection: str,
+        field: str,
+        values: Iterable[str] | None,
+        after: str | None,
+        user: str | None,
+    ) -> list[tuple[str, dict[str, Any]]]:
         wanted = [str(value) for value in values] if values is not None else None
         if wanted is not None and not 0 < len(wanted) <= _IN_LIMIT:
             # Firestore refuses such an ``in`` filter; fail here the same way.
             raise ValueError(f"{field} in {wanted}: between 1 and {_IN_LIMIT} values")
         if user is not None and wanted is not None and len(wanted) > 1:
             raise ValueError(f"{field} in {wanted} with a user: give one value")
-        rows = [
-            fields
+        return [
+            (key, fields)
             for key, fields in self._snapshot(collection)
             if (wanted is None or fields.get(field) in wanted)
             and (after is None or key > after)
             and (user is None or fields.get("user") == user)
         ]
-        return [model.model_validate(fields) for fields in rows[:limit]]

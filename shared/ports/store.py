@@ -40,6 +40,11 @@ Contract, for every adapter:
   ``instances_of_job(job_id)``: every instance of the
   job, in key order. ``list_users(limit, after)``: every user, in key order,
   paged the same way.
+* ``list_job_ids(statuses, limit, after)``, ``list_instance_names(statuses,
+  limit, after)``, ``stopped_instance_names(limit, after)``,
+  ``list_user_names(limit, after)``: the keys of the same listings, paged the
+  same way, without the documents (the reaper's tick, which hands pages of
+  keys out). ``get_users(users)``: ``get_jobs`` for users.
 * ``unpublished_jobs(limit)``: the jobs whose outbox holds events not yet
   published (``outbox == "pending"``, ``shared.domain.job_events``), at most
   ``limit`` of them, in key order.
@@ -94,6 +99,10 @@ class Store(Protocol):
         self, statuses: Iterable[str] | None = None, limit: int = 200, after: str | None = None
     ) -> list[JobDoc]: ...
 
+    def list_job_ids(
+        self, statuses: Iterable[str], limit: int = 1000, after: str | None = None
+    ) -> list[str]: ...
+
     def unpublished_jobs(self, limit: int = 200) -> list[JobDoc]: ...
 
     def recent_jobs(
@@ -132,6 +141,12 @@ class Store(Protocol):
         self, limit: int = 500, after: str | None = None, user: str | None = None
     ) -> list[InstanceDoc]: ...
 
+    def list_instance_names(
+        self, statuses: Iterable[str], limit: int = 1000, after: str | None = None
+    ) -> list[str]: ...
+
+    def stopped_instance_names(self, limit: int = 1000, after: str | None = None) -> list[str]: ...
+
     # -- queue
     def put_queue(self, entry: QueueEntry) -> None: ...
 
@@ -148,7 +163,11 @@ class Store(Protocol):
 
     def update_user(self, user: str, change: Callable[[UserDoc], UserDoc]) -> UserDoc: ...
 
+    def get_users(self, users: Iterable[str]) -> dict[str, UserDoc]: ...
+
     def list_users(self, limit: int = 1000, after: str | None = None) -> list[UserDoc]: ...
+
+    def list_user_names(self, limit: int = 1000, after: str | None = None) -> list[str]: ...
 
     # -- machines
     def seed_machines(self, catalog: dict[str, Machine]) -> None: ...
