@@ -11,6 +11,7 @@ from functions.handlers.on_job_finished import on_job_finished
 from functions.handlers.on_spot_preempted import on_spot_preempted
 from functions.handlers.on_vm_booted import on_vm_booted
 from functions.handlers.reaper import reaper
+from functions.handlers.reaper_page import reaper_page
 from functions.handlers.submit_job import submit_job
 
 __all__ = [
@@ -21,5 +22,6 @@ __all__ = [
     "on_spot_preempted",
     "on_vm_booted",
     "reaper",
+    "reaper_page",
     "submit_job",
 ]

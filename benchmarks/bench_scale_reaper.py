@@ -1,6 +1,9 @@
-"""The reaper at scale: one real sweep (``functions.ops.sweep``) on the Firestore
-emulator over 10,000 active jobs, their instances and VMs, then again with
-100,000 terminal jobs added. Reads are counted at the store port
+"""The reaper at scale, on the Firestore emulator, over 10,000 active jobs,
+their instances and VMs: the tick and each of its pages as their own
+invocations would run them (``functions.ops.sweep_pages``), the first time,
+when every job's cost is due; then a whole sweep in one process
+(``functions.ops.sweep.sweep``) once the costs are fresh; then that again
+with 100,000 terminal jobs added. Reads are counted at the store port
 (``CountingStore``); terminal jobs must add none.
 
 Run: make bench-scale   (or .venv/bin/python benchmarks/bench_scale_reaper.py
@@ -29,6 +32,7 @@ from scale_world import (
 
 from functions.deps import Deps
 from functions.ops.sweep import sweep
+from functions.ops.sweep_pages import plan, run_page
 from infra.localcloud.cloud import LocalCloud
 from infra.localcloud.instances import spec_from_request
 from infra.localcloud.launchers import RecordLauncher
@@ -53,7 +57,8 @@ def seed_active(store: FirestoreStore, cloud: LocalCloud, active: int, now: date
         job, instance, vm = clone(t, n)
         # Its events published, as a running job's are: the template's outbox,
         # unpublishable here (no bus), made stage 5 try 10,000 publishes.
-        job = job.model_copy(update={"pending_events": []})
+        # Never priced yet: the first sweep prices every one (the worst case).
+        job = job.model_copy(update={"pending_events": [], "cost_as_of": None})
         jobs[job.job_id], instances[instance.name] = job, instance
         vms.append(spec_from_request({**vm, "machine_type": t.instance.machine_type}))
         user = users.setdefault(user_of(n), UserDoc(user=user_of(n), updated_at=now))
@@ -92,6 +97,38 @@ def timed_sweep(deps: Deps, store: CountingStore, now: datetime) -> dict[str, An
     }
 
 
+def timed_pages(deps: Deps, store: CountingStore, now: datetime) -> dict[str, Any]:
+    """The tick's listing, then each page, one after another, each timed:
+    Cloud Functions would run the pages at once, each in its own instance."""
+    before = store.ops.snapshot()
+    started = time.perf_counter()
+    pages = plan(deps, now)
+    tick_s = time.perf_counter() - started
+    tick_ops = store.ops - before
+    seconds: dict[str, list[float]] = {}
+    for page in pages:
+        begun = time.perf_counter()
+        run_page(deps, page)
+        seconds.setdefault(page.kind, []).append(time.perf_counter() - begun)
+    ops = store.ops - before
+    slowest = max(s for kind in seconds.values() for s in kind)
+    return {
+        "tick_s": round(tick_s, 2),
+        "tick_reads": tick_ops.reads,
+        "pages": {kind: len(times) for kind, times in seconds.items()},
+        "page_s": {
+            kind: {"max": round(max(t), 2), "median": round(sorted(t)[len(t) // 2], 2)}
+            for kind, t in seconds.items()
+        },
+        "largest_page_bytes": max(len(p.model_dump_json()) for p in pages),
+        "pages_one_after_another_s": round(sum(sum(t) for t in seconds.values()), 2),
+        "tick_then_slowest_page_s": round(tick_s + slowest, 2),
+        "reads": ops.reads,
+        "writes": ops.writes,
+        "reads_by_method": {k: v for k, v in sorted(ops.by_method.items()) if k.endswith("reads")},
+    }
+
+
 def run(active: int, terminal: int) -> dict[str, Any]:
     now = datetime.now(UTC)
     results: dict[str, Any] = {"active_jobs": active, "terminal_jobs": terminal}
@@ -105,12 +142,15 @@ def run(active: int, terminal: int) -> dict[str, Any]:
         store = CountingStore(FirestoreStore(PROJECT))
         settings = Settings(project=PROJECT, zones=ZONES)
         deps = Deps(settings, store=store, compute=compute_client(cloud))
-        results["sweep_active"] = timed_sweep(deps, store, now + timedelta(seconds=20))
+        results["paged"] = timed_pages(deps, store, now + timedelta(seconds=20))
         save("reaper", results)  # kept should the rest not finish
+        progress(f"paged: {results['paged']['tick_then_slowest_page_s']} s; a whole sweep")
+        results["sweep_active"] = timed_sweep(deps, store, now + timedelta(seconds=40))
+        save("reaper", results)
         progress(f"swept in {results['sweep_active']['seconds']} s; seeding {terminal} terminal")
         results["seed_terminal_s"] = round(seed_terminal(firestore, active, terminal, now), 1)
         progress(f"seeded in {results['seed_terminal_s']} s; sweeping")
-        results["sweep_with_terminal"] = timed_sweep(deps, store, now + timedelta(seconds=40))
+        results["sweep_with_terminal"] = timed_sweep(deps, store, now + timedelta(seconds=60))
     return results
 
 
@@ -118,6 +158,18 @@ def show(results: dict[str, Any]) -> None:
     print(
         f"reaper sweep, Firestore emulator, {results['active_jobs']} active jobs + instances + VMs"
     )
+    paged = results["paged"]
+    print(
+        f"  tick and pages, every cost due: tick {paged['tick_s']} s ({paged['tick_reads']} reads),"
+        f" pages {paged['pages']}, slowest by kind {paged['page_s']},"
+        f" largest page {paged['largest_page_bytes']} bytes"
+    )
+    print(
+        f"    tick + slowest page: {paged['tick_then_slowest_page_s']} s (pages at once, as"
+        f" Cloud Functions runs them); one after another: {paged['pages_one_after_another_s']} s;"
+        f" {paged['reads']} reads, {paged['writes']} writes"
+    )
+    print("  whole sweeps in one process, costs fresh:")
     print(f"  {'':<34}{'seconds':>9}{'reads':>9}{'writes':>9}{'deletes':>9}")
     for key, label in (
         ("sweep_active", "active only"),

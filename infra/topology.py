@@ -78,6 +78,15 @@ FUNCTIONS: tuple[Function, ...] = (
         max_delivery_attempts=5,
         retry=RetryPolicy(minimum_backoff_s=30, maximum_backoff_s=60),
     ),
+    # One page of a tick; a page retried past reaper_page_max_age_s is dropped.
+    Function(
+        "reaper_page",
+        "reaper_page",
+        timeout_s=540,
+        ack_deadline_s=540,
+        max_delivery_attempts=5,
+        retry=RetryPolicy(minimum_backoff_s=10, maximum_backoff_s=30),
+    ),
 )
 
 # The Cloud Functions runtime (Cloud Run functions offers python310 to python314

@@ -142,6 +142,17 @@ class Settings(BaseSettings):
         ge=0,
         description="the reaper prices a running job's cost so far this often (seconds)",
     )
+    reaper_page_size: int = Field(
+        default=500,
+        ge=1,
+        le=5000,
+        description="documents per page the reaper tick hands out (users: a tenth as many)",
+    )
+    reaper_page_max_age_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="a reaper page delivered later than this (seconds) is dropped",
+    )
     max_active_jobs: int = Field(
         default=5,
         ge=1,

@@ -6,6 +6,7 @@ never see each other's documents or topics.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -24,6 +25,7 @@ from infra.localcloud.launchers import RecordLauncher
 from infra.localstack.emulators import Emulator, emulators_available, start_firestore, start_pubsub
 from infra.localstack.stack import LocalStack, StackOptions
 from infra.localstack.storage import StorageEmulator, reload_fsspec_config, storage_emulator_missing
+from shared.topics import TOPICS
 from tests.event_tokens import token_for
 from tests.pubsub_events import post
 
@@ -204,7 +206,11 @@ def host(project: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Itera
 
 @pytest.fixture
 def call(host: LocalCloud, project: str, repo_root: Path) -> Callable[..., Any]:
+    """Deliver a message to a function through the functions framework. A
+    reaper tick's pages, published on the emulator's page topic, are then
+    pulled and delivered to ``reaper_page``, as the deployed topology would."""
     clients: dict[str, Any] = {}
+    pages = PagePull(project)
 
     def send(
         target: str,
@@ -219,9 +225,63 @@ def call(host: LocalCloud, project: str, repo_root: Path) -> Callable[..., Any]:
                 target=target, source=str(repo_root / "main.py"), signature_type="cloudevent"
             )
             clients[target] = app.test_client()
-        return post(clients[target], project, topic_key, payload, message_id, mode, **kw)
+        if target == "reaper":
+            pages.subscribe()
+        response = post(clients[target], project, topic_key, payload, message_id, mode, **kw)
+        if target == "reaper":
+            for page_id, data in pages.pull():
+                send("reaper_page", "reaper_page", data, message_id=page_id)
+        return response
 
     return send
+
+
+class PagePull:
+    """A pull subscription on the project's reaper page topic (emulator)."""
+
+    def __init__(self, project: str) -> None:
+        self.project = project
+        self.subscription: str | None = None
+
+    def subscribe(self) -> None:
+        if self.subscription is not None:
+            return
+        from google.api_core.exceptions import AlreadyExists
+        from google.cloud import pubsub_v1
+
+        publisher, subscriber = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
+        topic = publisher.topic_path(self.project, TOPICS["reaper_page"])
+        subscription = subscriber.subscription_path(self.project, "test-reaper-pages")
+        for create in (
+            lambda: publisher.create_topic(name=topic),
+            lambda: subscriber.create_subscription(name=subscription, topic=topic),
+        ):
+            with contextlib.suppress(AlreadyExists):
+                create()
+        self.subscription = subscription
+
+    def pull(self) -> list[tuple[str, bytes]]:
+        from google.cloud import pubsub_v1
+
+        subscriber = pubsub_v1.SubscriberClient()
+        found: list[tuple[str, bytes]] = []
+        while True:
+            # The tick published before it answered: nothing is on its way.
+            answer = subscriber.pull(
+                request={
+                    "subscription": self.subscription,
+                    "max_messages": 100,
+                    "return_immediately": True,
+                },
+                timeout=10,
+            )
+            if not answer.received_messages:
+                return found
+            subscriber.acknowledge(
+                subscription=self.subscription,
+                ack_ids=[m.ack_id for m in answer.received_messages],
+            )
+            found += [(m.message.message_id, m.message.data) for m in answer.received_messages]
 
 
 def vm_event(cls: type, **fields: Any) -> Any:

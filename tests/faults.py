@@ -81,6 +81,11 @@ class FaultyStore:
     def unpublished_jobs(self, limit: int = 200) -> list[JobDoc]:
         return self.fault("unpublished_jobs", lambda: self.inner.unpublished_jobs(limit))
 
+    def list_job_ids(
+        self, statuses: Iterable[str], limit: int = 1000, after: str | None = None
+    ) -> list[str]:
+        return self.fault("list_job_ids", lambda: self.inner.list_job_ids(statuses, limit, after))
+
     def recent_jobs(
         self,
         limit: int = 50,
@@ -130,6 +135,18 @@ class FaultyStore:
             "stopped_instances", lambda: self.inner.stopped_instances(limit, after, user)
         )
 
+    def list_instance_names(
+        self, statuses: Iterable[str], limit: int = 1000, after: str | None = None
+    ) -> list[str]:
+        return self.fault(
+            "list_instance_names", lambda: self.inner.list_instance_names(statuses, limit, after)
+        )
+
+    def stopped_instance_names(self, limit: int = 1000, after: str | None = None) -> list[str]:
+        return self.fault(
+            "stopped_instance_names", lambda: self.inner.stopped_instance_names(limit, after)
+        )
+
     def put_queue(self, entry: QueueEntry) -> None:
         return self.fault("put_queue", lambda: self.inner.put_queue(entry))
 
@@ -151,8 +168,14 @@ class FaultyStore:
     def update_user(self, user: str, change: Callable[[UserDoc], UserDoc]) -> UserDoc:
         return self.fault("update_user", lambda: self.inner.update_user(user, change))
 
+    def get_users(self, users: Iterable[str]) -> dict[str, UserDoc]:
+        return self.fault("get_users", lambda: self.inner.get_users(users))
+
     def list_users(self, limit: int = 1000, after: str | None = None) -> list[UserDoc]:
         return self.fault("list_users", lambda: self.inner.list_users(limit, after))
+
+    def list_user_names(self, limit: int = 1000, after: str | None = None) -> list[str]:
+        return self.fault("list_user_names", lambda: self.inner.list_user_names(limit, after))
 
     def seed_machines(self, catalog: dict[str, Machine]) -> None:
         return self.fault("seed_machines", lambda: self.inner.seed_machines(catalog))

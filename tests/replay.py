@@ -41,6 +41,7 @@ from functions.handlers.on_job_finished import on_job_finished
 from functions.handlers.on_spot_preempted import on_spot_preempted
 from functions.handlers.on_vm_booted import on_vm_booted
 from functions.handlers.reaper import reaper
+from functions.handlers.reaper_page import reaper_page
 from functions.handlers.submit_job import submit_job
 from infra.localcloud.cloud import LocalCloud
 from infra.localcloud.launchers import RecordLauncher
@@ -88,6 +89,7 @@ HANDLERS: dict[str, Callable[[Any], None]] = {
     "job_finished": on_job_finished,
     "spot_preempted": on_spot_preempted,
     "reaper_tick": reaper,
+    "reaper_page": reaper_page,
 }
 
 # How a lost VM is reported: by its agent, by the log sink, by both, by nobody.
@@ -241,6 +243,9 @@ class Delivery:
         """The copies due by ``step``, oldest first."""
         return [m for due in sorted(s for s in self.due if s <= step) for m in self.due.pop(due)]
 
+    def again(self, message: Published) -> None:
+        """Copies of a message delivered once already: none, in order."""
+
     def failed(self, message: Published, step: int) -> None:
         """A 500: Pub/Sub redelivers it (here, in the next step)."""
         self.due[step + 1].append(message)
@@ -269,6 +274,11 @@ class Shuffled(Delivery):
             late = 0 if message.topic == "reaper_tick" else rng.randint(0, MAX_REDELIVERY)
             self.due[first + late].append(message)
 
+    def again(self, message: Published) -> None:
+        # A tick's page, redelivered later: past its age, it is dropped.
+        for _ in range(self.rng.randint(0, 2)):
+            self.due[message.step + self.rng.randint(0, MAX_REDELIVERY)].append(message)
+
     def take(self, step: int) -> list[Published]:
         copies = super().take(step)
         self.rng.shuffle(copies)
@@ -276,6 +286,28 @@ class Shuffled(Delivery):
 
 
 # -- the world --
+
+
+class _PagesBus(RecordingBus):
+    """The bus, keeping the reaper tick's pages for the world to deliver as
+    the page topic's push subscription would: at once, each to its function."""
+
+    def __init__(self, project: str) -> None:
+        super().__init__(project)
+        self.pages: list[tuple[str, bytes]] = []
+
+    def publish(
+        self, key: str, event: BaseModel | bytes, timeout_s: float = 30.0, **attributes: str
+    ) -> str:
+        message_id = super().publish(key, event, timeout_s, **attributes)
+        if key == "reaper_page":
+            data = event if isinstance(event, bytes) else event.model_dump_json().encode()
+            self.pages.append((message_id, data))
+        return message_id
+
+    def take_pages(self) -> list[tuple[str, bytes]]:
+        pages, self.pages = self.pages, []
+        return pages
 
 
 class World:
@@ -295,7 +327,7 @@ class World:
         self.cloud = LocalCloud(PROJECT, self.launcher, stop_grace_s=0.0, quota_limits=limits)
         self.delivery = delivery or Delivery()
         self.memory = InMemoryStore()
-        self.bus = RecordingBus(PROJECT)
+        self.bus = _PagesBus(PROJECT)
         self.step = 0
         self.now = T0
         self.plans: dict[str, Plan] = {}
@@ -361,15 +393,23 @@ class World:
     # -- delivering --
 
     def deliver(self, message: Published) -> bool:
-        """Run the message's function once. False: it failed (a 500)."""
+        """Run the message's function once. False: it failed (a 500). A tick's
+        pages are delivered right after it, and may come again later."""
         self.delivered += 1
+        ok = True
         with self.installed():
             try:
                 HANDLERS[message.topic](cloud_event(message))
             except Exception as err:
                 self.failures.append(f"{message.topic} {message.message_id}: {err!r}")
-                return False
-        return True
+                ok = False
+        # Published before a failure, or not: they are on the topic.
+        for message_id, data in self.bus.take_pages():
+            page = Published(f"page-{message_id}", "reaper_page", data, self.step, self.now)
+            if not self.deliver(page):
+                self.delivery.failed(page, self.step)
+            self.delivery.again(page)
+        return ok
 
     def deliver_due(self) -> None:
         for message in self.delivery.take(self.step):

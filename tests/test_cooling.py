@@ -137,7 +137,7 @@ def test_ending_a_cooling_vm_while_a_job_claims_it_has_one_winner(
 def test_a_sweep_that_listed_the_vm_running_leaves_it_cooling(
     call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
-    from functions.ops.sweep import reap_vms  # the sweep's stage, on a stale listing
+    from functions.ops.sweep_pages import reap_vms  # the sweep's stage, on a stale listing
 
     call("submit_job", "submit", COOL, message_id="s1")
     call("on_epoch_done", "epoch_done", vm_event(Heartbeat, phase="TRAINING"), message_id="h1")

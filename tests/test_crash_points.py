@@ -213,3 +213,13 @@ def test_a_crash_at_any_call_converges_after_redelivery_and_two_sweeps(
         )
     failed = "\n".join(wrong)
     assert not wrong, f"{target.name}: did not converge (uncrashed: {want}):\n{failed}"
+
+
+def test_the_faulty_store_wraps_every_call_of_the_port() -> None:
+    """A call it lacks fails every time in a crash run (a new listing once hung
+    this file: each tick raised, and was delivered again and again)."""
+    from shared.ports.store import Store
+    from tests.faults import FaultyStore
+
+    port = {name for name in vars(Store) if not name.startswith("_")}
+    assert port <= set(vars(FaultyStore))

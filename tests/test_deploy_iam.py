@@ -11,10 +11,12 @@ from google.api_core.exceptions import BadRequest
 
 from functions.deps import Deps
 from functions.ops.jobs import cancel
+from functions.ops.sweep import tick
 from infra.deploy import iam
 from infra.deploy.bootstrap import ProjectSetup
 from infra.deploy.deployer import Deployer
 from infra.deploy.plan import DeployConfig
+from infra.localcloud.cloud import LocalCloud
 from infra.localcloud.wire import ApiError
 from infra.localstack.emulators import Emulator
 from shared.adapters.gce_requests import VM_SCOPES
@@ -24,6 +26,7 @@ from shared.domain.states import JobSubstatus
 from shared.settings import Settings
 from tests.cloud_double import CloudDouble
 from tests.documents import T0, job
+from tests.local_cloud import client
 
 ROOT = Path(__file__).resolve().parents[1]
 # Roles that would let an account (or a leaked VM token) do far more than its job.
@@ -75,13 +78,19 @@ def test_the_functions_account_runs_vms_as_the_vm_account_only() -> None:
     assert user.resource == f"projects/acme-ml/serviceAccounts/{CONFIG.vm_account}"
 
 
-def test_the_functions_account_publishes_where_the_functions_publish_and_nowhere_else() -> None:
+def test_the_functions_account_publishes_where_the_functions_publish_and_nowhere_else(
+    cloud: LocalCloud,
+) -> None:
     # What the functions really publish: a job's life through the real
-    # operations, with every publish recorded (a missing grant was found only
-    # in review: the job-events outbox would have been refused in a project).
+    # operations and a reaper tick, with every publish recorded (a missing
+    # grant was found only in review: the job-events outbox would have been
+    # refused in a project).
     bus = RecordingBus("acme-ml")
-    deps = Deps(Settings(project="acme-ml"), store=InMemoryStore(), bus=bus)
+    store = InMemoryStore()
+    deps = Deps(Settings(project="acme-ml"), store=store, bus=bus, compute=client(cloud))
     deps.store.create_job(job(substatus=JobSubstatus.WAITING_FOR_CAPACITY))
+    deps.store.create_job(job("job2"))
+    tick(deps, T0)
     cancel(deps, "job1", "not needed", T0)
     published = {bus.topic_path(key) for key, _ in bus.published}
     granted = {b.resource for b in every_binding() if b.member == FN and b.scope is iam.Scope.TOPIC}

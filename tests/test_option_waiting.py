@@ -20,9 +20,9 @@ import pytest
 
 from functions.deps import Deps
 from functions.handlers.envelope import Message
-from functions.handlers.reaper import sweep
 from functions.handlers.submit_job import submit_job
 from functions.ops.recovery import recover
+from functions.ops.sweep import sweep
 from infra.localcloud.cloud import LocalCloud
 from shared.adapters.firestore_store import FirestoreStore
 from shared.adapters.memory_store import InMemoryStore

@@ -22,9 +22,9 @@ import pytest
 
 from functions.deps import Deps
 from functions.handlers.envelope import Message
-from functions.handlers.reaper import sweep
 from functions.handlers.submit_job import submit_job
 from functions.ops.recovery import recover
+from functions.ops.sweep import sweep
 from infra.cli.commands import main as cli
 from infra.localcloud.cloud import LocalCloud
 from shared.adapters.firestore_store import FirestoreStore

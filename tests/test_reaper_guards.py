@@ -5,7 +5,7 @@ action does not stop the sweep."""
 from __future__ import annotations
 
 from functions.deps import Deps
-from functions.ops.sweep import apply
+from functions.ops.sweep_apply import apply
 from shared.adapters.memory_store import InMemoryStore
 from shared.domain import reaping as r
 from shared.domain.liveness import PREEMPTION_NOTICE_S

@@ -12,7 +12,7 @@ import pytest
 
 from functions.deps import Deps
 from functions.ops.jobs import admit
-from functions.ops.sweep import apply
+from functions.ops.sweep_apply import apply
 from infra.localcloud.cloud import LocalCloud
 from infra.localcloud.launchers import RecordLauncher
 from shared.adapters.memory_store import InMemoryStore

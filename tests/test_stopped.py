@@ -220,7 +220,7 @@ def test_a_stop_that_comes_after_a_release_began_lets_the_release_finish(
 def test_a_vm_restarted_during_a_sweep_is_no_orphan(
     call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
-    from functions.ops.sweep import reap_vms  # the sweep's stage, on a stale listing
+    from functions.ops.sweep_pages import reap_vms  # the sweep's stage, on a stale listing
 
     finish_first_job(call)
     listed = deps.current().compute.get("us-central1-a", VM) or deps.current().compute.get(

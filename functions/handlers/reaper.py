@@ -1,15 +1,17 @@
 """spotline-reaper-tick -> reaper: the sweep Cloud Scheduler starts every
-minute (``functions.ops.sweep``: load -> decide -> apply, in five stages)."""
+minute. It lists, publishes stages 1, 2 and 4 in pages on
+``spotline-reaper-page`` (``reaper_page`` sweeps each), and runs stages 3 and 5
+itself (``functions.ops.sweep``)."""
 
 from __future__ import annotations
 
 from functions.deps import Deps
 from functions.handlers.envelope import Message, pubsub_handler
-from functions.ops.sweep import sweep
+from functions.ops.sweep import tick
 from shared import logs
 
 
 @pubsub_handler
 def reaper(message: Message, deps: Deps) -> None:
-    counts = sweep(deps, deps.clock())
+    counts = tick(deps, deps.clock())
     logs.info(f"reaper: {dict(counts) or 'nothing to do'}", **counts)

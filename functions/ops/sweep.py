@@ -2,315 +2,84 @@
 (``functions.handlers.reaper``).
 
 Level-triggered and idempotent (Scheduler may fire twice): it compares what
-Firestore believes with what Compute Engine says exists, and converges. Four
-stages, each load -> decide (pure, ``shared.domain.reaping``) -> apply, and a
-fifth that only publishes:
+Firestore believes with what Compute Engine says exists, and converges. Five
+stages, each load -> decide (pure, ``shared.domain.reaping``) -> apply
+(``functions.ops.sweep_apply``):
 
 1. instances and VMs: a vanished VM is a missed preemption (requeue); a
    silent one is stalled (delete, requeue); one its job no longer owns is
    released; a CLOSING one is finished closing; cooling and stopped periods
    are priced and ended; spotline-labelled VMs nothing owns are deleted;
-2. active jobs: past ``max_runtime_s`` -> CANCELED; stuck in REQUESTING_SERVER
-   (the placing function died) -> placed again;
+2. active jobs: cost so far (every ``cost_refresh_s``); past
+   ``max_runtime_s`` -> CANCELED; stuck in REQUESTING_SERVER (the placing
+   function died) -> placed again;
 3. the due queue: placed again, or CANCELED after ``wait_total_s``;
 4. users' slots a crash left taken: freed;
 5. state-change events a crash left in a job's outbox: published
    (``functions.ops.outbox``).
 
+Stages 1, 2 and 4 grow with the project: ``tick`` lists what they need and
+publishes it in pages, each swept by its own invocation
+(``functions.ops.sweep_pages``); stages 3 and 5 stay in the tick. ``sweep``
+does it all in one process, the pages in turn.
+
 It reads only active documents (and, in stage 5, jobs whose outbox holds
-events): terminal jobs and closed instances cost nothing.
-Every step it applies is re-entrant, so a sweep killed part-way is finished
-by the next one.
+events): terminal jobs and closed instances cost nothing. Every step it
+applies is re-entrant, so a sweep killed part-way is finished by the next one.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
-from typing import TypeVar
 
 from functions.deps import Deps
-from functions.ops.jobs import (
-    cancel,
-    place_again,
-    release_job,
-    retry_placement,
-    retry_waiting,
-    settle,
-)
 from functions.ops.outbox import publish_unpublished
-from functions.ops.queue import drop, give_up
-from functions.ops.recovery import recover
-from functions.ops.slots import free_instance_slot, free_stopped_slot
-from functions.ops.teardown import (
-    end_cooling,
-    end_stopped,
-    finish_closing,
-    forget_stopped,
-    lose_cooling,
-    price_cooling,
-    release_instance,
-)
+from functions.ops.sweep_apply import apply
+from functions.ops.sweep_pages import plan, run_page
 from shared import logs
 from shared.domain import reaping as r
-from shared.domain.documents import InstanceDoc, JobDoc, UserDoc
-from shared.domain.errors import PermanentError
-from shared.domain.lifecycle import accrue
-from shared.domain.liveness import Owner
-from shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
-from shared.domain.vms import MANAGED_LABEL, Vm
 
 
 def sweep(deps: Deps, now: datetime) -> Counter[str]:
-    """One pass of the five stages; the count of each outcome."""
-    store, settings = deps.store, deps.settings
-    # 1. Instances first, then VMs (see ``decide_vms``).
-    live = InstanceStatus.live()
-    instances = every(lambda after: store.list_instances(live, PAGE, after), _name)
-    stopped = every(lambda after: store.stopped_instances(PAGE, after), _name)
-    vms = deps.compute.list({MANAGED_LABEL: "true"})
-    # Listed once, after the VMs: stage 1 finds its jobs here (and reads only
-    # the inactive ones it names), stage 2 decides on it. Stage 1's writes
-    # make it stale, as another function's would: stage 2's ops are guarded.
-    active = every(lambda after: store.list_jobs(JobStatus.active(), PAGE, after), _job_id)
-    counts = reap_vms(deps, instances, stopped, vms, now, known=active)
-    # 2.
-    apply(deps, r.decide_jobs(active, settings, now), now, counts)
-    # 3.
-    due = store.due_queue(now)
-    queued = _jobs(deps, [e.job_id for e in due if e.reason != "quota"])
+    """Every stage here, the pages in turn; the count of each outcome."""
+    pages = plan(deps, now)
+    counts: Counter[str] = Counter()
+    for page in pages:
+        if page.kind != "users":
+            counts.update(run_page(deps, page))
+    _queue(deps, now, counts)
+    for page in pages:
+        if page.kind == "users":
+            counts.update(run_page(deps, page))
+    _outboxes(deps, counts)
+    return counts
+
+
+def tick(deps: Deps, now: datetime) -> Counter[str]:
+    """Publish stages 1, 2 and 4 in pages; run stages 3 and 5 here."""
+    counts: Counter[str] = Counter()
+    for page in plan(deps, now):
+        try:
+            deps.bus.publish("reaper_page", page)
+        except Exception as err:  # the next tick lists it again
+            logs.error(f"reaper: a {page.kind} page not published: {type(err).__name__}: {err}")
+            counts["errors"] += 1
+        else:
+            counts["pages"] += 1
+    _queue(deps, now, counts)
+    _outboxes(deps, counts)
+    return counts
+
+
+def _queue(deps: Deps, now: datetime, counts: Counter[str]) -> None:
+    due = deps.store.due_queue(now)
+    wanted = [e.job_id for e in due if e.reason != "quota"]
+    queued = deps.store.get_jobs(job_id for job_id in wanted if job_id)
     apply(deps, r.decide_queue(due, queued, now), now, counts)
-    # 4. Jobs before instances (see ``decide_slots``).
-    users = every(lambda after: store.list_users(PAGE, after), _user)
-    names = [n for u in users for n in [*u.active_instances, *u.stopped_instances]]
-    owners = _jobs(deps, [j for u in users for j in u.active_jobs] + list(map(r.job_of_vm, names)))
-    held = _instances(deps, names)
-    apply(deps, r.decide_slots(users, owners, held), now, counts)
-    # 5.
+
+
+def _outboxes(deps: Deps, counts: Counter[str]) -> None:
     published = publish_unpublished(deps.store, deps.bus)
     if published:
         counts["events"] += published
-    return counts
-
-
-# Documents per listing call. The sweep reads every active document, page by
-# page (a listing with a fixed limit left the rest of a busy project unswept).
-PAGE = 300
-
-Doc = TypeVar("Doc")
-
-
-def every(page: Callable[[str | None], Sequence[Doc]], key: Callable[[Doc], str]) -> list[Doc]:
-    """Every document of a listing, ``page(after)`` called until a short page."""
-    found: list[Doc] = []
-    after: str | None = None
-    while True:
-        batch = page(after)
-        found.extend(batch)
-        if len(batch) < PAGE:
-            return found
-        after = key(batch[-1])
-
-
-def _name(instance: InstanceDoc) -> str:
-    return instance.name
-
-
-def _job_id(job: JobDoc) -> str:
-    return job.job_id
-
-
-def _user(user: UserDoc) -> str:
-    return user.user
-
-
-def reap_vms(
-    deps: Deps,
-    instances: Sequence[InstanceDoc],
-    stopped: Sequence[InstanceDoc],
-    vms: Sequence[Vm],
-    now: datetime,
-    known: Iterable[JobDoc] = (),
-) -> Counter[str]:
-    """Stage 1 on listings made before: the jobs are read after them, or
-    listed after them (``known``: one read of each active job per sweep)."""
-    jobs = {job.job_id: job for job in known}
-    wanted = [i.job_id for i in instances] + [vm.labels.get(r.JOB_LABEL, "") for vm in vms]
-    jobs.update(_jobs(deps, (job_id for job_id in wanted if job_id not in jobs)))
-    return apply(deps, r.decide_vms(instances, stopped, vms, jobs, deps.settings, now), now)
-
-
-def _jobs(deps: Deps, job_ids: Iterable[str]) -> dict[str, JobDoc]:
-    # In batches: one get per job made a 10,000-job sweep take minutes.
-    return deps.store.get_jobs(job_id for job_id in job_ids if job_id)
-
-
-def _instances(deps: Deps, names: Iterable[str]) -> dict[str, InstanceDoc]:
-    return deps.store.get_instances(names)
-
-
-def apply(
-    deps: Deps, actions: Sequence[r.Action], now: datetime, counts: Counter[str] | None = None
-) -> Counter[str]:
-    """Run each action through ops, one at a time: a failure is logged and the
-    sweep goes on (the next tick retries it). The count of each outcome."""
-    counts = Counter() if counts is None else counts
-    for action in actions:
-        try:
-            outcome = _APPLY[type(action)](deps, action, now)
-        except PermanentError as err:
-            logs.warning(f"reaper: {err}")
-            outcome = "skipped"
-        except Exception as err:
-            logs.error(f"reaper: {type(err).__name__}: {err}")
-            outcome = "errors"
-        if outcome:
-            counts[outcome] += 1
-    return counts
-
-
-# -- each action through ops; the guards re-read what the listing may have missed --
-
-
-def _recover(deps: Deps, action: r.Recover, now: datetime) -> str:
-    recover(deps, action.instance, action.cause, now, note=action.note)
-    return "stalled" if action.cause == JobSubstatus.STALLED else "missed_preemptions"
-
-
-def _release(deps: Deps, action: r.Release, now: datetime) -> str | None:
-    # The listing is older than the job read: the instance may have moved on.
-    if r.moved_on(action.instance, deps.store.get_instance(action.instance.name)):
-        return None
-    owner = Owner.of(action.instance)  # and between that read and this write
-    release_instance(deps, action.instance.name, now, note="no live job owns it", owner=owner)
-    return "released"
-
-
-def _finish_closing(deps: Deps, action: r.FinishClosing, now: datetime) -> str:
-    finish_closing(deps, action.instance, now)
-    return "closed"
-
-
-def _price_cooling(deps: Deps, action: r.PriceCooling, now: datetime) -> str:
-    price_cooling(deps, action.instance, now)
-    return "cooling"
-
-
-def _end_cooling(deps: Deps, action: r.EndCooling, now: datetime) -> str:
-    priced = price_cooling(deps, action.instance, now)
-    if priced is None:
-        return "cooling"  # claimed meanwhile
-    # end_cooling's guarded write loses to a job claiming the VM at this moment.
-    expired = priced.cooling_until is not None and now >= priced.cooling_until
-    ended = expired and end_cooling(deps, priced, now, "cooling period over")
-    return "cooling_ended" if ended else "cooling"
-
-
-def _lose_cooling(deps: Deps, action: r.LoseCooling, now: datetime) -> str:
-    priced = price_cooling(deps, action.instance, now)
-    if priced is None:
-        return "cooling"  # claimed meanwhile
-    lose_cooling(deps, priced, now)
-    return "cooling_ended"
-
-
-def _end_stopped(deps: Deps, action: r.EndStopped, now: datetime) -> str | None:
-    # The guarded write keeps a VM a job restarted meanwhile.
-    return "stopped_ended" if end_stopped(deps, action.instance, now) else None
-
-
-def _forget_stopped(deps: Deps, action: r.ForgetStopped, now: datetime) -> str:
-    forget_stopped(deps, action.instance, now)
-    return "stopped_lost"
-
-
-def _delete_orphan(deps: Deps, action: r.DeleteOrphan, now: datetime) -> str | None:
-    vm = action.vm
-    # Owned after all? Its document may have moved between the sweep's
-    # listings (a stopped VM restarted for a job, a VM being stopped, a
-    # preempted one closed while it saves its state).
-    instance = deps.store.get_instance(vm.name)
-    job_id = vm.labels.get(r.JOB_LABEL, "")
-    job = deps.store.get_job(job_id) if job_id else None
-    if not r.orphaned(vm, instance, job, now):
-        return None
-    deps.compute.delete(vm.zone, vm.name)
-    logs.warning(f"reaper: deleted orphan VM {vm.name} in {vm.zone}", instance=vm.name)
-    return "orphans_deleted"
-
-
-def _accrue(deps: Deps, action: r.Accrue, now: datetime) -> None:
-    deps.store.update_job(action.job.job_id, lambda current: accrue(current, now))
-
-
-def _cancel(deps: Deps, action: r.Cancel, now: datetime) -> str:
-    cancel(deps, action.job.job_id, action.reason, now)
-    return "over_max_runtime"
-
-
-def _place_again(deps: Deps, action: r.PlaceAgain, now: datetime) -> str | None:
-    return place_again(deps, action.job, now)
-
-
-def _retry_quota(deps: Deps, action: r.RetryQuota, now: datetime) -> str:
-    return retry_waiting(deps, action.entry, now)
-
-
-def _retry_placement(deps: Deps, action: r.RetryPlacement, now: datetime) -> str:
-    tried = retry_placement(deps, action.job, now)
-    return "placed" if tried.substatus in JobSubstatus.on_vm() else "waiting"
-
-
-def _give_up(deps: Deps, action: r.GiveUp, now: datetime) -> str:
-    settle(deps, give_up(deps, action.job.job_id, action.reason, now), now)
-    return "gave_up"
-
-
-def _drop(deps: Deps, action: r.DropEntry, now: datetime) -> str:
-    drop(deps, action.entry.job_id)
-    return "queue_dropped"
-
-
-def _free_job_slot(deps: Deps, action: r.FreeJobSlot, now: datetime) -> str:
-    release_job(deps, action.user, action.job_id, now)
-    return "slots_freed"
-
-
-def _free_instance_slot(deps: Deps, action: r.FreeInstanceSlot, now: datetime) -> str | None:
-    # Read again, job first: a placement may have taken or finished it since.
-    job = deps.store.get_job(r.job_of_vm(action.name)) if r.job_of_vm(action.name) else None
-    if not r.instance_slot_stale(action.name, job, deps.store.get_instance(action.name)):
-        return None
-    free_instance_slot(deps, action.user, action.name, now)
-    return "slots_freed"
-
-
-def _free_stopped_slot(deps: Deps, action: r.FreeStoppedSlot, now: datetime) -> str | None:
-    if not r.stopped_slot_stale(deps.store.get_instance(action.name)):
-        return None  # stopped (again) since it was read
-    free_stopped_slot(deps, action.user, action.name, now)
-    return "slots_freed"
-
-
-_APPLY: dict[type, Callable[..., str | None]] = {
-    r.Recover: _recover,
-    r.Release: _release,
-    r.FinishClosing: _finish_closing,
-    r.PriceCooling: _price_cooling,
-    r.EndCooling: _end_cooling,
-    r.LoseCooling: _lose_cooling,
-    r.EndStopped: _end_stopped,
-    r.ForgetStopped: _forget_stopped,
-    r.DeleteOrphan: _delete_orphan,
-    r.Accrue: _accrue,
-    r.Cancel: _cancel,
-    r.PlaceAgain: _place_again,
-    r.RetryQuota: _retry_quota,
-    r.RetryPlacement: _retry_placement,
-    r.GiveUp: _give_up,
-    r.DropEntry: _drop,
-    r.FreeJobSlot: _free_job_slot,
-    r.FreeInstanceSlot: _free_instance_slot,
-    r.FreeStoppedSlot: _free_stopped_slot,
-}

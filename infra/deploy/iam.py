@@ -98,8 +98,9 @@ VM_ACCOUNT = Account(
 ACCOUNTS = (FUNCTIONS_ACCOUNT, VM_ACCOUNT)
 VM_EVENT_TOPICS = ("vm_booted", "epoch_done", "job_finished", "spot_preempted")
 USER_TOPICS = ("submit", "cancel")
-# What the functions publish: each job's state changes (``functions.ops.outbox``).
-FUNCTION_TOPICS = ("job_events",)
+# What the functions publish: each job's state changes (``functions.ops.outbox``)
+# and the reaper tick's pages (``functions.ops.sweep``).
+FUNCTION_TOPICS = ("job_events", "reaper_page")
 
 
 @dataclass(frozen=True)

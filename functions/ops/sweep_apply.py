@@ -1,0 +1,205 @@
+"""The reaper's apply step: each decided action (``shared.domain.reaping``)
+through ops, one at a time. The listing an action was decided on is older than
+the moment it runs (and older still in a page the tick handed out), so the
+actions that could act on a document that moved on re-read it first, with the
+predicate the decision used."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from datetime import datetime
+
+from functions.deps import Deps
+from functions.ops.jobs import (
+    cancel,
+    place_again,
+    release_job,
+    retry_placement,
+    retry_waiting,
+    settle,
+)
+from functions.ops.queue import drop, give_up
+from functions.ops.recovery import recover
+from functions.ops.slots import free_instance_slot, free_stopped_slot
+from functions.ops.teardown import (
+    end_cooling,
+    end_stopped,
+    finish_closing,
+    forget_stopped,
+    lose_cooling,
+    price_cooling,
+    release_instance,
+)
+from shared import logs
+from shared.domain import reaping as r
+from shared.domain.errors import PermanentError
+from shared.domain.lifecycle import accrue
+from shared.domain.liveness import Owner
+from shared.domain.states import JobSubstatus
+
+
+def apply(
+    deps: Deps, actions: Sequence[r.Action], now: datetime, counts: Counter[str] | None = None
+) -> Counter[str]:
+    """Run each action through ops, one at a time: a failure is logged and the
+    sweep goes on (the next tick retries it). The count of each outcome."""
+    counts = Counter() if counts is None else counts
+    for action in actions:
+        try:
+            outcome = _APPLY[type(action)](deps, action, now)
+        except PermanentError as err:
+            logs.warning(f"reaper: {err}")
+            outcome = "skipped"
+        except Exception as err:
+            logs.error(f"reaper: {type(err).__name__}: {err}")
+            outcome = "errors"
+        if outcome:
+            counts[outcome] += 1
+    return counts
+
+
+# -- each action through ops; the guards re-read what the listing may have missed --
+
+
+def _recover(deps: Deps, action: r.Recover, now: datetime) -> str:
+    recover(deps, action.instance, action.cause, now, note=action.note)
+    return "stalled" if action.cause == JobSubstatus.STALLED else "missed_preemptions"
+
+
+def _release(deps: Deps, action: r.Release, now: datetime) -> str | None:
+    # The listing is older than the job read: the instance may have moved on.
+    if r.moved_on(action.instance, deps.store.get_instance(action.instance.name)):
+        return None
+    owner = Owner.of(action.instance)  # and between that read and this write
+    release_instance(deps, action.instance.name, now, note="no live job owns it", owner=owner)
+    return "released"
+
+
+def _finish_closing(deps: Deps, action: r.FinishClosing, now: datetime) -> str:
+    finish_closing(deps, action.instance, now)
+    return "closed"
+
+
+def _price_cooling(deps: Deps, action: r.PriceCooling, now: datetime) -> str:
+    price_cooling(deps, action.instance, now)
+    return "cooling"
+
+
+def _end_cooling(deps: Deps, action: r.EndCooling, now: datetime) -> str:
+    priced = price_cooling(deps, action.instance, now)
+    if priced is None:
+        return "cooling"  # claimed meanwhile
+    # end_cooling's guarded write loses to a job claiming the VM at this moment.
+    expired = priced.cooling_until is not None and now >= priced.cooling_until
+    ended = expired and end_cooling(deps, priced, now, "cooling period over")
+    return "cooling_ended" if ended else "cooling"
+
+
+def _lose_cooling(deps: Deps, action: r.LoseCooling, now: datetime) -> str:
+    priced = price_cooling(deps, action.instance, now)
+    if priced is None:
+        return "cooling"  # claimed meanwhile
+    lose_cooling(deps, priced, now)
+    return "cooling_ended"
+
+
+def _end_stopped(deps: Deps, action: r.EndStopped, now: datetime) -> str | None:
+    # The guarded write keeps a VM a job restarted meanwhile.
+    return "stopped_ended" if end_stopped(deps, action.instance, now) else None
+
+
+def _forget_stopped(deps: Deps, action: r.ForgetStopped, now: datetime) -> str:
+    forget_stopped(deps, action.instance, now)
+    return "stopped_lost"
+
+
+def _delete_orphan(deps: Deps, action: r.DeleteOrphan, now: datetime) -> str | None:
+    vm = action.vm
+    # Owned after all? Its document may have moved between the sweep's
+    # listings (a stopped VM restarted for a job, a VM being stopped, a
+    # preempted one closed while it saves its state).
+    instance = deps.store.get_instance(vm.name)
+    job_id = vm.labels.get(r.JOB_LABEL, "")
+    job = deps.store.get_job(job_id) if job_id else None
+    if not r.orphaned(vm, instance, job, now):
+        return None
+    deps.compute.delete(vm.zone, vm.name)
+    logs.warning(f"reaper: deleted orphan VM {vm.name} in {vm.zone}", instance=vm.name)
+    return "orphans_deleted"
+
+
+def _accrue(deps: Deps, action: r.Accrue, now: datetime) -> None:
+    deps.store.update_job(action.job.job_id, lambda current: accrue(current, now))
+
+
+def _cancel(deps: Deps, action: r.Cancel, now: datetime) -> str:
+    cancel(deps, action.job.job_id, action.reason, now)
+    return "over_max_runtime"
+
+
+def _place_again(deps: Deps, action: r.PlaceAgain, now: datetime) -> str | None:
+    return place_again(deps, action.job, now)
+
+
+def _retry_quota(deps: Deps, action: r.RetryQuota, now: datetime) -> str:
+    return retry_waiting(deps, action.entry, now)
+
+
+def _retry_placement(deps: Deps, action: r.RetryPlacement, now: datetime) -> str:
+    tried = retry_placement(deps, action.job, now)
+    return "placed" if tried.substatus in JobSubstatus.on_vm() else "waiting"
+
+
+def _give_up(deps: Deps, action: r.GiveUp, now: datetime) -> str:
+    settle(deps, give_up(deps, action.job.job_id, action.reason, now), now)
+    return "gave_up"
+
+
+def _drop(deps: Deps, action: r.DropEntry, now: datetime) -> str:
+    drop(deps, action.entry.job_id)
+    return "queue_dropped"
+
+
+def _free_job_slot(deps: Deps, action: r.FreeJobSlot, now: datetime) -> str:
+    release_job(deps, action.user, action.job_id, now)
+    return "slots_freed"
+
+
+def _free_instance_slot(deps: Deps, action: r.FreeInstanceSlot, now: datetime) -> str | None:
+    # Read again, job first: a placement may have taken or finished it since.
+    job = deps.store.get_job(r.job_of_vm(action.name)) if r.job_of_vm(action.name) else None
+    if not r.instance_slot_stale(action.name, job, deps.store.get_instance(action.name)):
+        return None
+    free_instance_slot(deps, action.user, action.name, now)
+    return "slots_freed"
+
+
+def _free_stopped_slot(deps: Deps, action: r.FreeStoppedSlot, now: datetime) -> str | None:
+    if not r.stopped_slot_stale(deps.store.get_instance(action.name)):
+        return None  # stopped (again) since it was read
+    free_stopped_slot(deps, action.user, action.name, now)
+    return "slots_freed"
+
+
+_APPLY: dict[type, Callable[..., str | None]] = {
+    r.Recover: _recover,
+    r.Release: _release,
+    r.FinishClosing: _finish_closing,
+    r.PriceCooling: _price_cooling,
+    r.EndCooling: _end_cooling,
+    r.LoseCooling: _lose_cooling,
+    r.EndStopped: _end_stopped,
+    r.ForgetStopped: _forget_stopped,
+    r.DeleteOrphan: _delete_orphan,
+    r.Accrue: _accrue,
+    r.Cancel: _cancel,
+    r.PlaceAgain: _place_again,
+    r.RetryQuota: _retry_quota,
+    r.RetryPlacement: _retry_placement,
+    r.GiveUp: _give_up,
+    r.DropEntry: _drop,
+    r.FreeJobSlot: _free_job_slot,
+    r.FreeInstanceSlot: _free_instance_slot,
+    r.FreeStoppedSlot: _free_stopped_slot,
+}
