@@ -87,8 +87,14 @@ def emulators(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Emulat
 
 
 @pytest.fixture(scope="session")
-def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    """The whole system, once per session, with short timeouts for chaos tests."""
+def shared_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    """The whole system, once per session, with short timeouts for chaos tests.
+
+    It runs until the session ends, so it leaves none of its variables in this
+    process's environment (a cloud test after an e2e module would take its
+    compute endpoint for its own): ``local_stack`` sets them for each test
+    that drives it.
+    """
     if _MISSING or _NO_STORAGE:
         pytest.skip(f"emulators unavailable: {_MISSING or _NO_STORAGE}")
     options = StackOptions(
@@ -100,7 +106,15 @@ def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack
         request_timeout_s=10.0,
     )
     with LocalStack(tmp_path_factory.mktemp("stack"), options) as stack:
+        stack.restore_env()
         yield stack
+
+
+@pytest.fixture
+def local_stack(shared_stack: LocalStack) -> Iterator[LocalStack]:
+    """The session's stack, with this process pointed at it for the test only."""
+    with shared_stack.environment():
+        yield shared_stack
 
 
 @pytest.fixture(scope="session")

@@ -15,12 +15,14 @@ Everything is stopped in reverse order, each process by its process group.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -85,6 +87,7 @@ class LocalStack:
         self._stop_ticks = threading.Event()
         self._ticker: threading.Thread | None = None
         self._saved_env: dict[str, str | None] = {}
+        self.ticks_sent = 0  # the reaper's ticks published so far
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -121,13 +124,16 @@ class LocalStack:
             ).start()
             self._start_functions(logs_dir)
             # The Google clients in this process (topology, ticks) find the
-            # emulators through these variables; close() puts them back.
-            self._saved_env = {name: os.environ.get(name) for name in self.client_env()}
-            os.environ.update(self.client_env())
-            reload_fsspec_config()
+            # emulators through these variables; close() (or restore_env())
+            # puts them back.
+            self._saved_env = _point_at(self.client_env())
             apply_topology(self.options.project, self.endpoints, self.options.user_topics)
             FirestoreStore(self.options.project).seed_machines(load_catalog())
-            self._ticker = threading.Thread(target=self._tick, daemon=True)
+            # The ticks' client is made now, while the variables name the
+            # emulator: it keeps that address after restore_env().
+            tick_bus = PubsubBus(self.options.project)
+            _ = tick_bus.publisher
+            self._ticker = threading.Thread(target=self._tick, args=(tick_bus,), daemon=True)
             self._ticker.start()
         except BaseException:
             self.close()
@@ -150,13 +156,26 @@ class LocalStack:
             if emulator is not None:
                 emulator.stop()
         (self.workdir / STACK_FILE).unlink(missing_ok=True)
-        for name, value in self._saved_env.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        if self._saved_env:
-            reload_fsspec_config()
+        self.restore_env()
+
+    # -- this process's environment ---------------------------------------------
+
+    def restore_env(self) -> None:
+        """Put back the variables ``start`` set in this process, while the
+        stack runs on: for a stack shared by many tests (the test session's),
+        which must not point every later test at itself. Idempotent."""
+        saved, self._saved_env = self._saved_env, {}
+        _put_back(saved)
+
+    @contextlib.contextmanager
+    def environment(self) -> Iterator[LocalStack]:
+        """This process pointed at the stack (``client_env`` in ``os.environ``,
+        fsspec's gs:// defaults) for the block only; as it was afterwards."""
+        saved = _point_at(self.client_env())
+        try:
+            yield self
+        finally:
+            _put_back(saved)
 
     def __enter__(self) -> LocalStack:
         return self.start()
@@ -226,17 +245,36 @@ class LocalStack:
         for name, server in self.functions.items():
             server.wait_ready(functools.partial(http_ok, self.endpoints[name]), timeout_s=60)
 
-    def _tick(self) -> None:
-        bus = PubsubBus(self.options.project)
+    def _tick(self, bus: PubsubBus) -> None:
         while not self._stop_ticks.wait(self.options.tick_s):
             try:
                 bus.publish(REAPER_SCHEDULE.topic, ReaperTick(sent_at=datetime.now(UTC)))
+                self.ticks_sent += 1
             except Exception as err:  # the next tick will do
                 logs.warning(f"tick failed: {err}")
 
     def _write_stack_file(self) -> None:
         stack = {"env": self.client_env(), "workdir": str(self.workdir), "pid": os.getpid()}
         (self.workdir / STACK_FILE).write_text(json.dumps(stack, indent=2))
+
+
+def _point_at(env: dict[str, str]) -> dict[str, str | None]:
+    """Set ``env`` in this process; what the variables were before."""
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    reload_fsspec_config()
+    return saved
+
+
+def _put_back(saved: dict[str, str | None]) -> None:
+    """Undo ``_point_at``: each variable as it was (unset where it was unset)."""
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    if saved:
+        reload_fsspec_config()
 
 
 def read_stack_workdir(workdir: Path) -> Path:
