@@ -26,6 +26,7 @@ from typing import Any
 
 from functions.deps import Deps
 from functions.ops.jobs import admit, start
+from functions.ops.sweep_pages import SweepPage
 from infra.localcloud.cloud import LocalCloud
 from shared.domain.documents import JobDoc
 from shared.domain.job_events import with_event
@@ -179,6 +180,12 @@ def event_for(topic: str, world: World, key: str) -> Event:
         return Event(body, check.took_effect)
     if topic == "reaper_tick":  # a sweep of whatever the other jobs left
         return Event({"sent_at": datetime.now(UTC).isoformat()}, lambda: None)
+    if topic == "reaper_page":  # one page of a tick: a running job's cost, due
+        job = training(deps, key)
+        listed = datetime.now(UTC)
+        page = SweepPage(kind="jobs", listed_at=listed, keys=[job.job_id])
+        priced = _expect(deps, job.job_id, "its cost priced", lambda j: j.cost_as_of == listed)
+        return Event(page.model_dump(mode="json"), priced.took_effect)
     if topic == "job_events":
         job = placed(deps, key, webhook_url=world.webhook_url)
         [event] = with_event(job, None, datetime.now(UTC), "submitted").pending_events[-1:]
