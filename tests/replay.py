@@ -324,7 +324,10 @@ class World:
         # Quotas out of the way too: every insert is accepted, so each attempt
         # has exactly one.
         limits = {metric: 1e6 for metric in DEFAULT_LIMITS}
-        self.cloud = LocalCloud(PROJECT, self.launcher, stop_grace_s=0.0, quota_limits=limits)
+        # The cloud's VMs are made on the world's clock (their creationTimestamp).
+        self.cloud = LocalCloud(
+            PROJECT, self.launcher, stop_grace_s=0.0, quota_limits=limits, clock=lambda: self.now
+        )
         self.delivery = delivery or Delivery()
         self.memory = InMemoryStore()
         self.bus = _PagesBus(PROJECT)

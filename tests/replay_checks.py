@@ -110,10 +110,11 @@ def event_problems(world: World, job: JobDoc) -> list[str]:
 
 
 def cost_problems(job: JobDoc) -> list[str]:
-    """The job's cost is each attempt's VM time at its price, counted once."""
+    """The job's cost is each attempt's VM time at its price, counted once,
+    and that of each VM no attempt recorded (``unrecorded_vms``)."""
     found = []
     total = 0.0
-    for record in job.attempts:
+    for record in [*job.attempts, *job.unrecorded_vms]:
         if record.ended_at is None:
             found.append(f"{job.job_id}: attempt {record.attempt} never ended")
             continue

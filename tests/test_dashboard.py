@@ -18,11 +18,15 @@ from infra.dashboard.app import create_app
 from infra.dashboard.epochs_svg import epochs_svg
 from infra.dashboard.events import Hub
 from shared.adapters.firestore_store import FirestoreStore
+from shared.contract.events import JobFinished
 from shared.domain.documents import EpochDoc, JobDoc
-from shared.domain.lifecycle import new_job
+from shared.domain.late_finish import job_finished
+from shared.domain.lifecycle import new_job, vm_lost, vm_recorded
+from shared.domain.recording import record_for
 from shared.domain.spec import JobSpec
 from shared.domain.states import JobSubstatus as S
 from shared.domain.transitions import fail_job, move_job
+from shared.domain.unrecorded_vms import MadeVm, charge_unrecorded
 from tests.documents import at, instance
 
 SPEC = {"user": "alice", "machine_ids": ["g2-standard-4"], "trainer": "digits_mlp", "epochs": 4}
@@ -265,3 +269,77 @@ def test_the_jobs_fragment_is_the_pages_table(store: FirestoreStore) -> None:
     page = client.get("/").get_data(as_text=True)
     rows = re.findall(r'id="job-(j\d)"', fragment)
     assert rows == ["j2", "j1", "j0"] == re.findall(r'id="job-(j\d)"', page)
+
+
+def restarted_preempted_and_failed() -> JobDoc:
+    """A recorded job whose attempt 1 exited 3 and was restarted
+    (max_restarts_on_errors=1), and whose attempt 2 was preempted past
+    max_preemptions=0: as the handlers leave it."""
+    spec = {
+        "max_restarts_on_errors": 1,
+        "max_preemptions": 0,
+        "record": True,
+        "code_uri": "gs://spotline-local/code/j-policy",
+    }
+    job = a_job("j-policy", 0, **spec)
+    job = job.model_copy(
+        update={"record": record_for("gs://spotline-local/jobs/j-policy", job.spec)}
+    )
+    for attempt, start in ((1, 10), (2, 70)):
+        name = f"sl-j-policy-a{attempt}"
+        job = vm_recorded(job, name, "us-central1-a", "g2-standard-4", at(start), 0.28, 0.71)
+        job = move_job(job, S.TRAINING, at(start + 20))
+        if attempt == 1:
+            finished = JobFinished(
+                job_id="j-policy", attempt=1, instance=name, sent_at=at(60), exit_code=3
+            )
+            job = job_finished(job, finished, at(60))
+    return vm_lost(job, "sl-j-policy-a2", 2, S.PREEMPTED, at(120), "preempted (log sink)")
+
+
+def test_a_job_page_shows_the_failure_policy_and_the_record(store: FirestoreStore) -> None:
+    """The counters against their limits (as ``spotline status JOB``), the
+    limit that ended the job, how each attempt ended (ERRORED, PREEMPTED),
+    and where a recorded job's snapshot is."""
+    job = restarted_preempted_and_failed()
+    store.create_job(job)
+    html = client_of(store).get("/jobs/j-policy").get_data(as_text=True)
+    summary = text_of(html[html.index('class="summary"') :].split("</dl>")[0])
+    assert (
+        "restarts 1 on errors (max_restarts_on_errors=1); preemptions 1 (max_preemptions=0)"
+        in summary
+    )
+    assert "ended by max_preemptions=0 (1 preemption)" in summary
+    assert "recorded code gs://spotline-local/jobs/j-policy/record/code" in summary
+    attempts = html[html.index('id="attempts"') :].split("</table>")[0]
+    rows = [text_of(row) for row in re.findall(r"<tr>(.*?)</tr>", attempts, re.S)[1:]]
+    assert rows == [
+        "1 sl-j-policy-a1 g2-standard-4 us-central1-a RECOVERING/ERRORED failed $0.0039",
+        "2 sl-j-policy-a2 g2-standard-4 us-central1-a RECOVERING/PREEMPTED preempted $0.0039",
+    ]
+    # The live fragment the page swaps in shows the same.
+    fragment = client_of(store).get("/jobs/j-policy/live").get_data(as_text=True)
+    assert "ended by" in fragment and 'id="attempts"' in fragment
+
+
+def test_a_job_no_limit_ended_shows_its_counters_only(store: FirestoreStore) -> None:
+    store.create_job(training(a_job("j-plain", 0)))
+    html = client_of(store).get("/jobs/j-plain").get_data(as_text=True)
+    summary = text_of(html[html.index('class="summary"') :].split("</dl>")[0])
+    assert "restarts 0 on errors (max_restarts_on_errors=0)" in summary
+    assert "ended by" not in summary and "recorded" not in summary
+
+
+def test_a_vm_no_attempt_recorded_is_an_attempts_row_with_its_cost(store: FirestoreStore) -> None:
+    """Canceled while its VM was being made (``unrecorded_vms``): the VM's
+    minutes are in the job's cost, and its row says why no attempt has it."""
+    canceled = fail_job(a_job("j-cut", 0), S.CANCELED, at(30), "wrong learning rate")
+    made = MadeVm("j-cut", 1, "sl-j-cut-a1", "us-central1-a", "g2-standard-4", at(5), 0.28, 0.71)
+    store.create_job(charge_unrecorded(canceled, made, at(65)))
+    html = client_of(store).get("/jobs/j-cut").get_data(as_text=True)
+    attempts = html[html.index('id="attempts"') :].split("</table>")[0]
+    rows = [text_of(row) for row in re.findall(r"<tr>(.*?)</tr>", attempts, re.S)[1:]]
+    assert rows == [
+        "1 sl-j-cut-a1 g2-standard-4 us-central1-a made, never recorded canceled $0.0047"
+    ]
+    assert "cost $0.0047" in text_of(html)

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from google.auth.credentials import AnonymousCredentials
 
 from infra.localcloud.cloud import LocalCloud
+from infra.localcloud.launchers import RecordLauncher
 from shared.adapters import gce_requests
 from shared.adapters.gce_compute import GceCompute
 from shared.adapters.gce_requests import ErrorKind
@@ -260,6 +262,21 @@ def test_get_reads_the_vm(compute: GceCompute, cloud: LocalCloud) -> None:
 
     assert vm is not None
     assert (vm.zone, vm.state, vm.labels) == (ZONE, VmState.TERMINATED, {"job": "j-7"})
+
+
+def test_get_and_list_read_when_compute_engine_made_the_vm() -> None:
+    """creationTimestamp, with its offset: an ended job is charged from it for a
+    VM its attempts never recorded (``shared.domain.unrecorded_vms``)."""
+    made = datetime(2026, 11, 23, 12, 0, 5, 250000, tzinfo=UTC)
+    with LocalCloud("spotline-test", RecordLauncher(), clock=lambda: made) as cloud:
+        compute = client(cloud)
+        inserted = compute.insert(vm_request())
+        [listed] = compute.list({"job": "j-42"})
+    assert inserted.created_at == listed.created_at == made
+    # Compute Engine writes its own offset; the instant is what counts.
+    assert gce_requests.creation_time("2026-11-23T04:00:05.250-08:00") == made
+    assert gce_requests.creation_time("") is None
+    assert gce_requests.creation_time("yesterday") is None
 
 
 def test_reads_retry_a_503(compute: GceCompute, cloud: LocalCloud) -> None:

@@ -65,7 +65,7 @@ class World:
 @contextmanager
 def training(name: str, **spec: object) -> Iterator[World]:
     """job1 TRAINING on its first VM, which last beat at T0."""
-    with LocalCloud(f"crash-{name}", RecordLauncher()) as cloud:
+    with LocalCloud(f"crash-{name}", RecordLauncher(), clock=lambda: T0) as cloud:
         budget = Budget()
         store = CrashingStore(budget)
         settings = Settings(

@@ -30,7 +30,7 @@ SPEC = {"user": "alice", "machine_ids": ["g2-standard-4"], "trainer": "digits_ml
 
 @pytest.fixture
 def cloud() -> Iterator[LocalCloud]:
-    with LocalCloud("relaunch-quota", RecordLauncher()) as running:
+    with LocalCloud("relaunch-quota", RecordLauncher(), clock=lambda: T0) as running:
         yield running
 
 

@@ -33,11 +33,13 @@ from functions.ops.slots import (
     free_instance_slot,
     keep_instance_slot,
 )
+from functions.ops.teardown import release_instance
 from shared import logs
 from shared.domain.catalog import load_catalog
 from shared.domain.documents import InstanceDoc, JobDoc
 from shared.domain.errors import CapacityError, Unplaceable
-from shared.domain.lifecycle import vm_recorded
+from shared.domain.lifecycle import current_vms, vm_recorded
+from shared.domain.liveness import Owner
 from shared.domain.option_waiting import ask_order, option_index
 from shared.domain.placement import (
     Option,
@@ -53,6 +55,7 @@ from shared.domain.placement import (
 from shared.domain.preempted_zones import zone_order
 from shared.domain.queueing import waiting_since
 from shared.domain.secret_env import reads_secrets
+from shared.domain.states import JobStatus
 from shared.domain.vms import Vm
 
 
@@ -97,7 +100,20 @@ def launch(deps: Deps, job: JobDoc, now: datetime) -> JobDoc:
         ),
     )
     deps.store.delete_queue(job.job_id)
+    if recorded is not None and recorded.status in JobStatus.terminal():
+        _let_go(deps, recorded, job.attempt, vms, now)
     return recorded or job
+
+
+def _let_go(deps: Deps, ended: JobDoc, attempt: int, vms: list[Vm], now: datetime) -> None:
+    """The job ended while its attempt's VMs were being made (a cancel came
+    between the insert and the write above): delete the VMs it does not run
+    on, charged to it (``shared.domain.unrecorded_vms``), now rather than a
+    reaper's sweep later. Only while this attempt holds their instances."""
+    note = f"job {ended.status.lower()} while its VM was being made"
+    for vm in vms:
+        if vm.name not in current_vms(ended):
+            release_instance(deps, vm.name, now, note, owner=Owner(ended.job_id, attempt))
 
 
 def _find_vms(deps: Deps, job: JobDoc, now: datetime, tried: list[str]) -> Found | None:
@@ -270,6 +286,7 @@ def _record_instance(deps: Deps, job: JobDoc, vm: Vm, option: Option, now: datet
             base_price_per_hour=option.price_per_hour,
             on_demand_price_per_hour=option.machine.on_demand_usd_per_hour,
             reads_secrets=reads_secrets(job.spec.env),
+            vm_created_at=vm.created_at,
             created_at=now,
             updated_at=now,
         )

@@ -23,6 +23,7 @@ from functions.ops.queue import drop, give_up
 from functions.ops.recovery import recover
 from functions.ops.slots import free_instance_slot, free_stopped_slot
 from functions.ops.teardown import (
+    delete_orphan,
     end_cooling,
     end_stopped,
     finish_closing,
@@ -124,7 +125,7 @@ def _delete_orphan(deps: Deps, action: r.DeleteOrphan, now: datetime) -> str | N
     job = deps.store.get_job(job_id) if job_id else None
     if not r.orphaned(vm, instance, job, now):
         return None
-    deps.compute.delete(vm.zone, vm.name)
+    delete_orphan(deps, vm)  # charged to its job when no attempt recorded it
     logs.warning(f"reaper: deleted orphan VM {vm.name} in {vm.zone}", instance=vm.name)
     return "orphans_deleted"
 

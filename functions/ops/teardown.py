@@ -10,6 +10,10 @@ A step taken for a job (its end, its cancel) lets go of the VM only while the
 instance is still that job's attempt's (``shared.domain.liveness.if_owned``,
 checked inside the guarded write): a late or redelivered event of a job whose
 VM the user's next job has claimed or restarted since leaves it to that job.
+
+Every delete of a VM made for a job charges the job first for a VM none of
+its attempts recorded (``shared.domain.unrecorded_vms``): it ended while the
+VM was being placed.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from functions.deps import Deps
 from functions.ops.slots import free_instance_slot, free_stopped_slot, take_stop_slot
 from shared import logs
 from shared.domain import lifecycle
+from shared.domain.catalog import load_catalog
 from shared.domain.cooling import charge, close_segment, start_cooling, while_cooling
 from shared.domain.documents import InstanceDoc, JobDoc
 from shared.domain.errors import PermanentError
@@ -33,6 +38,13 @@ from shared.domain.stopping import (
     stopped,
     stopping,
 )
+from shared.domain.unrecorded_vms import (
+    MadeVm,
+    charge_unrecorded,
+    made_from_instance,
+    made_from_listing,
+)
+from shared.domain.vms import Vm
 
 # -- deleting --
 
@@ -67,12 +79,36 @@ def release_instance(
         # Its job is stopping it, which the caller could not see (the reaper
         # works from a listing made before): a stopped VM is kept, not deleted.
         return instance
+    made = made_from_instance(instance)
+    if made is not None:
+        charge_unrecorded_vm(deps, made)
     deps.compute.delete(instance.zone, instance.name)
     closed = store.update_instance(
         name, _for(owner, lambda current: lifecycle.instance_closed(current, now, note, substatus))
     )
     free_instance_slot(deps, instance.user, instance.name, now)
     return closed or instance
+
+
+def delete_orphan(deps: Deps, vm: Vm) -> None:
+    """Delete a VM no instance document owns (the reaper found it): its job
+    is charged first when no attempt recorded it (the job ended while the
+    placement that made it had not written it yet, or had died)."""
+    made = made_from_listing(vm, load_catalog())
+    if made is not None:
+        charge_unrecorded_vm(deps, made)
+    deps.compute.delete(vm.zone, vm.name)
+
+
+def charge_unrecorded_vm(deps: Deps, made: MadeVm) -> None:
+    """Charge the VM's job for it up to now, unless the job counts it already.
+
+    Before the delete, Firestore first: a crash in between leaves the VM for
+    the next delete, which finds it charged. The end is the clock's now, not
+    the caller's: a placement's ``now`` is from before the VM it made.
+    """
+    deleted_at = deps.clock()
+    deps.store.update_job(made.job_id, lambda job: charge_unrecorded(job, made, deleted_at))
 
 
 def finish_closing(deps: Deps, instance: InstanceDoc, now: datetime) -> None:

@@ -77,6 +77,7 @@ def create_app(
         epochs = store.list_epochs(job.job_id)
         return {
             "job": views.job_row(job, at),
+            "detail": views.job_detail(job),
             "history": views.history_rows(job.history),
             "epochs": views.epoch_rows(epochs),
             "timeline": views.timeline_view(job, at),

@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from infra.cli.job_fields import age, duration, short_span
+from infra.cli.job_fields import age, duration, failure_counts, short_span
 from infra.cli.timeline_chart import duration as phase_duration
-from shared.domain.documents import EpochDoc, HistoryEntry, InstanceDoc, JobDoc
+from shared.domain import failure_policy
+from shared.domain.documents import AttemptRecord, EpochDoc, HistoryEntry, InstanceDoc, JobDoc
 from shared.domain.states import JobStatus
 from shared.domain.timeline import Phase, timeline
 
@@ -73,6 +74,74 @@ def job_row(job: JobDoc, now: datetime) -> JobRow:
         metrics=metrics_text(job.metrics),
         error=job.error or "",
     )
+
+
+@dataclass(frozen=True)
+class AttemptRow:
+    attempt: int
+    instance: str
+    machine: str
+    zone: str
+    ended: str  # the history's STATUS/SUBSTATUS that ended it ("" while it runs)
+    outcome: str
+    resumed_from: str
+    saved_at: str
+    cost: str
+
+
+@dataclass(frozen=True)
+class JobDetail:
+    """What a job's page shows beyond its row: the failure policy's counters
+    and the limit that ended the job (as ``spotline status JOB``), each
+    attempt, and where a recorded job's snapshot is."""
+
+    restarts: str
+    ended_by: str
+    recorded: str
+    attempts: list[AttemptRow]
+
+
+def job_detail(job: JobDoc) -> JobDetail:
+    endings = failure_policy.attempt_endings(job)
+    rows = [_attempt_row(r, endings.get(r.attempt, "")) for r in job.attempts]
+    # VMs made for it that no attempt recorded (it ended while one was placed).
+    rows += [_attempt_row(r, "made, never recorded") for r in job.unrecorded_vms]
+    return JobDetail(
+        restarts=failure_counts(job),
+        ended_by=failure_policy.ending_limit(job) or "",
+        recorded=_recorded(job),
+        attempts=rows,
+    )
+
+
+def _attempt_row(record: AttemptRecord, ended: str) -> AttemptRow:
+    def step(value: int | None) -> str:
+        return "" if value is None else str(value)
+
+    instance = record.instance if record.nodes == 1 else f"{record.instance} (+{record.nodes - 1})"
+    return AttemptRow(
+        attempt=record.attempt,
+        instance=instance,
+        machine=record.machine_id,
+        zone=record.zone,
+        ended=ended,
+        outcome=record.outcome or "",
+        resumed_from=step(record.resumed_from_step),
+        saved_at=step(record.checkpoint_step),
+        cost=dollars(record.cost_usd),
+    )
+
+
+def _recorded(job: JobDoc) -> str:
+    """As ``spotline status JOB`` says it: the snapshot's code and data folders."""
+    if job.record is None:
+        return ""
+    kept = [
+        f"{what} {uri}"
+        for what, uri in (("code", job.record.code_uri), ("data", job.record.data_uri))
+        if uri
+    ]
+    return ", ".join(kept) or "nothing (no code_uri or data_uri)"
 
 
 @dataclass(frozen=True)

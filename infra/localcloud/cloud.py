@@ -16,7 +16,8 @@ preemption), answering a VM as ``Instance.summary()``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, Self
 
 from infra.localcloud.errors import AlreadyExists
@@ -35,8 +36,8 @@ class LocalCloud:
     Args:
         project: the only project it knows.
         launcher: what a booted VM is (``ProcessLauncher`` or ``RecordLauncher``).
-        zones, capacity_errors, missing_images, quota_limits, stop_grace_s: as
-            ``ComputeModel``.
+        zones, capacity_errors, missing_images, quota_limits, stop_grace_s,
+            clock: as ``ComputeModel``.
         operation_polls: ``wait`` calls before an operation reads DONE.
     """
 
@@ -51,6 +52,7 @@ class LocalCloud:
         quota_limits: Mapping[str, float] | None = None,
         stop_grace_s: float = 3.0,
         operation_polls: int = 1,
+        clock: Callable[[], datetime] | None = None,
     ) -> None:
         self.project = project
         self.launcher = launcher
@@ -62,6 +64,7 @@ class LocalCloud:
             missing_images=missing_images,
             quota_limits=quota_limits,
             stop_grace_s=stop_grace_s,
+            clock=clock,
         )
         self.operations = Operations(project, operation_polls)
         self.api = ComputeApi(self.model, self.operations)

@@ -14,6 +14,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from infra.localcloud.errors import Invalid
@@ -25,7 +26,6 @@ JsonDict = dict[str, Any]
 SELF_LINK_BASE = "https://www.googleapis.com/compute/v1"
 # Compute Engine's rule for instance names; it also keeps a name safe as a file name.
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
-CREATED = "2024-05-01T12:00:00.000-07:00"
 
 
 @dataclass(frozen=True)
@@ -134,6 +134,9 @@ class Instance:
     removing: bool = False  # being deleted, preempted or killed: forget it once ended
     run: Run | None = None
     exit_code: int | None = None
+    # Answered as creationTimestamp: spotline charges an ended job for a VM
+    # its attempts never recorded from this moment on.
+    created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
     @property
     def name(self) -> str:
@@ -154,7 +157,7 @@ class Instance:
             **self.spec.resource,
             "kind": "compute#instance",
             "id": self.id,
-            "creationTimestamp": CREATED,
+            "creationTimestamp": self.created_at.isoformat(timespec="milliseconds"),
             "name": self.name,
             "status": self.status.value,
             "zone": zone_url,

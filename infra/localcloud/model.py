@@ -25,8 +25,9 @@ import secrets
 import signal
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from infra.localcloud.errors import (
@@ -81,6 +82,8 @@ class ComputeModel:
             exist; every other image does (the local cloud bakes none).
         quota_limits: regional quota limits by metric, over ``quotas.DEFAULT_LIMITS``.
         stop_grace_s: SIGTERM to SIGKILL for a stop, a delete and ``close``.
+        clock: when a VM is created (its ``creationTimestamp``); a test on a
+            stepped clock passes its own, so VM times and its handlers' agree.
     """
 
     def __init__(
@@ -93,8 +96,10 @@ class ComputeModel:
         missing_images: Iterable[str] = (),
         quota_limits: Mapping[str, float] | None = None,
         stop_grace_s: float = 3.0,
+        clock: Callable[[], datetime] | None = None,
     ) -> None:
         self.project = project
+        self.clock = clock or (lambda: datetime.now(UTC))
         self.launcher = launcher
         self.zones = {region: tuple(z) for region, z in (zones or DEFAULT_ZONES).items()}
         self.capacity_errors: dict[Any, str | CapacityRule] = {**(capacity_errors or {})}
@@ -186,7 +191,9 @@ class ComputeModel:
             created: builtins.list[Instance] = []
             for spec, charge in zip(specs, charges, strict=True):
                 instance_id = str(10**18 + secrets.randbelow(9 * 10**18))
-                vm = Instance(spec, instance_id, charge, dict(spec.metadata))
+                vm = Instance(
+                    spec, instance_id, charge, dict(spec.metadata), created_at=self.clock()
+                )
                 self._boot(vm)
                 self._vms[(spec.zone, spec.name)] = vm
                 created.append(vm)

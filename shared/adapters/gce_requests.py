@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
@@ -231,7 +232,18 @@ def vm_from_instance(instance: compute_v1.Instance) -> Vm:
         labels=dict(instance.labels),
         machine_type=short_name(instance.machine_type),
         id=str(instance.id) if instance.id else "",
+        created_at=creation_time(instance.creation_timestamp),
     )
+
+
+def creation_time(stamp: str) -> datetime | None:
+    """An ``Instance.creationTimestamp`` (RFC 3339 with an offset, e.g.
+    ``2024-05-01T12:00:00.000-07:00``) as an aware datetime; None when absent
+    or unreadable: the VM is still listed, only its age is unknown."""
+    try:
+        return datetime.fromisoformat(stamp) if stamp else None
+    except ValueError:
+        return None
 
 
 def quotas_from_region(region: compute_v1.Region) -> dict[str, Quota]:

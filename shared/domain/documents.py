@@ -98,6 +98,10 @@ class JobDoc(_Doc):
     # (``shared.domain.timeline``): the console's view of where the time went.
     phase_seconds: dict[str, float] = Field(default_factory=dict)
     attempts: list[AttemptRecord] = Field(default_factory=list)
+    # VMs made for it that no attempt recorded (it ended while one was being
+    # placed), each priced from its creation to its delete, by name, once
+    # (``shared.domain.unrecorded_vms``); in cost_usd with the attempts.
+    unrecorded_vms: list[AttemptRecord] = Field(default_factory=list)
     avoid_machine_ids: list[str] = Field(default_factory=list)  # after repeated preemptions
     record: Record | None = None  # a recorded job's snapshot (``shared.domain.recording``)
     # SHA-256 of the event tokens handed to the VMs of an attempt, by attempt
@@ -170,6 +174,9 @@ class InstanceDoc(_Doc):
     # values): only such a VM is reused for a job that has some.
     reads_secrets: bool = False
     created_at: datetime
+    # Compute Engine's creationTimestamp of a VM the placement made (None:
+    # not read back, or a reused VM): where an unrecorded VM's charge begins.
+    vm_created_at: datetime | None = None
     booted_at: datetime | None = None
     last_heartbeat_at: datetime | None = None
     closed_at: datetime | None = None

@@ -22,7 +22,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 from shared.domain.documents import JobDoc
-from shared.domain.states import JobSubstatus
+from shared.domain.states import JobStatus, JobSubstatus
 
 
 class Restart(StrEnum):
@@ -86,3 +86,70 @@ def restarted_after(job: JobDoc, attempt: int) -> bool:
     return job.attempt == attempt + 1 and any(
         h.attempt == attempt and h.substatus == JobSubstatus.ERRORED for h in job.history
     )
+
+
+# The moves that end an attempt: a loss or restart (the next attempt follows)
+# or the job's own end.
+_ATTEMPT_ENDS = frozenset(
+    {
+        JobSubstatus.PREEMPTED,
+        JobSubstatus.STALLED,
+        JobSubstatus.ERRORED,
+        JobSubstatus.COMPLETED,
+        JobSubstatus.FAILED,
+        JobSubstatus.CANCELED,
+    }
+)
+_RESTARTED = frozenset({JobSubstatus.PREEMPTED, JobSubstatus.STALLED, JobSubstatus.ERRORED})
+
+
+def _counted(n: int, what: str) -> str:
+    """``1 preemption``, ``2 preemptions``; ``2 restarts on errors``."""
+    if n == 1:
+        return f"{n} {what}"
+    noun, _, rest = what.partition(" ")
+    return " ".join(p for p in (f"{n} {noun}s", rest) if p)
+
+
+def ending_limit(job: JobDoc) -> str | None:
+    """The limit of the policy that ended a FAILED job, with the count that
+    passed it (``max_preemptions=5 (6 preemptions)``), for a person reading
+    the job beside its counters; None when no limit ended it (it runs, it
+    completed or was canceled, or it failed another way: an error with no
+    restart allowed, which ``error_reason`` does not call a limit either).
+
+    Read from the job as the policy left it: the move before the job's end
+    (its first terminal history line; late events may add notes after it)
+    was a loss or a restart when ``next_attempt`` gave up, else it was the
+    last exit of the trainer.
+    """
+    if job.status != JobStatus.FAILED:
+        return None
+    ends = [i for i, entry in enumerate(job.history) if entry.status in JobStatus.terminal()]
+    if not ends or ends[0] == 0:
+        return None
+    before = job.history[ends[0] - 1].substatus
+    spec = job.spec
+    limit = spec.max_preemptions
+    if before == JobSubstatus.PREEMPTED and limit is not None and job.preemptions > limit:
+        return f"max_preemptions={limit} ({_counted(job.preemptions, 'preemption')})"
+    if before in _RESTARTED:
+        return f"max_attempts={spec.max_attempts} ({_counted(job.attempt, 'attempt')})"
+    last = next((r for r in job.attempts if r.attempt == job.attempt), None)
+    if last is not None and last.outcome == "failed" and spec.max_restarts_on_errors:
+        restarts = _counted(job.restarts_on_errors, "restart on errors")
+        return f"max_restarts_on_errors={spec.max_restarts_on_errors} ({restarts})"
+    return None
+
+
+def attempt_endings(job: JobDoc) -> dict[int, str]:
+    """How each attempt that has ended ended, as ``STATUS/SUBSTATUS`` of the
+    history line that ended it (``RECOVERING/ERRORED``: restarted by this
+    policy; ``RECOVERING/PREEMPTED``, ``FAILED/FAILED``, ...), by attempt."""
+    endings: dict[int, str] = {}
+    for entry in job.history:
+        if entry.attempt is None or entry.attempt in endings:
+            continue
+        if entry.substatus in _ATTEMPT_ENDS:
+            endings[entry.attempt] = f"{entry.status}/{entry.substatus}"
+    return endings

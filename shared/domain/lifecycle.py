@@ -355,30 +355,32 @@ def end_attempt(
 
 
 def accrue(job: JobDoc, now: datetime) -> JobDoc:
-    """Price every attempt up to its end (a running one up to ``now``) and sum
-    them on the job, with what the same VM time would cost on demand."""
-    records = []
-    for record in job.attempts:
-        seconds = record.nodes * ((record.ended_at or now) - record.started_at).total_seconds()
-        records.append(
-            record.model_copy(
-                update={
-                    "cost_usd": round(vm_cost(record.price_per_hour, seconds), 6),
-                    "on_demand_cost_usd": round(
-                        vm_cost(record.on_demand_price_per_hour, seconds), 6
-                    ),
-                }
-            )
-        )
-    cost = round(sum(r.cost_usd for r in records) + job.cooling_cost_usd, 6)
-    on_demand = round(sum(r.on_demand_cost_usd for r in records), 6)
+    """Price every attempt up to its end (a running one up to ``now``), and
+    every VM no attempt recorded (``unrecorded_vms``), and sum them on the
+    job, with what the same VM time would cost on demand."""
+    records = [_priced(record, now) for record in job.attempts]
+    unrecorded = [_priced(record, now) for record in job.unrecorded_vms]
+    every = [*records, *unrecorded]
+    cost = round(sum(r.cost_usd for r in every) + job.cooling_cost_usd, 6)
+    on_demand = round(sum(r.on_demand_cost_usd for r in every), 6)
     return job.model_copy(
         update={
             "attempts": records,
+            "unrecorded_vms": unrecorded,
             "cost_usd": cost,
             "on_demand_cost_usd": on_demand,
             "savings_percent": savings_percent(cost, on_demand),
             "cost_as_of": now,
+        }
+    )
+
+
+def _priced(record: AttemptRecord, now: datetime) -> AttemptRecord:
+    seconds = record.nodes * ((record.ended_at or now) - record.started_at).total_seconds()
+    return record.model_copy(
+        update={
+            "cost_usd": round(vm_cost(record.price_per_hour, seconds), 6),
+            "on_demand_cost_usd": round(vm_cost(record.on_demand_price_per_hour, seconds), 6),
         }
     )
 

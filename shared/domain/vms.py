@@ -8,6 +8,7 @@ adapter (``shared.adapters.gce_compute``) through the port
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 
 # Metadata key under which a VM finds its job (a JSON document).
@@ -85,6 +86,9 @@ class Vm:
     labels: dict[str, str]
     machine_type: str = ""
     id: str = ""
+    # Compute Engine's creationTimestamp; None where the provider did not say
+    # (a VM reported from its request alone). Billing starts about here.
+    created_at: datetime | None = None
 
 
 @dataclass(frozen=True)
