@@ -14,6 +14,7 @@ from functools import partial
 import pytest
 
 from functions.deps import Deps
+from functions.ops import sweep_pages
 from functions.ops.sweep import sweep
 from infra.localcloud.cloud import LocalCloud
 from shared.adapters.counting_store import CountingStore
@@ -49,14 +50,17 @@ def _seed(inner: InMemoryStore, active: int, terminal: int, users: int) -> None:
 
 
 def test_a_sweep_lists_every_active_job_and_user_past_one_page(
-    world: tuple[Deps, CountingStore, InMemoryStore],
+    world: tuple[Deps, CountingStore, InMemoryStore], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     deps, store, inner = world
+    monkeypatch.setattr(sweep_pages, "KEYS_PER_CALL", 100)  # several calls each
     _seed(inner, ACTIVE_JOBS, 3, USERS)
     sweep(deps, at(60))
     # Listed as keys, past every page of each listing.
+    assert store.ops.by_method["list_job_ids.calls"] == ACTIVE_JOBS // 100 + 1
     assert store.ops.by_method["list_job_ids.reads"] == ACTIVE_JOBS
-    assert store.ops.by_method["list_user_names.reads"] == USERS
+    # 1,100 users fill 11 calls; the 12th finds none, billed one read.
+    assert store.ops.by_method["list_user_names.reads"] == USERS + 1
     assert store.ops.by_method["get_users.reads"] == USERS
     # Stage 2 accrues each running job: every one of them, not the first page.
     assert store.ops.by_method["update_job.reads"] == ACTIVE_JOBS

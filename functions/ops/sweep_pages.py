@@ -49,7 +49,10 @@ from shared.domain.vms import MANAGED_LABEL, Vm
 
 Kind = Literal["vms", "jobs", "users"]
 
-KEYS_PER_CALL = 1000  # keys per listing call
+# Keys per listing call: keys are small, and each call of a paged query costs
+# the emulator more than its size (10,000 keys: 6 to 14 s by 1,000, 2.6 to
+# 3.5 s by 5,000).
+KEYS_PER_CALL = 5000
 # Pub/Sub takes messages up to 10 MB; a page past this is split in two.
 MAX_PAGE_BYTES = 4_000_000
 
