@@ -38,8 +38,8 @@ def serve(
     """Warm up, say ready, wait for ``go``, serve until ``work`` is empty, report."""
     os.environ.update(env)
     import functions_framework
-
     from scale_world import REPO
+
     from functions import deps as process_deps
     from functions.deps import Deps
     from shared.adapters.counting_store import CountingStore
