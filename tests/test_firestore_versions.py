@@ -5,6 +5,8 @@ when someone did."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from shared.adapters.counting_store import CountingStore
@@ -15,7 +17,7 @@ from tests.test_store_contract import a_job
 pytestmark = pytest.mark.emulators
 
 
-def _preempted(n: int):  # type: ignore[no-untyped-def]
+def _preempted(n: int) -> Callable[[JobDoc], JobDoc]:
     return lambda job: job.model_copy(update={"preemptions": n})
 
 
