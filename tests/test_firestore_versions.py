@@ -11,8 +11,9 @@ import pytest
 
 from shared.adapters.counting_store import CountingStore
 from shared.adapters.firestore_store import FirestoreStore
+from shared.adapters.firestore_versions import WrittenVersions
 from shared.domain.documents import JobDoc
-from tests.test_store_contract import a_job
+from tests.test_store_contract import T0, a_job
 
 pytestmark = pytest.mark.emulators
 
@@ -63,3 +64,23 @@ def test_a_kept_version_never_decides_that_nothing_is_to_be_written(project: str
     # Already 1 in what ``mine`` wrote last, but not in the document.
     assert mine.update_job("job1", _preempted(1)) is not None
     assert _stored(project).preemptions == 1
+
+
+def test_a_version_is_kept_for_a_request_s_course_not_until_the_next_sweep() -> None:
+    """The reaper, a minute after its last sweep, updates jobs the VMs'
+    events have written since: a version that old is not tried (a refused
+    write would cost more than the read it saves)."""
+    now = [0.0]
+    versions = WrittenVersions(max_age_s=30.0, clock=lambda: now[0])
+    versions.put("jobs", "job1", {"preemptions": 1}, T0)
+    now[0] = 29.0
+    assert versions.get("jobs", "job1") == ({"preemptions": 1}, T0)
+    now[0] = 61.0
+    assert versions.get("jobs", "job1") is None
+
+
+def test_the_oldest_version_goes_first() -> None:
+    versions = WrittenVersions(size=2)
+    for key in ("a", "b", "c"):
+        versions.put("jobs", key, {}, T0)
+    assert [versions.get("jobs", k) is not None for k in ("a", "b", "c")] == [False, True, True]
