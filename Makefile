@@ -108,6 +108,7 @@ bench-scale: $(INSTALLED)
 	$(BIN)/python benchmarks/bench_scale_coldstart.py
 	$(BIN)/python benchmarks/bench_scale_ops.py
 	$(BIN)/python benchmarks/bench_scale_throughput.py
+	$(BIN)/python benchmarks/bench_scale_e2e_burst.py
 	$(BIN)/python benchmarks/bench_scale_reaper.py
 	$(BIN)/python benchmarks/bench_econ.py --seeds $(ECON_SEEDS) $(ECON_ARGS)
 

@@ -58,3 +58,25 @@ def test_a_submission_reads_no_other_user_s_cooling_or_stopped_vm(
     crowded = _submit(deps, store, 2)
     assert crowded.reads == alone.reads
     assert crowded.calls == alone.calls
+
+
+def test_a_placement_asks_once_for_its_job_s_instances(
+    world: tuple[Deps, CountingStore, InMemoryStore],
+) -> None:
+    """A new job's placement looks for a VM its attempt already claimed
+    (a redelivery) before it looks for a cooling VM, then a stopped one: one
+    query of the job's instances serves both looks."""
+    deps, store, _ = world
+    placed = _submit(deps, store, 1)
+    assert placed.by_method["instances_of_job.calls"] == 1
+
+
+def test_a_new_vm_s_slot_is_taken_once_and_not_read_again(
+    world: tuple[Deps, CountingStore, InMemoryStore],
+) -> None:
+    """The user document is read for the job's slot and for the VM's slot
+    (taken before the insert); recording the VM it made reads it no more."""
+    deps, store, _ = world
+    placed = _submit(deps, store, 1)
+    assert placed.by_method["update_user.calls"] == 2
+    assert placed.by_method["update_user.writes"] == 2

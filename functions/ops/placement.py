@@ -65,8 +65,9 @@ def launch(deps: Deps, job: JobDoc, now: datetime) -> JobDoc:
     option can ever succeed (the caller settles it). The job must be in
     REQUESTING_SERVER."""
     tried: list[str] = []
+    made: set[str] = set()  # VMs this call created, their slots taken just before
     try:
-        found = _find_vms(deps, job, now, tried)
+        found = _find_vms(deps, job, now, tried, made)
     except OverInstanceQuota as over:
         return wait_for_quota(deps, job, now, str(over))
     except Unplaceable as refused:
@@ -75,7 +76,7 @@ def launch(deps: Deps, job: JobDoc, now: datetime) -> JobDoc:
         return wait_for_capacity(deps, job, now, tried)
     vms, option = found
     for vm in vms:
-        _record_instance(deps, job, vm, option, now)
+        _record_instance(deps, job, vm, option, now, slot_taken=vm.name in made)
     leader = vms[0]
     names = [vm.name for vm in vms] if len(vms) > 1 else None
     logs.info(
@@ -116,20 +117,28 @@ def _let_go(deps: Deps, ended: JobDoc, attempt: int, vms: list[Vm], now: datetim
             release_instance(deps, vm.name, now, note, owner=Owner(ended.job_id, attempt))
 
 
-def _find_vms(deps: Deps, job: JobDoc, now: datetime, tried: list[str]) -> Found | None:
+def _find_vms(
+    deps: Deps, job: JobDoc, now: datetime, tried: list[str], made: set[str]
+) -> Found | None:
     """The attempt's VMs: already there, a cooling or stopped one of the user's,
-    or new. None: no option had capacity (``tried`` says why).
+    or new (their names go into ``made``). None: no option had capacity
+    (``tried`` says why).
 
     Raises:
         OverInstanceQuota: a new or restarted VM would put the user over quota.
         Unplaceable: no option can ever succeed.
     """
     if job.spec.nodes > 1:
-        return _existing_gang(deps, job) or _create_gang(deps, job, tried, now)
+        return _existing_gang(deps, job) or _create_gang(deps, job, tried, now, made)
     machine_ids = _machine_ids(job)
-    single = _existing_vm(deps, job) or claim_cooling(deps, job, machine_ids, now)
-    single = single or claim_stopped(deps, job, machine_ids, now)
-    single = single or _create_vm(deps, job, tried, now)
+    single = _existing_vm(deps, job)
+    if single is None:
+        # A claimed cooling VM and a restarted stopped one are both found by
+        # the job's instance documents: one query serves both looks.
+        of_job = deps.store.instances_of_job(job.job_id)
+        single = claim_cooling(deps, job, machine_ids, now, of_job)
+        single = single or claim_stopped(deps, job, machine_ids, now, of_job)
+    single = single or _create_vm(deps, job, tried, now, made)
     return ([single[0]], single[1]) if single else None
 
 
@@ -168,7 +177,9 @@ def _existing_vm(deps: Deps, job: JobDoc) -> Single | None:
     return None
 
 
-def _create_vm(deps: Deps, job: JobDoc, tried: list[str], now: datetime) -> Single | None:
+def _create_vm(
+    deps: Deps, job: JobDoc, tried: list[str], now: datetime, made: set[str]
+) -> Single | None:
     settings = deps.settings
     assignment = assignment_for(deps, job)
     zones = _zones(deps, job, now)
@@ -194,6 +205,7 @@ def _create_vm(deps: Deps, job: JobDoc, tried: list[str], now: datetime) -> Sing
                 refused.append((f"{option.machine_id} in {option.zone}", err.detail))
                 continue
             _record_request(deps, option.machine_id, ok=True)
+            made.add(vm.name)
             return vm, option
         if tried and job.spec.wait_request_s > 0:
             break  # no capacity for the option whose window this is: wait for it
@@ -213,7 +225,9 @@ def _existing_gang(deps: Deps, job: JobDoc) -> Found | None:
     return (vms, option) if option is not None else None
 
 
-def _create_gang(deps: Deps, job: JobDoc, tried: list[str], now: datetime) -> Found | None:
+def _create_gang(
+    deps: Deps, job: JobDoc, tried: list[str], now: datetime, made: set[str]
+) -> Found | None:
     """One bulk insert per machine id, in the user's order; the provider picks
     the one allowed zone that holds every node."""
     settings = deps.settings
@@ -242,6 +256,7 @@ def _create_gang(deps: Deps, job: JobDoc, tried: list[str], now: datetime) -> Fo
             refused.append((where, err.detail))
             continue
         _record_request(deps, option.machine_id, ok=True)
+        made.update(vm.name for vm in vms)
         return vms, replace(option, zone=vms[0].zone)
     for name in names:
         free_instance_slot(deps, job.user, name, now)
@@ -269,8 +284,14 @@ def _record_request(deps: Deps, machine_id: str, ok: bool) -> None:
         logs.warning(f"could not record a request of {machine_id}: {err}")
 
 
-def _record_instance(deps: Deps, job: JobDoc, vm: Vm, option: Option, now: datetime) -> None:
-    keep_instance_slot(deps, job.user, vm.name, now)
+def _record_instance(
+    deps: Deps, job: JobDoc, vm: Vm, option: Option, now: datetime, slot_taken: bool
+) -> None:
+    """The instance document; and the VM's slot, unless this call took it
+    before creating the VM (an adopted, claimed or restarted VM keeps its
+    slot whatever the limit, so the user's list stays true)."""
+    if not slot_taken:
+        keep_instance_slot(deps, job.user, vm.name, now)
     deps.store.create_instance(
         InstanceDoc(
             name=vm.name,

@@ -108,11 +108,20 @@ def _end_a_cooling_vm(
 # -- reused VMs: cooling (still running) and stopped (restarted) --
 
 
-def claim_cooling(deps: Deps, job: JobDoc, machine_ids: list[str], now: datetime) -> Single | None:
+def claim_cooling(
+    deps: Deps,
+    job: JobDoc,
+    machine_ids: list[str],
+    now: datetime,
+    of_job: Sequence[InstanceDoc] | None = None,
+) -> Single | None:
     """Take a cooling VM of the job's user for one of its machine ids, in the
-    job's order, and hand it the job through its metadata. None: none to take."""
+    job's order, and hand it the job through its metadata. None: none to take.
+
+    ``of_job``: the job's instance documents, when the caller has read them
+    (placement reads them once for this and ``claim_stopped``)."""
     store, settings = deps.store, deps.settings
-    for instance in store.instances_of_job(job.job_id):
+    for instance in _of_job(deps, job, of_job):
         if instance.attempt == job.attempt and instance.status == InstanceStatus.EXECUTING:
             # Claimed already (a redelivery): charge and hand it the job again,
             # both idempotent.
@@ -142,15 +151,22 @@ def claim_cooling(deps: Deps, job: JobDoc, machine_ids: list[str], now: datetime
     return None
 
 
-def claim_stopped(deps: Deps, job: JobDoc, machine_ids: list[str], now: datetime) -> Single | None:
+def claim_stopped(
+    deps: Deps,
+    job: JobDoc,
+    machine_ids: list[str],
+    now: datetime,
+    of_job: Sequence[InstanceDoc] | None = None,
+) -> Single | None:
     """Restart a stopped VM of the job's user for one of its machine ids, in
     the job's order, with the job in its metadata. None: none to restart.
 
     The restart claims the instance document first (a guarded write, one
-    winner), then hands the VM the job and starts it."""
+    winner), then hands the VM the job and starts it. ``of_job``: as for
+    ``claim_cooling``."""
     store = deps.store
     own_name = vm_name(job.job_id, job.attempt)
-    for instance in store.instances_of_job(job.job_id):
+    for instance in _of_job(deps, job, of_job):
         if restarted_for(instance, job.job_id, job.attempt, own_name):
             return _boot(deps, job, instance, now)  # a redelivery: boot it again, idempotently
     zones = set(job.spec.zones or deps.settings.zones)
@@ -173,6 +189,12 @@ def claim_stopped(deps: Deps, job: JobDoc, machine_ids: list[str], now: datetime
             if found is not None:
                 return found
     return None
+
+
+def _of_job(deps: Deps, job: JobDoc, of_job: Sequence[InstanceDoc] | None) -> Sequence[InstanceDoc]:
+    """The job's instance documents: a redelivery finds there the VM its first
+    delivery claimed or restarted."""
+    return of_job if of_job is not None else deps.store.instances_of_job(job.job_id)
 
 
 def _can_serve(instance: InstanceDoc, job: JobDoc) -> bool:

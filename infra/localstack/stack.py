@@ -30,7 +30,7 @@ from pathlib import Path
 
 from infra.localcloud.chaos_client import ChaosClient
 from infra.localcloud.cloud import LocalCloud
-from infra.localcloud.launchers import ProcessLauncher
+from infra.localcloud.launchers import Launcher, ProcessLauncher, RecordLauncher
 from infra.localstack.chaos import RandomPreemptions
 from infra.localstack.emulators import Emulator, start_firestore, start_pubsub
 from infra.localstack.processes import ManagedProcess, free_port, http_ok
@@ -70,6 +70,14 @@ class StackOptions:
     # Job webhooks may call receivers on this machine, over plain http too
     # (the webhook_allowed_networks setting; in the cloud: none, https only).
     webhook_allowed_networks: tuple[str, ...] = ("127.0.0.0/8",)
+    # VMs as records (``RecordLauncher``): the local cloud makes them, nothing
+    # boots on them. For measuring the control plane alone (a 500-job burst
+    # would otherwise start 100 agents on the machine being measured).
+    record_vms: bool = False
+    # Instances (processes) per function, by entry point (default 1): Cloud
+    # Functions scales a burst out to many; functions-framework's gunicorn
+    # starts this many worker processes (its WORKERS variable), each threaded.
+    function_processes: dict[str, int] = field(default_factory=dict)
 
 
 class LocalStack:
@@ -107,10 +115,9 @@ class LocalStack:
                 for wait in waits:
                     wait.result()
             self.timings["emulators_s"] = time.monotonic() - started
-            agent = [sys.executable, "-m", "vm_image.agent"]
             self.cloud = LocalCloud(
                 self.options.project,
-                ProcessLauncher(self.workdir, agent, env=self._vm_env()),
+                self._launcher(),
                 zones={self.options.region: self.options.zones},
                 capacity_errors=self.options.capacity_errors or None,
                 quota_limits=self.options.quota_limits,
@@ -223,9 +230,17 @@ class LocalStack:
             "SPOTLINE_TRAINER_USER": os.environ.get("SPOTLINE_TRAINER_USER", ""),
         }
 
+    def _launcher(self) -> Launcher:
+        if self.options.record_vms:
+            return RecordLauncher()
+        agent = [sys.executable, "-m", "vm_image.agent"]
+        return ProcessLauncher(self.workdir, agent, env=self._vm_env())
+
     def _start_functions(self, logs_dir: Path) -> None:
-        env = {**os.environ, **self.client_env(), "PYTHONUNBUFFERED": "1"}
+        base_env = {**os.environ, **self.client_env(), "PYTHONUNBUFFERED": "1"}
         for function in FUNCTIONS:
+            processes = self.options.function_processes.get(function.entry_point)
+            env = base_env if processes is None else {**base_env, "WORKERS": str(processes)}
             port = free_port()
             command = [
                 sys.executable, "-m", "functions_framework",

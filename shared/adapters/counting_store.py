@@ -9,8 +9,10 @@ delete per delete. It exists so that "reads per event" and "the sweep reads
 no terminal job" are numbers a test can assert and a benchmark can price.
 
 What the port hides is counted from what it shows: an ``update_*`` reads once
-per run of its ``change`` (a contended write runs it again) and writes once
-when the last run changed the document; ``availability`` counts its one
+per run of its ``change`` (a contended write runs it again), less the runs
+the Firestore store started from the version of a job it wrote last
+(``firestore_versions``: no read), and writes once when the last run
+changed the document; ``availability`` counts its one
 query (the hourly documents it sums are not returned). A method of the port
 this class does not know raises ``AttributeError``, so a new store call
 cannot go uncounted.
@@ -127,9 +129,14 @@ class CountingStore:
             changed[0] = not (new is doc or new == doc)
             return new
 
+        unread = getattr(self.inner, "unread_changes", None)
+        before = unread() if unread is not None else 0
         result = method(key, counted_change)
-        # A missing document is one read that finds nothing.
-        self.ops.add(name, reads=max(runs[0], 1), writes=int(changed[0]))
+        # A run on the version the store wrote last read nothing (FirestoreStore).
+        reads = runs[0] - (unread() - before if unread is not None else 0)
+        if result is None:  # a missing document is one read that finds nothing
+            reads = max(reads, 1)
+        self.ops.add(name, reads=reads, writes=int(changed[0]))
         return result
 
 

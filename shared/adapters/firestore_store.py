@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict
@@ -25,6 +26,7 @@ from pydantic import BaseModel
 
 from shared.adapters.firestore_diff import changed_fields
 from shared.adapters.firestore_listing import keys_of, page_query
+from shared.adapters.firestore_versions import WrittenVersions
 from shared.domain.catalog import Machine
 from shared.domain.documents import (
     EpochDoc,
@@ -56,6 +58,7 @@ JOBS, INSTANCES, QUEUE, REJECTED, EPOCHS, USERS, MACHINES = (
 )
 _UPDATE_ATTEMPTS = 20
 _GET_ALL = 300  # documents per batch get (a request's size stays small)
+_VERSIONED = frozenset({JOBS})  # see firestore_versions: why only jobs
 
 
 class FirestoreStore:
@@ -64,6 +67,8 @@ class FirestoreStore:
     def __init__(self, project: str, client: firestore.Client | None = None) -> None:
         self.project = project
         self._client = client
+        self._versions = WrittenVersions()
+        self._thread = threading.local()
 
     @cached_property
     def client(self) -> firestore.Client:
@@ -328,10 +333,13 @@ class FirestoreStore:
     def _create(self, collection: str, key: str, doc: BaseModel) -> bool:
         from google.api_core.exceptions import AlreadyExists
 
+        data = to_firestore(doc)
         try:
-            self.client.collection(collection).document(key).create(to_firestore(doc))
+            result = self.client.collection(collection).document(key).create(data)
         except AlreadyExists:
             return False
+        if collection in _VERSIONED:
+            self._versions.put(collection, key, data, result.update_time)
         return True
 
     def _get(self, collection: str, key: str, model: type[Doc]) -> Doc | None:
@@ -358,27 +366,71 @@ class FirestoreStore:
         from google.api_core.exceptions import FailedPrecondition
 
         ref = self.client.collection(collection).document(key)
+        written = self._update_kept(ref, collection, key, model, change)
+        if written is not None:
+            return written
         for attempt in range(_UPDATE_ATTEMPTS):
             snap = ref.get()
             if not snap.exists:
+                self._versions.drop(collection, key)
                 return None
             current = model.model_validate(snap.to_dict())
             changed = change(current)
             if changed is current or changed == current:
                 return current
             guard = self.client.write_option(last_update_time=snap.update_time)
-            fields = changed_fields(to_firestore(current), to_firestore(changed))
+            after = to_firestore(changed)
+            fields = changed_fields(to_firestore(current), after)
             if not fields:  # unequal models, equal documents: nothing to write
                 return current
             try:
-                ref.update(fields, option=guard)
+                result = ref.update(fields, option=guard)
             except FailedPrecondition:
                 log.info("%s/%s changed under us; re-reading", collection, key)
                 # Jitter, so that writers racing for one document spread out.
                 time.sleep(random.uniform(0, 0.02 * (attempt + 1)))
                 continue
+            if collection in _VERSIONED:
+                self._versions.put(collection, key, after, result.update_time)
             return changed
         raise TransientError(f"{collection}/{key}: too much write contention, try again")
+
+    def _update_kept(
+        self, ref: Any, collection: str, key: str, model: type[Doc], change: Callable[[Doc], Doc]
+    ) -> Doc | None:
+        """``change`` written on the version of the document this store wrote
+        last, guarded by that version's update time, with no read
+        (``firestore_versions``). None: read it first (none kept, someone
+        else wrote since, or the change would write nothing)."""
+        from google.api_core.exceptions import FailedPrecondition, NotFound
+
+        kept = self._versions.get(collection, key)
+        if kept is None:
+            return None
+        data, update_time = kept
+        self._thread.unread = self.unread_changes() + 1
+        # A fresh model from the kept fields: a change never shares its input.
+        current = model.model_validate(data)
+        changed = change(current)
+        if changed is current or changed == current:
+            return None  # nothing to write, says a version that may be stale
+        after = to_firestore(changed)
+        fields = changed_fields(data, after)
+        if not fields:
+            return None
+        guard = self.client.write_option(last_update_time=update_time)
+        try:
+            result = ref.update(fields, option=guard)
+        except (FailedPrecondition, NotFound):
+            self._versions.drop(collection, key)
+            return None
+        self._versions.put(collection, key, after, result.update_time)
+        return changed
+
+    def unread_changes(self) -> int:
+        """How many runs of an update's change on this thread started from a
+        kept version rather than a read (``CountingStore`` bills no read for them)."""
+        return int(getattr(self._thread, "unread", 0))
 
     def _list(
         self,
