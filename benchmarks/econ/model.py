@@ -93,6 +93,23 @@ class Params:
         return now_s + self.delete_s
 
 
+# Where each figure comes from: the report prints them with the values.
+SOURCES = {
+    "boot_s": "assumption: a GPU VM from a baked image (boot, driver, agent, data)",
+    "notice_s": "Compute Engine: a Spot VM's preemption notice",
+    "checkpoint_s": "assumption: the trainer's save on the notice (must fit in it)",
+    "step_s": "assumption: one optimizer step (the notice's save waits for its end)",
+    "deliver_s": "BENCHMARKS.md: median preemption -> replacement insert, event path",
+    "delete_s": "Compute API skipGuestOsShutdown: a Spot VM's guest gets 30 s to shut "
+    "down; the agent's unit takes up to 28 s (TimeoutStopSec)",
+    "save_every_s": "assumption: a gang's rank 0 saves every 30 min of training "
+    "(as the poller's period); the built-in trainer saves at each epoch's end",
+    "period_s": "issue 14: the SkyPilot-like poller checkpoints every 30 min",
+    "detect_s": "issue 14: the poller notices a preempted VM 15 s after it is gone",
+    "max_hours": "the simulation's cut-off",
+}
+
+
 @dataclass(frozen=True)
 class Job:
     """A training job: ``hours`` of GPU work on ``nodes`` VMs of ``machine_id``

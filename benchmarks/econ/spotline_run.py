@@ -5,22 +5,16 @@ What is real: the handlers (``submit_job``, ``on_vm_booted``,
 through their Pub/Sub wrapper with real CloudEvents, and everything under them
 (admission, placement, the gang insert, recovery, the queue, pricing); the
 in-memory store; google-cloud-compute's client against the local cloud
-(``infra.localcloud``), whose VMs are records. The job's cost is what spotline
-itself records on the job (``lifecycle.accrue``).
+(``infra.localcloud``), whose VMs are records.
 
-What is modelled (``model.Params``): each VM's agent and trainer, and
-Compute Engine's time. A VM boots for ``boot_s``, then trains; on a
-preemption of a one-VM job or of a gang's node 0 the trainer checkpoints (the
-step in progress is lost) and the agent reports; on a preemption of another
-node of a gang, its ranks stop at their next step and save nothing (only rank
-0 saves, and only the noticed node hears the notice), so the gang resumes
-from rank 0's last periodic save (``save_every_s``); before its boot only the
-preemption log sink reports it. Every event reaches its function
+What is modelled: each VM's agent and trainer (``agents``), and Compute
+Engine's time (``cloud_time``). Every event reaches its function
 ``deliver_s`` after it is published; each delivery runs on its own clock
-(functions run side by side), which a delete spotline waits for moves on
-(``cloud_time``). The VMs bill from their insert until they are gone. Cloud
-Scheduler's tick runs the reaper on the whole minute after anything waits in
-the queue (the reaper has nothing else to do here: every loss is reported).
+(functions run side by side), which a delete spotline waits for moves on. The
+VMs bill from their insert until they are gone; the cost reported is that
+time at the price spotline placed them at. Cloud Scheduler's tick runs the
+reaper on the whole minute after anything waits in the queue (the reaper has
+nothing else to do here: every loss is reported).
 """
 
 from __future__ import annotations
@@ -39,11 +33,12 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from benchmarks.econ.breakdown import Breakdown, Stop, breakdown
+from benchmarks.econ.agents import JOB_ID, Attempt, ModelledAgents
+from benchmarks.econ.breakdown import Breakdown, breakdown
 from benchmarks.econ.cloud_time import TimedCompute
 from benchmarks.econ.model import Job, Outcome, Params
 from benchmarks.econ.traces import Trace
-from benchmarks.econ.wire import PROJECT, cloud_event, log_entry, settings
+from benchmarks.econ.wire import PROJECT, cloud_event, settings
 from functions import deps as process_deps
 from functions.deps import Deps
 from functions.handlers.on_epoch_done import on_epoch_done
@@ -58,21 +53,14 @@ from infra.localcloud.quotas import DEFAULT_LIMITS
 from shared.adapters.gce_compute import GceCompute
 from shared.adapters.memory_store import InMemoryStore
 from shared.adapters.recording_bus import RecordingBus
-from shared.contract.assignment import Assignment
 from shared.contract.events import (
-    Heartbeat,
-    JobFinished,
     ReaperTick,
-    SpotPreempted,
-    VmBooted,
 )
 from shared.domain.bounds import MAX_ATTEMPTS
 from shared.domain.pricing import vm_cost
-from shared.domain.states import JobStatus, JobSubstatus
-from shared.domain.vms import EVENT_TOKEN_METADATA_KEY, JOB_METADATA_KEY, MANAGED_LABEL
+from shared.domain.states import JobStatus
 
 T0 = datetime(2026, 1, 5, 0, 0, tzinfo=UTC)
-JOB_ID = "econ"
 HANDLERS: dict[str, Callable[[Any], None]] = {
     "submit": submit_job,
     "vm_booted": on_vm_booted,
@@ -83,29 +71,6 @@ HANDLERS: dict[str, Callable[[Any], None]] = {
 }
 
 
-@dataclass
-class _Vm:
-    """One VM of an attempt, as its agent sees it."""
-
-    name: str
-    zone: str
-    instance_id: str
-    rank: int
-    token: str
-    booted: bool = False
-    noticed_s: float | None = None  # when its preemption notice came
-
-
-@dataclass
-class _Attempt:
-    number: int
-    started: float  # seconds since submission
-    vms: list[_Vm]
-    train_start: float | None = None
-    lost: bool = False
-    stop: Stop | None = None  # how it was lost
-
-
 @dataclass(order=True)
 class _Event:
     at: float
@@ -113,7 +78,7 @@ class _Event:
     action: Callable[[], None] = field(compare=False)
 
 
-class SpotlineRun:
+class SpotlineRun(ModelledAgents):
     """One job, one trace, spotline's handlers; ``run()`` gives the outcome.
 
     Args:
@@ -129,7 +94,7 @@ class SpotlineRun:
         self._ids = itertools.count(1)
         self.now_s = 0.0
         self.saved_s = 0.0
-        self.attempts: dict[int, _Attempt] = {}
+        self.attempts: dict[int, Attempt] = {}
         self.preemptions = 0
         self.ticks = 0
         self._tick_due: float | None = None
@@ -270,117 +235,6 @@ class SpotlineRun:
 
     def _clock(self) -> datetime:
         return T0 + timedelta(seconds=self._local_s())
-
-    # -- the agents (modelled) --
-
-    def _wake_agents(self) -> None:
-        """An agent for each VM of an attempt not seen before."""
-        fresh: dict[int, list[_Vm]] = {}
-        for vm in self.cloud.list({MANAGED_LABEL: "true"}):
-            if vm["state"] != "RUNNING":
-                continue
-            assignment = Assignment.model_validate_json(vm["metadata"][JOB_METADATA_KEY])
-            if assignment.attempt in self.attempts:
-                continue
-            rank = assignment.nodes.index(vm["name"]) if assignment.nodes else 0
-            token = str(vm["metadata"].get(EVENT_TOKEN_METADATA_KEY, ""))
-            fresh.setdefault(assignment.attempt, []).append(
-                _Vm(vm["name"], vm["zone"], str(vm["id"]), rank, token)
-            )
-        for number, vms in fresh.items():
-            started = min(self.compute.billing.born.get(v.name, self._local_s()) for v in vms)
-            attempt = _Attempt(number, started, sorted(vms, key=lambda v: v.rank))
-            self.attempts[number] = attempt
-            self._at(started + self.params.boot_s, functools.partial(self._boot, attempt))
-
-    def _common(self, attempt: _Attempt, vm: _Vm) -> dict[str, Any]:
-        return {
-            "job_id": JOB_ID,
-            "attempt": attempt.number,
-            "instance": vm.name,
-            "sent_at": self._clock(),
-            "token": vm.token,
-        }
-
-    def _boot(self, attempt: _Attempt) -> None:
-        if attempt.lost:
-            return
-        attempt.train_start = self.now_s
-        step = self._step(self.saved_s)
-        for vm in attempt.vms:
-            vm.booted = True
-            common = self._common(attempt, vm)
-            self._publish("vm_booted", VmBooted(**common, zone=vm.zone, instance_id=vm.instance_id))
-            beat = Heartbeat(
-                **common,
-                phase=JobSubstatus.TRAINING,
-                step=step,
-                resumed_from_step=step if step else None,
-            )
-            self._publish("epoch_done", beat)
-        end = self.now_s + (self.job.work_s - self.saved_s)
-        self._at(end, lambda: self._finish(attempt))
-
-    def _finish(self, attempt: _Attempt) -> None:
-        if attempt.lost:
-            return
-        # Workers first: node 0's exit ends the job (``on_job_finished``).
-        for vm in reversed(attempt.vms):
-            self._publish("job_finished", JobFinished(**self._common(attempt, vm), exit_code=0))
-        self.saved_s = self.job.work_s
-        attempt.lost = True  # its trainer is done: later preemptions hit nothing
-
-    def _heartbeats(self) -> None:
-        for attempt in self.attempts.values():
-            if attempt.lost or attempt.train_start is None:
-                continue
-            for vm in attempt.vms:
-                beat = Heartbeat(**self._common(attempt, vm), phase=JobSubstatus.TRAINING)
-                self._publish("epoch_done", beat, delay=0.0)
-
-    def _preempt(self, node: int) -> None:
-        """Compute Engine takes the Spot VM of ``node``, if one is up there."""
-        attempt = next((a for a in self.attempts.values() if not a.lost), None)
-        if attempt is None or node >= len(attempt.vms) or self.now_s < attempt.started:
-            return  # (a VM inserted after its deletes' wait was not there yet)
-        vm = attempt.vms[node]
-        found = self.cloud.get(vm.name, vm.zone)
-        if found is None or found["state"] != "RUNNING":
-            return  # deleted or stopped already (the attempt is being let go)
-        self.preemptions += 1
-        attempt.lost = True
-        vm.noticed_s = self.now_s
-        stop = attempt.stop = Stop(attempt.number, node, self.now_s, attempt.started)
-        if vm.booted and attempt.train_start is not None:
-            stop.trained_s = self.now_s - attempt.train_start
-            progress = self.saved_s + stop.trained_s
-            if node == 0:
-                # The trainer saves at the end of its step, then the agent reports.
-                self.saved_s = self.params.saved_on_notice(progress)
-                step: int | None = self._step(self.saved_s)
-                uri: str | None = f"memory://econ/checkpoints/step-{step}"
-                report_after = self.params.checkpoint_s
-            else:
-                # A gang's other node: its ranks stop at their step's end and
-                # save nothing; rank 0's last periodic save is what is left.
-                self.saved_s = max(self.saved_s, self.params.saved_by_rank0(progress))
-                step, uri, report_after = None, None, self.params.step_s
-            stop.lost_work_s = progress - self.saved_s
-            report = SpotPreempted(**self._common(attempt, vm), step=step, checkpoint_uri=uri)
-            self._at(self.now_s + report_after, lambda: self._publish("spot_preempted", report))
-        else:
-            # Before the agent is up only the log sink reports it.
-            self._publish("spot_preempted", log_entry(vm.zone, vm.name, vm.instance_id))
-        self._at(self.now_s + self.params.notice_s, lambda: self._terminate(vm))
-
-    def _terminate(self, vm: _Vm) -> None:
-        """The notice is over: Compute Engine stops the VM (if still there)."""
-        if self.cloud.get(vm.name, vm.zone) is not None:
-            self.cloud.preempt(vm.name, notice_s=0.0, zone=vm.zone)
-            self.compute.billing.ended(vm.name, self.now_s)
-
-    def _step(self, progress_s: float) -> int:
-        return round(progress_s / self.params.step_s)
 
     # -- the outcome --
 
