@@ -41,12 +41,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint-s", type=float, default=Params.checkpoint_s)
     parser.add_argument("--period-s", type=float, default=Params.period_s)
     parser.add_argument("--detect-s", type=float, default=Params.detect_s)
+    parser.add_argument("--delete-s", type=float, default=Params.delete_s)
+    parser.add_argument("--save-every-s", type=float, default=Params.save_every_s)
     args = parser.parse_args(argv)
     params = Params(
         boot_s=args.boot_s,
         checkpoint_s=args.checkpoint_s,
         period_s=args.period_s,
         detect_s=args.detect_s,
+        delete_s=args.delete_s,
+        save_every_s=args.save_every_s,
     )
     jobs = [Job(f"1x {args.machine} {args.hours:g} h", args.machine, args.hours)]
     if args.gang > 0:
@@ -76,15 +80,13 @@ def main(argv: list[str] | None = None) -> int:
             if label == "1":
                 verdicts.append(report.verdict(rows[0]))
     print(report.markdown(table))
+    print("\nspotline's makespan past on-demand, by cause (means):\n")
+    print(report.breakdown_markdown(table))
     print()
     for line in verdicts:
         print(f"target: {line}")
-    print(
-        f"\n{len(table)} rows; params: boot {params.boot_s:g} s, checkpoint {params.checkpoint_s:g}"
-        f" s, notice {params.notice_s:g} s, delivery {params.deliver_s:g} s, period "
-        f"{params.period_s:g} s, detection {params.detect_s:g} s, cut-off {params.max_hours:g} h;"
-        f" {time.monotonic() - began:.0f} s"
-    )
+    print(f"\nparameters (seconds, hours for max_hours):\n{report.parameters(params)}")
+    print(f"\n{len(table)} rows in {time.monotonic() - began:.0f} s")
     return 0
 
 

@@ -10,7 +10,7 @@ call does: they only stop the process before the call.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from shared.adapters.memory_store import InMemoryStore
 from shared.domain.documents import EpochDoc, InstanceDoc, JobDoc, QueueEntry, UserDoc
@@ -96,6 +96,11 @@ class CrashingCompute:
     def delete(self, zone: str, name: str) -> None:
         self.budget.tick(f"delete {name}")
         self.compute.delete(zone, name)
+
+    def delete_many(self, vms: Sequence[tuple[str, str]]) -> None:
+        for _, name in vms:
+            self.budget.tick(f"delete {name}")
+        self.compute.delete_many(vms)
 
     def set_metadata(self, zone: str, name: str, items: dict[str, str]) -> None:
         self.budget.tick(f"set metadata {name}")

@@ -12,7 +12,7 @@ survives its process dying.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import TypeVar
 
@@ -216,6 +216,9 @@ class FaultyCompute:
 
     def delete(self, zone: str, name: str) -> None:
         return self.fault("delete", lambda: self.inner.delete(zone, name))
+
+    def delete_many(self, vms: Sequence[tuple[str, str]]) -> None:
+        return self.fault("delete", lambda: self.inner.delete_many(vms))
 
     def set_metadata(self, zone: str, name: str, items: dict[str, str]) -> None:
         return self.fault("set_metadata", lambda: self.inner.set_metadata(zone, name, items))

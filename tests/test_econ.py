@@ -41,69 +41,112 @@ def test_the_same_seed_gives_the_same_run_and_another_seed_another() -> None:
 
 @pytest.mark.parametrize("job", [ONE_GPU, GANG], ids=["one VM", "gang of 4"])
 def test_with_no_preemption_each_pays_its_price_for_the_vm_time(job: Job) -> None:
-    # The VMs run from the insert at submission: boot, the work, and the
-    # finish event's delivery, which deletes them.
-    vm_s = job.nodes * (PARAMS.boot_s + job.work_s + PARAMS.deliver_s)
+    # The VMs run from the insert at submission: boot, the work, the finish
+    # event's delivery, which ends the job and deletes them, and the delete.
+    p = PARAMS
+    vm_s = job.nodes * (p.boot_s + job.work_s + p.deliver_s + p.delete_s)
     spot = spotline(job, NONE)
     on_demand = SpotlineRun(job, NONE, PARAMS, on_demand=True).run()
-    assert spot.cost_usd == round(job.machine.spot_usd_per_hour * vm_s / 3600, 6)
-    assert on_demand.cost_usd == round(job.machine.on_demand_usd_per_hour * vm_s / 3600, 6)
+    assert spot.cost_usd == pytest.approx(job.machine.spot_usd_per_hour * vm_s / 3600)
+    assert on_demand.cost_usd == pytest.approx(job.machine.on_demand_usd_per_hour * vm_s / 3600)
     for run in (spot, on_demand):
         assert run.finished and run.preemptions == 0
-        assert run.makespan_s == pytest.approx(PARAMS.boot_s + job.work_s + PARAMS.deliver_s)
+        assert run.vm_s == pytest.approx(vm_s)
+        assert run.makespan_s == pytest.approx(p.boot_s + job.work_s + p.deliver_s)
         assert run.lost_gpu_hours(job) == pytest.approx(
-            job.gpus * (PARAMS.boot_s + PARAMS.deliver_s) / 3600
+            job.gpus * (p.boot_s + p.deliver_s + p.delete_s) / 3600
         )
 
 
+def one_preemption(strategy: str, job: Job, p: Params) -> tuple[float, float]:
+    """(makespan, VM-seconds) of ``job`` with node 0 preempted at HIT_S, by
+    each strategy's rules: the preempted VM bills to its notice's end, the
+    gang's others until deleted; the replacement is inserted once they are
+    gone; every VM bills a delete after the end."""
+    others = job.nodes - 1
+    notice_end = HIT_S + p.notice_s
+    if strategy == "SkyPilot-like poller":  # sees the VM gone; nothing saved yet
+        gone = notice_end + p.detect_s + (p.delete_s if others else 0.0)
+        others_end, relaunch, kept, finish = notice_end + p.detect_s + p.delete_s, gone, 0.0, 0.0
+    else:
+        kept = 810.0 if strategy == "spotline" else 0.0  # the notice's save, or none
+        reported = HIT_S + (p.checkpoint_s if strategy == "spotline" else 0.0) + p.deliver_s
+        others_end = reported + p.delete_s
+        relaunch = max(notice_end, others_end if others else notice_end)
+        finish = p.deliver_s
+    makespan = relaunch + p.boot_s + job.work_s - kept + finish
+    vm_s = notice_end + others * others_end + job.nodes * (makespan - relaunch + p.delete_s)
+    return makespan, vm_s
+
+
 @pytest.mark.parametrize("job", [ONE_GPU, GANG], ids=["one VM", "gang of 4"])
-def test_one_preemption_loses_what_each_strategy_says(job: Job) -> None:
-    p = PARAMS
-    boot, deliver = p.boot_s, p.deliver_s
-    # Per VM: the time billed that the result does not contain.
-    lost_s = {
-        # Booted twice; the checkpoint on the notice; the report's and the
-        # finish's deliveries; the 0.6 s of the step in progress.
-        "spotline": 2 * boot + p.checkpoint_s + 2 * deliver + 0.6,
-        # Everything before the preemption, redone.
-        "scratch on Spot": HIT_S + deliver + boot + deliver,
-        # Its VM runs to the notice's end; the 810.6 s trained were never
-        # checkpointed (the first periodic one is at 1800 s); detection adds
-        # no VM time (the VM is gone) but makespan.
-        "SkyPilot-like poller": HIT_S + p.notice_s + boot,
-    }
-    makespan_extra = {**lost_s, "SkyPilot-like poller": lost_s["SkyPilot-like poller"] + p.detect_s}
-    for strategy, lost in lost_s.items():
-        run = run_strategy(strategy, job, ONE, p)
-        assert run.finished and run.preemptions == 1, strategy
-        assert run.vm_s == pytest.approx(job.nodes * (job.work_s + lost)), strategy
-        assert run.lost_gpu_hours(job) == pytest.approx(job.gpus * lost / 3600), strategy
-        assert run.makespan_s == pytest.approx(job.work_s + makespan_extra[strategy]), strategy
-        spot = job.machine.spot_usd_per_hour
-        assert run.cost_usd == pytest.approx(spot * run.vm_s / 3600, abs=1e-5), strategy
+@pytest.mark.parametrize("strategy", ["spotline", "scratch on Spot", "SkyPilot-like poller"])
+def test_one_preemption_of_node_0_costs_what_each_strategy_says(job: Job, strategy: str) -> None:
+    makespan, vm_s = one_preemption(strategy, job, PARAMS)
+    run = run_strategy(strategy, job, ONE, PARAMS)
+    assert run.finished and run.preemptions == 1
+    assert run.makespan_s == pytest.approx(makespan)
+    assert run.vm_s == pytest.approx(vm_s)
+    assert run.cost_usd == pytest.approx(job.machine.spot_usd_per_hour * vm_s / 3600)
+
+
+def test_a_notice_on_another_node_of_a_gang_saves_nothing() -> None:
+    """Only rank 0 saves, and only the noticed node's ranks hear the notice:
+    node 2's notice stops the gang at once (its ranks at their step's end, its
+    agent reporting no step) and the gang resumes from rank 0's last periodic
+    save, at 600 s of the 810.6 s trained."""
+    p = Params(save_every_s=600.0)
+    trace = Trace("node 2", (Preemption(HIT_S / 3600, 2),))
+    relaunch = HIT_S + p.step_s + p.deliver_s + p.delete_s
+    makespan = relaunch + p.boot_s + GANG.work_s - 600 + p.deliver_s
+    for run in (spotline(GANG, trace, p), baselines.run(baselines.SPOTLINE_MODEL, GANG, trace, p)):
+        assert run.finished and run.preemptions == 1
+        assert run.makespan_s == pytest.approx(makespan)
+    real = spotline(GANG, trace, p)
+    assert real.breakdown is not None
+    assert real.breakdown.lost_work_s == pytest.approx(210.6)
+    assert real.breakdown.detection_s == pytest.approx(p.step_s + p.deliver_s)
+
+
+def test_the_breakdown_adds_up_to_the_makespan_past_on_demand() -> None:
+    run = spotline(GANG, ONE)
+    on_demand = SpotlineRun(GANG, NONE, PARAMS, on_demand=True).run()
+    parts = run.breakdown
+    assert parts is not None and parts.stops == 1
+    assert parts.detection_s == pytest.approx(PARAMS.checkpoint_s + PARAMS.deliver_s)
+    assert parts.teardown_s == pytest.approx(PARAMS.delete_s)  # 4 deletes, together
+    assert parts.placement_s == pytest.approx(0.0)  # placed at once
+    assert parts.boot_s == pytest.approx(PARAMS.boot_s)
+    assert parts.lost_work_s == pytest.approx(0.6)  # the step in progress
+    assert parts.total_s == pytest.approx(run.makespan_s - on_demand.makespan_s)
 
 
 def test_the_poller_resumes_from_its_last_periodic_checkpoint() -> None:
     params = Params(period_s=600.0)  # one checkpoint at 600 s of the 810.6 s trained
     run = baselines.run(baselines.SKYPILOT_LIKE, ONE_GPU, ONE, params)
     assert run.vm_s == pytest.approx(
-        (HIT_S + params.notice_s) + (params.boot_s + ONE_GPU.work_s - 600)
+        (HIT_S + params.notice_s) + (params.boot_s + ONE_GPU.work_s - 600 + params.delete_s)
     )
 
 
 def test_a_preemption_while_booting_is_reported_by_the_log_sink_and_loses_the_boot() -> None:
     trace = Trace("booting", (Preemption(30 / 3600, 0),))
     run = spotline(ONE_GPU, trace)
-    # 30 s of boot, the log entry's delivery, then a whole run.
-    expected = 30 + PARAMS.deliver_s + PARAMS.boot_s + ONE_GPU.work_s + PARAMS.deliver_s
+    p = PARAMS
+    # 30 s of boot, billed to the notice's end (Compute Engine takes it: the
+    # log sink's report keeps it through its notice); replaced at the log
+    # entry's delivery: a whole run, its finish and its delete.
+    expected = (30 + p.notice_s) + p.boot_s + ONE_GPU.work_s + p.deliver_s + p.delete_s
     assert run.preemptions == 1 and run.finished
     assert run.vm_s == pytest.approx(expected)
+    assert run.makespan_s == pytest.approx(30 + p.deliver_s + p.boot_s + ONE_GPU.work_s + 0.43)
 
 
 @pytest.mark.parametrize("job", [Job("short", "n1-standard-8-t4", 1.0), GANG], ids=["1", "4"])
 def test_spotline_real_code_recovers_as_fast_as_its_model(job: Job) -> None:
-    """Many preemptions, some while booting: the handlers add no delay to
-    the relaunch (nor drop one) that the model does not have."""
+    """Many preemptions, some while booting, on every node: the handlers add
+    no delay to the relaunch (nor drop one) that the model does not have; a
+    gang's lost VMs deleted one after another, not together, would."""
     trace = traces.poisson(3.0, job.nodes, 24, seed=3)
     real = spotline(job, trace)
     model = baselines.run(baselines.SPOTLINE_MODEL, job, trace, PARAMS)

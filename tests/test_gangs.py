@@ -100,3 +100,24 @@ def test_losing_any_node_restarts_the_whole_gang(
     assert job is not None and (job.attempt, job.preemptions) == (2, 1)
     assert job.nodes == ["sl-job1-a2-n0", "sl-job1-a2-n1"]
     assert names(host) == ["sl-job1-a2-n0", "sl-job1-a2-n1"]  # both old nodes gone
+
+
+def test_a_lost_gang_is_deleted_together_then_replaced(
+    call: Callable[..., Any], host: LocalCloud, project: str
+) -> None:
+    """Compute Engine takes tens of seconds to delete a running VM (its guest
+    gets up to 30 s to shut down): deleted one after another, each delete
+    waited for before the next was sent, a gang of 3 waited for 3 of them in a
+    row before its replacement was even asked for."""
+    call("submit_job", "submit", {**SPEC, "nodes": 3}, message_id="s1")
+    start = len(host.requests)
+    notice = node(SpotPreempted, "sl-job1-a1-n2")
+    call("on_spot_preempted", "spot_preempted", notice, message_id="p1")
+    seen = [
+        ("delete" if r.method == "DELETE" else "wait" if r.path.endswith("/wait") else "insert")
+        for r in host.requests[start:]
+        if r.method == "DELETE" or r.path.endswith(("/wait", "/bulkInsert"))
+    ]
+    # Every delete sent, then their operations waited for, then the new gang.
+    assert seen[:7] == ["delete"] * 3 + ["wait"] * 3 + ["insert"], seen
+    assert names(host) == [f"sl-job1-a2-n{i}" for i in range(3)]

@@ -6,7 +6,8 @@ status, notice a preempted cluster once its VMs are gone, and relaunch; a
 launch that fails retries after ``common_utils.Backoff(RETRY_INIT_GAP_SECONDS
 = 60)``, growing. The job resumes from its own last periodic checkpoint. Here
 capacity is always there for the relaunch, so that backoff is never reached:
-its relaunch is detection (``Params.detect_s``) + boot, which favours it.
+its relaunch is detection (``Params.detect_s``), the deletion of a gang's
+other nodes (``Params.delete_s``), then boot, which favours it.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ class Policy:
     """How a strategy loses and regains a gang.
 
     Attributes:
-        saves_on_notice: the trainer checkpoints on the 30 s notice (spotline).
+        saves_on_notice: the trainer checkpoints on the 30 s notice (spotline):
+            a one-VM job's, or a gang's node 0's; a gang's other nodes save
+            nothing, and rank 0's last periodic save is what is left.
         periodic: the trainer checkpoints every ``Params.period_s`` of progress.
         acts_on_notice: the controller hears of the preemption at the notice
             (the agent's report) and deletes the VMs then; otherwise it sees the
@@ -50,7 +53,10 @@ SPOTLINE_MODEL = Policy(
 def run(policy: Policy, job: Job, trace: Trace, params: Params) -> Outcome:
     """One run of ``job`` under ``trace``: launch, train, lose the gang at each
     preemption that hits one of its VMs, relaunch, until the work is done or
-    ``params.max_hours`` have passed."""
+    ``params.max_hours`` have passed. Every VM bills from its launch until it
+    is gone: the preempted one at its notice's end, the others of a gang
+    ``delete_s`` after they are deleted, all of them ``delete_s`` after the
+    end."""
     events = [(p.t_h * 3600, p.node) for p in trace.for_nodes(job.nodes)]
     limit_s = params.max_hours * 3600
     saved = 0.0  # progress kept in the last checkpoint, seconds of work
@@ -63,40 +69,53 @@ def run(policy: Policy, job: Job, trace: Trace, params: Params) -> Outcome:
         end = train_start + (job.work_s - saved)
         while i < len(events) and events[i][0] < start:
             i += 1  # nothing of the job's was up there then
-        hit = events[i][0] if i < len(events) else None
+        hit, node = events[i] if i < len(events) else (None, 0)
         if (hit is None or hit >= end) and end <= limit_s:
-            vm_s += job.nodes * (end + _finish_s(policy, params) - start)
             done = end + _finish_s(policy, params)
+            vm_s += job.nodes * (done + params.delete_s - start)
             return _outcome(policy, job, vm_s, done, job.work_s, preemptions, True)
         if hit is None or hit >= limit_s:
             vm_s += job.nodes * (limit_s - start)
             kept = saved + max(0.0, limit_s - train_start)
             return _outcome(policy, job, vm_s, limit_s, kept, preemptions, False)
         preemptions += 1
+        trained = hit > train_start
         progress = saved + max(0.0, hit - train_start)
-        if policy.saves_on_notice and hit > train_start:
-            saved = params.saved_on_notice(progress)
+        wrote = 0.0  # notice -> the report: the checkpoint written, or a step
+        if policy.saves_on_notice and trained:
+            if job.nodes == 1 or node == 0:
+                saved, wrote = params.saved_on_notice(progress), params.checkpoint_s
+            else:  # only rank 0 saves, and only the noticed node hears the notice
+                saved, wrote = max(saved, params.saved_by_rank0(progress)), params.step_s
         elif policy.periodic:
             saved = max(saved, params.saved_by_period(progress))
         elif not policy.saves_on_notice:
             saved = 0.0
+        noticed_end = hit + params.notice_s  # Compute Engine takes the VM then
+        others = job.nodes - 1
         if policy.acts_on_notice:
-            # The agent's report after its checkpoint (none while booting or
-            # with nothing to save), delivered; the VMs are deleted then and
-            # the replacement inserted at once.
-            wrote = params.checkpoint_s if policy.saves_on_notice and hit > train_start else 0.0
-            gone = hit + wrote + params.deliver_s
-            relaunch = gone
+            # The report delivered, the lost VMs deleted together (the one in
+            # its notice gone at the notice's end; a log-sink report keeps it,
+            # and Compute Engine takes it then), then the replacement inserted.
+            reported = hit + wrote + params.deliver_s
+            waits = [params.delete_s] if others else []
+            if trained:
+                waits.append(max(0.0, noticed_end - reported))
+            relaunch = reported + max(waits, default=0.0)
+            others_gone = reported + params.delete_s
         else:
-            gone = hit + params.notice_s  # Compute Engine stops the VMs
-            relaunch = gone + params.detect_s
-        vm_s += job.nodes * (gone - start)
+            # The poller sees the VM gone at the notice's end, ``detect_s``
+            # later; the rest of a gang is deleted before it relaunches.
+            detected = noticed_end + params.detect_s
+            others_gone = detected + params.delete_s
+            relaunch = others_gone if others else detected
+        vm_s += (noticed_end - start) + others * (others_gone - start)
         start = relaunch
         i += 1
 
 
 def _finish_s(policy: Policy, params: Params) -> float:
-    """The VMs outlive the trainer by the finish event's delivery."""
+    """The finish event's delivery, after the trainer's end, ends the job."""
     return params.deliver_s if policy.acts_on_notice else 0.0
 
 

@@ -2,16 +2,21 @@
 the result of one run.
 
 Everything here is a stated assumption, not spotline code: the VM's boot time,
-the checkpoint write, the 30 s notice, the trainer's steady progress. The
-defaults are the figures the README quotes; each can be changed per run.
+the checkpoint write, the 30 s notice, Compute Engine's delete, the trainer's
+steady progress and its periodic saves. The defaults are the figures the
+README quotes, each with its source; each can be changed per run.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from shared.domain.catalog import Machine, load_catalog
+
+if TYPE_CHECKING:
+    from benchmarks.econ.breakdown import Breakdown
 
 
 @dataclass(frozen=True)
@@ -32,6 +37,19 @@ class Params:
         detect_s: the poller's detection of a preempted VM, after it is gone.
         max_hours: a run that has not finished by then is cut off (restarting
             from scratch under frequent preemptions never finishes).
+        delete_s: Compute Engine's delete of a running VM, from the call to
+            the VM gone (billing stops then). A Spot VM's guest gets up to
+            30 s to shut down (the Compute API's ``skipGuestOsShutdown``: 30 s
+            for Spot VMs), which the agent's unit may use (``TimeoutStopSec=28``):
+            the whole 30 s is assumed. A VM in its notice is gone at the
+            notice's end; a stopped one at once.
+        save_every_s: a gang trainer's own periodic checkpoint, by rank 0, in
+            seconds of training (the built-in trainer saves at every epoch's
+            end; 30 min is assumed, as the poller's period). Only rank 0 saves
+            (``vm_image/trainers/digits_mlp.py``), and only the noticed node's
+            ranks get the notice's SIGTERM (``vm_image/agent/agent.py``): a
+            notice on another node saves nothing, and the gang resumes from
+            rank 0's last periodic save.
     """
 
     boot_s: float = 90.0
@@ -42,24 +60,54 @@ class Params:
     period_s: float = 1800.0
     detect_s: float = 15.0
     max_hours: float = 168.0
+    delete_s: float = 30.0
+    save_every_s: float = 1800.0
 
     def __post_init__(self) -> None:
         if self.checkpoint_s > self.notice_s:
             raise ValueError(
                 f"checkpoint_s={self.checkpoint_s} does not fit in the notice ({self.notice_s} s)"
             )
-        if min(self.boot_s, self.checkpoint_s, self.deliver_s, self.detect_s) < 0:
-            raise ValueError("boot_s, checkpoint_s, deliver_s and detect_s must be >= 0")
-        if self.step_s <= 0 or self.period_s <= 0 or self.max_hours <= 0:
-            raise ValueError("step_s, period_s and max_hours must be > 0")
+        if min(self.boot_s, self.checkpoint_s, self.deliver_s, self.detect_s, self.delete_s) < 0:
+            raise ValueError("boot_s, checkpoint_s, deliver_s, detect_s and delete_s must be >= 0")
+        if min(self.step_s, self.period_s, self.max_hours, self.save_every_s) <= 0:
+            raise ValueError("step_s, period_s, save_every_s and max_hours must be > 0")
 
     def saved_on_notice(self, progress_s: float) -> float:
         """The progress a notice checkpoint keeps: up to the last whole step."""
         return math.floor(progress_s / self.step_s + 1e-9) * self.step_s
 
     def saved_by_period(self, progress_s: float) -> float:
-        """The progress the last periodic checkpoint kept."""
+        """The progress the poller's last periodic checkpoint kept."""
         return math.floor(progress_s / self.period_s + 1e-9) * self.period_s
+
+    def saved_by_rank0(self, progress_s: float) -> float:
+        """The progress a gang's rank 0 kept in its last periodic save."""
+        return math.floor(progress_s / self.save_every_s + 1e-9) * self.save_every_s
+
+    def delete_done_s(self, now_s: float, noticed_s: float | None) -> float:
+        """When a delete sent at ``now_s`` has the VM gone: a VM in its notice
+        (since ``noticed_s``) at the notice's end, a running one ``delete_s`` on."""
+        if noticed_s is not None:
+            return max(now_s, noticed_s + self.notice_s)
+        return now_s + self.delete_s
+
+
+# Where each figure comes from: the report prints them with the values.
+SOURCES = {
+    "boot_s": "assumption: a GPU VM from a baked image (boot, driver, agent, data)",
+    "notice_s": "Compute Engine: a Spot VM's preemption notice",
+    "checkpoint_s": "assumption: the trainer's save on the notice (must fit in it)",
+    "step_s": "assumption: one optimizer step (the notice's save waits for its end)",
+    "deliver_s": "BENCHMARKS.md: median preemption -> replacement insert, event path",
+    "delete_s": "Compute API skipGuestOsShutdown: a Spot VM's guest gets 30 s to shut "
+    "down; the agent's unit takes up to 28 s (TimeoutStopSec)",
+    "save_every_s": "assumption: a gang's rank 0 saves every 30 min of training "
+    "(as the poller's period); the built-in trainer saves at each epoch's end",
+    "period_s": "issue 14: the SkyPilot-like poller checkpoints every 30 min",
+    "detect_s": "issue 14: the poller notices a preempted VM 15 s after it is gone",
+    "max_hours": "the simulation's cut-off",
+}
 
 
 @dataclass(frozen=True)
@@ -104,6 +152,7 @@ class Outcome:
         kept_s: training progress kept at the end (the job's work when finished).
         preemptions: preemptions that hit a VM of the job.
         finished: False when cut off at ``Params.max_hours``.
+        breakdown: where the makespan beyond on-demand went (spotline's runs).
     """
 
     strategy: str
@@ -113,6 +162,7 @@ class Outcome:
     kept_s: float
     preemptions: int
     finished: bool
+    breakdown: Breakdown | None = None
 
     def lost_gpu_hours(self, job: Job) -> float:
         """GPU-hours paid for that the result does not contain: boots,

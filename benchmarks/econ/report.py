@@ -7,7 +7,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from benchmarks.econ import baselines
-from benchmarks.econ.model import Job, Outcome, Params
+from benchmarks.econ.breakdown import Breakdown
+from benchmarks.econ.model import SOURCES, Job, Outcome, Params
 from benchmarks.econ.spotline_run import SpotlineRun
 from benchmarks.econ.traces import Trace
 
@@ -120,4 +121,45 @@ def verdict(row: Row) -> str:
         f"price alone is {100 * (1 - spot / od):.1f} % off), makespan "
         f"{row.makespan_over_percent:+.1f} % ({'met' if fast else 'NOT met'}: "
         f"<= {TARGET_MAKESPAN_PERCENT:.0f} %)"
+    )
+
+
+BREAKDOWN_HEADER = [
+    "job",
+    "preemptions/VM-h",
+    "stops",
+    "makespan past on-demand h",
+    "detection h",
+    "teardown h",
+    "placement wait h",
+    "boots h",
+    "lost work h",
+    "other h",
+]
+
+
+def breakdown_markdown(table: Sequence[Row]) -> str:
+    """Where spotline's makespan past on-demand went (means over the traces):
+    hearing of each stop, waiting for the lost VMs' deletes, waiting to place
+    the replacement (quota, capacity, the reaper's tick), its boot, the work
+    redone; "other" is what those do not explain."""
+    lines = ["| " + " | ".join(BREAKDOWN_HEADER) + " |", "|" + "---|" * len(BREAKDOWN_HEADER)]
+    for row in table:
+        if row.strategy != "spotline":
+            continue
+        parts = Breakdown.mean([r.breakdown for r in row.runs if r.breakdown is not None])
+        past_s = row.mean(lambda r: r.makespan_s) - row.on_demand.makespan_s
+        causes = (parts.detection_s, parts.teardown_s, parts.placement_s, parts.boot_s)
+        cells = [row.job.name, row.label, f"{parts.stops:.1f}"]
+        cells.append(f"{past_s / 3600:.2f} ({row.makespan_over_percent:+.1f} %)")
+        cells += [f"{s / 3600:.2f}" for s in (*causes, parts.lost_work_s)]
+        cells.append(f"{(past_s - parts.total_s) / 3600:.2f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def parameters(params: Params) -> str:
+    """Every modelled figure, its value and where it comes from."""
+    return "\n".join(
+        f"- {name} = {getattr(params, name):g}: {source}" for name, source in SOURCES.items()
     )

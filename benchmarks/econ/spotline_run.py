@@ -5,16 +5,16 @@ What is real: the handlers (``submit_job``, ``on_vm_booted``,
 through their Pub/Sub wrapper with real CloudEvents, and everything under them
 (admission, placement, the gang insert, recovery, the queue, pricing); the
 in-memory store; google-cloud-compute's client against the local cloud
-(``infra.localcloud``), whose VMs are records. The job's cost is what spotline
-itself records on the job (``lifecycle.accrue``).
+(``infra.localcloud``), whose VMs are records.
 
-What is modelled (``model.Params``): each VM's agent and trainer. A VM boots
-for ``boot_s``, then trains; on a preemption the agent checkpoints (the step
-in progress is lost) and reports; before its boot only the preemption log
-sink reports it. Every event reaches its function ``deliver_s`` after it is
-published. Cloud Scheduler's tick runs the reaper on the whole minute after
-anything waits in the queue (the reaper has nothing else to do here: every
-loss is reported).
+What is modelled: each VM's agent and trainer (``agents``), and Compute
+Engine's time (``cloud_time``). Every event reaches its function
+``deliver_s`` after it is published; each delivery runs on its own clock
+(functions run side by side), which a delete spotline waits for moves on. The
+VMs bill from their insert until they are gone; the cost reported is that
+time at the price spotline placed them at. Cloud Scheduler's tick runs the
+reaper on the whole minute after anything waits in the queue (the reaper has
+nothing else to do here: every loss is reported).
 """
 
 from __future__ import annotations
@@ -33,9 +33,12 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from benchmarks.econ.agents import JOB_ID, Attempt, ModelledAgents
+from benchmarks.econ.breakdown import Breakdown, breakdown
+from benchmarks.econ.cloud_time import TimedCompute
 from benchmarks.econ.model import Job, Outcome, Params
 from benchmarks.econ.traces import Trace
-from benchmarks.econ.wire import PROJECT, cloud_event, log_entry, settings
+from benchmarks.econ.wire import PROJECT, cloud_event, settings
 from functions import deps as process_deps
 from functions.deps import Deps
 from functions.handlers.on_epoch_done import on_epoch_done
@@ -50,21 +53,14 @@ from infra.localcloud.quotas import DEFAULT_LIMITS
 from shared.adapters.gce_compute import GceCompute
 from shared.adapters.memory_store import InMemoryStore
 from shared.adapters.recording_bus import RecordingBus
-from shared.contract.assignment import Assignment
 from shared.contract.events import (
-    Heartbeat,
-    JobFinished,
     ReaperTick,
-    SpotPreempted,
-    VmBooted,
 )
 from shared.domain.bounds import MAX_ATTEMPTS
-from shared.domain.lifecycle import accrue
-from shared.domain.states import JobStatus, JobSubstatus
-from shared.domain.vms import EVENT_TOKEN_METADATA_KEY, JOB_METADATA_KEY, MANAGED_LABEL
+from shared.domain.pricing import vm_cost
+from shared.domain.states import JobStatus
 
 T0 = datetime(2026, 1, 5, 0, 0, tzinfo=UTC)
-JOB_ID = "econ"
 HANDLERS: dict[str, Callable[[Any], None]] = {
     "submit": submit_job,
     "vm_booted": on_vm_booted,
@@ -75,28 +71,6 @@ HANDLERS: dict[str, Callable[[Any], None]] = {
 }
 
 
-@dataclass
-class _Vm:
-    """One VM of an attempt, as its agent sees it."""
-
-    name: str
-    zone: str
-    instance_id: str
-    rank: int
-    token: str
-    alive: bool = True
-    booted: bool = False
-
-
-@dataclass
-class _Attempt:
-    number: int
-    started: float  # seconds since submission
-    vms: list[_Vm]
-    train_start: float | None = None
-    lost: bool = False
-
-
 @dataclass(order=True)
 class _Event:
     at: float
@@ -104,7 +78,7 @@ class _Event:
     action: Callable[[], None] = field(compare=False)
 
 
-class SpotlineRun:
+class SpotlineRun(ModelledAgents):
     """One job, one trace, spotline's handlers; ``run()`` gives the outcome.
 
     Args:
@@ -120,11 +94,12 @@ class SpotlineRun:
         self._ids = itertools.count(1)
         self.now_s = 0.0
         self.saved_s = 0.0
-        self.attempts: dict[int, _Attempt] = {}
+        self.attempts: dict[int, Attempt] = {}
         self.preemptions = 0
         self.ticks = 0
         self._tick_due: float | None = None
         self.failures: list[str] = []
+        self._elapsed = 0.0  # the running delivery's own time, from now_s
 
     # -- the world --
 
@@ -133,14 +108,20 @@ class SpotlineRun:
         with LocalCloud(PROJECT, RecordLauncher(), stop_grace_s=0.0, quota_limits=limits) as cloud:
             self.cloud = cloud
             self.store = InMemoryStore()
+            self.compute = TimedCompute(
+                GceCompute(
+                    PROJECT, api_endpoint=cloud.endpoint, operation_timeout_s=5.0, read_retry_s=1.0
+                ),
+                now=self._local_s,
+                done_at=self._delete_done_s,
+                wait=self._waited,
+            )
             self.deps = Deps(
                 settings(cloud.endpoint),
                 store=self.store,
-                compute=GceCompute(
-                    PROJECT, api_endpoint=cloud.endpoint, operation_timeout_s=5.0, read_retry_s=1.0
-                ),
+                compute=self.compute,
                 bus=RecordingBus(PROJECT),
-                clock=lambda: T0 + timedelta(seconds=self.now_s),
+                clock=self._clock,
             )
             self._at(0.0, self._submit)
             if not self.on_demand:
@@ -152,6 +133,7 @@ class SpotlineRun:
                 if event.at > limit:
                     break
                 self.now_s = event.at
+                self._elapsed = 0.0
                 event.action()
             return self._outcome(min(self.now_s, limit))
 
@@ -172,13 +154,42 @@ class SpotlineRun:
     def _deliver(self, topic: str, data: bytes, published_s: float) -> None:
         message_id = str(next(self._ids))
         event = cloud_event(topic, data, message_id, T0 + timedelta(seconds=published_s))
+        ended = {r.attempt for r in self._job_attempts() if r.ended_at is not None}
         with self._installed(), contextlib.redirect_stdout(io.StringIO()):
             try:
                 HANDLERS[topic](event)
             except Exception as err:  # a 500: the simulation says so, it does not retry
                 self.failures.append(f"{topic} at {self.now_s:.1f} s: {err!r}")
+        for record in self._job_attempts():
+            attempt = self.attempts.get(record.attempt)
+            if record.ended_at is None or record.attempt in ended or attempt is None:
+                continue
+            if attempt.stop is not None:  # this delivery recorded the loss
+                attempt.stop.recorded_s = (record.ended_at - T0).total_seconds()
+                attempt.stop.teardown_s = self._elapsed
         self._wake_agents()
         self._schedule_tick()
+
+    def _job_attempts(self) -> list[Any]:
+        job = self.store.get_job(JOB_ID)
+        return list(job.attempts) if job is not None else []
+
+    def _local_s(self) -> float:
+        """The running delivery's time: a function waiting on Compute Engine
+        moves its own clock, not the world's."""
+        return self.now_s + self._elapsed
+
+    def _waited(self, seconds: float) -> None:
+        self._elapsed += seconds
+
+    def _delete_done_s(self, name: str, sent_s: float) -> float:
+        """When a delete sent at ``sent_s`` has VM ``name`` gone: at once if
+        Compute Engine has it stopped already or never had it."""
+        vm = next((v for a in self.attempts.values() for v in a.vms if v.name == name), None)
+        found = self.cloud.get(name, vm.zone) if vm is not None else None
+        if found is None or found["state"] != "RUNNING":
+            return sent_s
+        return self.params.delete_done_s(sent_s, vm.noticed_s if vm else None)
 
     @contextlib.contextmanager
     def _installed(self) -> Iterator[None]:
@@ -223,134 +234,41 @@ class SpotlineRun:
         self._publish("reaper_tick", ReaperTick(sent_at=self._clock()), delay=0.0)
 
     def _clock(self) -> datetime:
-        return T0 + timedelta(seconds=self.now_s)
-
-    # -- the agents (modelled) --
-
-    def _wake_agents(self) -> None:
-        """An agent for each VM of an attempt not seen before."""
-        fresh: dict[int, list[_Vm]] = {}
-        for vm in self.cloud.list({MANAGED_LABEL: "true"}):
-            if vm["state"] != "RUNNING":
-                continue
-            assignment = Assignment.model_validate_json(vm["metadata"][JOB_METADATA_KEY])
-            if assignment.attempt in self.attempts:
-                continue
-            rank = assignment.nodes.index(vm["name"]) if assignment.nodes else 0
-            token = str(vm["metadata"].get(EVENT_TOKEN_METADATA_KEY, ""))
-            fresh.setdefault(assignment.attempt, []).append(
-                _Vm(vm["name"], vm["zone"], str(vm["id"]), rank, token)
-            )
-        for number, vms in fresh.items():
-            attempt = _Attempt(number, self.now_s, sorted(vms, key=lambda v: v.rank))
-            self.attempts[number] = attempt
-            self._at(self.now_s + self.params.boot_s, functools.partial(self._boot, attempt))
-
-    def _common(self, attempt: _Attempt, vm: _Vm) -> dict[str, Any]:
-        return {
-            "job_id": JOB_ID,
-            "attempt": attempt.number,
-            "instance": vm.name,
-            "sent_at": self._clock(),
-            "token": vm.token,
-        }
-
-    def _boot(self, attempt: _Attempt) -> None:
-        if attempt.lost:
-            return
-        attempt.train_start = self.now_s
-        step = self._step(self.saved_s)
-        for vm in attempt.vms:
-            vm.booted = True
-            common = self._common(attempt, vm)
-            self._publish("vm_booted", VmBooted(**common, zone=vm.zone, instance_id=vm.instance_id))
-            beat = Heartbeat(
-                **common,
-                phase=JobSubstatus.TRAINING,
-                step=step,
-                resumed_from_step=step if step else None,
-            )
-            self._publish("epoch_done", beat)
-        end = self.now_s + (self.job.work_s - self.saved_s)
-        self._at(end, lambda: self._finish(attempt))
-
-    def _finish(self, attempt: _Attempt) -> None:
-        if attempt.lost:
-            return
-        # Workers first: node 0's exit ends the job (``on_job_finished``).
-        for vm in reversed(attempt.vms):
-            self._publish("job_finished", JobFinished(**self._common(attempt, vm), exit_code=0))
-        self.saved_s = self.job.work_s
-        attempt.lost = True  # its trainer is done: later preemptions hit nothing
-
-    def _heartbeats(self) -> None:
-        for attempt in self.attempts.values():
-            if attempt.lost or attempt.train_start is None:
-                continue
-            for vm in attempt.vms:
-                beat = Heartbeat(**self._common(attempt, vm), phase=JobSubstatus.TRAINING)
-                self._publish("epoch_done", beat, delay=0.0)
-
-    def _preempt(self, node: int) -> None:
-        """Compute Engine takes the Spot VM of ``node``, if one is up there."""
-        attempt = next((a for a in self.attempts.values() if not a.lost), None)
-        if attempt is None or node >= len(attempt.vms):
-            return
-        vm = attempt.vms[node]
-        if self.cloud.get(vm.name, vm.zone) is None:
-            return  # deleted already (the attempt is being let go)
-        self.preemptions += 1
-        attempt.lost = True
-        if vm.booted and attempt.train_start is not None:
-            # The agent: the trainer saves at the end of its step, then it reports.
-            progress = self.saved_s + (self.now_s - attempt.train_start)
-            self.saved_s = self.params.saved_on_notice(progress)
-            step = self._step(self.saved_s)
-            report = SpotPreempted(
-                **self._common(attempt, vm),
-                step=step,
-                checkpoint_uri=f"memory://econ/checkpoints/step-{step}",
-            )
-            self._at(
-                self.now_s + self.params.checkpoint_s,
-                lambda: self._publish("spot_preempted", report),
-            )
-        else:
-            # Before the agent is up only the log sink reports it.
-            self._publish("spot_preempted", log_entry(vm.zone, vm.name, vm.instance_id))
-        self._at(self.now_s + self.params.notice_s, lambda: self._terminate(vm))
-
-    def _terminate(self, vm: _Vm) -> None:
-        """The notice is over: Compute Engine stops the VM (if still there)."""
-        if self.cloud.get(vm.name, vm.zone) is not None:
-            self.cloud.preempt(vm.name, notice_s=0.0, zone=vm.zone)
-
-    def _step(self, progress_s: float) -> int:
-        return round(progress_s / self.params.step_s)
+        return T0 + timedelta(seconds=self._local_s())
 
     # -- the outcome --
 
     def _outcome(self, end_s: float) -> Outcome:
+        """The VMs' billed time at the catalog price spotline placed them at
+        (from their insert until they were gone: spotline's own ``cost_usd``
+        stops at the loss or the end it records, before its deletes)."""
         job = self.store.get_job(JOB_ID)
         if job is None:
             raise RuntimeError(f"the job was never created: {self.failures}")
         finished = job.status == JobStatus.COMPLETED
-        if not finished:
-            job = accrue(job, self._clock())
-        vm_s = sum(
-            r.nodes * ((r.ended_at or self._clock()) - r.started_at).total_seconds()
-            for r in job.attempts
-        )
         completed = next((h.at for h in job.history if h.status == JobStatus.COMPLETED), None)
         makespan = (completed - job.created_at).total_seconds() if completed else end_s
+        billing = self.compute.billing
+        vm_s = billing.vm_s(max([self._local_s(), *billing.gone.values()]) if finished else end_s)
+        price = job.attempts[0].price_per_hour if job.attempts else 0.0
         return Outcome(
             strategy="all on-demand" if self.on_demand else "spotline",
-            cost_usd=job.cost_usd,
+            cost_usd=vm_cost(price, vm_s),
             makespan_s=makespan,
             vm_s=vm_s,
             kept_s=self.saved_s if finished else self._kept(end_s),
             preemptions=self.preemptions,
             finished=finished,
+            breakdown=self.breakdown(),
+        )
+
+    def breakdown(self) -> Breakdown:
+        """Where the time past an on-demand run went, stop by stop."""
+        return breakdown(
+            [a.stop for a in self.attempts.values() if a.stop is not None],
+            {a.number: a.started for a in self.attempts.values()},
+            {a.number: a.train_start for a in self.attempts.values()},
+            self.params.boot_s,
         )
 
     def _kept(self, end_s: float) -> float:

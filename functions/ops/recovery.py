@@ -13,7 +13,7 @@ from functions.deps import Deps
 from functions.ops.jobs import settle, start
 from functions.ops.queue import queue_next_attempt
 from functions.ops.slots import free_instance_slot
-from functions.ops.teardown import release_instance
+from functions.ops.teardown import Release, release_instance, release_instances
 from shared import logs
 from shared.contract.events import PreemptionNotice
 from shared.domain import late_finish, lifecycle
@@ -68,8 +68,9 @@ def recover(
     # Every instance write is for the lost attempt only (if_owned, owner=): a
     # VM another job holds since the caller read it is not that job's loss.
     owner = Owner.of(instance)
+    releases: list[Release] = []
     if delete_vm:
-        release_instance(deps, instance.name, now, note, substatus, owner=owner)
+        releases.append(Release(instance.name, note, substatus, owner))
     else:
 
         def close(current: InstanceDoc) -> InstanceDoc:
@@ -80,7 +81,9 @@ def recover(
         # the 30 s notice, so the user may hold one VM over the quota till then.
         if closed is not None and belongs_to(closed, owner):
             free_instance_slot(deps, instance.user, instance.name, now)
-    # A gang restarts whole: the other nodes of the lost attempt go too.
+    # A gang restarts whole: the other nodes of the lost attempt go too, all
+    # deleted together before the next attempt is placed (one after another,
+    # a gang of 4 waited for 4 deletes in a row: minutes of makespan).
     for node in store.instances_of_job(instance.job_id):
         if (
             node.attempt == instance.attempt
@@ -88,7 +91,8 @@ def recover(
             and node.status in InstanceStatus.live()
         ):
             gone = f"its gang lost {instance.name}"
-            release_instance(deps, node.name, now, note=gone, owner=Owner.of(node))
+            releases.append(Release(node.name, gone, owner=Owner.of(node)))
+    release_instances(deps, releases, now)
     logs.warning(
         f"job {job.job_id}: {instance.name} {cause.lower()} ({note}); now {job.status}/"
         f"{job.substatus}, attempt {job.attempt}",

@@ -18,7 +18,8 @@ VM was being placed.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from functions.deps import Deps
@@ -67,27 +68,66 @@ def release_instance(
         owner: the job attempt it is closed for; when another holds the
             instance now, nothing is written or deleted. None: whoever holds it.
     """
+    return release_instances(deps, [Release(name, note, substatus, owner)], now)[0]
+
+
+@dataclass(frozen=True)
+class Release:
+    """One instance to close (``release_instance``'s arguments)."""
+
+    name: str
+    note: str
+    substatus: InstanceSubstatus = InstanceSubstatus.TERMINATED
+    owner: Owner | None = None
+
+
+def release_instances(deps: Deps, releases: Sequence[Release], now: datetime) -> list[InstanceDoc]:
+    """``release_instance`` for several VMs at once (a gang's nodes): every
+    one CLOSING first, then their VMs deleted together (``delete_many``: one
+    wait for all, not one after another), then each CLOSED and its slot
+    freed. The instances, in ``releases`` order."""
     store = deps.store
-    instance = store.update_instance(
-        name, _for(owner, lambda current: lifecycle.instance_closing(current, now, note))
-    )
-    if instance is None:
-        raise PermanentError(f"no instance document for {name}")
-    if owner is not None and not _still_held(instance, owner):
-        return instance
-    if instance.substatus in STOPPING_OR_STOPPED:
-        # Its job is stopping it, which the caller could not see (the reaper
-        # works from a listing made before): a stopped VM is kept, not deleted.
-        return instance
-    made = made_from_instance(instance)
-    if made is not None:
-        charge_unrecorded_vm(deps, made)
-    deps.compute.delete(instance.zone, instance.name)
-    closed = store.update_instance(
-        name, _for(owner, lambda current: lifecycle.instance_closed(current, now, note, substatus))
-    )
-    free_instance_slot(deps, instance.user, instance.name, now)
-    return closed or instance
+    closing: list[tuple[Release, InstanceDoc]] = []
+    for release in releases:
+        instance = store.update_instance(
+            release.name, _for(release.owner, _closing(release.note, now))
+        )
+        if instance is None:
+            raise PermanentError(f"no instance document for {release.name}")
+        closing.append((release, instance))
+    # Not another attempt's since, and not being stopped by its job (which the
+    # caller could not see, e.g. the reaper working from an earlier listing):
+    # a stopped VM is kept, not deleted.
+    doomed = [
+        (release, instance)
+        for release, instance in closing
+        if (release.owner is None or _still_held(instance, release.owner))
+        and instance.substatus not in STOPPING_OR_STOPPED
+    ]
+    for _, instance in doomed:
+        made = made_from_instance(instance)
+        if made is not None:  # a VM no attempt recorded: charged before it goes
+            charge_unrecorded_vm(deps, made)
+    if doomed:
+        deps.compute.delete_many([(instance.zone, instance.name) for _, instance in doomed])
+    released = {release.name: instance for release, instance in closing}
+    for release, instance in doomed:
+        closed = store.update_instance(
+            release.name, _for(release.owner, _closed(release.note, release.substatus, now))
+        )
+        free_instance_slot(deps, instance.user, instance.name, now)
+        released[release.name] = closed or instance
+    return [released[release.name] for release in releases]
+
+
+def _closing(note: str, now: datetime) -> Callable[[InstanceDoc], InstanceDoc]:
+    return lambda current: lifecycle.instance_closing(current, now, note)
+
+
+def _closed(
+    note: str, substatus: InstanceSubstatus, now: datetime
+) -> Callable[[InstanceDoc], InstanceDoc]:
+    return lambda current: lifecycle.instance_closed(current, now, note, substatus)
 
 
 def delete_orphan(deps: Deps, vm: Vm) -> None:

@@ -227,19 +227,38 @@ class GceCompute:
 
     def delete(self, zone: str, name: str) -> None:
         """Delete the VM and wait until it is gone; a missing VM is not an error."""
-        with _translated_errors(f"delete {name} in {zone}"):
+        self.delete_many([(zone, name)])
+
+    def delete_many(self, vms: Sequence[tuple[str, str]]) -> None:
+        """Delete every ``(zone, name)`` VM and wait until all are gone: every
+        delete is sent before any is waited for, since Compute Engine takes
+        tens of seconds to delete a running VM (its guest may take 30 s to shut
+        down). A missing VM is not an error; the first failure is raised once
+        every operation has been waited for."""
+        sent: list[tuple[str, str, compute_v1.Operation]] = []
+        for zone, name in vms:
+            with _translated_errors(f"delete {name} in {zone}"):
+                try:
+                    operation = self._instances.delete_unary(
+                        project=self._project,
+                        zone=zone,
+                        instance=name,
+                        timeout=self._request_timeout_s,
+                    )
+                except api_exceptions.NotFound:
+                    continue
+            sent.append((zone, name, operation))
+        failure: SpotlineError | None = None
+        for zone, name, operation in sent:
             try:
-                operation = self._instances.delete_unary(
-                    project=self._project,
-                    zone=zone,
-                    instance=name,
-                    timeout=self._request_timeout_s,
-                )
-            except api_exceptions.NotFound:
-                return
-            operation = self._wait(zone, operation)
-        if _error_codes(operation) != {_NOT_FOUND}:
-            _raise_for_operation(operation)
+                with _translated_errors(f"delete {name} in {zone}"):
+                    done = self._wait(zone, operation)
+                if _error_codes(done) != {_NOT_FOUND}:
+                    _raise_for_operation(done)
+            except SpotlineError as err:
+                failure = failure or err
+        if failure is not None:
+            raise failure
 
     def stop(self, zone: str, name: str) -> bool:
         """Shut the VM down, keeping its disk, and wait until it is down."""

@@ -17,6 +17,8 @@ Contract:
 * ``get(zone, name)`` returns the VM or ``None`` when it does not exist.
 * ``list(labels)`` returns every VM carrying all the given labels.
 * ``delete(zone, name)`` removes the VM; deleting a missing VM succeeds.
+* ``delete_many(vms)`` removes every ``(zone, name)`` VM, as ``delete`` does,
+  sending every delete before waiting for any: a gang's nodes go together.
 * ``set_metadata(zone, name, items)`` replaces the VM's custom metadata items.
 * ``stop(zone, name)`` shuts the VM down, keeping its disk (Compute Engine
   then lists it TERMINATED), and returns once it is down; stopping a stopped
@@ -38,6 +40,7 @@ Contract:
 from __future__ import annotations
 
 import builtins
+from collections.abc import Sequence
 from typing import Protocol
 
 from shared.domain.vms import GangRequest, Quota, Vm, VmRequest
@@ -51,6 +54,8 @@ class Compute(Protocol):
     def list(self, labels: dict[str, str]) -> list[Vm]: ...
 
     def delete(self, zone: str, name: str) -> None: ...
+
+    def delete_many(self, vms: Sequence[tuple[str, str]]) -> None: ...
 
     def set_metadata(self, zone: str, name: str, items: dict[str, str]) -> None: ...
 
