@@ -7,10 +7,10 @@ from __future__ import annotations
 from functions.deps import Deps
 from functions.ops.sweep_apply import apply
 from shared.adapters.memory_store import InMemoryStore
+from shared.domain import reaping as r
 from shared.domain.cooling import while_cooling
 from shared.domain.documents import AttemptRecord, JobDoc
 from shared.domain.lifecycle import accrue
-from shared.domain import reaping as r
 from shared.domain.liveness import PREEMPTION_NOTICE_S
 from shared.domain.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
 from shared.settings import Settings
@@ -113,7 +113,7 @@ def test_a_vm_closed_preempted_is_kept_through_its_notice() -> None:
 # writes must not move what a later writer priced back to the tick's time --
 
 
-def _running(**fields: object) -> JobDoc:
+def _running() -> JobDoc:
     started = AttemptRecord(
         attempt=1,
         instance="sl-job1-a1",
@@ -123,7 +123,7 @@ def _running(**fields: object) -> JobDoc:
         price_per_hour=3.6,  # a tenth of a cent a second
         on_demand_price_per_hour=7.2,
     )
-    return job(attempts=[started], pending_events=[], **fields)
+    return job(attempts=[started], pending_events=[])
 
 
 def test_an_older_page_s_accrual_does_not_price_a_job_back_in_time() -> None:

@@ -262,9 +262,11 @@ def test_a_stop_a_late_page_began_is_left_to_it_for_the_request_timeout(
             accelerators=(Accelerator("nvidia-l4", 1),),
         )
     )
-    ended = {"status": JobStatus.COMPLETED, "substatus": JobSubstatus.COMPLETED}
     spec = {"machine_ids": ["g2-standard-4.od"], "stop_period_s": 3600}
-    store.create_job(job("old", spec=spec, pending_events=[], **ended))
+    finished = JobSubstatus.COMPLETED
+    store.create_job(
+        job("old", status=JobStatus.COMPLETED, substatus=finished, spec=spec, pending_events=[])
+    )
     cooled = {"zone": "us-central1-a", "provisioning": Provisioning.STANDARD}
     cooling = instance(
         "sl-old-a1",
