@@ -184,7 +184,12 @@ def event_for(topic: str, world: World, key: str) -> Event:
         job = training(deps, key)
         listed = datetime.now(UTC)
         page = SweepPage(kind="jobs", listed_at=listed, keys=[job.job_id])
-        priced = _expect(deps, job.job_id, "its cost priced", lambda j: j.cost_as_of == listed)
+
+        # Priced when the page runs (it is applied at its own time, not the tick's).
+        def priced_since(j: JobDoc) -> bool:
+            return j.cost_as_of is not None and j.cost_as_of >= listed
+
+        priced = _expect(deps, job.job_id, "its cost priced", priced_since)
         return Event(page.model_dump(mode="json"), priced.took_effect)
     if topic == "job_events":
         job = placed(deps, key, webhook_url=world.webhook_url)

@@ -8,6 +8,9 @@ from functions.deps import Deps
 from functions.ops.sweep_apply import apply
 from shared.adapters.memory_store import InMemoryStore
 from shared.domain import reaping as r
+from shared.domain.cooling import while_cooling
+from shared.domain.documents import AttemptRecord, JobDoc
+from shared.domain.lifecycle import accrue
 from shared.domain.liveness import PREEMPTION_NOTICE_S
 from shared.domain.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
 from shared.settings import Settings
@@ -104,3 +107,70 @@ def test_a_vm_closed_preempted_is_kept_through_its_notice() -> None:
         instance(status=I.CLOSED, substatus=InstanceSubstatus.PREEMPTED, closed_at=T0)
     )
     assert apply(deps, [r.DeleteOrphan(listed)], at(PREEMPTION_NOTICE_S)) == {}
+
+
+# -- a page decides as of its tick, up to reaper_page_max_age_s late: its
+# writes must not move what a later writer priced back to the tick's time --
+
+
+def _running() -> JobDoc:
+    started = AttemptRecord(
+        attempt=1,
+        instance="sl-job1-a1",
+        zone="local-a",
+        machine_id="g2-standard-4",
+        started_at=T0,
+        price_per_hour=3.6,  # a tenth of a cent a second
+        on_demand_price_per_hour=7.2,
+    )
+    return job(attempts=[started], pending_events=[])
+
+
+def test_an_older_page_s_accrual_does_not_price_a_job_back_in_time() -> None:
+    """Two ticks' pages at once: the older one read the job unpriced and
+    decided Accrue; the newer one (or a preemption's end_attempt) priced it at
+    100 s first. The older page's write at its tick's 50 s lowered the cost
+    from 0.10 to 0.05 and put cost_as_of back by 50 s."""
+    deps, store = world()
+    listed = _running()
+    store.create_job(accrue(listed, at(100)))
+    apply(deps, [r.Accrue(listed)], at(50))
+    current = store.get_job("job1")
+    assert current is not None
+    assert (current.cost_usd, current.cost_as_of) == (0.1, at(100))
+
+
+def test_an_accrual_still_prices_a_job_priced_before_the_page_s_tick() -> None:
+    deps, store = world()
+    listed = _running()
+    store.create_job(accrue(listed, at(20)))
+    apply(deps, [r.Accrue(listed)], at(50))
+    current = store.get_job("job1")
+    assert current is not None
+    assert (current.cost_usd, current.cost_as_of) == (0.05, at(50))
+
+
+def test_an_older_page_does_not_price_a_cooling_vm_back_in_time() -> None:
+    """A newer page priced the cooling VM at 100 s; the older page's
+    PriceCooling at its tick's 50 s put its cooling cost, price and
+    updated_at back."""
+    deps, store = world()
+    rule = deps.settings.cooling_rule
+    cooling = instance(
+        status=I.COOLING,
+        cooling_since=T0,
+        cooling_until=at(600),
+        segment_started_at=T0,
+        base_price_per_hour=3.6,
+        on_demand_price_per_hour=7.2,
+    )
+    newer = while_cooling(cooling, at(100), rule)
+    store.create_instance(newer)
+    assert apply(deps, [r.PriceCooling(cooling)], at(50)) == {"cooling": 1}
+    current = store.get_instance(cooling.name)
+    assert current is not None
+    assert (current.cooling_cost_usd, current.price_per_hour, current.updated_at) == (
+        newer.cooling_cost_usd,
+        newer.price_per_hour,
+        at(100),
+    )

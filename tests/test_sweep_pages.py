@@ -23,7 +23,8 @@ from functions.ops.sweep_pages import SweepPage, fit, vm_pages
 from infra.localcloud.cloud import LocalCloud
 from shared.adapters.memory_store import InMemoryStore
 from shared.adapters.recording_bus import RecordingBus
-from shared.domain.states import InstanceStatus, InstanceSubstatus
+from shared.domain.documents import InstanceDoc
+from shared.domain.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
 from shared.domain.vms import Accelerator, Provisioning, VmRequest
 from shared.settings import Settings
 from tests.documents import instance, job, vm
@@ -237,3 +238,63 @@ def test_a_stopped_vm_restarted_after_the_listing_is_judged_as_listed(cloud: Loc
     kept = world.store.get_instance("sl-old-a1")
     assert kept is not None and kept.status == InstanceStatus.EXECUTING
     assert "sl-old-a1" in world.attempts()[1]
+
+
+def test_a_stop_a_late_page_began_is_left_to_it_for_the_request_timeout(
+    cloud: LocalCloud,
+) -> None:
+    """A page 55 s after its tick ends a cooling on-demand VM into a stop, and
+    the stop call fails (as when its function dies): CLOSING/STOPPING. The
+    reaper finishes a stop only ``request_timeout_s`` (120 s) after it began,
+    or two stoppers race; stamped with the tick's time, the stop looked begun
+    55 s earlier, and a page 66 s after it stopped the VM a second time."""
+    world = World(cloud)
+    compute, store = world.deps.compute, world.store
+    compute.insert(
+        VmRequest(
+            name="sl-old-a1",
+            zone="us-central1-a",
+            machine_type="g2-standard-4",
+            provisioning=Provisioning.STANDARD,
+            request_id="old-1",
+            image=world.deps.settings.image,
+            labels={"spotline": "true", "spotline-job": "old"},
+            accelerators=(Accelerator("nvidia-l4", 1),),
+        )
+    )
+    spec = {"machine_ids": ["g2-standard-4.od"], "stop_period_s": 3600}
+    finished = JobSubstatus.COMPLETED
+    store.create_job(
+        job("old", status=JobStatus.COMPLETED, substatus=finished, spec=spec, pending_events=[])
+    )
+    cooled = {"zone": "us-central1-a", "provisioning": Provisioning.STANDARD}
+    cooling = instance(
+        "sl-old-a1",
+        "old",
+        status=InstanceStatus.COOLING,
+        cooling_since=NOW - timedelta(seconds=600),
+        cooling_until=NOW,
+        segment_started_at=NOW - timedelta(seconds=600),
+    ).model_copy(update=cooled)
+    store.create_instance(cooling)
+    stops = "/instances/sl-old-a1/stop$"
+
+    def page_at(seconds: float, message_id: str) -> InstanceDoc:
+        [page] = [p for p in world.tick() if "sl-old-a1" in p.names]
+        world.now += timedelta(seconds=seconds)
+        world.deliver(page, message_id)
+        current = store.get_instance("sl-old-a1")
+        assert current is not None
+        return current
+
+    cloud.fail_next("POST", stops, 400, "badRequest")
+    began = NOW + timedelta(seconds=55)
+    left = page_at(55, "p1")
+    assert (left.status, left.substatus) == (InstanceStatus.CLOSING, InstanceSubstatus.STOPPING)
+    world.now = NOW + timedelta(seconds=120)  # the next ticks: 65 s after the stop began
+    left = page_at(1, "p2")
+    assert (left.status, left.substatus) == (InstanceStatus.CLOSING, InstanceSubstatus.STOPPING)
+    assert len(cloud.requests_to("POST", "/instances/sl-old-a1/stop")) == 1
+    world.now = began + timedelta(seconds=world.deps.settings.request_timeout_s)
+    done = page_at(1, "p3")  # the stopper must have died: the reaper stops it
+    assert (done.status, done.substatus) == (InstanceStatus.CLOSED, InstanceSubstatus.STOPPED)

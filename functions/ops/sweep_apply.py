@@ -34,6 +34,7 @@ from functions.ops.teardown import (
 )
 from shared import logs
 from shared.domain import reaping as r
+from shared.domain.documents import JobDoc
 from shared.domain.errors import PermanentError
 from shared.domain.lifecycle import accrue
 from shared.domain.liveness import Owner
@@ -131,7 +132,15 @@ def _delete_orphan(deps: Deps, action: r.DeleteOrphan, now: datetime) -> str | N
 
 
 def _accrue(deps: Deps, action: r.Accrue, now: datetime) -> None:
-    deps.store.update_job(action.job.job_id, lambda current: accrue(current, now))
+    # A page prices as of its tick, up to reaper_page_max_age_s ago: a newer
+    # tick's page or an attempt's end may have priced the job past it since
+    # the read, and pricing it again at ``now`` would lower its cost.
+    def priced(current: JobDoc) -> JobDoc:
+        if current.cost_as_of is not None and current.cost_as_of > now:
+            return current
+        return accrue(current, now)
+
+    deps.store.update_job(action.job.job_id, priced)
 
 
 def _cancel(deps: Deps, action: r.Cancel, now: datetime) -> str:

@@ -24,7 +24,8 @@ A page is of one of three kinds, one per stage that grows with the project:
 * ``users`` (stage 4): user names; the page reads the users, then their jobs,
   then their instances, the order ``decide_slots`` needs.
 
-A page is decided at the tick's time (``listed_at``), and one that arrives more
+A page is decided at the tick's time (``listed_at``) and applied at its own
+(its writes' timestamps, the apply step's guards), and one that arrives more
 than ``reaper_page_max_age_s`` late is dropped: the next tick lists afresh.
 Two ticks' pages (Scheduler may fire twice), a redelivered page and pages
 running at once are what two sweeps at once always were: every apply step is
@@ -139,24 +140,34 @@ def _half(page: SweepPage, field: str, first: bool) -> SweepPage:
     return page.model_copy(update={"names": part, "vms": vms, "keys": page.keys if first else []})
 
 
-def run_page(deps: Deps, page: SweepPage) -> Counter[str]:
-    """One page's stage, decided as of ``page.listed_at``; the count of each outcome."""
-    now = page.listed_at
+def run_page(deps: Deps, page: SweepPage, now: datetime | None = None) -> Counter[str]:
+    """One page's stage, decided as of ``page.listed_at`` and applied at
+    ``now`` (when the page runs; default the tick's time); the count of each
+    outcome.
+
+    Decided as of the tick: the listing is of then. Applied, and stamped, at
+    the page's own time: a page runs up to ``reaper_page_max_age_s`` late, and
+    a write stamped with the tick's time dates a step that earlier than it
+    began (a stop or a placement then looks dead ``request_timeout_s`` too soon,
+    and the reaper starts a second one while the first still runs)."""
+    decided = page.listed_at
+    applied = decided if now is None else max(now, decided)
     if page.kind == "vms":
         docs = deps.store.get_instances(page.names)
         found = [docs[name] for name in page.names if name in docs]
         live = [i for i in found if i.status in InstanceStatus.live()]
         stopped = [i for i in found if i.substatus == InstanceSubstatus.STOPPED]
-        return reap_vms(deps, live, stopped, page.vms, now, page.keys)
+        return reap_vms(deps, live, stopped, page.vms, decided, page.keys, applied)
     if page.kind == "jobs":
-        return _reap_jobs(deps, page.keys, deps.store.get_jobs(page.keys), now, Counter())
+        jobs = deps.store.get_jobs(page.keys)
+        return _reap_jobs(deps, page.keys, jobs, decided, applied, Counter())
     # Users, then their jobs, then their instances (see ``decide_slots``).
     found_users = deps.store.get_users(page.keys)
     users = [found_users[k] for k in page.keys if k in found_users]
     names = [n for u in users for n in [*u.active_instances, *u.stopped_instances]]
     owners = _jobs(deps, [j for u in users for j in u.active_jobs] + list(map(r.job_of_vm, names)))
     held = deps.store.get_instances(names)
-    return apply(deps, r.decide_slots(users, owners, held), now)
+    return apply(deps, r.decide_slots(users, owners, held), applied)
 
 
 def reap_vms(
@@ -166,21 +177,29 @@ def reap_vms(
     vms: Sequence[Vm],
     now: datetime,
     job_ids: Sequence[str] = (),
+    applied: datetime | None = None,
 ) -> Counter[str]:
     """Stage 1 on listings made before: the jobs are read after them. Then
-    stage 2 on the active ones among ``job_ids``, read with them."""
+    stage 2 on the active ones among ``job_ids``, read with them. Decided as
+    of ``now``, applied at ``applied`` (default ``now``)."""
+    at = now if applied is None else applied
     wanted = [i.job_id for i in instances] + [vm.labels.get(r.JOB_LABEL, "") for vm in vms]
     jobs = _jobs(deps, [*wanted, *job_ids])
-    counts = apply(deps, r.decide_vms(instances, stopped, vms, jobs, deps.settings, now), now)
-    return _reap_jobs(deps, job_ids, jobs, now, counts)
+    counts = apply(deps, r.decide_vms(instances, stopped, vms, jobs, deps.settings, now), at)
+    return _reap_jobs(deps, job_ids, jobs, now, at, counts)
 
 
 def _reap_jobs(
-    deps: Deps, job_ids: Sequence[str], jobs: dict[str, JobDoc], now: datetime, counts: Counter[str]
+    deps: Deps,
+    job_ids: Sequence[str],
+    jobs: dict[str, JobDoc],
+    now: datetime,
+    applied: datetime,
+    counts: Counter[str],
 ) -> Counter[str]:
     active = JobStatus.active()
     found = [jobs[j] for j in job_ids if j in jobs and jobs[j].status in active]
-    return apply(deps, r.decide_jobs(found, deps.settings, now), now, counts)
+    return apply(deps, r.decide_jobs(found, deps.settings, now), applied, counts)
 
 
 def _jobs(deps: Deps, job_ids: Iterable[str]) -> dict[str, JobDoc]:

@@ -294,9 +294,15 @@ def price_cooling(deps: Deps, instance: InstanceDoc, now: datetime) -> InstanceD
     """The cooling period priced so far, written for a person watching. None:
     no longer cooling (a job claimed the VM meanwhile)."""
     rule = deps.settings.cooling_rule
-    priced = deps.store.update_instance(
-        instance.name, lambda current: while_cooling(current, now, rule)
-    )
+
+    def priced_to_now(current: InstanceDoc) -> InstanceDoc:
+        priced = while_cooling(current, now, rule)
+        # A reaper page prices as of its tick, up to reaper_page_max_age_s
+        # ago: a newer tick's page may have priced it further (the cost of a
+        # cooling period only grows).
+        return current if priced.cooling_cost_usd < current.cooling_cost_usd else priced
+
+    priced = deps.store.update_instance(instance.name, priced_to_now)
     return priced if priced is not None and priced.status == InstanceStatus.COOLING else None
 
 
