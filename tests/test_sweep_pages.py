@@ -19,15 +19,17 @@ from functions.deps import Deps
 from functions.handlers.reaper_page import reaper_page
 from functions.ops import sweep_pages
 from functions.ops.sweep import tick
+from functions.ops.sweep_apply import apply
 from functions.ops.sweep_pages import SweepPage, fit, vm_pages
 from infra.localcloud.cloud import LocalCloud
 from shared.adapters.memory_store import InMemoryStore
 from shared.adapters.recording_bus import RecordingBus
+from shared.domain import reaping as r
 from shared.domain.documents import InstanceDoc
 from shared.domain.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
 from shared.domain.vms import Accelerator, Provisioning, VmRequest
 from shared.settings import Settings
-from tests.documents import instance, job, vm
+from tests.documents import entry, instance, job, vm
 from tests.local_cloud import client
 from tests.replay import Published, cloud_event
 
@@ -298,3 +300,37 @@ def test_a_stop_a_late_page_began_is_left_to_it_for_the_request_timeout(
     world.now = began + timedelta(seconds=world.deps.settings.request_timeout_s)
     done = page_at(1, "p3")  # the stopper must have died: the reaper stops it
     assert (done.status, done.substatus) == (InstanceStatus.CLOSED, InstanceSubstatus.STOPPED)
+
+
+@pytest.mark.parametrize("meanwhile", ["placed", "gave up"])
+def test_a_page_s_place_again_after_the_tick_s_queue_retry_inserts_no_vm(
+    cloud: LocalCloud, meanwhile: str
+) -> None:
+    """The tick retries the queue while pages run: a page decided PlaceAgain on
+    a job it read stuck in REQUESTING_SERVER; the tick's retry then placed the
+    job (or gave up on it) and deleted its entry; then the page's action runs
+    on its old read. It once inserted a VM for the job again (and, for a job
+    given up, deleted it at once, at the user's cost)."""
+    world = World(cloud)
+    world.now += timedelta(seconds=world.deps.settings.request_timeout_s + 1)
+    created = world.now if meanwhile == "placed" else NOW - timedelta(days=1)
+    stuck = job(
+        "job2", substatus=JobSubstatus.REQUESTING_SERVER, status=JobStatus.QUEUING
+    ).model_copy(update={"pending_events": [], "created_at": created, "updated_at": NOW})
+    world.store.create_job(stuck)
+    world.store.put_queue(entry("job2", not_before=NOW))
+    stale = world.store.get_job("job2")
+    assert stale is not None
+    decided = r.decide_jobs([stale], world.deps.settings, world.now)
+    assert decided == [r.PlaceAgain(stale)]
+    tick(world.deps, world.now)  # its queue stage places job2, or gives up
+    settled = world.store.get_job("job2")
+    assert settled is not None and settled.substatus != JobSubstatus.REQUESTING_SERVER
+    inserts = len(cloud.requests_to("POST", "/instances"))
+    apply(world.deps, decided, world.now)  # the page's action, on its old read
+    assert len(cloud.requests_to("POST", "/instances")) == inserts
+    after = world.store.get_job("job2")
+    assert after is not None and (after.status, after.instance) == (
+        settled.status,
+        settled.instance,
+    )

@@ -176,7 +176,13 @@ def place_again(deps: Deps, job: JobDoc, now: datetime) -> str | None:
     function died): place it again. None: it moved on, or the queue has it."""
     if deps.store.get_queue(job.job_id) is not None:
         return None
-    placed = start(deps, job, now)
+    # Read again: the reaper decided on an older read, and the tick's queue
+    # retry (running beside the pages) may have placed the job, or given up
+    # on it, since; placing that read would insert a VM for it again.
+    current = deps.store.get_job(job.job_id)
+    if current is None or (current.substatus, current.attempt) != (job.substatus, job.attempt):
+        return None
+    placed = start(deps, current, now)
     if placed.status == JobStatus.FAILED:
         return "failed"
     return "waiting" if placed.substatus == JobSubstatus.WAITING_FOR_QUOTA else "replaced"
