@@ -66,6 +66,25 @@ def test_a_kept_version_never_decides_that_nothing_is_to_be_written(project: str
     assert _stored(project).preemptions == 1
 
 
+def test_a_kept_version_never_refuses_a_change(project: str) -> None:
+    """A change may refuse a document (an event for attempt 2 on a job still
+    at attempt 1 is stale): from a kept version, which may be stale, that
+    refusal is not final. The Keras stack test lost its resumed heartbeat so:
+    the process had written attempt 1, another moved the job to attempt 2."""
+    mine, other = FirestoreStore(project), FirestoreStore(project)
+    mine.create_job(a_job())
+    mine.update_job("job1", _preempted(1))
+    other.update_job("job1", lambda job: job.model_copy(update={"attempt": 2}))
+
+    def for_attempt_2(job: JobDoc) -> JobDoc:
+        if job.attempt != 2:
+            raise ValueError(f"stale: the job is at attempt {job.attempt}")
+        return _costlier(job)
+
+    assert mine.update_job("job1", for_attempt_2) is not None
+    assert (_stored(project).attempt, _stored(project).cost_usd) == (2, 1.0)
+
+
 def test_a_version_is_kept_for_a_request_s_course_not_until_the_next_sweep() -> None:
     """The reaper, a minute after its last sweep, updates jobs the VMs'
     events have written since: a version that old is not tried (a refused

@@ -411,7 +411,10 @@ class FirestoreStore:
         self._thread.unread = self.unread_changes() + 1
         # A fresh model from the kept fields: a change never shares its input.
         current = model.model_validate(data)
-        changed = change(current)
+        try:
+            changed = change(current)
+        except Exception:  # a refusal (a stale event, a forged token) of a
+            return None  # version that may be stale: read, and ask again
         if changed is current or changed == current:
             return None  # nothing to write, says a version that may be stale
         after = to_firestore(changed)

@@ -9,7 +9,8 @@ write returned, that version is the next update's starting point and its
 precondition: when no one else wrote in between, the write succeeds and the
 read is saved; when someone did, the precondition fails and the update reads
 as before. A decision not to write (the change leaves the document as it
-is) is never taken from a kept version, which may be stale.
+is), and a refusal (the change raises: a stale event, a forged token), are
+never taken from a kept version, which may be stale: the update reads.
 
 Only jobs are kept, and only for a short while: a stale version costs a
 refused write on top of the read. A user's document is written by every
