@@ -109,12 +109,11 @@ def test_a_head_whose_ray_dies_fails_instead_of_waiting_for_ever() -> None:
     # the next port was taken). Now the launcher fails, whether Ray dies
     # before or after the driver joined: with its own message, or Ray's core
     # worker ends the process first, after its own.
+    # It ended (communicate's 240 s would have raised), and failed, saying Ray died.
     assert launcher.returncode not in (0, None), output[-3000:]
     assert "Some Ray subprocesses exited unexpectedly" in output
-    # Whenever it died: before the command started, or under it (then the
-    # command, waiting for the gone GCS, is stopped).
-    assert (
-        "`ray start` exited with code" in output
-        or "Ray on the head stopped" in output
-        or "could not connect to the Ray head" in output
-    ), output[-3000:]
+    # Which of the three it was depends on when Ray died: before the command
+    # started (`ray start` exited with code ...), under it (the launcher stops
+    # the command: "Ray on the head stopped"), or so that Ray's core worker
+    # ended the command itself first (its own exit code, and no line of the
+    # launcher's: seen once in CI under load). Each fails the job.
