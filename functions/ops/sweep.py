@@ -36,7 +36,7 @@ from datetime import datetime
 from functions.deps import Deps
 from functions.ops.outbox import publish_unpublished
 from functions.ops.sweep_apply import apply
-from functions.ops.sweep_pages import plan, run_page
+from functions.ops.sweep_pages import plan, read_jobs, run_page
 from shared import logs
 from shared.domain import reaping as r
 
@@ -75,7 +75,7 @@ def tick(deps: Deps, now: datetime) -> Counter[str]:
 def _queue(deps: Deps, now: datetime, counts: Counter[str]) -> None:
     due = deps.store.due_queue(now)
     wanted = [e.job_id for e in due if e.reason != "quota"]
-    queued = deps.store.get_jobs(job_id for job_id in wanted if job_id)
+    queued = read_jobs(deps, wanted)
     apply(deps, r.decide_queue(due, queued, now), now, counts)
 
 

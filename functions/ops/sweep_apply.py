@@ -132,9 +132,9 @@ def _delete_orphan(deps: Deps, action: r.DeleteOrphan, now: datetime) -> str | N
 
 
 def _accrue(deps: Deps, action: r.Accrue, now: datetime) -> None:
-    # A page prices as of its tick, up to reaper_page_max_age_s ago: a newer
-    # tick's page or an attempt's end may have priced the job past it since
-    # the read, and pricing it again at ``now`` would lower its cost.
+    # Another writer may have priced the job past ``now`` since the sweep
+    # decided (a newer tick's page on a faster clock, ``sweep``'s tick time,
+    # an attempt's end): pricing it again at ``now`` would lower its cost.
     def priced(current: JobDoc) -> JobDoc:
         if current.cost_as_of is not None and current.cost_as_of > now:
             return current

@@ -165,7 +165,9 @@ def run_page(deps: Deps, page: SweepPage, now: datetime | None = None) -> Counte
     found_users = deps.store.get_users(page.keys)
     users = [found_users[k] for k in page.keys if k in found_users]
     names = [n for u in users for n in [*u.active_instances, *u.stopped_instances]]
-    owners = _jobs(deps, [j for u in users for j in u.active_jobs] + list(map(r.job_of_vm, names)))
+    owners = read_jobs(
+        deps, [j for u in users for j in u.active_jobs] + list(map(r.job_of_vm, names))
+    )
     held = deps.store.get_instances(names)
     return apply(deps, r.decide_slots(users, owners, held), applied)
 
@@ -184,7 +186,7 @@ def reap_vms(
     of ``now``, applied at ``applied`` (default ``now``)."""
     at = now if applied is None else applied
     wanted = [i.job_id for i in instances] + [vm.labels.get(r.JOB_LABEL, "") for vm in vms]
-    jobs = _jobs(deps, [*wanted, *job_ids])
+    jobs = read_jobs(deps, [*wanted, *job_ids])
     counts = apply(deps, r.decide_vms(instances, stopped, vms, jobs, deps.settings, now), at)
     return _reap_jobs(deps, job_ids, jobs, now, at, counts)
 
@@ -202,7 +204,7 @@ def _reap_jobs(
     return apply(deps, r.decide_jobs(found, deps.settings, now), applied, counts)
 
 
-def _jobs(deps: Deps, job_ids: Iterable[str]) -> dict[str, JobDoc]:
+def read_jobs(deps: Deps, job_ids: Iterable[str]) -> dict[str, JobDoc]:
     # In batches: one get per job made a 10,000-job sweep take minutes.
     return deps.store.get_jobs(job_id for job_id in job_ids if job_id)
 

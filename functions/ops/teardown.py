@@ -297,9 +297,9 @@ def price_cooling(deps: Deps, instance: InstanceDoc, now: datetime) -> InstanceD
 
     def priced_to_now(current: InstanceDoc) -> InstanceDoc:
         priced = while_cooling(current, now, rule)
-        # A reaper page prices as of its tick, up to reaper_page_max_age_s
-        # ago: a newer tick's page may have priced it further (the cost of a
-        # cooling period only grows).
+        # Another writer may have priced it past ``now`` (a newer tick's page
+        # on a faster clock, ``sweep``'s tick time): the cost of a cooling
+        # period only grows.
         return current if priced.cooling_cost_usd < current.cooling_cost_usd else priced
 
     priced = deps.store.update_instance(instance.name, priced_to_now)
