@@ -42,7 +42,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--period-s", type=float, default=Params.period_s)
     parser.add_argument("--detect-s", type=float, default=Params.detect_s)
     parser.add_argument("--delete-s", type=float, default=Params.delete_s)
-    parser.add_argument("--save-every-s", type=float, default=Params.save_every_s)
     args = parser.parse_args(argv)
     params = Params(
         boot_s=args.boot_s,
@@ -50,7 +49,6 @@ def main(argv: list[str] | None = None) -> int:
         period_s=args.period_s,
         detect_s=args.detect_s,
         delete_s=args.delete_s,
-        save_every_s=args.save_every_s,
     )
     jobs = [Job(f"1x {args.machine} {args.hours:g} h", args.machine, args.hours)]
     if args.gang > 0:

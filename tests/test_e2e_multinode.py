@@ -15,7 +15,7 @@ from infra.cli.demo import wait_for_job
 from infra.localstack.stack import LocalStack
 from shared.adapters.firestore_store import FirestoreStore
 from shared.domain.states import JobStatus
-from tests.test_e2e_recovery import epochs_of, submit, wait_no_vms
+from tests.test_e2e_recovery import epochs_of, once, submit, wait_no_vms
 
 pytestmark = [pytest.mark.emulators, pytest.mark.e2e]
 
@@ -62,3 +62,30 @@ def test_two_nodes_train_to_identical_weights(
     while any(i.status != "CLOSED" for i in store.instances_of_job(job_id)):
         assert time.monotonic() < deadline
         time.sleep(0.2)
+
+
+def test_a_notice_on_node_1_is_saved_by_node_0_and_no_step_is_lost(
+    local_stack: LocalStack,
+) -> None:
+    """Only node 1 of the gang is preempted, mid-epoch: the built-in trainer's
+    ranks stop at one step, rank 0 (on node 0, which got no notice) saves it,
+    and the next attempt resumes at that step, not at the last epoch's end."""
+    store = FirestoreStore(local_stack.options.project)
+    hyper = {"lr": 0.01, "hidden": 64, "step_time_s": 0.05}
+    job_id = submit(local_stack, nodes=2, epochs=3, hyperparameters=hyper)
+    chaos = ["--workdir", str(local_stack.workdir), "preempt", "--node", "1", "--notice-s", "10"]
+    preempt = once(
+        lambda job: cli([*chaos, job.job_id]), when=lambda job: job.attempt == 1 and job.epoch >= 1
+    )
+
+    job = wait_for_job(store, job_id, 300, echo=False, on_update=preempt)
+
+    assert job.status == JobStatus.COMPLETED, job.error
+    first, second = job.attempts[:2]
+    assert first.outcome == "preempted" and first.checkpoint_step is not None
+    steps_per_epoch = 45  # 1438 training samples, batch 32
+    assert first.checkpoint_step % steps_per_epoch != 0  # the notice's save, mid-epoch
+    assert second.resumed_from_step == first.checkpoint_step
+    node0 = Path(local_stack.workdir, "vms", f"{first.node_names[0]}.log").read_text()
+    assert f"stopped at step {first.checkpoint_step} (another node's preemption notice)" in node0
+    wait_no_vms(local_stack, job_id)

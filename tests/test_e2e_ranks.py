@@ -31,7 +31,7 @@ def submit_ranks(stack: LocalStack, tmp_path: Path, **fields: Any) -> str:
     assert upload_folder(EXAMPLE, code_uri) >= 1
     return submit(
         stack, trainer=None, command=["python", "all_reduce.py"], code_uri=code_uri,
-        framework="command", processes_per_node=2, **fields,
+        framework="command", **{"processes_per_node": 2, **fields},
     )  # fmt: skip
 
 
@@ -137,12 +137,49 @@ def test_the_notice_reaches_every_rank_and_the_job_resumes(
     assert second.resumed_from_step == first.checkpoint_step
     # Nothing lost or counted twice across the stop: the sum of a straight run.
     assert job.metrics == {"total": 4 * STEPS_PER_EPOCH * 3.0, "world_size": 2}
-    stopped = [
-        line for line in trainer_lines(local_stack, first.instance) if "stopping at step" in line
-    ]
+    lines = trainer_lines(local_stack, first.instance)
     step = first.checkpoint_step
-    assert sorted(stopped) == [
-        f"rank 0: stopping at step {step}, sigterm=True",
-        f"rank 1: stopping at step {step}, sigterm=True",
+    # Both stop at one step (whichever rank's signal the collective saw
+    # first), and the notice reached both: each had its SIGTERM by the end.
+    assert sorted(line.split(", sigterm")[0] for line in lines if "stopping at" in line) == [
+        f"rank 0: stopping at step {step}",
+        f"rank 1: stopping at step {step}",
     ]
+    assert sorted(line for line in lines if ": stopped," in line) == [
+        "rank 0: stopped, sigterm=True",
+        "rank 1: stopped, sigterm=True",
+    ]
+    wait_no_vms(local_stack, job_id)
+
+
+def test_a_notice_on_node_1_stops_the_gang_at_one_step_and_node_0_saves_it(
+    local_stack: LocalStack, tmp_path: Path
+) -> None:
+    """Only node 1 is preempted: its rank tells node 0's in the step's
+    collective, node 0's rank saves that step, and node 0's agent reports that
+    its gang stopped (not a failed run): the next attempt resumes there."""
+    store = FirestoreStore(local_stack.options.project)
+    job_id = submit_ranks(
+        local_stack, tmp_path, epochs=4, nodes=2, processes_per_node=1,
+        hyperparameters={"step_time_s": 0.1},
+    )  # fmt: skip
+    chaos = ["--workdir", str(local_stack.workdir), "preempt", "--node", "1", "--notice-s", "10"]
+    preempt = once(
+        lambda job: cli([*chaos, job.job_id]), when=lambda job: job.attempt == 1 and job.epoch >= 1
+    )
+
+    job = wait_for_job(store, job_id, 240, echo=False, on_update=preempt)
+
+    assert job.status == JobStatus.COMPLETED, job.error
+    first, second = job.attempts[:2]
+    assert first.outcome == "preempted" and first.checkpoint_step is not None
+    assert first.checkpoint_step % STEPS_PER_EPOCH != 0  # the notice's save, not an epoch's
+    assert second.resumed_from_step == first.checkpoint_step
+    assert job.preemptions == 1 and job.restarts_on_errors == job.restarts_on_exit_codes == 0
+    # Nothing lost or counted twice across the stop: the sum of a straight run.
+    assert job.metrics == {"total": 4 * STEPS_PER_EPOCH * 3.0, "world_size": 2}
+    node0, node1 = (trainer_lines(local_stack, vm) for vm in first.node_names)
+    step = first.checkpoint_step
+    assert f"rank 0: stopping at step {step}, sigterm=False" in node0
+    assert f"rank 1: stopping at step {step}, sigterm=True" in node1
     wait_no_vms(local_stack, job_id)

@@ -90,21 +90,21 @@ def test_one_preemption_of_node_0_costs_what_each_strategy_says(job: Job, strate
     assert run.cost_usd == pytest.approx(job.machine.spot_usd_per_hour * vm_s / 3600)
 
 
-def test_a_notice_on_another_node_of_a_gang_saves_nothing() -> None:
-    """Only rank 0 saves, and only the noticed node's ranks hear the notice:
-    node 2's notice stops the gang at once (its ranks at their step's end, its
-    agent reporting no step) and the gang resumes from rank 0's last periodic
-    save, at 600 s of the 810.6 s trained."""
-    p = Params(save_every_s=600.0)
+def test_a_notice_on_another_node_of_a_gang_is_saved_by_rank_0() -> None:
+    """Node 2's notice stops the gang at the step's end (its ranks tell the
+    others in the step's collective): its agent reports a step on, with no
+    step saved; rank 0 saves that step on node 0, whose agent reports the
+    gang's stop; the gang resumes at 810 s of the 810.6 s trained."""
+    p = PARAMS
     trace = Trace("node 2", (Preemption(HIT_S / 3600, 2),))
     relaunch = HIT_S + p.step_s + p.deliver_s + p.delete_s
-    makespan = relaunch + p.boot_s + GANG.work_s - 600 + p.deliver_s
+    makespan = relaunch + p.boot_s + GANG.work_s - 810 + p.deliver_s
     for run in (spotline(GANG, trace, p), baselines.run(baselines.SPOTLINE_MODEL, GANG, trace, p)):
         assert run.finished and run.preemptions == 1
         assert run.makespan_s == pytest.approx(makespan)
     real = spotline(GANG, trace, p)
     assert real.breakdown is not None
-    assert real.breakdown.lost_work_s == pytest.approx(210.6)
+    assert real.breakdown.lost_work_s == pytest.approx(0.6)  # the step in progress
     assert real.breakdown.detection_s == pytest.approx(p.step_s + p.deliver_s)
 
 

@@ -1,13 +1,12 @@
 """The VMs' agents and trainers of a simulated run, modelled (``model.Params``).
 
-A VM boots for ``boot_s``, then trains; on a preemption of a one-VM job or of
-a gang's node 0 the trainer checkpoints (the step in progress is lost) and
-the agent reports; on a preemption of another node of a gang, its ranks stop
-at their next step and save nothing (only rank 0 saves,
-``vm_image/trainers/digits_mlp.py``, and only the noticed node's ranks get
-the notice's SIGTERM, ``vm_image/agent/agent.py``), so the gang resumes from
-rank 0's last periodic save (``save_every_s``); before its boot only the
-preemption log sink reports it.
+A VM boots for ``boot_s``, then trains; on a preemption the trainer
+checkpoints (the step in progress is lost) and the agent reports. On a gang's
+other nodes the ranks agree on the step to stop at, in the step's collective
+(``vm_image/trainers/digits_mlp.py``): the noticed node's agent reports, with
+no step, once its ranks have stopped; rank 0 saves that step on node 0, whose
+agent reports the gang's stop (``gang_stop``) once it is written. Before its
+boot only the preemption log sink reports it.
 """
 
 from __future__ import annotations
@@ -162,20 +161,28 @@ class ModelledAgents:
         if vm.booted and attempt.train_start is not None:
             stop.trained_s = self.now_s - attempt.train_start
             progress = self.saved_s + stop.trained_s
+            # The trainer saves at the end of its step, then the agent reports.
+            self.saved_s = self.params.saved_on_notice(progress)
+            step = self._step(self.saved_s)
+            uri = f"memory://econ/checkpoints/step-{step}"
+            saved_at = self.now_s + self.params.checkpoint_s
             if node == 0:
-                # The trainer saves at the end of its step, then the agent reports.
-                self.saved_s = self.params.saved_on_notice(progress)
-                step: int | None = self._step(self.saved_s)
-                uri: str | None = f"memory://econ/checkpoints/step-{step}"
-                report_after = self.params.checkpoint_s
+                report = SpotPreempted(**self._common(attempt, vm), step=step, checkpoint_uri=uri)
+                self._at(saved_at, lambda: self._publish("spot_preempted", report))
             else:
-                # A gang's other node: its ranks stop at their step's end and
-                # save nothing; rank 0's last periodic save is what is left.
-                self.saved_s = max(self.saved_s, self.params.saved_by_rank0(progress))
-                step, uri, report_after = None, None, self.params.step_s
+                # Another node: its ranks stop at the step's end and save
+                # nothing, and its agent says so; rank 0 saves on node 0.
+                noticed = SpotPreempted(**self._common(attempt, vm))
+                self._at(
+                    self.now_s + self.params.step_s,
+                    lambda: self._publish("spot_preempted", noticed),
+                )
+                node_0 = attempt.vms[0]
+                stopped = SpotPreempted(
+                    **self._common(attempt, node_0), step=step, checkpoint_uri=uri, gang_stop=True
+                )
+                self._at(saved_at, lambda: self._publish("spot_preempted", stopped))
             stop.lost_work_s = progress - self.saved_s
-            report = SpotPreempted(**self._common(attempt, vm), step=step, checkpoint_uri=uri)
-            self._at(self.now_s + report_after, lambda: self._publish("spot_preempted", report))
         else:
             # Before the agent is up only the log sink reports it.
             self._publish("spot_preempted", log_entry(vm.zone, vm.name, vm.instance_id))

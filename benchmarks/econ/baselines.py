@@ -25,8 +25,8 @@ class Policy:
 
     Attributes:
         saves_on_notice: the trainer checkpoints on the 30 s notice (spotline):
-            a one-VM job's, or a gang's node 0's; a gang's other nodes save
-            nothing, and rank 0's last periodic save is what is left.
+            whichever node of a gang gets it (its ranks agree on the step,
+            rank 0 saves it; the noticed node's agent reports a step later).
         periodic: the trainer checkpoints every ``Params.period_s`` of progress.
         acts_on_notice: the controller hears of the preemption at the notice
             (the agent's report) and deletes the VMs then; otherwise it sees the
@@ -83,10 +83,10 @@ def run(policy: Policy, job: Job, trace: Trace, params: Params) -> Outcome:
         progress = saved + max(0.0, hit - train_start)
         wrote = 0.0  # notice -> the report: the checkpoint written, or a step
         if policy.saves_on_notice and trained:
-            if job.nodes == 1 or node == 0:
-                saved, wrote = params.saved_on_notice(progress), params.checkpoint_s
-            else:  # only rank 0 saves, and only the noticed node hears the notice
-                saved, wrote = max(saved, params.saved_by_rank0(progress)), params.step_s
+            saved = params.saved_on_notice(progress)
+            # Another node's report comes once its ranks stopped (node 0's
+            # save goes on, within its delete's graceful shutdown).
+            wrote = params.checkpoint_s if node == 0 else params.step_s
         elif policy.periodic:
             saved = max(saved, params.saved_by_period(progress))
         elif not policy.saves_on_notice:

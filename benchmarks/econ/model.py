@@ -43,13 +43,6 @@ class Params:
             for Spot VMs), which the agent's unit may use (``TimeoutStopSec=28``):
             the whole 30 s is assumed. A VM in its notice is gone at the
             notice's end; a stopped one at once.
-        save_every_s: a gang trainer's own periodic checkpoint, by rank 0, in
-            seconds of training (the built-in trainer saves at every epoch's
-            end; 30 min is assumed, as the poller's period). Only rank 0 saves
-            (``vm_image/trainers/digits_mlp.py``), and only the noticed node's
-            ranks get the notice's SIGTERM (``vm_image/agent/agent.py``): a
-            notice on another node saves nothing, and the gang resumes from
-            rank 0's last periodic save.
     """
 
     boot_s: float = 90.0
@@ -61,7 +54,6 @@ class Params:
     detect_s: float = 15.0
     max_hours: float = 168.0
     delete_s: float = 30.0
-    save_every_s: float = 1800.0
 
     def __post_init__(self) -> None:
         if self.checkpoint_s > self.notice_s:
@@ -70,8 +62,8 @@ class Params:
             )
         if min(self.boot_s, self.checkpoint_s, self.deliver_s, self.detect_s, self.delete_s) < 0:
             raise ValueError("boot_s, checkpoint_s, deliver_s, detect_s and delete_s must be >= 0")
-        if min(self.step_s, self.period_s, self.max_hours, self.save_every_s) <= 0:
-            raise ValueError("step_s, period_s, save_every_s and max_hours must be > 0")
+        if min(self.step_s, self.period_s, self.max_hours) <= 0:
+            raise ValueError("step_s, period_s and max_hours must be > 0")
 
     def saved_on_notice(self, progress_s: float) -> float:
         """The progress a notice checkpoint keeps: up to the last whole step."""
@@ -80,10 +72,6 @@ class Params:
     def saved_by_period(self, progress_s: float) -> float:
         """The progress the poller's last periodic checkpoint kept."""
         return math.floor(progress_s / self.period_s + 1e-9) * self.period_s
-
-    def saved_by_rank0(self, progress_s: float) -> float:
-        """The progress a gang's rank 0 kept in its last periodic save."""
-        return math.floor(progress_s / self.save_every_s + 1e-9) * self.save_every_s
 
     def delete_done_s(self, now_s: float, noticed_s: float | None) -> float:
         """When a delete sent at ``now_s`` has the VM gone: a VM in its notice
@@ -102,8 +90,6 @@ SOURCES = {
     "deliver_s": "BENCHMARKS.md: median preemption -> replacement insert, event path",
     "delete_s": "Compute API skipGuestOsShutdown: a Spot VM's guest gets 30 s to shut "
     "down; the agent's unit takes up to 28 s (TimeoutStopSec)",
-    "save_every_s": "assumption: a gang's rank 0 saves every 30 min of training "
-    "(as the poller's period); the built-in trainer saves at each epoch's end",
     "period_s": "issue 14: the SkyPilot-like poller checkpoints every 30 min",
     "detect_s": "issue 14: the poller notices a preempted VM 15 s after it is gone",
     "max_hours": "the simulation's cut-off",

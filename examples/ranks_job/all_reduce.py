@@ -4,10 +4,11 @@ The agent starts ``processes_per_node`` copies of this script on each node with
 the variables torchrun would set (RANK, WORLD_SIZE, LOCAL_RANK, ...). Each step
 every rank adds ``rank + 1`` into a sum with ``all_reduce``; after each epoch
 rank 0 saves the state and reports the epoch. On SIGTERM (the Spot notice,
-sent to every rank) the ranks agree on a step to stop at, rank 0 saves and
-reports the checkpoint, and every rank exits 143. ``CRASH_RANK`` (a global
-rank) in the spec's env makes that rank exit 7 after rendezvous, to watch the
-node end with it.
+sent to every rank of the noticed node) the ranks agree on a step to stop at,
+one flag in each step's collective, rank 0 saves and reports the checkpoint,
+and every rank exits 143, on whichever node of a gang the notice came.
+``CRASH_RANK`` (a global rank) in the spec's env makes that rank exit 7 after
+rendezvous, to watch the node end with it.
 """
 
 import json
@@ -66,9 +67,8 @@ def main():
         values = torch.tensor([float(rank + 1), float(stop_requested)])
         dist.all_reduce(values)
         if values[1] > 0:
-            deadline = time.monotonic() + 5
-            while not stop_requested and time.monotonic() < deadline:
-                time.sleep(0.05)
+            # Every rank stops here, at one step, whichever was told: the
+            # notice reaches one node's ranks only, and any node may get it.
             print(
                 f"rank {rank}: stopping at step {state['step']}, sigterm={stop_requested}",
                 flush=True,
@@ -77,6 +77,7 @@ def main():
                 save()
                 report({"type": "checkpoint", "step": state["step"], "uri": state_url})
             dist.barrier()
+            print(f"rank {rank}: stopped, sigterm={stop_requested}", flush=True)
             dist.destroy_process_group()
             return 143
         state["total"] += float(values[0])

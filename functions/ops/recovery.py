@@ -137,6 +137,9 @@ def preempted(deps: Deps, instance: InstanceDoc, notice: PreemptionNotice, now: 
             step is still recorded on the lost attempt, and after the log
             sink's report the VM kept through its notice goes (its state is saved).
     """
+    if notice.gang_stop:
+        _saved(deps, instance, notice.step)
+        return
     source = "the agent" if notice.source == "agent" else "the preemption log"
     try:
         recover(
@@ -151,15 +154,27 @@ def preempted(deps: Deps, instance: InstanceDoc, notice: PreemptionNotice, now: 
             delete_vm=notice.source == "agent",
         )
     except lifecycle.StaleEvent:
-        if notice.step is not None:
-            step = notice.step
-            deps.store.update_job(
-                instance.job_id,
-                lambda job: lifecycle.saved_after_loss(job, instance.attempt, step),
-            )
+        _saved(deps, instance, notice.step)
         if notice.source == "agent":
             _end_notice(deps, instance.name)
         raise
+
+
+def _saved(deps: Deps, instance: InstanceDoc, step: int | None) -> None:
+    """Keep the step an attempt saved on its record (``lifecycle.saved_state``).
+
+    A gang's node with no notice of its own that stopped with its gang says
+    so here (``gang_stop``), and nothing else is done for it: the noticed
+    node's report, the log sink's or the reaper's sight of that VM gone
+    records the loss and lets every node go. Its delete is graceful, so node
+    0, still saving when it comes, gets the agent unit's stop timeout to end.
+    """
+    if step is None:
+        return
+    saved_at = step
+    deps.store.update_job(
+        instance.job_id, lambda job: lifecycle.saved_state(job, instance.attempt, saved_at)
+    )
 
 
 def _end_notice(deps: Deps, name: str) -> None:

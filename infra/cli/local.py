@@ -63,6 +63,11 @@ def preempt(args: argparse.Namespace) -> int:
     store = FirestoreStore(settings.project)
     job = store.get_job(args.target)
     name = job.instance if job is not None else args.target
+    if job is not None and args.node:
+        if args.node >= len(job.nodes):
+            print(f"job {job.job_id} has no node {args.node} now", file=sys.stderr)
+            return 1
+        name = job.nodes[args.node]
     instance = store.get_instance(name or "")
     if instance is None:
         print(f"no job or VM named {args.target} (or it has no VM now)", file=sys.stderr)

@@ -93,6 +93,12 @@ def build() -> argparse.ArgumentParser:
         help="seconds from the notice to the kill: the agent's time to save state (Spot gives 30)",
     )
     preempt.add_argument(
+        "--node",
+        type=int,
+        default=0,
+        help="which node of a multi-node job's gang (0, 1, ...; default 0)",
+    )
+    preempt.add_argument(
         "--no-notice",
         action="store_true",
         help="kill it outright: a preemption the agent never sees",

@@ -147,10 +147,16 @@ class JobFinished(VmEvent):
 
 
 class SpotPreempted(VmEvent):
-    """spotline-spot-preempted: the 30 s notice came; state saved at `step`."""
+    """spotline-spot-preempted: the 30 s notice came; state saved at `step`.
+
+    With ``gang_stop`` the sending node got no notice: another node of its gang
+    did, and this node's trainer stopped with the gang (exit 143) after saving
+    at ``step``. Not a loss by itself: the noticed node's report (or the log
+    sink's, or the reaper finding that VM gone) records the preemption."""
 
     checkpoint_uri: Uri | None = None
     step: Step | None = None
+    gang_stop: bool = False
 
 
 class CancelRequest(_Event):
@@ -180,6 +186,7 @@ class PreemptionNotice(_Event):
     step: Step | None = None
     checkpoint_uri: Uri | None = None
     source: Literal["agent", "log-sink"] = "agent"
+    gang_stop: bool = False  # the agent's: its node stopped for another's notice
 
 
 PREEMPTED_METHOD = "compute.instances.preempted"
@@ -225,4 +232,5 @@ def parse_preemption(data: bytes) -> PreemptionNotice:
         token=event.token,
         step=event.step,
         checkpoint_uri=event.checkpoint_uri,
+        gang_stop=event.gang_stop,
     )

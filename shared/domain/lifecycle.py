@@ -309,6 +309,8 @@ def vm_lost(
             f"{job.status}/{job.substatus} on attempt {job.attempt} ({job.instance})"
         )
     outcome = cause.lower()
+    if step is None:  # a gang's node 0 may have said what it saved first (saved_state)
+        step = next((r.checkpoint_step for r in job.attempts if r.attempt == attempt), None)
     job = end_attempt(job, now, outcome, checkpoint_step=step)
     if checkpoint_uri:
         job = job.model_copy(update={"checkpoint_uri": checkpoint_uri})
@@ -321,13 +323,15 @@ def vm_lost(
     return next_attempt(job, cause, now, note, job.spec.max_attempts, give_up)
 
 
-def saved_after_loss(job: JobDoc, attempt: int, step: int) -> JobDoc:
-    """The agent's report of the state a lost attempt saved, come after the
-    loss was recorded without it (the reaper saw the VM gone before the report
-    arrived): the attempt's record keeps the step. Unchanged when it has one."""
+def saved_state(job: JobDoc, attempt: int, step: int) -> JobDoc:
+    """An agent's report of the state an attempt saved as it stopped, come
+    apart from its loss: after it (the reaper saw the VM gone, or a gang's
+    noticed node reported with no step: only rank 0 saves), or, from a gang's
+    node with no notice of its own, before it. The attempt's record keeps the
+    step (``vm_lost`` keeps it too). Unchanged when it has one."""
     records = list(job.attempts)
     for i, record in enumerate(records):
-        if record.attempt == attempt and record.ended_at and record.checkpoint_step is None:
+        if record.attempt == attempt and record.checkpoint_step is None:
             records[i] = record.model_copy(update={"checkpoint_step": step})
             return job.model_copy(update={"attempts": records})
     return job

@@ -43,6 +43,9 @@ from vm_image.agent.transfers import download_folder, upload_folder
 from vm_image.agent.workspace import job_folder
 
 JOB_ATTRIBUTE = f"instance/attributes/{JOB_METADATA_KEY}"
+# A trainer's exit after saving its state on request (what a shell reports for
+# a process ended by SIGTERM; the built-in trainers return it).
+EXIT_STOPPED = 143
 
 
 def preempted_run(exit_code: int, notice_at: float | None, exited_at: float) -> bool:
@@ -56,6 +59,16 @@ def preempted_run(exit_code: int, notice_at: float | None, exited_at: float) -> 
     if notice_at is None:
         return False
     return notice_at <= exited_at or exit_code != 0
+
+
+def gang_stopped(exit_code: int, notice_at: float | None, nodes: int) -> bool:
+    """Whether a node of a gang that got no notice of its own stopped with its
+    gang: another node was noticed, the ranks agreed on a step to stop at,
+    rank 0 saved it, and every rank exited 143 (what a shell reports for
+    SIGTERM, the contract's "stopped to save"). Reported as such, not as a
+    failed run: a JobFinished with 143 would fail (or restart) the job for a
+    preemption (``shared.contract.events.SpotPreempted``)."""
+    return nodes > 1 and notice_at is None and exit_code == EXIT_STOPPED
 
 
 TOKEN_ATTRIBUTE = f"instance/attributes/{EVENT_TOKEN_METADATA_KEY}"
@@ -251,7 +264,7 @@ class Agent:
                 if not self._run_job():
                     return 1
                 period = self.assignment.spec.cool_down_period_s
-                if self.preempted.is_set() or period <= 0:
+                if self.preempted.is_set() or self._preemption_reported or period <= 0:
                     return 0
                 following = self._wait_for_next_job(period + COOLING_GRACE_S)
                 if following is None:
@@ -294,6 +307,9 @@ class Agent:
             self._upload_tensorboard()
             if preempted_run(exit_code, self._notice_at, exited_at):
                 self._report_preempted()
+                return True
+            if gang_stopped(exit_code, self._notice_at, len(self.assignment.nodes)):
+                self._report_preempted(gang_stop=True)
                 return True
             self._enter(JobSubstatus.RETURNING)
             event = JobFinished(
@@ -365,17 +381,21 @@ class Agent:
             time.sleep(min(wait_s, remaining))
             wait_s = min(wait_s * 2, _FINISH_BACKOFF_MAX_S)
 
-    def _report_preempted(self) -> None:
+    def _report_preempted(self, gang_stop: bool = False) -> None:
         """Publish spot-preempted once, with the newest saved state."""
         with self._report_lock:
             if self._preemption_reported:
                 return
             self._preemption_reported = True
             event = SpotPreempted(
-                **self._common(), checkpoint_uri=self.checkpoint_uri, step=self.step
+                **self._common(),
+                checkpoint_uri=self.checkpoint_uri,
+                step=self.step,
+                gang_stop=gang_stop,
             )
             self.bus.publish("spot_preempted", event)
-        logs.warning(f"preempted at step {self.step}; checkpoint {self.checkpoint_uri}")
+        what = "stopped with its gang (another node's notice)" if gang_stop else "preempted"
+        logs.warning(f"{what} at step {self.step}; checkpoint {self.checkpoint_uri}")
 
     def _upload_tensorboard(self) -> None:
         """Copy the trainer's TensorBoard logs to ``{output_dir}/tensorboard``:

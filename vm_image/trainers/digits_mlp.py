@@ -7,7 +7,10 @@ middle of an epoch skips to the same batch and ends with the same weights as a
 run that was never stopped.
 
 Signals: SIGUSR1 saves a checkpoint at the next step boundary and training goes
-on; SIGTERM saves one and exits with 143.
+on; SIGTERM saves one and exits with 143. On several nodes (a gang) the Spot
+notice reaches one node's ranks only: every step the ranks share whether any of
+them was sent SIGTERM (one flag in a collective), so the whole gang stops at
+the same step and rank 0 saves it, whichever node was noticed.
 """
 
 from __future__ import annotations
@@ -203,25 +206,33 @@ def train(settings: Settings, flag: PreemptionFlag) -> int:
     net = _distributed(model, rank, world)
     board = _tensorboard(rank)
 
+    written: dict[int, str] = {}  # step -> its checkpoint: a stop after an epoch's save reuses it
+
     def save(done_epochs: int, done_in_epoch: int) -> str:
         if rank != 0:
             return ""  # one writer: rank 0 holds the same weights as every rank
-        return save_checkpoint(
-            settings.checkpoint_dir,
-            model=model,
-            optimizer=optimizer,
-            epoch=done_epochs,
-            step=step,
-            step_in_epoch=done_in_epoch,
-            extra={"settings": settings.fingerprint()},
-        )
+        if step not in written:
+            written.clear()
+            written[step] = save_checkpoint(
+                settings.checkpoint_dir,
+                model=model,
+                optimizer=optimizer,
+                epoch=done_epochs,
+                step=step,
+                step_in_epoch=done_in_epoch,
+                extra={"settings": settings.fingerprint()},
+            )
+        return written[step]
 
     while epoch < settings.epochs:
         started = time.perf_counter()
         order = batch_order(settings.seed, epoch, n_train)
         model.train()
         for batch in range(step_in_epoch, steps_per_epoch):
-            if flag.pending and _serve_signal(flag, step, save(epoch, batch), rank):
+            stop = _stop_agreed(flag, world)
+            if (stop or flag.checkpoint_requested) and _serve_signal(
+                flag, step, save(epoch, batch), rank, stop
+            ):
                 return EXIT_PREEMPTED
             rows = order[batch * settings.batch_size : (batch + 1) * settings.batch_size]
             # Each node takes its share of the batch; DDP averages the gradients.
@@ -255,9 +266,8 @@ def train(settings: Settings, flag: PreemptionFlag) -> int:
             flush=True,
         )
         # A signal that came during the epoch's last step or its evaluation is
-        # served by the checkpoint just written.
-        if flag.pending and epoch < settings.epochs and _serve_signal(flag, step, uri, rank):
-            return EXIT_PREEMPTED
+        # served at the next epoch's first step, by the checkpoint just written
+        # (``written``): every rank of a gang decides there, together.
 
     print(f"all {settings.epochs} epochs done at step {step}", flush=True)
     print(f"rank {rank} final weights sha256={weights_digest(model)}", flush=True)
@@ -307,16 +317,33 @@ def weights_digest(model: nn.Module) -> str:
     return digest.hexdigest()[:16]
 
 
-def _serve_signal(flag: PreemptionFlag, step: int, uri: str, rank: int = 0) -> bool:
-    """Report the checkpoint a signal asked for; True when the run must stop now."""
+def _stop_agreed(flag: PreemptionFlag, world: int) -> bool:
+    """Whether any rank was sent SIGTERM. The ranks of a gang share it in a
+    collective every step (a max over one number), so all stop at the same
+    step: a rank that stopped alone would leave the others blocked in the next
+    step's all-reduce, and rank 0, on a node with no notice, would save nothing."""
+    if world == 1:
+        return flag.exit_requested
+    told = torch.tensor([float(flag.exit_requested)])
+    torch.distributed.all_reduce(told, op=torch.distributed.ReduceOp.MAX)
+    return bool(told.item())
+
+
+def _serve_signal(flag: PreemptionFlag, step: int, uri: str, rank: int, stop: bool) -> bool:
+    """Report the checkpoint a signal asked for; True when the run must stop now
+    (``stop``: some rank of the job was sent SIGTERM)."""
+    why = "SIGTERM" if flag.exit_requested else "another node's preemption notice"
     if rank != 0:  # nodes other than 0 save nothing: stop, or carry on
-        if flag.exit_requested:
+        if stop:
+            print(f"stopped at step {step} ({why})", flush=True)
             return True
         flag.clear_checkpoint_request()
         return False
-    report_checkpoint(step, uri, flag.reason or "")
-    if flag.exit_requested:
-        print(f"stopped by SIGTERM at step {step}, state in {uri}", flush=True)
+    # "peer": stopped for another node's notice; the agent of a node with no
+    # notice of its own reports that its gang stopped, not that it was preempted.
+    report_checkpoint(step, uri, flag.reason or ("peer" if stop else ""))
+    if stop:
+        print(f"stopped at step {step} ({why}), state in {uri}", flush=True)
         return True
     print(f"checkpoint on SIGUSR1 at step {step}: {uri}", flush=True)
     flag.clear_checkpoint_request()

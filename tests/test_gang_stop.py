@@ -1,0 +1,135 @@
+"""A gang's node with no notice of its own stops with its gang: another node
+was noticed, the ranks agreed on a step, rank 0 saved it, and node 0's agent
+reports ``gang_stop`` (``shared.contract.events.SpotPreempted``). The reports
+of the noticed node and of node 0 travel apart and come in either order, twice,
+or for an attempt already past: the loss is recorded once, by the noticed
+node's report, and the step node 0 saved is kept on the attempt either way."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from infra.localcloud.cloud import LocalCloud
+from shared.adapters.firestore_store import FirestoreStore
+from shared.contract.events import Heartbeat, SpotPreempted
+from shared.domain.documents import JobDoc
+from shared.domain.states import JobStatus, JobSubstatus
+from tests.conftest import SPEC, vm_event
+from tests.test_gangs import N0, N1, names, node
+from vm_image.agent.agent import gang_stopped
+
+pytestmark = pytest.mark.emulators
+GANG = {**SPEC, "nodes": 2}
+NEXT = ["sl-job1-a2-n0", "sl-job1-a2-n1"]
+
+
+def job_of(project: str) -> JobDoc:
+    job = FirestoreStore(project).get_job("job1")
+    assert job is not None
+    return job
+
+
+def training_gang(call: Callable[..., Any]) -> None:
+    call("submit_job", "submit", GANG, message_id="s1")
+    for name in (N0, N1):
+        beat = node(Heartbeat, name, phase="TRAINING", step=10)
+        call("on_epoch_done", "epoch_done", beat, message_id=f"h-{name}")
+
+
+def stop_of_node_0(step: int = 57, attempt: int = 1) -> SpotPreempted:
+    return vm_event(
+        SpotPreempted,
+        instance=f"sl-job1-a{attempt}-n0",
+        attempt=attempt,
+        step=step,
+        checkpoint_uri=f"gs://b/ckpt/step-{step}",
+        gang_stop=True,
+    )
+
+
+def test_node_0s_stop_first_is_kept_and_the_noticed_nodes_report_recovers_once(
+    call: Callable[..., Any], host: LocalCloud, project: str
+) -> None:
+    training_gang(call)
+    for _ in range(2):  # redelivered
+        call("on_spot_preempted", "spot_preempted", stop_of_node_0(), message_id="g0")
+    job = job_of(project)
+    # Not a loss by itself: node 0 was not preempted; the gang waits for the
+    # noticed node's report, with the step node 0 saved on the attempt.
+    assert (job.attempt, job.preemptions, job.substatus) == (1, 0, JobSubstatus.TRAINING)
+    assert job.attempts[0].checkpoint_step == 57
+    assert names(host) == [N0, N1]
+
+    notice = node(SpotPreempted, N1)  # node 1's agent: its ranks saved nothing
+    for _ in range(2):
+        call("on_spot_preempted", "spot_preempted", notice, message_id="p1")
+    job = job_of(project)
+    assert (job.attempt, job.preemptions) == (2, 1)
+    first = job.attempts[0]
+    assert (first.outcome, first.checkpoint_step) == ("preempted", 57)
+    assert names(host) == NEXT
+
+
+def test_the_noticed_nodes_report_first_then_node_0s_step_lands_on_the_lost_attempt(
+    call: Callable[..., Any], host: LocalCloud, project: str
+) -> None:
+    training_gang(call)
+    call("on_spot_preempted", "spot_preempted", node(SpotPreempted, N1), message_id="p1")
+    assert job_of(project).attempts[0].checkpoint_step is None
+    for _ in range(2):
+        call("on_spot_preempted", "spot_preempted", stop_of_node_0(), message_id="g0")
+    job = job_of(project)
+    assert (job.attempt, job.preemptions) == (2, 1)
+    assert [(r.attempt, r.checkpoint_step) for r in job.attempts] == [(1, 57), (2, None)]
+    assert names(host) == NEXT
+
+
+def test_a_stop_alone_is_no_loss(call: Callable[..., Any], host: LocalCloud, project: str) -> None:
+    """A trainer that exits 143 on a gang with no notice anywhere is not a
+    preemption spotline counts: the job stays on its VMs (its agents no
+    longer beat, so the reaper's stall timeout ends the attempt)."""
+    training_gang(call)
+    call("on_spot_preempted", "spot_preempted", stop_of_node_0(), message_id="g0")
+    job = job_of(project)
+    assert (job.status, job.attempt, job.preemptions) == (JobStatus.TRAINING, 1, 0)
+    assert names(host) == [N0, N1]
+
+
+def test_an_older_attempts_stop_leaves_the_current_attempt_alone(
+    call: Callable[..., Any], host: LocalCloud, project: str
+) -> None:
+    training_gang(call)
+    call("on_spot_preempted", "spot_preempted", node(SpotPreempted, N1, step=None), message_id="p1")
+    call("on_spot_preempted", "spot_preempted", stop_of_node_0(step=30), message_id="g0")
+    call("on_spot_preempted", "spot_preempted", stop_of_node_0(step=99), message_id="g1")
+    job = job_of(project)
+    # The first saved step stands; attempt 2 gets none from attempt 1's node.
+    assert [(r.attempt, r.checkpoint_step) for r in job.attempts] == [(1, 30), (2, None)]
+
+
+def test_a_stop_with_another_attempts_token_is_refused(
+    call: Callable[..., Any], host: LocalCloud, project: str
+) -> None:
+    training_gang(call)
+    forged = stop_of_node_0().model_copy(update={"token": "not-the-token"})
+    call("on_spot_preempted", "spot_preempted", forged, message_id="g0")
+    assert job_of(project).attempts[0].checkpoint_step is None
+
+
+@pytest.mark.parametrize(
+    ("exit_code", "notice_at", "nodes", "expected"),
+    [
+        (143, None, 2, True),  # stopped with its gang
+        (143, 5.0, 2, False),  # its own notice: an ordinary preemption report
+        (143, None, 1, False),  # one VM: 143 with no notice is its trainer's exit
+        (1, None, 2, False),  # a crash is a failed run (a failing node fails it)
+        (0, None, 2, False),
+    ],
+)
+def test_which_exits_are_a_gang_stop(
+    exit_code: int, notice_at: float | None, nodes: int, expected: bool
+) -> None:
+    assert gang_stopped(exit_code, notice_at, nodes) is expected
