@@ -155,14 +155,14 @@ def test_the_notice_reaches_every_rank_and_the_job_resumes(
 def test_a_notice_on_node_1_stops_the_gang_at_one_step_and_node_0_saves_it(
     local_stack: LocalStack, tmp_path: Path
 ) -> None:
-    """Only node 1 is preempted: its rank tells node 0's in the step's
-    collective, node 0's rank saves that step, and node 0's agent reports that
-    its gang stopped (not a failed run): the next attempt resumes there."""
+    """Only node 1 (ranks 2 and 3) is preempted: its ranks tell node 0's in the
+    step's collective, rank 0 saves that step, node 0's other rank exiting
+    first kills nobody, and node 0's agent reports that its gang stopped (not
+    a failed run): the next attempt resumes there."""
     store = FirestoreStore(local_stack.options.project)
     job_id = submit_ranks(
-        local_stack, tmp_path, epochs=4, nodes=2, processes_per_node=1,
-        hyperparameters={"step_time_s": 0.1},
-    )  # fmt: skip
+        local_stack, tmp_path, epochs=4, nodes=2, hyperparameters={"step_time_s": 0.1}
+    )
     chaos = ["--workdir", str(local_stack.workdir), "preempt", "--node", "1", "--notice-s", "10"]
     preempt = once(
         lambda job: cli([*chaos, job.job_id]), when=lambda job: job.attempt == 1 and job.epoch >= 1
@@ -177,9 +177,16 @@ def test_a_notice_on_node_1_stops_the_gang_at_one_step_and_node_0_saves_it(
     assert second.resumed_from_step == first.checkpoint_step
     assert job.preemptions == 1 and job.restarts_on_errors == job.restarts_on_exit_codes == 0
     # Nothing lost or counted twice across the stop: the sum of a straight run.
-    assert job.metrics == {"total": 4 * STEPS_PER_EPOCH * 3.0, "world_size": 2}
+    assert job.metrics == {"total": 4 * STEPS_PER_EPOCH * (1 + 2 + 3 + 4.0), "world_size": 4}
     node0, node1 = (trainer_lines(local_stack, vm) for vm in first.node_names)
     step = first.checkpoint_step
-    assert f"rank 0: stopping at step {step}, sigterm=False" in node0
-    assert f"rank 1: stopping at step {step}, sigterm=True" in node1
+    assert sorted(line for line in node0 if "stopping at" in line) == [
+        f"rank {rank}: stopping at step {step}, sigterm=False" for rank in (0, 1)
+    ]
+    assert sorted(line.split(", sigterm")[0] for line in node1 if "stopping at" in line) == [
+        f"rank {rank}: stopping at step {step}" for rank in (2, 3)
+    ]
+    assert sorted(line for line in node1 if ": stopped," in line) == [
+        f"rank {rank}: stopped, sigterm=True" for rank in (2, 3)
+    ]
     wait_no_vms(local_stack, job_id)

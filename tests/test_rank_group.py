@@ -76,3 +76,20 @@ def test_ranks_that_all_succeed_answer_with_rank_0s_lines(tmp_path: Path) -> Non
     assert group.log_tail() == "rank 0 done\n"
     assert (tmp_path / "rank1.log").read_text() == "rank 1 done\n"
     assert rank_events_path(tmp_path / "events.jsonl", 1).name == "events-rank1.jsonl"
+
+
+def test_a_rank_stopped_with_its_gang_kills_no_peer_still_saving(tmp_path: Path) -> None:
+    """Another node got the notice, none came here: the ranks agreed to stop,
+    local rank 1 exits 143 at once while rank 0 still writes the gang's
+    checkpoint (SIGTERM ignored: it is stopping already). 143 is "stopped to
+    save", not a failure that must end the others: rank 0 is not killed."""
+    saving = (
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "time.sleep(1.5)\n"
+        "sys.exit(143)\n"
+    )
+    group = RankGroup(ranks(tmp_path, saving, "import sys; sys.exit(143)"), stop_grace_s=0.3)
+
+    assert group.wait() == 143
+    assert [rank.process.returncode for rank in group.ranks] == [143, 143]

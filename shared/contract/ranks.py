@@ -15,6 +15,11 @@ import json
 from shared.contract.cluster import cluster_env
 from shared.domain.spec import JobSpec
 
+# A trainer's exit after saving its state on request: what a shell reports for
+# a process ended by SIGTERM, and what the built-in trainers return. On a gang
+# every rank exits so when any node got the notice (the ranks agree on a step).
+EXIT_STOPPED = 143
+
 # One process of these drives all of its node's GPUs (TensorFlow's mirrored
 # strategies, JAX's local devices, XGBoost's tracker takes one worker a node):
 # by default they get one, whatever the GPU count.

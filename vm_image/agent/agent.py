@@ -30,6 +30,7 @@ from shared import logs
 from shared.adapters.pubsub_bus import PubsubBus
 from shared.contract.assignment import Assignment
 from shared.contract.events import EpochDone, Heartbeat, JobFinished, SpotPreempted, VmBooted
+from shared.contract.ranks import EXIT_STOPPED
 from shared.domain.states import JobSubstatus
 from shared.domain.vms import EVENT_TOKEN_METADATA_KEY, JOB_METADATA_KEY
 from shared.ports.bus import Bus
@@ -43,9 +44,6 @@ from vm_image.agent.transfers import download_folder, upload_folder
 from vm_image.agent.workspace import job_folder
 
 JOB_ATTRIBUTE = f"instance/attributes/{JOB_METADATA_KEY}"
-# A trainer's exit after saving its state on request (what a shell reports for
-# a process ended by SIGTERM; the built-in trainers return it).
-EXIT_STOPPED = 143
 
 
 def preempted_run(exit_code: int, notice_at: float | None, exited_at: float) -> bool:
@@ -395,7 +393,10 @@ class Agent:
             )
             self.bus.publish("spot_preempted", event)
         what = "stopped with its gang (another node's notice)" if gang_stop else "preempted"
-        logs.warning(f"{what} at step {self.step}; checkpoint {self.checkpoint_uri}")
+        if self.step is None:  # e.g. a gang's node other than 0: its ranks save nothing
+            logs.warning(f"{what}; no checkpoint was reported on this node")
+        else:
+            logs.warning(f"{what} at step {self.step}; checkpoint {self.checkpoint_uri}")
 
     def _upload_tensorboard(self) -> None:
         """Copy the trainer's TensorBoard logs to ``{output_dir}/tensorboard``:

@@ -14,7 +14,9 @@ The contract (README, "Multi-node jobs"):
 - The first rank to exit non-zero ends the node's run: the others get SIGTERM,
   then SIGKILL after ``RANK_STOP_GRACE_S`` (a peer blocked in a collective
   never returns to see its signal), and the node's exit code is that rank's.
-  All exiting 0: 0.
+  All exiting 0: 0. An exit 143 (``EXIT_STOPPED``) ends no other rank: the
+  ranks stopped together for a notice, maybe another node's, and rank 0 may
+  still be writing the gang's checkpoint.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from typing import Any
 from shared import logs
 from shared.contract.assignment import Assignment
 from shared.contract.cluster import master_port
-from shared.contract.ranks import rank_env
+from shared.contract.ranks import EXIT_STOPPED, rank_env
 from vm_image.agent.privileges import TrainerAccount
 from vm_image.agent.trainer_process import TAIL_CHARS, TrainerProcess
 
@@ -97,7 +99,7 @@ class RankGroup:
             running -= 1
             if code != 0 and self.failed is None:
                 self.failed = (local_rank, code)
-                if not self._asked_to_stop and running:
+                if not self._asked_to_stop and running and code != EXIT_STOPPED:
                     logs.warning(
                         f"local rank {local_rank} exited with code {code}: stopping the "
                         f"node's {running} other ranks",

@@ -341,7 +341,8 @@ def _serve_signal(flag: PreemptionFlag, step: int, uri: str, rank: int, stop: bo
         return False
     # "peer": stopped for another node's notice; the agent of a node with no
     # notice of its own reports that its gang stopped, not that it was preempted.
-    report_checkpoint(step, uri, flag.reason or ("peer" if stop else ""))
+    reason = "sigterm" if flag.exit_requested else "peer" if stop else flag.reason or ""
+    report_checkpoint(step, uri, reason)
     if stop:
         print(f"stopped at step {step} ({why}), state in {uri}", flush=True)
         return True
