@@ -171,6 +171,25 @@ def test_a_workers_error_restarts_the_whole_gang(
     assert names(host) == ["sl-job1-a2-n0", "sl-job1-a2-n1"]  # both old nodes gone
 
 
+def test_a_restarted_gang_is_deleted_together_then_replaced(
+    call: Callable[..., Any], host: LocalCloud, project: str
+) -> None:
+    """As a lost gang is (``tests/test_gangs.py``): every delete sent, then
+    waited for, then the new gang; one after another, a gang of 3 waited for
+    three 30 s deletes in a row before its restart was asked for."""
+    call("submit_job", "submit", {**RESTARTS, "nodes": 3}, message_id="submit")
+    start = len(host.requests)
+    finished = event(JobFinished, instance="sl-job1-a1-n0", exit_code=3)
+    call("on_job_finished", "job_finished", finished, message_id="f1")
+    seen = [
+        ("delete" if r.method == "DELETE" else "wait" if r.path.endswith("/wait") else "insert")
+        for r in host.requests[start:]
+        if r.method == "DELETE" or r.path.endswith(("/wait", "/bulkInsert"))
+    ]
+    assert seen[:7] == ["delete"] * 3 + ["wait"] * 3 + ["insert"], seen
+    assert names(host) == [f"sl-job1-a2-n{i}" for i in range(3)]
+
+
 def test_the_reaper_finishes_a_restart_whose_function_died(
     call: Callable[..., Any], host: LocalCloud, project: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

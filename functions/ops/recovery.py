@@ -113,9 +113,12 @@ def restart(deps: Deps, job: JobDoc, attempt: int, now: datetime) -> JobDoc:
     checkpoint. A crash in between is finished by the reaper, as after a loss:
     the VMs no attempt owns are released, the job in REQUESTING_SERVER placed."""
     note = f"attempt {attempt} exited with an error; restarting"
-    for node in deps.store.instances_of_job(job.job_id):
-        if node.attempt == attempt and node.status in InstanceStatus.live():
-            release_instance(deps, node.name, now, note, owner=Owner.of(node))
+    releases = [
+        Release(node.name, note, owner=Owner.of(node))
+        for node in deps.store.instances_of_job(job.job_id)
+        if node.attempt == attempt and node.status in InstanceStatus.live()
+    ]
+    release_instances(deps, releases, now)  # a gang's nodes deleted together
     if job.substatus == JobSubstatus.REQUESTING_SERVER:
         return relaunch(deps, job, "errored", now)
     return job
