@@ -21,7 +21,7 @@ from typing import Any
 
 from shared import logs
 from shared.domain.documents import JobDoc
-from shared.domain.job_events import without_published
+from shared.domain.job_events import WEBHOOK_ATTRIBUTE, webhook_mark, without_published
 from shared.ports.bus import Bus
 from shared.ports.store import Store
 
@@ -38,6 +38,7 @@ def publish_pending(store: Store, bus: Bus, job: JobDoc) -> JobDoc:
     a consumer never gets an event before the ones it follows.
     """
     sent: set[int] = set()
+    mark = {WEBHOOK_ATTRIBUTE: webhook_mark(job)}
     for event in job.pending_events:
         try:
             bus.publish(
@@ -46,6 +47,7 @@ def publish_pending(store: Store, bus: Bus, job: JobDoc) -> JobDoc:
                 timeout_s=_PUBLISH_TIMEOUT_S,
                 event_id=event.event_id,
                 job_id=event.job_id,
+                **mark,
             )
         except Exception as err:  # any failure: the reaper publishes it later
             logs.warning(

@@ -27,6 +27,11 @@ if TYPE_CHECKING:
     from shared.domain.documents import JobDoc
 
 SCHEMA_VERSION: Literal[1] = 1
+# The message attribute that says whether the event's job has a webhook_url:
+# "1" or "0". notify_webhook skips a "0" with no read; an event without it
+# (published before it existed) is looked up as before.
+WEBHOOK_ATTRIBUTE = "webhook"
+HAS_WEBHOOK, NO_WEBHOOK = "1", "0"
 
 
 class JobEvent(BaseModel):
@@ -82,6 +87,12 @@ def with_event(job: JobDoc, previous: JobDoc | None, at: datetime, reason: str) 
     return job.model_copy(
         update={"event_sequence": sequence, "pending_events": [*job.pending_events, event]}
     )
+
+
+def webhook_mark(job: JobDoc) -> str:
+    """The ``webhook`` attribute of the job's events. The spec is fixed at
+    submission, so every event of a job carries the same mark."""
+    return HAS_WEBHOOK if job.spec.webhook_url else NO_WEBHOOK
 
 
 def without_published(job: JobDoc, sequences: set[int]) -> JobDoc:
