@@ -18,6 +18,7 @@ within a version; a change in meaning or a removal takes a new version.
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
@@ -95,7 +96,7 @@ def webhook_mark(job: JobDoc) -> str:
     return HAS_WEBHOOK if job.spec.webhook_url else NO_WEBHOOK
 
 
-def without_published(job: JobDoc, sequences: set[int]) -> JobDoc:
+def without_published(job: JobDoc, sequences: AbstractSet[int]) -> JobDoc:
     """``job`` with the events of ``sequences`` gone from its outbox (they were
     published); the same object when none of them is there any more."""
     kept = [event for event in job.pending_events if event.sequence not in sequences]
