@@ -19,13 +19,15 @@ from pydantic import BaseModel
 from shared.settings import TOPICS
 
 
-def _message(data: bytes, message_id: str, published: datetime | None) -> dict[str, Any]:
+def _message(
+    data: bytes, message_id: str, published: datetime | None, attributes: dict[str, str]
+) -> dict[str, Any]:
     when = (published or datetime.now(UTC)).isoformat().replace("+00:00", "Z")
     return {
         "data": base64.b64encode(data).decode(),
         "messageId": message_id,
         "publishTime": when,
-        "attributes": {},
+        "attributes": attributes,
     }
 
 
@@ -46,13 +48,14 @@ def post(
     mode: str = "push",
     published: datetime | None = None,
     topic_name: str | None = None,
+    attributes: dict[str, str] | None = None,
 ) -> Any:
     """POST one message to a functions-framework test client; returns the response.
 
     It comes through topic ``topic_key``, or the topic named ``topic_name`` (a
-    user's own topic)."""
+    user's own topic), with the message's ``attributes``."""
     topic = f"projects/{project}/topics/{topic_name or TOPICS[topic_key]}"
-    message = _message(payload_bytes(payload), message_id, published)
+    message = _message(payload_bytes(payload), message_id, published, attributes or {})
     body = {"message": message, "subscription": f"projects/{project}/subscriptions/s"}
     if mode == "push":
         return client.post(f"/{topic}", json=body)

@@ -94,3 +94,23 @@ def test_a_failed_publish_keeps_the_transition_and_the_event() -> None:
     later = RecordingBus("events")
     assert publish_unpublished(deps.store, later) == 2
     assert [e.event_id for e in events(later)] == ["job1/1", "job1/2"]
+
+
+def test_each_published_event_says_whether_its_job_has_a_webhook() -> None:
+    """``notify_webhook`` skips an event whose ``webhook`` attribute is "0"
+    without reading the job; the spec (and so the URL) never changes after
+    the submission, so the attribute stays true for every event of the job."""
+    deps, _, bus, _ = world()
+    queued_job(deps)
+    hooked = job("job2", substatus=JobSubstatus.WAITING_FOR_CAPACITY, status=JobStatus.QUEUING)
+    hooked = hooked.model_copy(
+        update={"spec": hooked.spec.model_copy(update={"webhook_url": "https://h.example/x"})}
+    )
+    deps.store.create_job(hooked)
+    cancel(deps, "job2", "not needed", T0 + timedelta(seconds=5))
+    sent = [
+        (event.event_id, attributes.get("webhook"))
+        for (_, event), attributes in zip(bus.published, bus.attributes, strict=True)
+        if isinstance(event, JobEvent)
+    ]
+    assert sent == [("job1/1", "0"), ("job2/1", "1"), ("job2/2", "1")]

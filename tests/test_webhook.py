@@ -15,6 +15,7 @@ import pytest
 
 from functions import deps
 from infra.localcloud.cloud import LocalCloud
+from shared.adapters.counting_store import CountingStore
 from shared.adapters.firestore_store import FirestoreStore
 from shared.domain.admission import refusals
 from shared.domain.catalog import load_catalog
@@ -196,3 +197,34 @@ def test_a_job_without_a_webhook_posts_nothing(
     assert call("notify_webhook", "job_events", an_event()).status_code == 200
     assert call("notify_webhook", "job_events", b"{not json").status_code == 200
     assert receiver.posts == []
+
+
+@pytest.mark.emulators
+def test_an_event_marked_without_a_webhook_reads_nothing_and_an_unmarked_one_reads_the_job(
+    call: Callable[..., Any],
+    project: str,
+    receiver: Receiver,
+    local_webhooks: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The outbox marks each event ``webhook`` "0" or "1" from the job's spec,
+    which never changes after the submission: "0" is skipped with no read.
+    An event with no mark (published before the mark existed) reads the job,
+    as every event did, so none of a webhook's events is lost to the upgrade."""
+    call("submit_job", "submit", SPEC)
+    call("submit_job", "submit", {**SPEC, "job_id": "job2", "webhook_url": receiver.url}, "2")
+    counting = CountingStore(FirestoreStore(project))
+    monkeypatch.setattr(deps, "_current", deps.Deps(deps.settings_from_env(), store=counting))
+
+    no_hook = {"webhook": "0", "event_id": "job1/2", "job_id": "job1"}
+    assert call("notify_webhook", "job_events", an_event(), attributes=no_hook).status_code == 200
+    assert (counting.ops.calls, counting.ops.reads) == (0, 0)
+
+    assert call("notify_webhook", "job_events", an_event()).status_code == 200  # unmarked
+    assert (counting.ops.calls, counting.ops.reads) == (1, 1)
+    assert receiver.posts == []
+
+    hooked = {"webhook": "1", "event_id": "job2/2", "job_id": "job2"}
+    call("notify_webhook", "job_events", an_event("job2"), attributes=hooked)
+    call("notify_webhook", "job_events", an_event("job2", 3))  # unmarked: still posted
+    assert [h["X-Spotline-Event-Id"] for h, _ in receiver.posts] == ["job2/2", "job2/3"]

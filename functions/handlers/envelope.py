@@ -21,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from functions import deps as process_deps
 from functions.deps import Deps
+from functions.ops.outbox import one_request
 from shared import logs
 from shared.domain.errors import InvalidMessage, PermanentError
 from shared.domain.secret_env import masked_start
@@ -102,6 +103,9 @@ def pubsub_handler(fn: Handler) -> Callable[[Any], None]:
     * a message older than the configured maximum age is dropped with a log line;
     * PermanentError: logged with its reason, then acknowledged (return);
     * anything else propagates: the framework answers 500 and Pub/Sub redelivers.
+
+    The invocation is one request of the outbox (``functions.ops.outbox``):
+    the events its job writes publish leave the outboxes once per job.
     """
 
     @functools.wraps(fn)
@@ -122,7 +126,8 @@ def pubsub_handler(fn: Handler) -> Callable[[Any], None]:
             )
             return
         try:
-            fn(message, deps)
+            with one_request():
+                fn(message, deps)
         except PermanentError as err:
             # Acknowledged: the reason, and for a message that is not valid the
             # start of what was published, are all that is kept of it.

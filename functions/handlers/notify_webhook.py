@@ -1,5 +1,11 @@
 """spotline-job-events -> notify_webhook: a job's state change, POSTed to the
-job's ``webhook_url`` (``functions.ops.webhook``); jobs without one: nothing."""
+job's ``webhook_url`` (``functions.ops.webhook``); jobs without one: nothing,
+and an event marked ``webhook: "0"`` (its attributes) not even a read.
+
+In production Eventarc makes this trigger's subscription, and a Pub/Sub
+trigger filters on the event type alone (a subscription's filter is set when
+it is created, by Eventarc): such events still invoke the function, which
+returns at once."""
 
 from __future__ import annotations
 
@@ -11,4 +17,4 @@ from shared.domain.job_events import JobEvent
 
 @pubsub_handler
 def notify_webhook(message: Message, deps: Deps) -> None:
-    post_event(deps, message.parse(JobEvent), message.data)
+    post_event(deps, message.parse(JobEvent), message.data, message.attributes)

@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 from functions.deps import Deps
 from shared import logs
 from shared.domain.errors import PermanentError, TransientError
-from shared.domain.job_events import JobEvent
+from shared.domain.job_events import NO_WEBHOOK, WEBHOOK_ATTRIBUTE, JobEvent
 from shared.domain.webhooks import address_problem, url_problem
 
 _TIMEOUT_S = 10.0
@@ -39,15 +39,26 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 _OPENER = urllib.request.build_opener(_NoRedirect)
 
 
-def post_event(deps: Deps, event: JobEvent, body: bytes) -> int | None:
+def post_event(
+    deps: Deps, event: JobEvent, body: bytes, attributes: dict[str, str] | None = None
+) -> int | None:
     """POST ``body`` (the event's JSON, as published) to the job's webhook;
     the answer's status, or None when the job has no webhook.
+
+    An event whose ``webhook`` attribute is ``"0"`` (``functions.ops.outbox``
+    marks each event from the job's spec, which never changes after the
+    submission) returns None at once: most jobs have no webhook, and reading
+    the job for each of their events was a read per state change. Any other
+    value, or none (an event published before the mark existed), reads the
+    job as before.
 
     Raises:
         PermanentError: the URL or one of its addresses is refused, or the
             receiver answered 4xx or 3xx (acknowledged: no retry helps).
         TransientError: 5xx, a timeout, or no connection (Pub/Sub redelivers).
     """
+    if (attributes or {}).get(WEBHOOK_ATTRIBUTE) == NO_WEBHOOK:
+        return None
     job = deps.store.get_job(event.job_id)
     url = job.spec.webhook_url if job is not None else None
     if url is None:

@@ -6,27 +6,29 @@ Writes are guarded instead of transactional: ``create()`` fails when the
 document exists, and ``update_*`` re-reads, re-applies a pure change and writes
 with a last-update-time precondition, retrying when someone else wrote first.
 The Firestore emulator can stall contended transactions for tens of seconds,
-and a transaction may run its function again, so none are used here.
+and a transaction may run its function again, so none are used here. Those
+primitives, and the client, are ``shared.adapters.firestore_guarded``'s; this
+module holds what each collection's calls make of them.
 """
 
 from __future__ import annotations
 
-import logging
-import random
-import threading
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from dataclasses import fields as dataclass_fields
 from datetime import datetime
-from functools import cached_property
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
-from pydantic import BaseModel
-
-from shared.adapters.firestore_diff import changed_fields
-from shared.adapters.firestore_listing import keys_of, page_query
-from shared.adapters.firestore_versions import WrittenVersions
+from shared.adapters.firestore_guarded import (
+    EPOCHS,
+    INSTANCES,
+    JOBS,
+    MACHINES,
+    QUEUE,
+    REJECTED,
+    USERS,
+    GuardedDocuments,
+)
 from shared.domain.catalog import Machine
 from shared.domain.documents import (
     EpochDoc,
@@ -39,46 +41,22 @@ from shared.domain.documents import (
     epoch_order,
     to_firestore,
 )
-from shared.domain.errors import TransientError
 
-if TYPE_CHECKING:
-    from google.cloud import firestore
-
-log = logging.getLogger(__name__)
-
-Doc = TypeVar("Doc", bound=BaseModel)
-JOBS, INSTANCES, QUEUE, REJECTED, EPOCHS, USERS, MACHINES = (
-    "jobs",
-    "instances",
-    "queue",
-    "rejected",
-    "epochs",
-    "users",
-    "machines",
-)
-_UPDATE_ATTEMPTS = 20
-_GET_ALL = 300  # documents per batch get (a request's size stays small)
-_VERSIONED = frozenset({JOBS})  # see firestore_versions: why only jobs
+# The collections, for the dashboard and the listeners that name them.
+__all__ = [
+    "EPOCHS",
+    "INSTANCES",
+    "JOBS",
+    "MACHINES",
+    "QUEUE",
+    "REJECTED",
+    "USERS",
+    "FirestoreStore",
+]
 
 
-class FirestoreStore:
+class FirestoreStore(GuardedDocuments):
     """Typed access to jobs, instances, the queue and rejected messages in Firestore."""
-
-    def __init__(self, project: str, client: firestore.Client | None = None) -> None:
-        self.project = project
-        self._client = client
-        self._versions = WrittenVersions()
-        self._thread = threading.local()
-
-    @cached_property
-    def client(self) -> firestore.Client:
-        if self._client is None:
-            # Imported here: google.cloud.firestore costs ~0.5 s, and handlers that
-            # never touch Firestore should not pay it at cold start.
-            from google.cloud import firestore
-
-            self._client = firestore.Client(project=self.project)
-        return self._client
 
     # -- jobs -------------------------------------------------------------
 
@@ -327,136 +305,6 @@ class FirestoreStore:
             "at", direction=firestore.Query.DESCENDING
         )
         return [Rejection.model_validate(snap.to_dict()) for snap in query.limit(limit).stream()]
-
-    # -- the guarded primitives -------------------------------------------
-
-    def _create(self, collection: str, key: str, doc: BaseModel) -> bool:
-        from google.api_core.exceptions import AlreadyExists
-
-        data = to_firestore(doc)
-        try:
-            result = self.client.collection(collection).document(key).create(data)
-        except AlreadyExists:
-            return False
-        if collection in _VERSIONED:
-            self._versions.put(collection, key, data, result.update_time)
-        return True
-
-    def _get(self, collection: str, key: str, model: type[Doc]) -> Doc | None:
-        snap = self.client.collection(collection).document(key).get()
-        return model.model_validate(snap.to_dict()) if snap.exists else None
-
-    def _get_all(self, collection: str, keys: Iterable[str], model: type[Doc]) -> dict[str, Doc]:
-        """One BatchGetDocuments per ``_GET_ALL`` keys, instead of a round trip each."""
-        wanted = sorted(set(keys))
-        found: dict[str, Doc] = {}
-        for first in range(0, len(wanted), _GET_ALL):
-            refs = [
-                self.client.collection(collection).document(k)
-                for k in wanted[first : first + _GET_ALL]
-            ]
-            for snap in self.client.get_all(refs):
-                if snap.exists:
-                    found[snap.id] = model.model_validate(snap.to_dict())
-        return found
-
-    def _update(
-        self, collection: str, key: str, model: type[Doc], change: Callable[[Doc], Doc]
-    ) -> Doc | None:
-        from google.api_core.exceptions import FailedPrecondition
-
-        ref = self.client.collection(collection).document(key)
-        written = self._update_kept(ref, collection, key, model, change)
-        if written is not None:
-            return written
-        for attempt in range(_UPDATE_ATTEMPTS):
-            snap = ref.get()
-            if not snap.exists:
-                self._versions.drop(collection, key)
-                return None
-            current = model.model_validate(snap.to_dict())
-            changed = change(current)
-            if changed is current or changed == current:
-                return current
-            guard = self.client.write_option(last_update_time=snap.update_time)
-            after = to_firestore(changed)
-            fields = changed_fields(to_firestore(current), after)
-            if not fields:  # unequal models, equal documents: nothing to write
-                return current
-            try:
-                result = ref.update(fields, option=guard)
-            except FailedPrecondition:
-                log.info("%s/%s changed under us; re-reading", collection, key)
-                # Jitter, so that writers racing for one document spread out.
-                time.sleep(random.uniform(0, 0.02 * (attempt + 1)))
-                continue
-            if collection in _VERSIONED:
-                self._versions.put(collection, key, after, result.update_time)
-            return changed
-        raise TransientError(f"{collection}/{key}: too much write contention, try again")
-
-    def _update_kept(
-        self, ref: Any, collection: str, key: str, model: type[Doc], change: Callable[[Doc], Doc]
-    ) -> Doc | None:
-        """``change`` written on the version of the document this store wrote
-        last, guarded by that version's update time, with no read
-        (``firestore_versions``). None: read it first (none kept, someone
-        else wrote since, or the change would write nothing)."""
-        from google.api_core.exceptions import FailedPrecondition, NotFound
-
-        kept = self._versions.get(collection, key)
-        if kept is None:
-            return None
-        data, update_time = kept
-        self._thread.unread = self.unread_changes() + 1
-        # A fresh model from the kept fields: a change never shares its input.
-        current = model.model_validate(data)
-        try:
-            changed = change(current)
-        except Exception:  # a refusal (a stale event, a forged token) of a
-            return None  # version that may be stale: read, and ask again
-        if changed is current or changed == current:
-            return None  # nothing to write, says a version that may be stale
-        after = to_firestore(changed)
-        fields = changed_fields(data, after)
-        if not fields:
-            return None
-        guard = self.client.write_option(last_update_time=update_time)
-        try:
-            result = ref.update(fields, option=guard)
-        except (FailedPrecondition, NotFound):
-            self._versions.drop(collection, key)
-            return None
-        self._versions.put(collection, key, after, result.update_time)
-        return changed
-
-    def unread_changes(self) -> int:
-        """How many runs of an update's change on this thread started from a
-        kept version rather than a read (``CountingStore`` bills no read for them)."""
-        return int(getattr(self._thread, "unread", 0))
-
-    def _list(
-        self,
-        collection: str,
-        model: type[Doc],
-        field: str,
-        values: Iterable[str] | None,
-        limit: int,
-        after: str | None,
-        user: str | None = None,
-    ) -> list[Doc]:
-        query = page_query(self.client, collection, field, values, limit, after, user)
-        return [model.model_validate(snap.to_dict()) for snap in query.stream()]
-
-    def _keys(
-        self,
-        collection: str,
-        field: str,
-        values: Iterable[str] | None,
-        limit: int,
-        after: str | None,
-    ) -> list[str]:
-        return keys_of(page_query(self.client, collection, field, values, limit, after))
 
 
 def _recent_filters(limit: int, statuses: Iterable[str] | None) -> set[str] | None:

@@ -18,6 +18,7 @@ within a version; a change in meaning or a removal takes a new version.
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
@@ -27,6 +28,11 @@ if TYPE_CHECKING:
     from shared.domain.documents import JobDoc
 
 SCHEMA_VERSION: Literal[1] = 1
+# The message attribute that says whether the event's job has a webhook_url:
+# "1" or "0". notify_webhook skips a "0" with no read; an event without it
+# (published before it existed) is looked up as before.
+WEBHOOK_ATTRIBUTE = "webhook"
+HAS_WEBHOOK, NO_WEBHOOK = "1", "0"
 
 
 class JobEvent(BaseModel):
@@ -84,7 +90,13 @@ def with_event(job: JobDoc, previous: JobDoc | None, at: datetime, reason: str) 
     )
 
 
-def without_published(job: JobDoc, sequences: set[int]) -> JobDoc:
+def webhook_mark(job: JobDoc) -> str:
+    """The ``webhook`` attribute of the job's events. The spec is fixed at
+    submission, so every event of a job carries the same mark."""
+    return HAS_WEBHOOK if job.spec.webhook_url else NO_WEBHOOK
+
+
+def without_published(job: JobDoc, sequences: AbstractSet[int]) -> JobDoc:
     """``job`` with the events of ``sequences`` gone from its outbox (they were
     published); the same object when none of them is there any more."""
     kept = [event for event in job.pending_events if event.sequence not in sequences]
