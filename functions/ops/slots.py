@@ -62,10 +62,20 @@ def keep_instance_slot(deps: Deps, user: str, name: str, now: datetime) -> None:
     deps.store.update_user(user, lambda current: keep_slot(current, "active_instances", name, now))
 
 
-def free_instance_slot(deps: Deps, user: str, name: str, now: datetime) -> None:
+def free_instance_slot(
+    deps: Deps, user: str, name: str, now: datetime, as_read: UserDoc | None = None
+) -> bool:
     """The VM is gone or stopped (or was never made): it no longer counts
-    against the user's active-instances quota."""
-    deps.store.update_user(user, lambda current: free_slot(current, "active_instances", name, now))
+    against the user's active-instances quota. With ``as_read``, only while
+    the user document is still that one (the reaper judged the slot stale on
+    it). True: the slot is not held now."""
+
+    def free(current: UserDoc) -> UserDoc:
+        if as_read is not None and current != as_read:
+            return current
+        return free_slot(current, "active_instances", name, now)
+
+    return not holds(deps.store.update_user(user, free), "active_instances", name)
 
 
 def take_stop_slot(deps: Deps, instance: InstanceDoc, now: datetime) -> int | None:
