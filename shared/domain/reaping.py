@@ -74,6 +74,7 @@ FreeJobSlot = slot_checks.FreeJobSlot
 FreeInstanceSlot = slot_checks.FreeInstanceSlot
 FreeStoppedSlot = slot_checks.FreeStoppedSlot
 decide_slots = slot_checks.decide_slots
+users_in_doubt = slot_checks.users_in_doubt
 job_of_vm = slot_checks.job_of_vm
 instance_slot_stale = slot_checks.instance_slot_stale
 stopped_slot_stale = slot_checks.stopped_slot_stale

@@ -1,15 +1,23 @@
 """The reaper's stage 4, pure: users' quota slots (``shared.domain.quotas``)
-that a crash left taken.
+that a crash left taken, and which users' slots can be so at all.
 
 Every path that ends a job or a VM frees its slot itself; a slot stays taken
 only when the process died between the two writes. Such a slot costs its user
 a place in the quota: a job of theirs waits for quota (or a cooling VM of
 theirs is ended early to make room) until the reaper frees it.
+
+Checking a user's slots costs reads: the user, then the jobs and instances
+the slots name (a document a slot). ``users_in_doubt`` spares them
+for users whose every slot names a job the tick listed as active, a VM it
+listed as live, or (a stopped slot) a VM it listed as stopped: stage 4 would
+free none of those slots. The listings are older than the users' read, so a
+slot they show as held by something can have gone stale since: the next
+tick's listings no longer show that thing, and its user is checked then.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from shared.domain.documents import InstanceDoc, JobDoc, UserDoc
 from shared.domain.liveness import being_placed_now, vm_being_placed
@@ -22,6 +30,25 @@ from shared.domain.reaper_actions import (
 )
 from shared.domain.states import InstanceStatus, JobStatus
 from shared.domain.stopping import STOPPED, STOPPING_OR_STOPPED
+
+
+def users_in_doubt(
+    users: Sequence[UserDoc],
+    active_jobs: Collection[str],
+    live: Collection[str],
+    stopped: Collection[str],
+) -> list[str]:
+    """The users with a slot that names something the listings do not show
+    holding it: a job not listed active, an active-instance slot's VM not
+    listed live, a stopped slot's VM not listed stopped. Only their slots can
+    be stale (``decide_slots`` frees no other)."""
+    return [
+        user.user
+        for user in users
+        if any(job_id not in active_jobs for job_id in user.active_jobs)
+        or any(name not in live for name in user.active_instances)
+        or any(name not in stopped for name in user.stopped_instances)
+    ]
 
 
 def decide_slots(
