@@ -20,6 +20,7 @@ from datetime import timedelta
 from functions.deps import Deps
 from functions.ops.reuse import claim_stopped
 from functions.ops.sweep_pages import SweepPage, run_page
+from functions.ops.teardown import stop_instance
 from infra.localcloud.cloud import LocalCloud
 from shared.adapters.memory_store import InMemoryStore
 from shared.domain.documents import InstanceDoc, JobDoc, UserDoc
@@ -38,11 +39,13 @@ NOW = at(600)
 class Interleaved(InMemoryStore):
     """The in-memory store, which runs ``before_restart`` once, just before
     the first write of instance ``VM`` (the restart write): the moment another
-    writer can step in between a restart's slot and its claim."""
+    writer can step in between a restart's slot and its claim; and
+    ``once_stopped`` once, just after a write leaves ``VM`` CLOSED/STOPPED."""
 
     def __init__(self) -> None:
         super().__init__()
         self.before_restart: Callable[[], None] | None = None
+        self.once_stopped: Callable[[], None] | None = None
 
     def update_instance(
         self, name: str, change: Callable[[InstanceDoc], InstanceDoc]
@@ -50,7 +53,12 @@ class Interleaved(InMemoryStore):
         step, self.before_restart = self.before_restart, None
         if name == VM and step is not None:
             step()
-        return super().update_instance(name, change)
+        written = super().update_instance(name, change)
+        if name == VM and written is not None and written.substatus == InstanceSubstatus.STOPPED:
+            then, self.once_stopped = self.once_stopped, None
+            if then is not None:
+                then()
+        return written
 
 
 def _world(cloud: LocalCloud, *placing: str) -> tuple[Deps, Interleaved]:
@@ -155,3 +163,32 @@ def test_a_leaked_slot_of_a_stopped_vm_is_freed_once_no_job_of_the_user_is_place
     store.update_job("job2", lambda j: j.model_copy(update=placed))
     _user_page(deps)
     assert _alice(store).active_instances == []
+
+
+def test_a_restart_right_after_the_stop_keeps_its_slot_from_the_stopper(
+    cloud: LocalCloud,
+) -> None:
+    """The stop wrote CLOSED/STOPPED, then freed the VM's active slot. In
+    between, job2 restarted the VM: the name was held (the stopper's), so its
+    slot was taken already; then the stopper freed it, and the VM ran for job2
+    holding none. The stopper now frees the slot before the VM is STOPPED,
+    when no job can restart it."""
+    deps, store = _world(cloud, "job2")
+    closing = {"status": InstanceStatus.CLOSING, "substatus": InstanceSubstatus.STOPPING}
+    store.update_instance(VM, lambda i: i.model_copy(update={**closing, "stopped_until": None}))
+    store.update_user("alice", lambda u: u.model_copy(update={"active_instances": [VM]}))
+    deps.compute.start(ZONE, VM)  # the VM still runs: the stop is under way
+
+    def job2_restarts() -> None:
+        claim_stopped(deps, _read(store, "job2"), [OD], NOW)
+
+    store.once_stopped = job2_restarts
+    being_stopped = store.get_instance(VM)
+    assert being_stopped is not None
+    stop_instance(deps, being_stopped, 3600, NOW, "job old completed")
+    restarted = store.get_instance(VM)
+    assert restarted is not None and (restarted.status, restarted.job_id) == (
+        InstanceStatus.LAUNCHING,
+        "job2",
+    )
+    assert _alice(store).active_instances == [VM]
