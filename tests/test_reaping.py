@@ -346,6 +346,22 @@ def test_a_stopped_slot_is_kept_while_its_vm_is_stopped_or_stopping() -> None:
     assert r.stopped_slot_stale(restarted) and not r.stopped_slot_stale(instances["a"])
 
 
+def test_only_users_with_a_slot_the_listings_do_not_show_held_are_in_doubt() -> None:
+    fine = user("ann", ("job1",), ("sl-job1-a1",), ("sl-old-a1",))
+    ended = user("bob", active_jobs=("job9",))  # not listed active
+    closed = user("cat", active_instances=("sl-job8-a1",))  # not listed live
+    restarted = user("dan", stopped_instances=("sl-job1-a1",))  # live, not stopped
+    users = [fine, ended, closed, restarted, user("eve")]
+    doubt = r.users_in_doubt(users, {"job1"}, {"sl-job1-a1"}, {"sl-old-a1"})
+    assert doubt == ["bob", "cat", "dan"]
+    # Each slot stage 4 frees is one its user is in doubt for.
+    jobs = {"job1": job()}
+    instances = {"sl-job1-a1": instance(), "sl-old-a1": instance("sl-old-a1", status=I.CLOSED)}
+    stopped = instances["sl-old-a1"].model_copy(update={"substatus": InstanceSubstatus.STOPPED})
+    freed = r.decide_slots(users, jobs, {**instances, "sl-old-a1": stopped})
+    assert {action.user for action in freed} == {"bob", "cat", "dan"}
+
+
 def test_the_instance_slot_guard_sees_a_placement_that_finished_meanwhile() -> None:
     placed = job("job2", substatus=S.CONNECTING_SERVER, status=JobStatus.QUEUING)
     assert r.instance_slot_stale("sl-job2-a1", placed, None)

@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 import pytest
@@ -25,7 +26,7 @@ from infra.localcloud.cloud import LocalCloud
 from shared.adapters.memory_store import InMemoryStore
 from shared.adapters.recording_bus import RecordingBus
 from shared.domain import reaping as r
-from shared.domain.documents import InstanceDoc
+from shared.domain.documents import InstanceDoc, UserDoc
 from shared.domain.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
 from shared.domain.vms import Accelerator, Provisioning, VmRequest
 from shared.settings import Settings
@@ -70,11 +71,14 @@ def test_every_instance_vm_and_active_job_is_in_exactly_one_page(
     assert set(keys) == {n.split("-")[1] for n in listed} & set(job_ids)
 
 
-def test_a_tick_pages_every_active_job_and_user_once(cloud: LocalCloud) -> None:
+def test_a_tick_pages_every_active_job_and_user_in_doubt_once(cloud: LocalCloud) -> None:
     store, bus = InMemoryStore(), RecordingBus(cloud.project)
     for n in range(7):
         store.create_job(job(f"run{n}", pending_events=[]))
-        store.update_user(f"user{n}", lambda u: u)
+        # Each holds its active job's slot; users 2 to 6 also a VM's that
+        # no live instance is: those are in doubt.
+        held = {"active_jobs": [f"run{n}"], "active_instances": [] if n < 2 else ["sl-x-a1"]}
+        store.update_user(f"user{n}", partial(UserDoc.model_copy, update=held))
     for n in range(3):  # their instances' pages take these jobs
         store.create_instance(instance(f"sl-run{n}-a1", f"run{n}"))
     settings = Settings(project=cloud.project, zones=("us-central1-a",), reaper_page_size=2)
@@ -82,12 +86,12 @@ def test_a_tick_pages_every_active_job_and_user_once(cloud: LocalCloud) -> None:
     pages = [p for p in bus.events("reaper_page") if isinstance(p, SweepPage)]
     assert counts["pages"] == len(pages)
     by_kind = Counter(p.kind for p in pages)
-    # 3 instances by 2; 4 other jobs by 2; 7 users by a tenth of 2, so 1.
-    assert by_kind == {"vms": 2, "jobs": 2, "users": 7}
+    # 3 instances by 2; 4 other jobs by 2; 5 users by a tenth of 2, so 1.
+    assert by_kind == {"vms": 2, "jobs": 2, "users": 5}
     keys = [k for p in pages if p.kind != "users" for k in p.keys]
     assert sorted(keys) == [f"run{n}" for n in range(7)]
     assert sorted(k for p in pages if p.kind == "users" for k in p.keys) == [
-        f"user{n}" for n in range(7)
+        f"user{n}" for n in range(2, 7)
     ]
 
 

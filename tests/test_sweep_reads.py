@@ -23,7 +23,7 @@ from shared.domain.documents import UserDoc
 from shared.domain.states import JobStatus, JobSubstatus
 from shared.settings import Settings
 from tests.documents import at, instance, job
-from tests.local_cloud import client
+from tests.local_cloud import add_instance, client
 
 # More than one page of each listing the sweep makes (the old fixed limits
 # were 200 jobs and 1000 users: the rest were never swept).
@@ -55,13 +55,18 @@ def test_a_sweep_lists_every_active_job_and_user_past_one_page(
     deps, store, inner = world
     monkeypatch.setattr(sweep_pages, "KEYS_PER_CALL", 100)  # several calls each
     _seed(inner, ACTIVE_JOBS, 3, USERS)
+    # The last user listed holds the slot of a job that is gone (a crash).
+    inner.update_user(f"user{USERS - 1:05}", partial(_holding, job_id="gone"))
     sweep(deps, at(60))
     # Listed as keys, past every page of each listing.
     assert store.ops.by_method["list_job_ids.calls"] == ACTIVE_JOBS // 100 + 1
     assert store.ops.by_method["list_job_ids.reads"] == ACTIVE_JOBS
     # 1,100 users fill 11 calls; the 12th finds none, billed one read.
-    assert store.ops.by_method["list_user_names.reads"] == USERS + 1
-    assert store.ops.by_method["get_users.reads"] == USERS
+    assert store.ops.by_method["list_users.reads"] == USERS + 1
+    # Only that user's slots are in doubt: read again, and freed.
+    assert store.ops.by_method["get_users.reads"] == 1
+    last = inner.get_user(f"user{USERS - 1:05}")
+    assert last is not None and last.active_jobs == []
     # Stage 2 accrues each running job: every one of them, not the first page.
     assert store.ops.by_method["update_job.reads"] == ACTIVE_JOBS
 
@@ -89,6 +94,10 @@ def test_terminal_jobs_add_no_reads_to_a_sweep(
 
 def _holding(user: UserDoc, job_id: str) -> UserDoc:
     return user.model_copy(update={"active_jobs": [job_id]})
+
+
+def _holding_all(user: UserDoc, held: dict[str, list[str]]) -> UserDoc:
+    return user.model_copy(update=held)
 
 
 def test_the_counting_store_knows_every_call_of_the_port() -> None:
@@ -155,3 +164,39 @@ def test_a_sweep_reads_each_active_job_of_an_instance_once(
     # "gone", and stage 4's of the users whose jobs stage 1 requeued (these
     # instances have no VMs). Before: each job once more.
     assert ACTIVE_JOBS < store.ops.by_method["get_jobs.reads"] < ACTIVE_JOBS * 11 // 10
+
+
+def test_a_sweep_checks_only_the_users_whose_slots_its_listings_do_not_show_held(
+    world: tuple[Deps, CountingStore, InMemoryStore], cloud: LocalCloud
+) -> None:
+    """Stage 4 read every user, then each one's jobs and instances again:
+    20,000 of a sweep's 64,005 reads at 10,000 active jobs. A slot naming a
+    job the tick listed as active, or a VM it listed as live, is one stage 4
+    would not free; only a user with another slot is read again. Here one
+    user's job ended and a crash left its slot: that user is still checked,
+    and freed."""
+    deps, store, inner = world
+    users = 30
+    for n in range(users):
+        job_id, owner = f"run{n:05}", f"user{n:05}"
+        inner.create_job(job(job_id, pending_events=[], spec={"user": owner}))
+        made = instance(f"sl-{job_id}-a1", job_id).model_copy(
+            update={"user": owner, "zone": "us-central1-a"}
+        )
+        inner.create_instance(made)
+        labels = {"spotline": "true", "spotline-job": job_id, "spotline-attempt": "1"}
+        add_instance(cloud, made.zone, made.name, labels=labels)
+        held = {"active_jobs": [job_id], "active_instances": [made.name]}
+        inner.update_user(owner, partial(_holding_all, held=held))
+    finished = {"status": JobStatus.COMPLETED, "substatus": JobSubstatus.COMPLETED}
+    inner.create_job(
+        job("done", pending_events=[], spec={"user": "zoe"}).model_copy(update=finished)
+    )
+    inner.update_user("zoe", partial(_holding, job_id="done"))
+    sweep(deps, at(1))
+    # The instances' pages read each instance and job once; stage 4, zoe.
+    assert store.ops.by_method["get_users.reads"] == 1
+    assert store.ops.by_method["get_instances.reads"] == users
+    assert store.ops.by_method["get_jobs.reads"] == users + 1
+    zoe = inner.get_user("zoe")
+    assert zoe is not None and zoe.active_jobs == []

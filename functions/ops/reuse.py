@@ -36,6 +36,7 @@ from shared.domain.placement import (
     parse_machine_id,
     vm_name,
 )
+from shared.domain.quotas import holds, take_slots
 from shared.domain.secret_env import reads_secrets
 from shared.domain.states import InstanceStatus
 from shared.domain.stopping import restartable, restarted, restarted_for
@@ -88,6 +89,42 @@ def hold_instance_slots(deps: Deps, job: JobDoc, names: Sequence[str], now: date
         if holds_instance_slots(user, names):
             return
         if not _end_a_cooling_vm(deps, user, job, names, now):
+            break
+    raise OverInstanceQuota(instance_quota_reason(deps, user))
+
+
+def hold_restart_slot(deps: Deps, job: JobDoc, name: str, now: datetime) -> bool:
+    """Take the slot of the user's stopped VM ``name`` for its restart,
+    ending cooling VMs to make room as ``hold_instance_slots`` does. False:
+    the name holds a slot already, and this call did not take it.
+
+    A stopped VM's name holds an active slot only while a restart of it is
+    under way (or died part-way): another job of the user may be between
+    taking it and claiming the instance. Taking that slot for this job too
+    lets two jobs hold one slot, and the one that loses the claim frees it
+    under the winner; so a restart takes a slot that it adds, or none.
+
+    Raises:
+        OverInstanceQuota: no room, and no cooling VM left to end.
+    """
+    limit = deps.settings.max_active_instances
+    took: list[bool] = []  # whether the change last asked (the one written) added it
+
+    def add(current: UserDoc) -> UserDoc:
+        took.clear()
+        if holds(current, "active_instances", name):
+            return current
+        taken = take_slots(current, "active_instances", [name], limit, now)
+        took.append(holds(taken, "active_instances", name))
+        return taken
+
+    for _ in range(limit + 1):  # each round ends one cooling VM, or gives up
+        user = deps.store.update_user(job.user, add)
+        if took == [True]:
+            return True
+        if holds_instance_slots(user, [name]):
+            return False
+        if not _end_a_cooling_vm(deps, user, job, [name], now):
             break
     raise OverInstanceQuota(instance_quota_reason(deps, user))
 
@@ -177,13 +214,16 @@ def claim_stopped(
                 continue
             if not restartable(instance, job.user, machine_id, now):
                 continue
-            hold_instance_slots(deps, job, [instance.name], now)  # running again, it is active
+            if not hold_restart_slot(deps, job, instance.name, now):
+                continue  # another job is restarting it (or a restart died: the reaper frees it)
             won = store.update_instance(
                 instance.name, lambda current: restarted(current, job.job_id, job.attempt, now)
             )
             if won is None or not restarted_for(won, job.job_id, job.attempt, own_name):
+                # Not restartable any more (its period ran out, it was
+                # deleted): the slot this call took is nobody's.
                 free_instance_slot(deps, job.user, instance.name, now)
-                continue  # another job took it first
+                continue
             free_stopped_slot(deps, won.user, won.name, now)
             found = _boot(deps, job, won, now)
             if found is not None:

@@ -21,6 +21,7 @@ from functions.deps import Deps
 from shared import logs
 from shared.domain.documents import InstanceDoc, JobDoc, UserDoc
 from shared.domain.quotas import free_slot, holds, keep_slot, over_quota_reason, take_slots
+from shared.domain.states import InstanceSubstatus
 from shared.domain.stopping import stoppable
 
 
@@ -62,10 +63,38 @@ def keep_instance_slot(deps: Deps, user: str, name: str, now: datetime) -> None:
     deps.store.update_user(user, lambda current: keep_slot(current, "active_instances", name, now))
 
 
-def free_instance_slot(deps: Deps, user: str, name: str, now: datetime) -> None:
+def free_instance_slot(
+    deps: Deps, user: str, name: str, now: datetime, as_read: UserDoc | None = None
+) -> bool:
     """The VM is gone or stopped (or was never made): it no longer counts
-    against the user's active-instances quota."""
-    deps.store.update_user(user, lambda current: free_slot(current, "active_instances", name, now))
+    against the user's active-instances quota. With ``as_read``, only while
+    the user document is still that one (the reaper judged the slot stale on
+    it). True: the slot is not held now."""
+
+    def free(current: UserDoc) -> UserDoc:
+        if as_read is not None and current != as_read:
+            return current
+        return free_slot(current, "active_instances", name, now)
+
+    return not holds(deps.store.update_user(user, free), "active_instances", name)
+
+
+def free_slot_of_stopping(deps: Deps, user: str, name: str, now: datetime) -> None:
+    """Free the active slot of VM ``name``, which is being stopped, unless it
+    is stopped already: then a job of the user may have restarted it and
+    taken the slot (a stop run again, or two stoppers at once). Read in that
+    order, the user then the instance, and freed only from the user as read:
+    a restart takes the slot after the instance is STOPPED, so one that took
+    it before the instance read is seen there, and one after changes the
+    user."""
+    store = deps.store
+    holder = store.get_user(user)
+    if holder is None or not holds(holder, "active_instances", name):
+        return
+    instance = store.get_instance(name)
+    if instance is not None and instance.substatus != InstanceSubstatus.STOPPING:
+        return
+    free_instance_slot(deps, user, name, now, as_read=holder)
 
 
 def take_stop_slot(deps: Deps, instance: InstanceDoc, now: datetime) -> int | None:

@@ -14,7 +14,8 @@ stages, each load -> decide (pure, ``shared.domain.reaping``) -> apply
    ``max_runtime_s`` -> CANCELED; stuck in REQUESTING_SERVER (the placing
    function died) -> placed again;
 3. the due queue: placed again, or CANCELED after ``wait_total_s``;
-4. users' slots a crash left taken: freed;
+4. users' slots a crash left taken: freed (only the users with a slot the
+   tick's listings do not show held are read again: ``users_in_doubt``);
 5. state-change events a crash left in a job's outbox: published
    (``functions.ops.outbox``).
 

@@ -38,6 +38,7 @@ from shared.domain.documents import JobDoc
 from shared.domain.errors import PermanentError
 from shared.domain.lifecycle import accrue
 from shared.domain.liveness import Owner
+from shared.domain.slot_checks import placing
 from shared.domain.states import JobSubstatus
 
 
@@ -177,12 +178,21 @@ def _free_job_slot(deps: Deps, action: r.FreeJobSlot, now: datetime) -> str:
 
 
 def _free_instance_slot(deps: Deps, action: r.FreeInstanceSlot, now: datetime) -> str | None:
-    # Read again, job first: a placement may have taken or finished it since.
-    job = deps.store.get_job(r.job_of_vm(action.name)) if r.job_of_vm(action.name) else None
-    if not r.instance_slot_stale(action.name, job, deps.store.get_instance(action.name)):
+    # Read again, in the decision's order (the user, the jobs, the instance):
+    # a placement or a restart may have taken or finished it since.
+    store, made_for = deps.store, r.job_of_vm(action.name)
+    user = store.get_user(action.user)
+    if user is None or action.name not in user.active_instances:
         return None
-    free_instance_slot(deps, action.user, action.name, now)
-    return "slots_freed"
+    jobs = store.get_jobs(j for j in [*user.active_jobs, made_for] if j)
+    instance = store.get_instance(action.name)
+    restarting = placing(user, jobs)
+    if not r.instance_slot_stale(action.name, jobs.get(made_for), instance, restarting):
+        return None
+    # Only from the user as read: a restart that took this name after that
+    # read (it was freed and taken again meanwhile) keeps it.
+    freed = free_instance_slot(deps, action.user, action.name, now, as_read=user)
+    return "slots_freed" if freed else None
 
 
 def _free_stopped_slot(deps: Deps, action: r.FreeStoppedSlot, now: datetime) -> str | None:

@@ -23,7 +23,12 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from functions.deps import Deps
-from functions.ops.slots import free_instance_slot, free_stopped_slot, take_stop_slot
+from functions.ops.slots import (
+    free_instance_slot,
+    free_slot_of_stopping,
+    free_stopped_slot,
+    take_stop_slot,
+)
 from shared import logs
 from shared.domain import lifecycle
 from shared.domain.catalog import load_catalog
@@ -225,11 +230,14 @@ def stop_instance(
     if not deps.compute.stop(instance.zone, instance.name):
         _forget(deps, instance, now, "the VM was gone when it was to be stopped")
         return
+    # A stopped VM counts against the stopped-instances quota, not the active
+    # one. Freed while the instance is still STOPPING: once it is STOPPED a job
+    # of the user may restart it and take that slot, which a free after the
+    # write would take from the running VM.
+    free_slot_of_stopping(deps, instance.user, instance.name, now)
     store.update_instance(
         instance.name, if_owned(owner, lambda current: stopped(current, now, period_s, rule))
     )
-    # A stopped VM counts against the stopped-instances quota, not the active one.
-    free_instance_slot(deps, instance.user, instance.name, now)
     logs.info(f"{instance.name}: stopped, kept {period_s} s", instance=instance.name)
 
 

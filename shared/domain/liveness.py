@@ -70,6 +70,16 @@ def being_placed(job: JobDoc | None, job_id: str, attempt: int) -> bool:
     )
 
 
+def being_placed_now(job: JobDoc | None) -> bool:
+    """The job is getting VMs right now, whichever attempt: a new VM, a
+    cooling one or a stopped one of its user's."""
+    return (
+        job is not None
+        and job.status in JobStatus.active()
+        and job.substatus == JobSubstatus.REQUESTING_SERVER
+    )
+
+
 def vm_being_placed(name: str, job: JobDoc | None) -> bool:
     """The VM ``name`` (named for its job and attempt) is being placed."""
     made_for = vm_attempt(name)

@@ -10,7 +10,8 @@ slot), in the manner of dstack's background tasks, one per kind of resource:
 1. ``decide_vms``: live and stopped instances against the VM listing;
 2. ``decide_jobs``: active jobs (cost so far, max runtime, a dead placement);
 3. ``decide_queue``: due queue entries (retry, give up, drop);
-4. ``decide_slots``: users' slots that a crash left taken.
+4. ``decide_slots``: users' slots that a crash left taken (in
+   ``shared.domain.slot_checks``, read here as ``reaping.decide_slots``).
 
 The actions are ``shared.domain.reaper_actions``' (read here as
 ``reaping.Recover``, ...). The listing is older than the moment an action
@@ -28,7 +29,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Protocol
 
-from shared.domain.documents import InstanceDoc, JobDoc, QueueEntry, UserDoc
+from shared.domain import slot_checks
+from shared.domain.documents import InstanceDoc, JobDoc, QueueEntry
 from shared.domain.liveness import (
     being_placed,
     finishing,
@@ -36,9 +38,7 @@ from shared.domain.liveness import (
     missed_preemption_note,
     serves_its_job,
     stall_note,
-    vm_being_placed,
 )
-from shared.domain.placement import vm_attempt
 from shared.domain.queueing import give_up_reason
 from shared.domain.reaper_actions import (
     Accrue,
@@ -49,9 +49,6 @@ from shared.domain.reaper_actions import (
     EndStopped,
     FinishClosing,
     ForgetStopped,
-    FreeInstanceSlot,
-    FreeJobSlot,
-    FreeStoppedSlot,
     GiveUp,
     JobAction,
     LoseCooling,
@@ -62,7 +59,6 @@ from shared.domain.reaper_actions import (
     Release,
     RetryPlacement,
     RetryQuota,
-    SlotAction,
     VmAction,
 )
 from shared.domain.reaper_actions import Action as Action  # callers read reaping.Action
@@ -72,6 +68,16 @@ from shared.domain.vms import Vm, VmState
 
 JOB_LABEL = "spotline-job"  # on every VM spotline makes (shared.domain.placement.vm_labels)
 ATTEMPT_LABEL = "spotline-attempt"
+
+# Stage 4 lives in ``shared.domain.slot_checks``; callers read it here.
+FreeJobSlot = slot_checks.FreeJobSlot
+FreeInstanceSlot = slot_checks.FreeInstanceSlot
+FreeStoppedSlot = slot_checks.FreeStoppedSlot
+decide_slots = slot_checks.decide_slots
+users_in_doubt = slot_checks.users_in_doubt
+job_of_vm = slot_checks.job_of_vm
+instance_slot_stale = slot_checks.instance_slot_stale
+stopped_slot_stale = slot_checks.stopped_slot_stale
 
 
 class Timeouts(Protocol):
@@ -242,51 +248,3 @@ def decide_queue(
         else:
             actions.append(RetryPlacement(job, entry))
     return actions
-
-
-def decide_slots(
-    users: Sequence[UserDoc],
-    jobs: Mapping[str, JobDoc],
-    instances: Mapping[str, InstanceDoc],
-) -> list[SlotAction]:
-    """Stage 4: free the slots of jobs that ended, of instances that closed or
-    stopped, and of VMs that were never made, when a crash left them taken.
-
-    Args:
-        jobs: the jobs the slots name (a VM's job from its name), read before
-            ``instances``: a placement writes the instance document before it
-            moves the job on, so a placement that finished in between is seen.
-        instances: the instances the slots name (missing: none).
-    """
-    actions: list[SlotAction] = []
-    for user in users:
-        for job_id in user.active_jobs:
-            job = jobs.get(job_id)
-            if job is None or job.status in JobStatus.terminal():
-                actions.append(FreeJobSlot(user.user, job_id))
-        for name in user.active_instances:
-            if instance_slot_stale(name, jobs.get(job_of_vm(name)), instances.get(name)):
-                actions.append(FreeInstanceSlot(user.user, name))
-        for name in user.stopped_instances:
-            if stopped_slot_stale(instances.get(name)):
-                actions.append(FreeStoppedSlot(user.user, name))
-    return actions
-
-
-def job_of_vm(name: str) -> str:
-    """The job a VM name was made for ("" for a name spotline did not make)."""
-    made_for = vm_attempt(name)
-    return made_for[0] if made_for else ""
-
-
-def instance_slot_stale(name: str, job: JobDoc | None, instance: InstanceDoc | None) -> bool:
-    """The active-instance slot of VM ``name`` is held by nothing: no placement
-    is making the VM (``job``: the one its name names) and no live instance is it."""
-    if vm_being_placed(name, job):
-        return False
-    return instance is None or instance.status not in InstanceStatus.live()
-
-
-def stopped_slot_stale(instance: InstanceDoc | None) -> bool:
-    """The stopped-instance slot is held by nothing stopped or being stopped."""
-    return instance is None or instance.substatus not in STOPPING_OR_STOPPED
