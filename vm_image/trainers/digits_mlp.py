@@ -233,6 +233,9 @@ def train(settings: Settings, flag: PreemptionFlag) -> int:
             if (stop or flag.checkpoint_requested) and _serve_signal(
                 flag, step, save(epoch, batch), rank, stop
             ):
+                if world > 1:
+                    del net  # as at the end of training: freed after a peer left, it hung
+                    _leave_group()
                 return EXIT_PREEMPTED
             rows = order[batch * settings.batch_size : (batch + 1) * settings.batch_size]
             # Each node takes its share of the batch; DDP averages the gradients.
@@ -315,6 +318,19 @@ def weights_digest(model: nn.Module) -> str:
         digest.update(name.encode())
         digest.update(tensor.detach().cpu().numpy().tobytes())
     return digest.hexdigest()[:16]
+
+
+def _leave_group() -> None:
+    """Leave the gang's process group together once rank 0 has saved: a rank
+    exiting with the group still up was aborted by gloo's threads
+    ("terminate called without an active exception", exit -6 under load). A
+    peer already gone (its VM taken) makes the barrier fail: the state is
+    saved by then, so the stop stands."""
+    try:
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
+    except Exception as error:  # any failure here leaves the save as it is
+        print(f"left the process group without its peers: {error}", flush=True)
 
 
 def _stop_agreed(flag: PreemptionFlag, world: int) -> bool:
