@@ -20,6 +20,7 @@ from shared.domain.documents import JobDoc
 from shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
 from tests.conftest import SPEC
 from tests.conftest import vm_event as event
+from tests.test_gangs import deletes_and_inserts
 from tests.test_recovery import log_sink_entry, names
 
 pytestmark = pytest.mark.emulators
@@ -181,11 +182,7 @@ def test_a_restarted_gang_is_deleted_together_then_replaced(
     start = len(host.requests)
     finished = event(JobFinished, instance="sl-job1-a1-n0", exit_code=3)
     call("on_job_finished", "job_finished", finished, message_id="f1")
-    seen = [
-        ("delete" if r.method == "DELETE" else "wait" if r.path.endswith("/wait") else "insert")
-        for r in host.requests[start:]
-        if r.method == "DELETE" or r.path.endswith(("/wait", "/bulkInsert"))
-    ]
+    seen = deletes_and_inserts(host, start)
     assert seen[:7] == ["delete"] * 3 + ["wait"] * 3 + ["insert"], seen
     assert names(host) == [f"sl-job1-a2-n{i}" for i in range(3)]
 

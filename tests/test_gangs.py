@@ -25,6 +25,15 @@ def names(host: LocalCloud) -> list[str]:
     return sorted(vm["name"] for vm in host.list())
 
 
+def deletes_and_inserts(host: LocalCloud, start: int) -> list[str]:
+    """The deletes, operation waits and bulk inserts on the wire since request ``start``."""
+    return [
+        ("delete" if r.method == "DELETE" else "wait" if r.path.endswith("/wait") else "insert")
+        for r in host.requests[start:]
+        if r.method == "DELETE" or r.path.endswith(("/wait", "/bulkInsert"))
+    ]
+
+
 def node(cls: type, name: str, **fields: Any) -> Any:
     return vm_event(cls, instance=name, **fields)
 
@@ -113,11 +122,7 @@ def test_a_lost_gang_is_deleted_together_then_replaced(
     start = len(host.requests)
     notice = node(SpotPreempted, "sl-job1-a1-n2")
     call("on_spot_preempted", "spot_preempted", notice, message_id="p1")
-    seen = [
-        ("delete" if r.method == "DELETE" else "wait" if r.path.endswith("/wait") else "insert")
-        for r in host.requests[start:]
-        if r.method == "DELETE" or r.path.endswith(("/wait", "/bulkInsert"))
-    ]
+    seen = deletes_and_inserts(host, start)
     # Every delete sent, then their operations waited for, then the new gang.
     assert seen[:7] == ["delete"] * 3 + ["wait"] * 3 + ["insert"], seen
     assert names(host) == [f"sl-job1-a2-n{i}" for i in range(3)]
