@@ -53,6 +53,8 @@ from shared.domain.documents import InstanceDoc, JobDoc, UserDoc
 from shared.domain.states import InstanceStatus, InstanceSubstatus, JobStatus
 from shared.domain.vms import MANAGED_LABEL, Vm
 
+T = TypeVar("T")
+
 Kind = Literal["vms", "jobs", "users"]
 
 # Keys per listing call: keys are small, and each call of a paged query costs
@@ -219,34 +221,30 @@ def read_jobs(deps: Deps, job_ids: Iterable[str]) -> dict[str, JobDoc]:
 def every(page: Callable[[str | None], Sequence[str]], limit: int) -> list[str]:
     """Every key of a listing, ``page(after)`` called until a page is short of
     ``limit`` (a listing with a fixed limit once left a busy project unswept)."""
-    found: list[str] = []
+    return _paged(page, limit, str)
+
+
+def every_user(deps: Deps, limit: int) -> list[UserDoc]:
+    """Every user's document, as ``every`` lists keys."""
+    return _paged(lambda after: deps.store.list_users(limit, after), limit, lambda u: u.user)
+
+
+def _paged(
+    page: Callable[[str | None], Sequence[T]], limit: int, key: Callable[[T], str]
+) -> list[T]:
+    found: list[T] = []
     after: str | None = None
     while True:
         batch = page(after)
         found.extend(batch)
         if len(batch) < limit:
             return found
-        after = batch[-1]
-
-
-def every_user(deps: Deps, limit: int) -> list[UserDoc]:
-    """Every user's document, as ``every`` lists keys."""
-    found: list[UserDoc] = []
-    after: str | None = None
-    while True:
-        batch = deps.store.list_users(limit, after)
-        found.extend(batch)
-        if len(batch) < limit:
-            return found
-        after = batch[-1].user
+        after = key(batch[-1])
 
 
 def _key_pages(kind: Kind, keys: Sequence[str], now: datetime, size: int) -> list[SweepPage]:
     pages = [SweepPage(kind=kind, listed_at=now, keys=list(c)) for c in _chunks(keys, size)]
     return [part for page in pages for part in fit(page)]
-
-
-T = TypeVar("T")
 
 
 def _chunks(items: Sequence[T], size: int) -> list[Sequence[T]]:
