@@ -23,7 +23,7 @@ from infra.cli.logs import follow
 from infra.localstack.stack import LocalStack
 from shared.adapters.firestore_store import FirestoreStore
 from shared.domain.states import JobStatus
-from tests.test_e2e_recovery import epochs_of, once, submit, wait_no_vms
+from tests.test_e2e_recovery import epochs_of, preempt_once, submit, wait_no_vms
 from vm_image.agent.transfers import upload_folder
 
 pytestmark = [pytest.mark.emulators, pytest.mark.e2e]
@@ -60,12 +60,7 @@ def test_a_command_job_survives_a_preemption(
         epochs=4, seed=5, hyperparameters={"step_time_s": 0.02},
     )  # fmt: skip
     # `spotline preempt JOB`: the local cloud's chaos route, as a user runs it.
-    preempt = once(
-        lambda job: cli(
-            ["--workdir", str(local_stack.workdir), "preempt", job.job_id, "--notice-s", "10"]
-        ),
-        when=lambda job: job.attempt == 1 and job.epoch >= 1,
-    )
+    preempt = preempt_once(local_stack)
     store = FirestoreStore(local_stack.options.project)
     followed = io.StringIO()
     vms = local_stack.workdir / "vms"

@@ -14,7 +14,7 @@ from infra.cli.demo import wait_for_job
 from infra.localstack.stack import LocalStack
 from shared.adapters.firestore_store import FirestoreStore
 from shared.domain.states import JobStatus, JobSubstatus
-from tests.test_e2e_recovery import epochs_of, once, submit, wait_no_vms
+from tests.test_e2e_recovery import epochs_of, preempt_once, submit, wait_no_vms
 from vm_image.agent.transfers import upload_folder
 
 pytestmark = [pytest.mark.emulators, pytest.mark.e2e]
@@ -77,12 +77,7 @@ def test_an_error_restarts_from_the_checkpoint_and_a_preempted_zone_is_avoided(
         avoid_preempted_zone_s=600,
     )  # fmt: skip
     # Attempt 2 (the restart) is preempted once it has resumed and trained on.
-    preempt = once(
-        lambda job: cli(
-            ["--workdir", str(local_stack.workdir), "preempt", job.job_id, "--notice-s", "10"]
-        ),
-        when=lambda job: job.attempt == 2 and job.epoch >= 2,
-    )
+    preempt = preempt_once(local_stack, attempt=2, epoch=2)
     store = FirestoreStore(local_stack.options.project)
 
     job = wait_for_job(store, job_id, 240, echo=False, on_update=preempt)

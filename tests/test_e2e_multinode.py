@@ -15,7 +15,7 @@ from infra.cli.demo import wait_for_job
 from infra.localstack.stack import LocalStack
 from shared.adapters.firestore_store import FirestoreStore
 from shared.domain.states import JobStatus
-from tests.test_e2e_recovery import epochs_of, once, submit, wait_no_vms
+from tests.test_e2e_recovery import epochs_of, preempt_once, submit, wait_no_vms
 
 pytestmark = [pytest.mark.emulators, pytest.mark.e2e]
 
@@ -73,10 +73,7 @@ def test_a_notice_on_node_1_is_saved_by_node_0_and_no_step_is_lost(
     store = FirestoreStore(local_stack.options.project)
     hyper = {"lr": 0.01, "hidden": 64, "step_time_s": 0.05}
     job_id = submit(local_stack, nodes=2, epochs=3, hyperparameters=hyper)
-    chaos = ["--workdir", str(local_stack.workdir), "preempt", "--node", "1", "--notice-s", "10"]
-    preempt = once(
-        lambda job: cli([*chaos, job.job_id]), when=lambda job: job.attempt == 1 and job.epoch >= 1
-    )
+    preempt = preempt_once(local_stack, node=1)
 
     job = wait_for_job(store, job_id, 300, echo=False, on_update=preempt)
 

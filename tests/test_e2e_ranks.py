@@ -12,12 +12,11 @@ from typing import Any
 
 import pytest
 
-from infra.cli.commands import main as cli
 from infra.cli.demo import wait_for_job
 from infra.localstack.stack import LocalStack
 from shared.adapters.firestore_store import FirestoreStore
 from shared.domain.states import JobStatus
-from tests.test_e2e_recovery import epochs_of, once, submit, wait_no_vms
+from tests.test_e2e_recovery import epochs_of, preempt_once, submit, wait_no_vms
 from vm_image.agent.transfers import upload_folder
 
 pytestmark = [pytest.mark.emulators, pytest.mark.e2e]
@@ -122,12 +121,7 @@ def test_the_notice_reaches_every_rank_and_the_job_resumes(
 ) -> None:
     store = FirestoreStore(local_stack.options.project)
     job_id = submit_ranks(local_stack, tmp_path, epochs=4, hyperparameters={"step_time_s": 0.1})
-    preempt = once(
-        lambda job: cli(
-            ["--workdir", str(local_stack.workdir), "preempt", job.job_id, "--notice-s", "10"]
-        ),
-        when=lambda job: job.attempt == 1 and job.epoch >= 1,
-    )
+    preempt = preempt_once(local_stack)
 
     job = wait_for_job(store, job_id, 240, echo=False, on_update=preempt)
 
@@ -163,10 +157,7 @@ def test_a_notice_on_node_1_stops_the_gang_at_one_step_and_node_0_saves_it(
     job_id = submit_ranks(
         local_stack, tmp_path, epochs=4, nodes=2, hyperparameters={"step_time_s": 0.1}
     )
-    chaos = ["--workdir", str(local_stack.workdir), "preempt", "--node", "1", "--notice-s", "10"]
-    preempt = once(
-        lambda job: cli([*chaos, job.job_id]), when=lambda job: job.attempt == 1 and job.epoch >= 1
-    )
+    preempt = preempt_once(local_stack, node=1)
 
     job = wait_for_job(store, job_id, 240, echo=False, on_update=preempt)
 

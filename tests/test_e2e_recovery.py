@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from fsspec.core import url_to_fs
 
+from infra.cli.commands import main as cli
 from infra.cli.demo import wait_for_job
 from infra.localcloud.chaos_client import ChaosClient
 from infra.localstack.stack import LocalStack
@@ -58,6 +59,18 @@ def once(
             action(job)
 
     return check
+
+
+def preempt_once(
+    stack: LocalStack, *, node: int = 0, attempt: int = 1, epoch: int = 1
+) -> Callable[[JobDoc], None]:
+    """`spotline preempt JOB --node N` (a 10 s notice), as a user runs it,
+    the first time a polled job is on ``attempt`` with ``epoch`` reported."""
+    chaos = ["--workdir", str(stack.workdir), "preempt", "--node", str(node), "--notice-s", "10"]
+    return once(
+        lambda job: cli([*chaos, job.job_id]),
+        when=lambda job: job.attempt == attempt and job.epoch >= epoch,
+    )
 
 
 def epochs_of(store: FirestoreStore, job_id: str, count: int, timeout_s: float = 10) -> list[int]:
