@@ -4,15 +4,15 @@ Deployed with ``--entry-point NAME`` and a Pub/Sub trigger (see infra/topology.p
 locally, ``spotline up`` serves each with ``functions-framework --target NAME``.
 """
 
-from functions.handlers.cancel_job import cancel_job
-from functions.handlers.notify_webhook import notify_webhook
-from functions.handlers.on_epoch_done import on_epoch_done
-from functions.handlers.on_job_finished import on_job_finished
-from functions.handlers.on_spot_preempted import on_spot_preempted
-from functions.handlers.on_vm_booted import on_vm_booted
-from functions.handlers.reaper import reaper
-from functions.handlers.reaper_page import reaper_page
-from functions.handlers.submit_job import submit_job
+from spotline.functions.handlers.cancel_job import cancel_job
+from spotline.functions.handlers.notify_webhook import notify_webhook
+from spotline.functions.handlers.on_epoch_done import on_epoch_done
+from spotline.functions.handlers.on_job_finished import on_job_finished
+from spotline.functions.handlers.on_spot_preempted import on_spot_preempted
+from spotline.functions.handlers.on_vm_booted import on_vm_booted
+from spotline.functions.handlers.reaper import reaper
+from spotline.functions.handlers.reaper_page import reaper_page
+from spotline.functions.handlers.submit_job import submit_job
 
 __all__ = [
     "cancel_job",

@@ -41,12 +41,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from infra.cli.demo import wait_for_job  # noqa: E402
-from infra.localstack.stack import LocalStack, StackOptions  # noqa: E402
-from shared.adapters.firestore_store import FirestoreStore  # noqa: E402
-from shared.adapters.pubsub_bus import PubsubBus  # noqa: E402
-from shared.domain.lifecycle import job_id_for  # noqa: E402
-from shared.domain.spec import parse_spec  # noqa: E402
+from spotline.infra.cli.demo import wait_for_job  # noqa: E402
+from spotline.infra.localstack.stack import LocalStack, StackOptions  # noqa: E402
+from spotline.shared.adapters.firestore_store import FirestoreStore  # noqa: E402
+from spotline.shared.adapters.pubsub_bus import PubsubBus  # noqa: E402
+from spotline.shared.domain.lifecycle import job_id_for  # noqa: E402
+from spotline.shared.domain.spec import parse_spec  # noqa: E402
 
 EPOCH_LINE = re.compile(r"epoch \d+/\d+ step \d+ .*\((\d+\.\d+) ms train")
 
@@ -76,7 +76,7 @@ def alone(tmp: Path, epochs: int, run: int) -> list[float]:
         "SPOTLINE_BATCH_SIZE": "8",
     }
     out = subprocess.run(
-        [sys.executable, "-m", "vm_image.trainers.digits_mlp"],
+        [sys.executable, "-m", "spotline.vm_image.trainers.digits_mlp"],
         env=env,
         capture_output=True,
         text=True,
@@ -105,10 +105,10 @@ def under_agent(stack: LocalStack, epochs: int, run: int) -> list[float]:
 def agent_only(tmp: Path, pubsub_host: str, epochs: int, run: int) -> tuple[list[float], float]:
     """The real agent on a "VM" of its own: a metadata server, no functions.
     Returns the epoch times and the agent's own CPU seconds while its trainer ran."""
-    from infra.localcloud.metadata_server import Identity, MetadataServer
-    from shared.contract.assignment import Assignment
-    from shared.domain.spec import JobSpec
-    from shared.domain.vms import JOB_METADATA_KEY
+    from spotline.infra.localcloud.metadata_server import Identity, MetadataServer
+    from spotline.shared.contract.assignment import Assignment
+    from spotline.shared.domain.spec import JobSpec
+    from spotline.shared.domain.vms import JOB_METADATA_KEY
 
     spec = JobSpec(
         user="bench",
@@ -139,7 +139,7 @@ def agent_only(tmp: Path, pubsub_host: str, epochs: int, run: int) -> tuple[list
         }
         with open(log_path, "w") as log:
             agent = subprocess.Popen(
-                [sys.executable, "-m", "vm_image.agent"],
+                [sys.executable, "-m", "spotline.vm_image.agent"],
                 env=env,
                 cwd=REPO,
                 stdout=log,
@@ -224,7 +224,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-stack", action="store_true", help="the agent-only setting alone")
     args = parser.parse_args()
-    from infra.localstack.emulators import start_pubsub
+    from spotline.infra.localstack.emulators import start_pubsub
 
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)

@@ -41,7 +41,7 @@ from fsspec.implementations.local import LocalFileSystem
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from vm_image.trainers.torch_checkpoint import (  # noqa: E402
+from spotline.vm_image.trainers.torch_checkpoint import (  # noqa: E402
     PreemptionFlag,
     load_checkpoint,
     save_checkpoint,

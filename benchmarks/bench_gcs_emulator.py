@@ -32,8 +32,8 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from infra.localstack.storage import StorageEmulator, reload_fsspec_config  # noqa: E402
-from vm_image.trainers.torch_checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
+from spotline.infra.localstack.storage import StorageEmulator, reload_fsspec_config  # noqa: E402
+from spotline.vm_image.trainers.torch_checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
 
 MB = 10**6
 

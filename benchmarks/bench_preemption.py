@@ -24,14 +24,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from infra.cli.demo import wait_for_job  # noqa: E402
-from infra.localcloud.cloud import LocalCloud  # noqa: E402
-from infra.localstack.stack import LocalStack, StackOptions  # noqa: E402
-from shared.adapters.firestore_store import FirestoreStore  # noqa: E402
-from shared.adapters.pubsub_bus import PubsubBus  # noqa: E402
-from shared.domain.lifecycle import job_id_for  # noqa: E402
-from shared.domain.placement import vm_name  # noqa: E402
-from shared.domain.spec import parse_spec  # noqa: E402
+from spotline.infra.cli.demo import wait_for_job  # noqa: E402
+from spotline.infra.localcloud.cloud import LocalCloud  # noqa: E402
+from spotline.infra.localstack.stack import LocalStack, StackOptions  # noqa: E402
+from spotline.shared.adapters.firestore_store import FirestoreStore  # noqa: E402
+from spotline.shared.adapters.pubsub_bus import PubsubBus  # noqa: E402
+from spotline.shared.domain.lifecycle import job_id_for  # noqa: E402
+from spotline.shared.domain.placement import vm_name  # noqa: E402
+from spotline.shared.domain.spec import parse_spec  # noqa: E402
 
 
 def trial(stack: LocalStack, with_notice: bool, index: int) -> tuple[float, int | None]:

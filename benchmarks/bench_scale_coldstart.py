@@ -38,14 +38,14 @@ from typing import Any
 from coldstart_events import World, create_topics, event_for, webhook_receiver
 from scale_world import REPO, ZONES, firestore_emulator, save
 
-from functions.deps import Deps
-from infra.localcloud.cloud import LocalCloud
-from infra.localcloud.launchers import RecordLauncher
-from infra.localcloud.quotas import DEFAULT_LIMITS
-from infra.localstack.emulators import start_pubsub
-from infra.localstack.processes import free_port
-from infra.topology import FUNCTIONS
-from shared.settings import TOPICS, Settings
+from spotline.functions.deps import Deps
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.infra.localcloud.launchers import RecordLauncher
+from spotline.infra.localcloud.quotas import DEFAULT_LIMITS
+from spotline.infra.localstack.emulators import start_pubsub
+from spotline.infra.localstack.processes import free_port
+from spotline.infra.topology import FUNCTIONS
+from spotline.shared.settings import TOPICS, Settings
 
 PROJECT = "bench-coldstart"
 IMPORT_TARGET_S = 0.4
@@ -202,7 +202,7 @@ def run(runs: int, servers: int) -> dict[str, Any]:
     # The yardstick: functions_framework's own import, measured in the same
     # rounds; a function's import over it is a ratio the machine's load
     # mostly cancels out of (BENCHMARKS.md: 0.47 s on a quiet machine).
-    modules = {f.entry_point: f"functions.handlers.{f.entry_point}" for f in FUNCTIONS}
+    modules = {f.entry_point: f"spotline.functions.handlers.{f.entry_point}" for f in FUNCTIONS}
     modules[SOURCE] = SOURCE
     times = import_times(["functions_framework", *modules.values()], runs)
     baseline = statistics.median(wall for wall, _ in times["functions_framework"])

@@ -35,11 +35,11 @@ from bench_scale_throughput import _NO_QUOTA, specs
 from cpu_shares import CpuMeter, group_cpu_s, pid_cpu_s
 from scale_world import save
 
-from infra.localstack.stack import LocalStack, StackOptions
-from shared.adapters.firestore_store import FirestoreStore
-from shared.adapters.pubsub_bus import PubsubBus
-from shared.domain.documents import JobDoc
-from shared.domain.states import JobStatus, JobSubstatus
+from spotline.infra.localstack.stack import LocalStack, StackOptions
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.adapters.pubsub_bus import PubsubBus
+from spotline.shared.domain.documents import JobDoc
+from spotline.shared.domain.states import JobStatus, JobSubstatus
 
 PROJECT = "bench-e2e-burst"
 _QUIET_CPU_S = 0.05  # CPU seconds a second: a server with nothing to do

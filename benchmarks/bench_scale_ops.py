@@ -20,9 +20,9 @@ from typing import Any
 
 from scale_world import firestore_emulator, save
 
-from shared.adapters.counting_store import CountingStore, Operations
-from shared.adapters.firestore_store import FirestoreStore
-from shared.domain.states import JobStatus
+from spotline.shared.adapters.counting_store import CountingStore, Operations
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.domain.states import JobStatus
 from tests.replay import PROJECT, Plan, Published, World
 
 EPOCHS, PREEMPTED_AT = 15, 8  # the VM is taken as epoch 8 would start

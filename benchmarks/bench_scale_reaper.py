@@ -1,8 +1,8 @@
 """The reaper at scale, on the Firestore emulator, over 10,000 active jobs,
 their instances and VMs: the tick and each of its pages as their own
-invocations would run them (``functions.ops.sweep_pages``), the first time,
+invocations would run them (``spotline.functions.ops.sweep_pages``), the first time,
 when every job's cost is due; then a whole sweep in one process
-(``functions.ops.sweep.sweep``) once the costs are fresh; then that again
+(``spotline.functions.ops.sweep.sweep``) once the costs are fresh; then that again
 with 100,000 terminal jobs added. Reads are counted at the store port
 (``CountingStore``); terminal jobs must add none.
 
@@ -30,18 +30,18 @@ from scale_world import (
     user_of,
 )
 
-from functions.deps import Deps
-from functions.ops.sweep import sweep
-from functions.ops.sweep_pages import plan, run_page
-from infra.localcloud.cloud import LocalCloud
-from infra.localcloud.instances import spec_from_request
-from infra.localcloud.launchers import RecordLauncher
-from infra.localcloud.quotas import DEFAULT_LIMITS
-from shared.adapters.counting_store import CountingStore
-from shared.adapters.firestore_store import FirestoreStore
-from shared.domain.documents import InstanceDoc, JobDoc, UserDoc
-from shared.domain.vms import MANAGED_LABEL
-from shared.settings import Settings
+from spotline.functions.deps import Deps
+from spotline.functions.ops.sweep import sweep
+from spotline.functions.ops.sweep_pages import plan, run_page
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.infra.localcloud.instances import spec_from_request
+from spotline.infra.localcloud.launchers import RecordLauncher
+from spotline.infra.localcloud.quotas import DEFAULT_LIMITS
+from spotline.shared.adapters.counting_store import CountingStore
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.domain.documents import InstanceDoc, JobDoc, UserDoc
+from spotline.shared.domain.vms import MANAGED_LABEL
+from spotline.shared.settings import Settings
 
 PROJECT = "bench-reaper"
 _NO_QUOTA = dict.fromkeys(DEFAULT_LIMITS, 1e12)  # 10,000 GPUs in one region

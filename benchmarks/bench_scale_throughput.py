@@ -36,13 +36,13 @@ from burst_workers import serve
 from cpu_shares import CpuMeter, group_cpu_s, pid_cpu_s
 from scale_world import ZONES, save
 
-from infra.localcloud.cloud import LocalCloud
-from infra.localcloud.launchers import RecordLauncher
-from infra.localcloud.quotas import DEFAULT_LIMITS
-from infra.localstack.emulators import start_firestore, start_pubsub
-from shared.adapters.firestore_store import FirestoreStore
-from shared.domain.states import JobStatus, JobSubstatus
-from shared.settings import TOPICS
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.infra.localcloud.launchers import RecordLauncher
+from spotline.infra.localcloud.quotas import DEFAULT_LIMITS
+from spotline.infra.localstack.emulators import start_firestore, start_pubsub
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.domain.states import JobStatus, JobSubstatus
+from spotline.shared.settings import TOPICS
 
 PROJECT = "bench-throughput"
 _NO_QUOTA = dict.fromkeys(DEFAULT_LIMITS, 1e12)  # users' quotas bind, not the region's

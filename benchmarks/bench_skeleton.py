@@ -19,13 +19,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from infra.cli.demo import wait_for_job  # noqa: E402
-from infra.localstack.stack import LocalStack, StackOptions  # noqa: E402
-from infra.topology import FUNCTIONS  # noqa: E402
-from shared.adapters.firestore_store import FirestoreStore  # noqa: E402
-from shared.adapters.pubsub_bus import PubsubBus  # noqa: E402
-from shared.domain.lifecycle import job_id_for  # noqa: E402
-from shared.domain.spec import parse_spec  # noqa: E402
+from spotline.infra.cli.demo import wait_for_job  # noqa: E402
+from spotline.infra.localstack.stack import LocalStack, StackOptions  # noqa: E402
+from spotline.infra.topology import FUNCTIONS  # noqa: E402
+from spotline.shared.adapters.firestore_store import FirestoreStore  # noqa: E402
+from spotline.shared.adapters.pubsub_bus import PubsubBus  # noqa: E402
+from spotline.shared.domain.lifecycle import job_id_for  # noqa: E402
+from spotline.shared.domain.spec import parse_spec  # noqa: E402
 
 _IMPORT_PROBE = (
     "import time, importlib; t = time.perf_counter(); importlib.import_module('{module}'); "
@@ -83,8 +83,8 @@ def main() -> None:
     print("cold import, fresh interpreter (target < 0.4 s for modules that create no VMs)")
     for function in FUNCTIONS:
         show(
-            f"  functions.handlers.{function.entry_point}",
-            import_seconds(f"functions.handlers.{function.entry_point}", args.import_runs),
+            f"  spotline.functions.handlers.{function.entry_point}",
+            import_seconds(f"spotline.functions.handlers.{function.entry_point}", args.import_runs),
         )
     show(
         "  functions_framework (paid by every server)",

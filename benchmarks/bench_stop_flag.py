@@ -28,8 +28,8 @@ import torch.multiprocessing as mp
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from shared.contract.cluster import master_port
-from vm_image.trainers.digits_mlp import build_model, load_digits_split
+from spotline.shared.contract.cluster import master_port
+from spotline.vm_image.trainers.digits_mlp import build_model, load_digits_split
 
 
 def _flag() -> None:

@@ -40,11 +40,11 @@ def serve(
     import functions_framework
     from scale_world import REPO
 
-    from functions import deps as process_deps
-    from functions.deps import Deps
-    from shared.adapters.counting_store import CountingStore
-    from shared.adapters.firestore_store import FirestoreStore
-    from shared.settings import Settings
+    from spotline.functions import deps as process_deps
+    from spotline.functions.deps import Deps
+    from spotline.shared.adapters.counting_store import CountingStore
+    from spotline.shared.adapters.firestore_store import FirestoreStore
+    from spotline.shared.settings import Settings
     from tests.pubsub_events import post
 
     settings = Settings.from_env(config_file=False)

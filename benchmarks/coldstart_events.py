@@ -6,7 +6,7 @@ Why not any message: a handler refuses an event for a job that does not exist
 ``kind``) before it reads or writes anything, so its "first request" skipped
 what a cold instance really pays (on_epoch_done's took 0.01 s: it never built
 the Firestore client). Here each job is made by the real submit path
-(``functions.ops`` ``admit`` and ``start``: Firestore, the local cloud's
+(``spotline.functions.ops`` ``admit`` and ``start``: Firestore, the local cloud's
 Compute Engine, the job-events topic), brought to the phase its event comes
 in (as ``scale_world.template`` does), and the event carries the token its
 VM was handed. ``took_effect`` then checks, on the stored job, that the
@@ -24,17 +24,17 @@ from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from functions.deps import Deps
-from functions.ops.jobs import admit, start
-from functions.ops.sweep_pages import SweepPage
-from infra.localcloud.cloud import LocalCloud
-from shared.domain.documents import JobDoc
-from shared.domain.job_events import with_event
-from shared.domain.lifecycle import advance, instance_executing, instance_seen
-from shared.domain.spec import JobSpec
-from shared.domain.states import JobStatus, JobSubstatus
-from shared.domain.vms import EVENT_TOKEN_METADATA_KEY
-from shared.settings import TOPICS
+from spotline.functions.deps import Deps
+from spotline.functions.ops.jobs import admit, start
+from spotline.functions.ops.sweep_pages import SweepPage
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.shared.domain.documents import JobDoc
+from spotline.shared.domain.job_events import with_event
+from spotline.shared.domain.lifecycle import advance, instance_executing, instance_seen
+from spotline.shared.domain.spec import JobSpec
+from spotline.shared.domain.states import JobStatus, JobSubstatus
+from spotline.shared.domain.vms import EVENT_TOKEN_METADATA_KEY
+from spotline.shared.settings import TOPICS
 
 MACHINE = "g2-standard-4"
 TRAINER = "digits_mlp"
@@ -171,7 +171,7 @@ def _expect(deps: Deps, job_id: str, what: str, test: Callable[[JobDoc], bool]) 
 
 
 def event_for(topic: str, world: World, key: str) -> Event:
-    """A message on ``topic`` (a key of ``shared.settings.TOPICS``) that its
+    """A message on ``topic`` (a key of ``spotline.shared.settings.TOPICS``) that its
     function acts on, with its job made ready under ``key``."""
     deps = world.deps
     if topic == "submit":

@@ -28,20 +28,20 @@ REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
 sys.path.insert(0, str(REPO))
 
-from functions.deps import Deps  # noqa: E402
-from functions.ops.jobs import admit, start  # noqa: E402
-from infra.localcloud.cloud import LocalCloud  # noqa: E402
-from infra.localcloud.launchers import RecordLauncher  # noqa: E402
-from infra.localstack.emulators import start_firestore  # noqa: E402
-from shared.adapters.gce_compute import GceCompute  # noqa: E402
-from shared.adapters.memory_store import InMemoryStore  # noqa: E402
-from shared.domain.documents import InstanceDoc, JobDoc, to_firestore  # noqa: E402
-from shared.domain.lifecycle import advance, instance_executing, instance_seen  # noqa: E402
-from shared.domain.placement import vm_name  # noqa: E402
-from shared.domain.spec import JobSpec  # noqa: E402
-from shared.domain.states import JobSubstatus  # noqa: E402
-from shared.domain.transitions import move_job  # noqa: E402
-from shared.settings import Settings  # noqa: E402
+from spotline.functions.deps import Deps  # noqa: E402
+from spotline.functions.ops.jobs import admit, start  # noqa: E402
+from spotline.infra.localcloud.cloud import LocalCloud  # noqa: E402
+from spotline.infra.localcloud.launchers import RecordLauncher  # noqa: E402
+from spotline.infra.localstack.emulators import start_firestore  # noqa: E402
+from spotline.shared.adapters.gce_compute import GceCompute  # noqa: E402
+from spotline.shared.adapters.memory_store import InMemoryStore  # noqa: E402
+from spotline.shared.domain.documents import InstanceDoc, JobDoc, to_firestore  # noqa: E402
+from spotline.shared.domain.lifecycle import advance, instance_executing, instance_seen  # noqa: E402
+from spotline.shared.domain.placement import vm_name  # noqa: E402
+from spotline.shared.domain.spec import JobSpec  # noqa: E402
+from spotline.shared.domain.states import JobSubstatus  # noqa: E402
+from spotline.shared.domain.transitions import move_job  # noqa: E402
+from spotline.shared.settings import Settings  # noqa: E402
 
 ZONES = ("us-central1-a", "us-central1-b")
 SPEC = {"user": "u0000", "machine_ids": ["g2-standard-4"], "trainer": "digits_mlp", "epochs": 15}
@@ -76,7 +76,7 @@ class Template:
 
 
 def template(now: datetime) -> Template:
-    """Admit and place one job through ``functions.ops`` (in-memory store, local
+    """Admit and place one job through ``spotline.functions.ops`` (in-memory store, local
     cloud), then bring it to TRAINING with a heartbeat at ``now``."""
     with LocalCloud("bench-template", RecordLauncher()) as cloud:
         store = InMemoryStore()

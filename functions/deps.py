@@ -3,7 +3,7 @@
 Cloud Functions reuses a process for many events, so the clients live as long
 as the process; each is built on first use, so a cold start pays only for what
 the handler touches (google-cloud-compute alone costs about 1.5 s to import,
-Firestore about 0.5 s). The handlers' wrapper (``functions.handlers.envelope``)
+Firestore about 0.5 s). The handlers' wrapper (``spotline.functions.handlers.envelope``)
 takes ``current()`` and hands it to the handler; every operation below gets it
 as its first argument and reaches for nothing else.
 """
@@ -14,13 +14,13 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, cast
 
-from shared import logs
-from shared.settings import Settings, SettingsError
+from spotline.shared import logs
+from spotline.shared.settings import Settings, SettingsError
 
 if TYPE_CHECKING:
-    from shared.ports.bus import Bus
-    from shared.ports.compute import Compute
-    from shared.ports.store import Store
+    from spotline.shared.ports.bus import Bus
+    from spotline.shared.ports.compute import Compute
+    from spotline.shared.ports.store import Store
 
 
 def utc_now() -> datetime:
@@ -52,7 +52,7 @@ class Deps:
     @property
     def store(self) -> Store:
         if self._store is None:
-            from shared.adapters.firestore_store import FirestoreStore
+            from spotline.shared.adapters.firestore_store import FirestoreStore
 
             self._store = _with_outbox(FirestoreStore(self.settings.project), self)
         return self._store
@@ -66,7 +66,7 @@ class Deps:
     @property
     def bus(self) -> Bus:
         if self._bus is None:
-            from shared.adapters.pubsub_bus import PubsubBus
+            from spotline.shared.adapters.pubsub_bus import PubsubBus
 
             self._bus = PubsubBus(self.settings.project, self.settings.topics)
         return self._bus
@@ -74,8 +74,8 @@ class Deps:
 
 def _with_outbox(store: Store, deps: Deps) -> Store:
     """The store whose job writes publish their state-change events once they
-    commit (``functions.ops.outbox``), on the process's bus."""
-    from functions.ops.outbox import OutboxStore
+    commit (``spotline.functions.ops.outbox``), on the process's bus."""
+    from spotline.functions.ops.outbox import OutboxStore
 
     if isinstance(store, OutboxStore):  # another Deps' store: publish once
         return cast("Store", store)
@@ -84,7 +84,7 @@ def _with_outbox(store: Store, deps: Deps) -> Store:
 
 def build_compute(settings: Settings) -> Compute:
     """The Compute adapter the settings name (imported here: it is heavy)."""
-    from shared.adapters.gce_compute import GceCompute
+    from spotline.shared.adapters.gce_compute import GceCompute
 
     return GceCompute(settings.project, api_endpoint=settings.compute_endpoint)
 

@@ -1,8 +1,8 @@
 """spotline's topology, declared once: topics, the functions they trigger,
 each trigger's retry policy and dead-letter limit, and the reaper's schedule.
 
-``infra.localstack.stack`` applies it to the Pub/Sub emulator (push subscriptions to
-local functions-framework servers); ``infra.deploy.deployer`` (``spotline deploy``) applies
+``spotline.infra.localstack.stack`` applies it to the Pub/Sub emulator (push subscriptions to
+local functions-framework servers); ``spotline.infra.deploy.deployer`` (``spotline deploy``) applies
 it to a real project: Cloud Functions with Pub/Sub triggers, the delivery policy
 on the subscription Eventarc makes for each trigger, a Cloud Scheduler job. What
 runs locally is what is deployed.
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from shared.topics import TOPICS, USER_TOPIC_KEYS, user_topic
+from spotline.shared.topics import TOPICS, USER_TOPIC_KEYS, user_topic
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class Function:
     """One Cloud Function and the topic that triggers it."""
 
     entry_point: str  # the name exported by main.py
-    topic: str  # key in shared.topics.TOPICS
+    topic: str  # key in spotline.shared.topics.TOPICS
     timeout_s: int = 60
     memory: str = "512Mi"
     ack_deadline_s: int = 60
@@ -66,7 +66,7 @@ FUNCTIONS: tuple[Function, ...] = (
     # Places the next attempt at once: room for a VM insert.
     Function("on_spot_preempted", "spot_preempted", timeout_s=300, ack_deadline_s=300),
     Function("cancel_job", "cancel", timeout_s=300, ack_deadline_s=300),
-    # A job's webhook (``functions.ops.webhook``): a 5xx or a timeout raises,
+    # A job's webhook (``spotline.functions.ops.webhook``): a 5xx or a timeout raises,
     # and Pub/Sub's backoff is the retry policy.
     Function("notify_webhook", "job_events", timeout_s=60, ack_deadline_s=60),
     # A tick missed is the next tick: retry little, never pile up sweeps.

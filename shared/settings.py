@@ -1,7 +1,7 @@
 """Settings, each declared once: its type, default, variable and description.
 
 Three layers, each over the one before: the defaults here (they work locally),
-the CLI's config file (``shared.settings_file``, written by ``spotline deploy``),
+the CLI's config file (``spotline.shared.settings_file``, written by ``spotline deploy``),
 then the environment (``SPOTLINE_<NAME>``; the project also from
 ``GOOGLE_CLOUD_PROJECT``). Cloud Functions get every setting as a variable from
 ``to_env()`` at deploy and read no config file.
@@ -30,10 +30,10 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from shared.domain.bounds import JOB_ID_PATTERN as USER_PATTERN
-from shared.domain.pricing import CoolingRule
-from shared.settings_file import config_path
-from shared.topics import TOPICS
+from spotline.shared.domain.bounds import JOB_ID_PATTERN as USER_PATTERN
+from spotline.shared.domain.pricing import CoolingRule
+from spotline.shared.settings_file import config_path
+from spotline.shared.topics import TOPICS
 
 __all__ = ["DEFAULT_ZONES", "TOPICS", "Loaded", "Settings", "SettingsError", "load", "variables"]
 

@@ -9,7 +9,7 @@ TOPICS = {
     "job_finished": "spotline-job-finished",
     "spot_preempted": "spotline-spot-preempted",
     "reaper_tick": "spotline-reaper-tick",
-    # The tick's pages, each swept by its own invocation (functions.ops.sweep_pages).
+    # The tick's pages, each swept by its own invocation (spotline.functions.ops.sweep_pages).
     "reaper_page": "spotline-reaper-page",
     # Every change of a job's state, for anyone to follow (README: Notifications).
     "job_events": "spotline-job-events",

@@ -1,5 +1,5 @@
 """The Cloud Billing Catalog API v1's ``services.skus.list``, as a local HTTP
-double (``infra.localcloud.wire``): it checks what the client really sends
+double (``spotline.infra.localcloud.wire``): it checks what the client really sends
 (the service's path, the currency) and answers SKUs in Google's JSON, a page
 at a time, as the API does."""
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
-from infra.localcloud.wire import ApiError, JsonDict, RecordedRequest, Recorder
-from shared.domain.prices import PriceBook
+from spotline.infra.localcloud.wire import ApiError, JsonDict, RecordedRequest, Recorder
+from spotline.shared.domain.prices import PriceBook
 
 SERVICE_PATH = "/v1/services/6F81-5844-456A/skus"
 _FAMILY_NAMES = {"n1": "N1 Predefined", "g2": "G2", "a2": "A2", "a3": "A3", "e2": "E2"}

@@ -28,8 +28,8 @@ import zipfile
 from typing import Self
 from urllib.parse import unquote
 
-from infra.deploy.endpoints import Endpoints
-from infra.localcloud.wire import ApiError, HttpService, RecordedRequest, Recorder
+from spotline.infra.deploy.endpoints import Endpoints
+from spotline.infra.localcloud.wire import ApiError, HttpService, RecordedRequest, Recorder
 from tests.cloud_double_project import ProjectApis
 from tests.cloud_double_rules import RulesApi
 from tests.cloud_double_scheduler import SchedulerApi

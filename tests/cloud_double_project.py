@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from infra.localcloud.wire import ApiError, RecordedRequest
+from spotline.infra.localcloud.wire import ApiError, RecordedRequest
 from tests.cloud_double_wire import JsonDict, PubsubSide, enum_value
 
 PROJECT_NUMBER = "123456789012"

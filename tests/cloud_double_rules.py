@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from infra.localcloud.wire import ApiError, RecordedRequest
+from spotline.infra.localcloud.wire import ApiError, RecordedRequest
 from tests.cloud_double_wire import JsonDict
 
 CREATED = "2026-11-23T00:00:00.000000Z"

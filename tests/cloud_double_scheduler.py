@@ -11,7 +11,7 @@ import base64
 import re
 from typing import Any
 
-from infra.localcloud.wire import ApiError, RecordedRequest
+from spotline.infra.localcloud.wire import ApiError, RecordedRequest
 from tests.cloud_double_wire import (
     JsonDict,
     PubsubSide,

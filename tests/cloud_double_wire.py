@@ -1,7 +1,7 @@
 """JSON field helpers for ``CloudDouble``, and the Pub/Sub its APIs see.
 
 The request handler, the recorded requests and Google's error body are the
-local cloud's (``infra.localcloud.wire``): one copy of the HTTP plumbing.
+local cloud's (``spotline.infra.localcloud.wire``): one copy of the HTTP plumbing.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 import requests
 
-from infra.localcloud.wire import JsonDict
+from spotline.infra.localcloud.wire import JsonDict
 
 # google.rpc.Code numbers, for errors inside a finished operation.
 RPC_CODES = {"INVALID_ARGUMENT": 3, "NOT_FOUND": 5, "ALREADY_EXISTS": 6}

@@ -19,13 +19,22 @@ from typing import Any
 import functions_framework
 import pytest
 
-from functions import deps
-from infra.localcloud.cloud import LocalCloud
-from infra.localcloud.launchers import RecordLauncher
-from infra.localstack.emulators import Emulator, emulators_available, start_firestore, start_pubsub
-from infra.localstack.stack import LocalStack, StackOptions
-from infra.localstack.storage import StorageEmulator, reload_fsspec_config, storage_emulator_missing
-from shared.topics import TOPICS
+from spotline.functions import deps
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.infra.localcloud.launchers import RecordLauncher
+from spotline.infra.localstack.emulators import (
+    Emulator,
+    emulators_available,
+    start_firestore,
+    start_pubsub,
+)
+from spotline.infra.localstack.stack import LocalStack, StackOptions
+from spotline.infra.localstack.storage import (
+    StorageEmulator,
+    reload_fsspec_config,
+    storage_emulator_missing,
+)
+from spotline.shared.topics import TOPICS
 from tests.event_tokens import token_for
 from tests.pubsub_events import post
 

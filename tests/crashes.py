@@ -12,10 +12,10 @@ from __future__ import annotations
 import builtins
 from collections.abc import Callable, Sequence
 
-from shared.adapters.memory_store import InMemoryStore
-from shared.domain.documents import EpochDoc, InstanceDoc, JobDoc, QueueEntry, UserDoc
-from shared.domain.vms import GangRequest, Quota, Vm, VmRequest
-from shared.ports.compute import Compute
+from spotline.shared.adapters.memory_store import InMemoryStore
+from spotline.shared.domain.documents import EpochDoc, InstanceDoc, JobDoc, QueueEntry, UserDoc
+from spotline.shared.domain.vms import GangRequest, Quota, Vm, VmRequest
+from spotline.shared.ports.compute import Compute
 
 
 class Crash(BaseException):

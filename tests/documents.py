@@ -6,11 +6,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from shared.domain.documents import InstanceDoc, JobDoc, QueueEntry, UserDoc
-from shared.domain.lifecycle import new_job
-from shared.domain.spec import JobSpec
-from shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
-from shared.domain.vms import Provisioning, Vm, VmState
+from spotline.shared.domain.documents import InstanceDoc, JobDoc, QueueEntry, UserDoc
+from spotline.shared.domain.lifecycle import new_job
+from spotline.shared.domain.spec import JobSpec
+from spotline.shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
+from spotline.shared.domain.vms import Provisioning, Vm, VmState
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 

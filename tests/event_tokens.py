@@ -10,8 +10,8 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from infra.localcloud.cloud import LocalCloud
-from shared.domain.vms import EVENT_TOKEN_METADATA_KEY, JOB_METADATA_KEY
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.shared.domain.vms import EVENT_TOKEN_METADATA_KEY, JOB_METADATA_KEY
 
 
 def _metadata_sent(body: Any) -> Iterator[dict[str, str]]:

@@ -16,11 +16,18 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import TypeVar
 
-from shared.domain.catalog import Machine
-from shared.domain.documents import EpochDoc, InstanceDoc, JobDoc, QueueEntry, Rejection, UserDoc
-from shared.domain.vms import GangRequest, Quota, Vm, VmRequest
-from shared.ports.compute import Compute
-from shared.ports.store import Store
+from spotline.shared.domain.catalog import Machine
+from spotline.shared.domain.documents import (
+    EpochDoc,
+    InstanceDoc,
+    JobDoc,
+    QueueEntry,
+    Rejection,
+    UserDoc,
+)
+from spotline.shared.domain.vms import GangRequest, Quota, Vm, VmRequest
+from spotline.shared.ports.compute import Compute
+from spotline.shared.ports.store import Store
 from tests.replay import Crash
 
 T = TypeVar("T")

@@ -15,12 +15,18 @@ from typing import Any
 import functions_framework
 import pytest
 
-from functions import deps
-from infra.localcloud.cloud import LocalCloud
-from shared.contract.events import EpochDone, Heartbeat, JobFinished, SpotPreempted, VmBooted
-from shared.domain.vms import EVENT_TOKEN_METADATA_KEY
-from shared.ports.store import Store
-from shared.settings import TOPICS
+from spotline.functions import deps
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.shared.contract.events import (
+    EpochDone,
+    Heartbeat,
+    JobFinished,
+    SpotPreempted,
+    VmBooted,
+)
+from spotline.shared.domain.vms import EVENT_TOKEN_METADATA_KEY
+from spotline.shared.ports.store import Store
+from spotline.shared.settings import TOPICS
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC: dict[str, Any] = {
@@ -147,7 +153,7 @@ def snapshot(store: Store) -> dict[str, Any]:
 
 
 def log_records(text: str) -> list[dict[str, Any]]:
-    """The structured log lines (``shared.logs``) in captured output."""
+    """The structured log lines (``spotline.shared.logs``) in captured output."""
     records = []
     for line in text.splitlines():
         if line.startswith("{"):
@@ -160,10 +166,10 @@ def log_records(text: str) -> list[dict[str, Any]]:
 
 def memory_world(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Generator[World]:
     """The world on the in-memory store, its VMs in the local cloud (records)."""
-    from infra.localcloud.launchers import RecordLauncher
-    from shared.adapters.memory_store import InMemoryStore
-    from shared.adapters.recording_bus import RecordingBus
-    from shared.settings import Settings
+    from spotline.infra.localcloud.launchers import RecordLauncher
+    from spotline.shared.adapters.memory_store import InMemoryStore
+    from spotline.shared.adapters.recording_bus import RecordingBus
+    from spotline.shared.settings import Settings
 
     with LocalCloud("hostile", RecordLauncher()) as cloud:
         settings = Settings(

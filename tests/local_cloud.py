@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from infra.localcloud.cloud import LocalCloud
-from infra.localcloud.launchers import RecordLauncher
-from shared.adapters.gce_compute import GceCompute
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.infra.localcloud.launchers import RecordLauncher
+from spotline.shared.adapters.gce_compute import GceCompute
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@ google-cloud-logging client (``_use_grpc=False``, ``api_endpoint``).
 
 It keeps entries as the API returns them, answers a filter by the job and
 attempt it names (``jsonPayload.job_id="J" AND jsonPayload.attempt=N``, the form
-``shared.domain.lifecycle.logs_query`` writes), narrowed by the instance ids
+``spotline.shared.domain.lifecycle.logs_query`` writes), narrowed by the instance ids
 (``resource.labels.instance_id="1"`` or ``=("1" OR "2")``), a node
 (``jsonPayload.node=K``) and a start (``timestamp>="..."``) when it names them,
 oldest first, and, like the API,
@@ -17,7 +17,7 @@ import re
 from datetime import datetime
 from typing import Any
 
-from infra.localcloud.wire import ApiError, JsonDict, RecordedRequest, Recorder
+from spotline.infra.localcloud.wire import ApiError, JsonDict, RecordedRequest, Recorder
 
 PAGE = 2
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from shared.settings import TOPICS
+from spotline.shared.settings import TOPICS
 
 
 def _message(

@@ -6,7 +6,7 @@ it), GceCompute on a local cloud whose VMs are records, a RecordingBus and a
 clock the simulation moves in steps of ``STEP_S``. Each step:
 
 1. users publish what their plan says (a submission, a cancel);
-2. each VM's agent (``AgentSim``) acts as ``vm_image.agent`` does, from the
+2. each VM's agent (``AgentSim``) acts as ``spotline.vm_image.agent`` does, from the
    assignment in the VM's metadata: boot, heartbeats with its phases, one
    epoch a step, the end; or its VM is preempted (the agent's notice, the log
    sink's entry, both, or nobody reports it and the reaper must notice);
@@ -33,24 +33,24 @@ from typing import Any, Self
 from cloudevents.http import CloudEvent
 from pydantic import BaseModel
 
-from functions import deps as process_deps
-from functions.deps import Deps
-from functions.handlers.cancel_job import cancel_job
-from functions.handlers.on_epoch_done import on_epoch_done
-from functions.handlers.on_job_finished import on_job_finished
-from functions.handlers.on_spot_preempted import on_spot_preempted
-from functions.handlers.on_vm_booted import on_vm_booted
-from functions.handlers.reaper import reaper
-from functions.handlers.reaper_page import reaper_page
-from functions.handlers.submit_job import submit_job
-from infra.localcloud.cloud import LocalCloud
-from infra.localcloud.launchers import RecordLauncher
-from infra.localcloud.quotas import DEFAULT_LIMITS
-from shared.adapters.gce_compute import GceCompute
-from shared.adapters.memory_store import InMemoryStore
-from shared.adapters.recording_bus import RecordingBus
-from shared.contract.assignment import Assignment
-from shared.contract.events import (
+from spotline.functions import deps as process_deps
+from spotline.functions.deps import Deps
+from spotline.functions.handlers.cancel_job import cancel_job
+from spotline.functions.handlers.on_epoch_done import on_epoch_done
+from spotline.functions.handlers.on_job_finished import on_job_finished
+from spotline.functions.handlers.on_spot_preempted import on_spot_preempted
+from spotline.functions.handlers.on_vm_booted import on_vm_booted
+from spotline.functions.handlers.reaper import reaper
+from spotline.functions.handlers.reaper_page import reaper_page
+from spotline.functions.handlers.submit_job import submit_job
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.infra.localcloud.launchers import RecordLauncher
+from spotline.infra.localcloud.quotas import DEFAULT_LIMITS
+from spotline.shared.adapters.gce_compute import GceCompute
+from spotline.shared.adapters.memory_store import InMemoryStore
+from spotline.shared.adapters.recording_bus import RecordingBus
+from spotline.shared.contract.assignment import Assignment
+from spotline.shared.contract.events import (
     PREEMPTED_METHOD,
     CancelRequest,
     EpochDone,
@@ -60,11 +60,11 @@ from shared.contract.events import (
     SpotPreempted,
     VmBooted,
 )
-from shared.domain.states import JobStatus, JobSubstatus
-from shared.domain.vms import EVENT_TOKEN_METADATA_KEY, JOB_METADATA_KEY, MANAGED_LABEL
-from shared.ports.compute import Compute
-from shared.ports.store import Store
-from shared.settings import TOPICS, Settings
+from spotline.shared.domain.states import JobStatus, JobSubstatus
+from spotline.shared.domain.vms import EVENT_TOKEN_METADATA_KEY, JOB_METADATA_KEY, MANAGED_LABEL
+from spotline.shared.ports.compute import Compute
+from spotline.shared.ports.store import Store
+from spotline.shared.settings import TOPICS, Settings
 
 PROJECT = "spotline-replay"
 ZONES = ("us-central1-a", "us-central1-b")
@@ -490,7 +490,7 @@ class World:
 
 
 class AgentSim:
-    """A VM's agent (``vm_image.agent.Agent``), one move per step, its events
+    """A VM's agent (``spotline.vm_image.agent.Agent``), one move per step, its events
     built from the VM's assignment as the agent builds them."""
 
     def __init__(

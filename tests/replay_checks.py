@@ -7,12 +7,12 @@ from collections import Counter
 from datetime import timedelta
 from typing import Any
 
-from shared.domain.documents import HistoryEntry, JobDoc
-from shared.domain.job_events import JobEvent
-from shared.domain.late_finish import SUPERSEDED, ended_after_loss
-from shared.domain.lifecycle import VM_PHASES
-from shared.domain.pricing import vm_cost
-from shared.domain.states import InstanceStatus, JobStatus
+from spotline.shared.domain.documents import HistoryEntry, JobDoc
+from spotline.shared.domain.job_events import JobEvent
+from spotline.shared.domain.late_finish import SUPERSEDED, ended_after_loss
+from spotline.shared.domain.lifecycle import VM_PHASES
+from spotline.shared.domain.pricing import vm_cost
+from spotline.shared.domain.states import InstanceStatus, JobStatus
 from tests.replay import T0, World
 
 

@@ -1,4 +1,4 @@
-"""What the deployment refuses at submission (shared.domain.admission): pure."""
+"""What the deployment refuses at submission (spotline.shared.domain.admission): pure."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from shared.domain.admission import in_region, refusals
-from shared.domain.catalog import load_catalog
-from shared.domain.spec import JobSpec
+from spotline.shared.domain.admission import in_region, refusals
+from spotline.shared.domain.catalog import load_catalog
+from spotline.shared.domain.spec import JobSpec
 
 BASE: dict[str, Any] = {"user": "alice", "machine_ids": ["g2-standard-4"], "trainer": "digits_mlp"}
 

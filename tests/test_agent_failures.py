@@ -1,7 +1,7 @@
 """The real VM agent on odd trainers and a failing Pub/Sub: it reports what
 happened and ends, never hangs and never dies silently.
 
-The agent runs as on a VM (``python -m vm_image.agent``) against its own
+The agent runs as on a VM (``python -m spotline.vm_image.agent``) against its own
 metadata server and the Pub/Sub emulator; pull subscriptions show what it sent.
 """
 
@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from infra.localcloud.metadata_server import Identity, MetadataServer
-from shared.contract.assignment import Assignment
-from shared.contract.events import JobFinished
-from shared.domain.spec import JobSpec
-from shared.domain.vms import JOB_METADATA_KEY
-from shared.settings import TOPICS
+from spotline.infra.localcloud.metadata_server import Identity, MetadataServer
+from spotline.shared.contract.assignment import Assignment
+from spotline.shared.contract.events import JobFinished
+from spotline.shared.domain.spec import JobSpec
+from spotline.shared.domain.vms import JOB_METADATA_KEY
+from spotline.shared.settings import TOPICS
 
 pytestmark = pytest.mark.emulators
 REPO = Path(__file__).resolve().parent.parent
@@ -160,7 +160,7 @@ def start_agent(project: str, tmp_path: Path) -> Iterator[Callable[..., RunningA
         servers.append(server)
         log = tmp_path / "agent.log"
         process = subprocess.Popen(
-            [sys.executable, "-m", "vm_image.agent"],
+            [sys.executable, "-m", "spotline.vm_image.agent"],
             cwd=REPO,
             env={
                 **os.environ,
@@ -255,7 +255,7 @@ def test_a_notice_after_a_trainer_exited_0_does_not_hide_that_it_completed() -> 
     """Found by the finish-vs-preempt work: the notice came after the trainer
     exited 0 but before the agent looked, and the agent sent SpotPreempted
     instead of JobFinished, so a completed job ran again."""
-    from vm_image.agent.agent import preempted_run
+    from spotline.vm_image.agent.agent import preempted_run
 
     assert not preempted_run(0, None, exited_at=10.0)  # no notice: it finished
     assert not preempted_run(0, 10.5, exited_at=10.0)  # notice after a clean exit: finished

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from infra.localcloud.metadata_server import access_token
+from spotline.infra.localcloud.metadata_server import access_token
 from tests.secret_manager_double import SecretManagerDouble
 from tests.test_agent_failures import Topics
 from tests.vm_agent import Vm, next_finished

@@ -15,11 +15,11 @@ from datetime import UTC, datetime
 import pytest
 from pydantic import BaseModel
 
-from shared.adapters.pubsub_bus import PubsubBus
-from shared.adapters.recording_bus import RecordingBus
-from shared.contract.events import ReaperTick
-from shared.ports.bus import Bus
-from shared.settings import TOPICS
+from spotline.shared.adapters.pubsub_bus import PubsubBus
+from spotline.shared.adapters.recording_bus import RecordingBus
+from spotline.shared.contract.events import ReaperTick
+from spotline.shared.ports.bus import Bus
+from spotline.shared.settings import TOPICS
 
 Received = set[tuple[bytes, tuple[tuple[str, str], ...]]]
 

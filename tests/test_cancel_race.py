@@ -21,23 +21,23 @@ from typing import Any
 
 import pytest
 
-from functions.deps import Deps
-from functions.ops.jobs import admit, cancel, start
-from functions.ops.sweep import sweep
-from infra.localcloud.cloud import LocalCloud
-from infra.localcloud.launchers import RecordLauncher
-from infra.localcloud.outage import Outage
-from shared.adapters.firestore_store import FirestoreStore
-from shared.adapters.gce_compute import GceCompute
-from shared.adapters.recording_bus import RecordingBus
-from shared.contract.events import CancelRequest, ReaperTick
-from shared.domain.catalog import load_catalog
-from shared.domain.documents import InstanceDoc, JobDoc
-from shared.domain.errors import TransientError
-from shared.domain.pricing import vm_cost
-from shared.domain.spec import JobSpec
-from shared.domain.states import InstanceStatus, JobStatus
-from shared.settings import Settings
+from spotline.functions.deps import Deps
+from spotline.functions.ops.jobs import admit, cancel, start
+from spotline.functions.ops.sweep import sweep
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.infra.localcloud.launchers import RecordLauncher
+from spotline.infra.localcloud.outage import Outage
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.adapters.gce_compute import GceCompute
+from spotline.shared.adapters.recording_bus import RecordingBus
+from spotline.shared.contract.events import CancelRequest, ReaperTick
+from spotline.shared.domain.catalog import load_catalog
+from spotline.shared.domain.documents import InstanceDoc, JobDoc
+from spotline.shared.domain.errors import TransientError
+from spotline.shared.domain.pricing import vm_cost
+from spotline.shared.domain.spec import JobSpec
+from spotline.shared.domain.states import InstanceStatus, JobStatus
+from spotline.shared.settings import Settings
 from tests.conftest import SPEC
 from tests.replay import Crash
 

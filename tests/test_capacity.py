@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from shared.domain.capacity import capacity, demand
-from shared.domain.catalog import load_catalog
-from shared.domain.vms import Provisioning, Quota
+from spotline.shared.domain.capacity import capacity, demand
+from spotline.shared.domain.catalog import load_catalog
+from spotline.shared.domain.vms import Provisioning, Quota
 
 SPOT, STANDARD = Provisioning.SPOT, Provisioning.STANDARD
 CATALOG = load_catalog()

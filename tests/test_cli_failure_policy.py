@@ -4,8 +4,8 @@ JSON are built from the job document."""
 
 from __future__ import annotations
 
-from infra.cli.job_detail import detail_text
-from infra.cli.job_fields import summary
+from spotline.infra.cli.job_detail import detail_text
+from spotline.infra.cli.job_fields import summary
 from tests.documents import T0, job
 
 POLICY = {"max_restarts_on_errors": 2, "restart_on_exit_codes": [134], "max_preemptions": 5}

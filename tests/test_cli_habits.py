@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from infra.cli.commands import main as cli
-from shared.adapters.firestore_store import FirestoreStore
-from shared.domain.states import JobStatus, JobSubstatus
+from spotline.infra.cli.commands import main as cli
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.domain.states import JobStatus, JobSubstatus
 from tests.documents import job
 
 
@@ -34,7 +34,7 @@ def test_preempt_help_says_what_the_notice_is_and_its_default(
 def test_a_reader_that_goes_away_ends_the_output_quietly() -> None:
     """`spotline schema | head`: the pipe is closed before the CLI writes."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "infra.cli.commands", "schema"],
+        [sys.executable, "-m", "spotline.infra.cli.commands", "schema"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )

@@ -10,8 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from infra.cli.parser import build
-from shared.domain.spec import JobSpec, parse_spec
+from spotline.infra.cli.parser import build
+from spotline.shared.domain.spec import JobSpec, parse_spec
 
 
 def commands() -> dict[str, argparse.ArgumentParser]:
@@ -48,13 +48,13 @@ def test_the_shell_completes_commands_and_options(tmp_path: Path) -> None:
         "_ARGCOMPLETE_STDOUT_FILENAME": str(out),
     }
     subprocess.run(
-        [sys.executable, "-m", "infra.cli.commands"], env=env, check=False, timeout=60,
+        [sys.executable, "-m", "spotline.infra.cli.commands"], env=env, check=False, timeout=60,
         capture_output=True,
     )  # fmt: skip
     assert out.read_text().split() == ["status"]
     env.update(COMP_LINE="spotline status --li", COMP_POINT="20")
     subprocess.run(
-        [sys.executable, "-m", "infra.cli.commands"], env=env, check=False, timeout=60,
+        [sys.executable, "-m", "spotline.infra.cli.commands"], env=env, check=False, timeout=60,
         capture_output=True,
     )  # fmt: skip
     assert out.read_text().split() == ["--limit"]

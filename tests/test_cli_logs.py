@@ -15,14 +15,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from infra.cli.commands import main as cli
-from infra.cli.log_sources import CloudSource
-from infra.cli.logs import follow
-from infra.localcloud.wire import HttpService
-from shared.adapters.firestore_store import FirestoreStore
-from shared.domain.documents import AttemptRecord
-from shared.domain.lifecycle import logs_query
-from shared.domain.states import JobStatus, JobSubstatus
+from spotline.infra.cli.commands import main as cli
+from spotline.infra.cli.log_sources import CloudSource
+from spotline.infra.cli.logs import follow
+from spotline.infra.localcloud.wire import HttpService
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.domain.documents import AttemptRecord
+from spotline.shared.domain.lifecycle import logs_query
+from spotline.shared.domain.states import JobStatus, JobSubstatus
 from tests.documents import job
 from tests.logging_double import LoggingDouble, an_entry
 

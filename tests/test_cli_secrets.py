@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from infra.cli.commands import main
-from infra.cli.report import job_detail
-from shared.domain.lifecycle import new_job
-from shared.domain.spec import JobSpec
+from spotline.infra.cli.commands import main
+from spotline.infra.cli.report import job_detail
+from spotline.shared.domain.lifecycle import new_job
+from spotline.shared.domain.spec import JobSpec
 
 VALUE = "hf_s3cr3tVALUEnobodyMayRead"
 SPEC = {"user": "ada", "machine_ids": ["g2-standard-4"], "trainer": "digits_mlp"}

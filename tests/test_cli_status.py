@@ -16,15 +16,21 @@ import pytest
 from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
 from rich.console import Console
 
-from functions import deps
-from infra.cli.commands import main as cli
-from infra.cli.jobs_table import fitted, jobs_table
-from infra.localcloud.wire import HttpService
-from shared.adapters.firestore_store import FirestoreStore
-from shared.domain.documents import AttemptRecord, EpochDoc, HistoryEntry, JobDoc, Rejection
-from shared.domain.lifecycle import logs_query
-from shared.domain.recording import Record
-from shared.domain.states import JobStatus, JobSubstatus
+from spotline.functions import deps
+from spotline.infra.cli.commands import main as cli
+from spotline.infra.cli.jobs_table import fitted, jobs_table
+from spotline.infra.localcloud.wire import HttpService
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.domain.documents import (
+    AttemptRecord,
+    EpochDoc,
+    HistoryEntry,
+    JobDoc,
+    Rejection,
+)
+from spotline.shared.domain.lifecycle import logs_query
+from spotline.shared.domain.recording import Record
+from spotline.shared.domain.states import JobStatus, JobSubstatus
 from tests.documents import job
 from tests.logging_double import LoggingDouble, an_entry
 

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from shared.contract.cluster import cluster_env, master_port
+from spotline.shared.contract.cluster import cluster_env, master_port
 
 HOSTS = ["sl-j-a1-n0", "sl-j-a1-n1", "sl-j-a1-n2"]
 

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from benchmarks.coldstart_events import World, create_topics, event_for, webhook_receiver
-from functions.deps import Deps
-from infra.localcloud.cloud import LocalCloud
-from infra.topology import FUNCTIONS
-from shared.settings import Settings
+from spotline.functions.deps import Deps
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.infra.topology import FUNCTIONS
+from spotline.shared.settings import Settings
 
 pytestmark = pytest.mark.emulators
 

@@ -10,17 +10,17 @@ from typing import Any
 
 import pytest
 
-from functions import deps
-from functions.ops.reuse import claim_cooling
-from functions.ops.teardown import charge_cooling, end_cooling
-from infra.localcloud.cloud import LocalCloud
-from shared.adapters.firestore_store import FirestoreStore
-from shared.contract.events import Heartbeat, JobFinished, ReaperTick
-from shared.domain.cooling import charge
-from shared.domain.documents import JobDoc
-from shared.domain.lifecycle import new_job
-from shared.domain.spec import JobSpec
-from shared.domain.states import InstanceStatus, JobSubstatus
+from spotline.functions import deps
+from spotline.functions.ops.reuse import claim_cooling
+from spotline.functions.ops.teardown import charge_cooling, end_cooling
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.contract.events import Heartbeat, JobFinished, ReaperTick
+from spotline.shared.domain.cooling import charge
+from spotline.shared.domain.documents import JobDoc
+from spotline.shared.domain.lifecycle import new_job
+from spotline.shared.domain.spec import JobSpec
+from spotline.shared.domain.states import InstanceStatus, JobSubstatus
 from tests.conftest import SPEC, vm_event
 
 pytestmark = pytest.mark.emulators
@@ -137,7 +137,7 @@ def test_ending_a_cooling_vm_while_a_job_claims_it_has_one_winner(
 def test_a_sweep_that_listed_the_vm_running_leaves_it_cooling(
     call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
-    from functions.ops.sweep_pages import reap_vms  # the sweep's stage, on a stale listing
+    from spotline.functions.ops.sweep_pages import reap_vms  # the sweep's stage, on a stale listing
 
     call("submit_job", "submit", COOL, message_id="s1")
     call("on_epoch_done", "epoch_done", vm_event(Heartbeat, phase="TRAINING"), message_id="h1")

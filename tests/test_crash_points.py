@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from shared.domain.states import InstanceStatus
+from spotline.shared.domain.states import InstanceStatus
 from tests.faults import Fault, FaultyCompute, FaultyStore
 from tests.replay import Crash, Plan, Published, World
 from tests.replay_checks import problems
@@ -99,7 +99,7 @@ TARGETS = [
 # at: stuck for ever, its cost still accruing. recovery now writes the loss first.
 # Issue 10: the preemption's report comes before the JobFinished(exit 0) of the
 # same attempt: the report starts attempt 2, the late finish completes the job
-# on attempt 1 and lets attempt 2's VM go (``shared.domain.late_finish``).
+# on attempt 1 and lets attempt 2's VM go (``spotline.shared.domain.late_finish``).
 LATE_FINISH = [
     Target("on_job_finished/late", plan(lost_at_finish="log-sink"), first("job_finished")),
     Target("on_job_finished/late-after-agent", plan(lost_at_finish="agent"), first("job_finished")),
@@ -218,7 +218,7 @@ def test_a_crash_at_any_call_converges_after_redelivery_and_two_sweeps(
 def test_the_faulty_store_wraps_every_call_of_the_port() -> None:
     """A call it lacks fails every time in a crash run (a new listing once hung
     this file: each tick raised, and was delivered again and again)."""
-    from shared.ports.store import Store
+    from spotline.shared.ports.store import Store
     from tests.faults import FaultyStore
 
     port = {name for name in vars(Store) if not name.startswith("_")}

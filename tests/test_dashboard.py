@@ -13,20 +13,20 @@ from datetime import UTC, datetime
 import pytest
 from flask.testing import FlaskClient
 
-from infra.cli.commands import main as cli
-from infra.dashboard.app import create_app
-from infra.dashboard.epochs_svg import epochs_svg
-from infra.dashboard.events import Hub
-from shared.adapters.firestore_store import FirestoreStore
-from shared.contract.events import JobFinished
-from shared.domain.documents import EpochDoc, JobDoc
-from shared.domain.late_finish import job_finished
-from shared.domain.lifecycle import new_job, vm_lost, vm_recorded
-from shared.domain.recording import record_for
-from shared.domain.spec import JobSpec
-from shared.domain.states import JobSubstatus as S
-from shared.domain.transitions import fail_job, move_job
-from shared.domain.unrecorded_vms import MadeVm, charge_unrecorded
+from spotline.infra.cli.commands import main as cli
+from spotline.infra.dashboard.app import create_app
+from spotline.infra.dashboard.epochs_svg import epochs_svg
+from spotline.infra.dashboard.events import Hub
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.contract.events import JobFinished
+from spotline.shared.domain.documents import EpochDoc, JobDoc
+from spotline.shared.domain.late_finish import job_finished
+from spotline.shared.domain.lifecycle import new_job, vm_lost, vm_recorded
+from spotline.shared.domain.recording import record_for
+from spotline.shared.domain.spec import JobSpec
+from spotline.shared.domain.states import JobSubstatus as S
+from spotline.shared.domain.transitions import fail_job, move_job
+from spotline.shared.domain.unrecorded_vms import MadeVm, charge_unrecorded
 from tests.documents import at, instance
 
 SPEC = {"user": "alice", "machine_ids": ["g2-standard-4"], "trainer": "digits_mlp", "epochs": 4}

@@ -21,13 +21,13 @@ from typing import Any
 
 import pytest
 
-from infra.dashboard.server import DashboardServer
-from shared.adapters.firestore_store import FirestoreStore
-from shared.domain.documents import EpochDoc, JobDoc
-from shared.domain.lifecycle import new_job
-from shared.domain.spec import JobSpec
-from shared.domain.states import JobSubstatus as S
-from shared.domain.transitions import move_job
+from spotline.infra.dashboard.server import DashboardServer
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.domain.documents import EpochDoc, JobDoc
+from spotline.shared.domain.lifecycle import new_job
+from spotline.shared.domain.spec import JobSpec
+from spotline.shared.domain.states import JobSubstatus as S
+from spotline.shared.domain.transitions import move_job
 from tests.documents import instance
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / ".artifacts"

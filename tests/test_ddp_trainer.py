@@ -15,7 +15,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from shared.contract.cluster import master_port
+from spotline.shared.contract.cluster import master_port
 
 
 def start_ranks(tmp_path: Path, run: str, **env: str) -> list[subprocess.Popen[str]]:
@@ -38,7 +38,7 @@ def start_ranks(tmp_path: Path, run: str, **env: str) -> list[subprocess.Popen[s
             **env,
         }
         procs.append(subprocess.Popen(
-            [sys.executable, "-m", "vm_image.trainers.digits_mlp"], env=rank_env,
+            [sys.executable, "-m", "spotline.vm_image.trainers.digits_mlp"], env=rank_env,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         ))  # fmt: skip
     return procs

@@ -3,7 +3,7 @@ too late (the work done, the caller timed out), for a while.
 
 The real handlers and reaper run as in the replay (``tests.replay``: the
 in-memory store, GceCompute on the local cloud, a stepped clock), while the
-local cloud suffers an ``Outage`` (``infra.localcloud.outage``) for a window of
+local cloud suffers an ``Outage`` (``spotline.infra.localcloud.outage``) for a window of
 steps. A delivery that raises is redelivered, as Pub/Sub does, until it has
 failed ``MAX_DELIVERIES`` times and is dead-lettered: what it left undone is
 then the reaper's. After the window every job must end as planned, each
@@ -24,14 +24,14 @@ from collections import Counter
 
 import pytest
 
-from infra.localcloud.chaos_client import ChaosClient
-from infra.localcloud.cloud import LocalCloud
-from infra.localcloud.outage import Outage
-from shared.adapters.gce_compute import GceCompute
-from shared.domain.errors import TransientError
-from shared.domain.placement import vm_name
-from shared.domain.states import JobStatus
-from shared.domain.vms import VmState
+from spotline.infra.localcloud.chaos_client import ChaosClient
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.infra.localcloud.outage import Outage
+from spotline.shared.adapters.gce_compute import GceCompute
+from spotline.shared.domain.errors import TransientError
+from spotline.shared.domain.placement import vm_name
+from spotline.shared.domain.states import JobStatus
+from spotline.shared.domain.vms import VmState
 from tests.replay import PROJECT, TICK_EVERY, Delivery, Plan, Published, World, draw_plans
 from tests.replay_checks import problems
 from tests.test_gce_compute import ZONE, vm_request
@@ -41,7 +41,7 @@ SEEDS = [int(s) for s in os.environ.get("SPOTLINE_DEPS_SEEDS", "1").split(",")]
 # The share of Compute's answers that fail, and for how many steps (of 10 s).
 SHARE = float(os.environ.get("SPOTLINE_DEPS_SHARE", "0.5"))
 STEPS = range(1, 1 + int(os.environ.get("SPOTLINE_DEPS_STEPS", "12")))
-# Pub/Sub's max_delivery_attempts (infra.topology): then the dead-letter topic.
+# Pub/Sub's max_delivery_attempts (spotline.infra.topology): then the dead-letter topic.
 MAX_DELIVERIES = 10
 # The handlers' HTTP timeout here, and how late a slow answer comes.
 REQUEST_TIMEOUT_S = 0.5

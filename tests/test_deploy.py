@@ -14,17 +14,17 @@ import pytest
 from google.cloud import firestore
 from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
 
-from infra.cli.commands import main
-from infra.deploy import iam
-from infra.deploy.bootstrap import SERVICES
-from infra.deploy.deployer import Deployer, Endpoints
-from infra.deploy.plan import DeployConfig
-from infra.deploy.source import build_archive
-from infra.localstack.emulators import Emulator
-from infra.topology import FUNCTIONS
-from shared.domain.catalog import load_catalog
-from shared.settings import TOPICS, Settings
-from shared.settings_file import config_path
+from spotline.infra.cli.commands import main
+from spotline.infra.deploy import iam
+from spotline.infra.deploy.bootstrap import SERVICES
+from spotline.infra.deploy.deployer import Deployer, Endpoints
+from spotline.infra.deploy.plan import DeployConfig
+from spotline.infra.deploy.source import build_archive
+from spotline.infra.localstack.emulators import Emulator
+from spotline.infra.topology import FUNCTIONS
+from spotline.shared.domain.catalog import load_catalog
+from spotline.shared.settings import TOPICS, Settings
+from spotline.shared.settings_file import config_path
 from tests.cloud_double import CloudDouble
 
 pytestmark = pytest.mark.emulators

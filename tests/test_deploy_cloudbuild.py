@@ -10,7 +10,7 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from infra.cli.commands import _parser as build_parser
+from spotline.infra.cli.commands import _parser as build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 STEP = re.compile(r"^  - id: (?P<id>\S+)\n(?P<body>(?:    .*\n|\n)*)", re.MULTILINE)

@@ -12,13 +12,13 @@ import pytest
 from google.cloud import firestore
 from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
 
-from infra.cli.commands import main
-from infra.deploy import iam
-from infra.deploy.deployer import Deployer
-from infra.deploy.destroy import Destroyer, JobsRunning
-from infra.deploy.plan import DeployConfig
-from infra.localstack.emulators import Emulator
-from shared.settings import Settings
+from spotline.infra.cli.commands import main
+from spotline.infra.deploy import iam
+from spotline.infra.deploy.deployer import Deployer
+from spotline.infra.deploy.destroy import Destroyer, JobsRunning
+from spotline.infra.deploy.plan import DeployConfig
+from spotline.infra.localstack.emulators import Emulator
+from spotline.shared.settings import Settings
 from tests.cloud_double import CloudDouble
 from tests.cloud_double_project import OWNER
 

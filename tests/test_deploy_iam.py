@@ -1,4 +1,4 @@
-"""Least privilege, as declared (``infra.deploy.iam``) and as granted on the wire:
+"""Least privilege, as declared (``spotline.infra.deploy.iam``) and as granted on the wire:
 no role broader than spotline's short list appears anywhere."""
 
 from __future__ import annotations
@@ -9,21 +9,21 @@ from pathlib import Path
 import pytest
 from google.api_core.exceptions import BadRequest
 
-from functions.deps import Deps
-from functions.ops.jobs import cancel
-from functions.ops.sweep import tick
-from infra.deploy import iam
-from infra.deploy.bootstrap import ProjectSetup
-from infra.deploy.deployer import Deployer
-from infra.deploy.plan import DeployConfig
-from infra.localcloud.cloud import LocalCloud
-from infra.localcloud.wire import ApiError
-from infra.localstack.emulators import Emulator
-from shared.adapters.gce_requests import VM_SCOPES
-from shared.adapters.memory_store import InMemoryStore
-from shared.adapters.recording_bus import RecordingBus
-from shared.domain.states import JobSubstatus
-from shared.settings import Settings
+from spotline.functions.deps import Deps
+from spotline.functions.ops.jobs import cancel
+from spotline.functions.ops.sweep import tick
+from spotline.infra.deploy import iam
+from spotline.infra.deploy.bootstrap import ProjectSetup
+from spotline.infra.deploy.deployer import Deployer
+from spotline.infra.deploy.plan import DeployConfig
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.infra.localcloud.wire import ApiError
+from spotline.infra.localstack.emulators import Emulator
+from spotline.shared.adapters.gce_requests import VM_SCOPES
+from spotline.shared.adapters.memory_store import InMemoryStore
+from spotline.shared.adapters.recording_bus import RecordingBus
+from spotline.shared.domain.states import JobSubstatus
+from spotline.shared.settings import Settings
 from tests.cloud_double import CloudDouble
 from tests.documents import T0, job
 from tests.local_cloud import client

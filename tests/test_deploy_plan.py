@@ -12,10 +12,10 @@ from datetime import timedelta
 from google.cloud import functions_v2, scheduler_v1
 
 import main
-from infra.deploy import plan
-from infra.deploy.source import build_archive
-from infra.topology import FUNCTIONS, Function
-from shared.settings import Settings
+from spotline.infra.deploy import plan
+from spotline.infra.deploy.source import build_archive
+from spotline.infra.topology import FUNCTIONS, Function
+from spotline.shared.settings import Settings
 
 SETTINGS = Settings(
     project="acme-ml",
@@ -209,9 +209,14 @@ def test_the_source_archive_holds_what_the_functions_import_and_nothing_else() -
     archive = build_archive()
 
     names = set(zipfile.ZipFile(io.BytesIO(archive.data)).namelist())
-    assert {"main.py", "requirements.txt", "shared/data/machines.json"} <= names
-    assert "functions/handlers/submit_job.py" in names and "shared/adapters/gce_compute.py" in names
-    assert not any(n.startswith(("tests/", "infra/", "vm_image/", ".venv/")) for n in names)
+    assert {"main.py", "requirements.txt", "spotline/shared/data/machines.json"} <= names
+    assert "spotline/__init__.py" in names
+    assert "spotline/functions/handlers/submit_job.py" in names
+    assert "spotline/shared/adapters/gce_compute.py" in names
+    assert all(n in ("main.py", "requirements.txt") or n.startswith("spotline/") for n in names)
+    assert not any(
+        n.startswith(("spotline/infra/", "spotline/vm_image/", "spotline/tests/")) for n in names
+    )
     assert not any("__pycache__" in n or n.endswith(".pyc") for n in names)
     # Reproducible: the digest says whether a function runs this source.
     assert build_archive().digest == archive.digest

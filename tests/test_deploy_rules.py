@@ -13,13 +13,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from infra.cli.commands import main
-from infra.deploy.bootstrap import SERVICES
-from infra.deploy.deployer import Deployer
-from infra.deploy.destroy import Destroyer
-from infra.deploy.rules import RULES_FILE
-from infra.localcloud.wire import RecordedRequest
-from infra.localstack.emulators import Emulator
+from spotline.infra.cli.commands import main
+from spotline.infra.deploy.bootstrap import SERVICES
+from spotline.infra.deploy.deployer import Deployer
+from spotline.infra.deploy.destroy import Destroyer
+from spotline.infra.deploy.rules import RULES_FILE
+from spotline.infra.localcloud.wire import RecordedRequest
+from spotline.infra.localstack.emulators import Emulator
 from tests.cloud_double import CloudDouble
 from tests.test_deploy import REGION, cli_args, deploy_config, point_at
 

@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
 
-from infra.deploy import iam
-from infra.deploy.deployer import Deployer
-from infra.deploy.destroy import Destroyer
-from infra.deploy.plan import DeployConfig, problems
-from infra.localstack.emulators import Emulator
-from infra.topology import FUNCTIONS
+from spotline.infra.deploy import iam
+from spotline.infra.deploy.deployer import Deployer
+from spotline.infra.deploy.destroy import Destroyer
+from spotline.infra.deploy.plan import DeployConfig, problems
+from spotline.infra.localstack.emulators import Emulator
+from spotline.infra.topology import FUNCTIONS
 from tests.cloud_double import CloudDouble
 from tests.test_deploy import deploy_config
 
@@ -115,7 +115,7 @@ def test_deploy_reads_user_principal_pairs_and_names_a_bad_one(
 ) -> None:
     import argparse
 
-    from infra.deploy.command import add_arguments, cli_config, config_from
+    from spotline.infra.deploy.command import add_arguments, cli_config, config_from
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)

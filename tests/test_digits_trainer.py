@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from vm_image.trainers.torch_checkpoint import (
+from spotline.vm_image.trainers.torch_checkpoint import (
     PreemptionFlag,
     checkpoint_name,
     latest_checkpoint,
@@ -87,7 +87,7 @@ def start_trainer(workdir: Path, epochs: int, **settings: str) -> TrainerRun:
         **settings,
     }
     process = subprocess.Popen(
-        [sys.executable, "-m", "vm_image.trainers.digits_mlp"],
+        [sys.executable, "-m", "spotline.vm_image.trainers.digits_mlp"],
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,

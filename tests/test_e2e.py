@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from infra.cli.commands import main as cli
-from infra.cli.demo import wait_for_job
-from infra.localstack.stack import LocalStack
-from shared.adapters.firestore_store import FirestoreStore
-from shared.adapters.pubsub_bus import PubsubBus
-from shared.domain.lifecycle import job_id_for
-from shared.domain.spec import parse_spec
-from shared.domain.states import JobStatus
+from spotline.infra.cli.commands import main as cli
+from spotline.infra.cli.demo import wait_for_job
+from spotline.infra.localstack.stack import LocalStack
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.adapters.pubsub_bus import PubsubBus
+from spotline.shared.domain.lifecycle import job_id_for
+from spotline.shared.domain.spec import parse_spec
+from spotline.shared.domain.states import JobStatus
 from tests.test_e2e_recovery import epochs_of
 
 pytestmark = [pytest.mark.emulators, pytest.mark.e2e]

@@ -16,15 +16,15 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from infra.cli.commands import main as cli
-from infra.cli.demo import wait_for_job
-from infra.cli.log_sources import LocalSource
-from infra.cli.logs import follow
-from infra.localstack.stack import LocalStack
-from shared.adapters.firestore_store import FirestoreStore
-from shared.domain.states import JobStatus
+from spotline.infra.cli.commands import main as cli
+from spotline.infra.cli.demo import wait_for_job
+from spotline.infra.cli.log_sources import LocalSource
+from spotline.infra.cli.logs import follow
+from spotline.infra.localstack.stack import LocalStack
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.domain.states import JobStatus
+from spotline.vm_image.agent.transfers import upload_folder
 from tests.test_e2e_recovery import epochs_of, preempt_once, submit, wait_no_vms
-from vm_image.agent.transfers import upload_folder
 
 pytestmark = [pytest.mark.emulators, pytest.mark.e2e]
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "command_job"

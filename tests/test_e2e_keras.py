@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from infra.cli.demo import wait_for_job
-from infra.localstack.stack import LocalStack
-from shared.adapters.firestore_store import FirestoreStore
-from shared.domain.documents import JobDoc
-from shared.domain.states import JobStatus
+from spotline.infra.cli.demo import wait_for_job
+from spotline.infra.localstack.stack import LocalStack
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.domain.documents import JobDoc
+from spotline.shared.domain.states import JobStatus
 from tests.test_e2e_recovery import epochs_of, once, submit, wait_no_vms
 
 try:

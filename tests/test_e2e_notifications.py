@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 from google.pubsub_v1 import SubscriberClient
 
-from infra.cli.demo import wait_for_job
-from infra.localcloud.chaos_client import ChaosClient
-from infra.localstack.stack import LocalStack
-from shared.adapters.firestore_store import FirestoreStore
-from shared.domain.job_events import JobEvent
-from shared.domain.states import JobStatus
-from shared.topics import TOPICS
+from spotline.infra.cli.demo import wait_for_job
+from spotline.infra.localcloud.chaos_client import ChaosClient
+from spotline.infra.localstack.stack import LocalStack
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.domain.job_events import JobEvent
+from spotline.shared.domain.states import JobStatus
+from spotline.shared.topics import TOPICS
 from tests.test_e2e_recovery import once, submit
 from tests.test_webhook import Receiver
 

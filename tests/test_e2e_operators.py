@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from infra.cli.demo import wait_for_job
-from infra.localstack.stack import LocalStack
-from shared.adapters.firestore_store import FirestoreStore
-from shared.domain.documents import JobDoc
-from shared.domain.states import JobStatus
+from spotline.infra.cli.demo import wait_for_job
+from spotline.infra.localstack.stack import LocalStack
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.domain.documents import JobDoc
+from spotline.shared.domain.states import JobStatus
+from spotline.vm_image.agent.transfers import upload_folder
 from tests.framework_required import require_framework
 from tests.test_e2e_recovery import submit, wait_no_vms
-from vm_image.agent.transfers import upload_folder
 
 pytestmark = [pytest.mark.emulators, pytest.mark.e2e]
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "operators"

@@ -15,17 +15,17 @@ from typing import Any
 import pytest
 from fsspec.core import url_to_fs
 
-from infra.cli.commands import main as cli
-from infra.cli.demo import wait_for_job
-from infra.localcloud.chaos_client import ChaosClient
-from infra.localstack.stack import LocalStack
-from infra.localstack.storage import BUCKET
-from shared.adapters.firestore_store import FirestoreStore
-from shared.adapters.pubsub_bus import PubsubBus
-from shared.domain.documents import JobDoc
-from shared.domain.lifecycle import job_id_for
-from shared.domain.spec import parse_spec
-from shared.domain.states import JobStatus
+from spotline.infra.cli.commands import main as cli
+from spotline.infra.cli.demo import wait_for_job
+from spotline.infra.localcloud.chaos_client import ChaosClient
+from spotline.infra.localstack.stack import LocalStack
+from spotline.infra.localstack.storage import BUCKET
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.adapters.pubsub_bus import PubsubBus
+from spotline.shared.domain.documents import JobDoc
+from spotline.shared.domain.lifecycle import job_id_for
+from spotline.shared.domain.spec import parse_spec
+from spotline.shared.domain.states import JobStatus
 
 pytestmark = [pytest.mark.emulators, pytest.mark.e2e]
 HYPER = {"lr": 0.01, "hidden": 64}
@@ -109,7 +109,7 @@ def uninterrupted_final_metrics(tmp_path: Path, epochs: int, seed: int) -> dict[
         "SPOTLINE_HYPERPARAMETERS": json.dumps(HYPER),
     }
     subprocess.run(
-        [sys.executable, "-m", "vm_image.trainers.digits_mlp"],
+        [sys.executable, "-m", "spotline.vm_image.trainers.digits_mlp"],
         env=env,
         check=True,
         capture_output=True,

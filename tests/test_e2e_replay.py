@@ -11,13 +11,13 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from infra.cli.commands import main as cli
-from infra.cli.demo import wait_for_job
-from infra.cli.recording import copy_folder
-from infra.localstack.stack import LocalStack
-from shared.adapters.firestore_store import FirestoreStore
-from shared.domain.documents import JobDoc
-from shared.domain.states import JobStatus
+from spotline.infra.cli.commands import main as cli
+from spotline.infra.cli.demo import wait_for_job
+from spotline.infra.cli.recording import copy_folder
+from spotline.infra.localstack.stack import LocalStack
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.domain.documents import JobDoc
+from spotline.shared.domain.states import JobStatus
 from tests.test_e2e_recovery import once
 
 pytestmark = [pytest.mark.emulators, pytest.mark.e2e]

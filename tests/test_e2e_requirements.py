@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from infra.cli.demo import wait_for_job
-from infra.cli.recording import copy_folder
-from infra.localstack.stack import LocalStack
-from shared.adapters.firestore_store import FirestoreStore
-from shared.domain.states import JobStatus
+from spotline.infra.cli.demo import wait_for_job
+from spotline.infra.cli.recording import copy_folder
+from spotline.infra.localstack.stack import LocalStack
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.domain.states import JobStatus
 from tests.test_e2e_recovery import submit
 from tests.test_job_env import tiny_wheel
 

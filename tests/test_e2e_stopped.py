@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from infra.cli.demo import wait_for_job
-from infra.localstack.stack import LocalStack
-from shared.adapters.firestore_store import FirestoreStore
-from shared.domain.states import JobStatus
+from spotline.infra.cli.demo import wait_for_job
+from spotline.infra.localstack.stack import LocalStack
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.domain.states import JobStatus
 from tests.test_e2e_cooling import first_epoch_s
 from tests.test_e2e_recovery import submit
 

@@ -13,13 +13,13 @@ from typing import TypeVar
 
 import pytest
 
-from infra.cli.commands import main as cli
-from infra.localstack.stack import LocalStack, StackOptions
-from shared.adapters.firestore_store import FirestoreStore
-from shared.adapters.pubsub_bus import PubsubBus
-from shared.contract.events import CancelRequest
-from shared.domain.states import JobStatus
-from shared.topics import topics_for
+from spotline.infra.cli.commands import main as cli
+from spotline.infra.localstack.stack import LocalStack, StackOptions
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.adapters.pubsub_bus import PubsubBus
+from spotline.shared.contract.events import CancelRequest
+from spotline.shared.domain.states import JobStatus
+from spotline.shared.topics import topics_for
 from tests.test_e2e_recovery import vms_of
 
 pytestmark = [pytest.mark.emulators, pytest.mark.e2e]

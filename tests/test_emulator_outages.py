@@ -30,21 +30,21 @@ from typing import Any
 import pytest
 from google.api_core.exceptions import GoogleAPIError
 
-from functions import deps as process_deps
-from functions.deps import Deps
-from functions.handlers.on_vm_booted import on_vm_booted
-from functions.handlers.submit_job import submit_job
-from infra.localcloud.cloud import LocalCloud
-from infra.localcloud.launchers import RecordLauncher
-from infra.localcloud.quotas import DEFAULT_LIMITS
-from infra.localstack.emulators import Emulator, export_firestore, start_firestore
-from shared.adapters.firestore_store import FirestoreStore
-from shared.adapters.gce_compute import GceCompute
-from shared.adapters.pubsub_bus import PubsubBus
-from shared.adapters.recording_bus import RecordingBus
-from shared.contract.events import JobFinished, VmBooted
-from shared.domain.states import JobSubstatus
-from shared.settings import Settings
+from spotline.functions import deps as process_deps
+from spotline.functions.deps import Deps
+from spotline.functions.handlers.on_vm_booted import on_vm_booted
+from spotline.functions.handlers.submit_job import submit_job
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.infra.localcloud.launchers import RecordLauncher
+from spotline.infra.localcloud.quotas import DEFAULT_LIMITS
+from spotline.infra.localstack.emulators import Emulator, export_firestore, start_firestore
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.adapters.gce_compute import GceCompute
+from spotline.shared.adapters.pubsub_bus import PubsubBus
+from spotline.shared.adapters.recording_bus import RecordingBus
+from spotline.shared.contract.events import JobFinished, VmBooted
+from spotline.shared.domain.states import JobSubstatus
+from spotline.shared.settings import Settings
 from tests.replay import Published, cloud_event
 from tests.test_agent_failures import RunningAgent, Topics, start_agent, topics
 

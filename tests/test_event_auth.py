@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from shared.domain.documents import JobDoc
-from shared.domain.event_auth import (
+from spotline.shared.domain.documents import JobDoc
+from spotline.shared.domain.event_auth import (
     MAX_HASHES_PER_ATTEMPT,
     new_token,
     refusal,
     token_hash,
     with_token_hash,
 )
-from shared.domain.lifecycle import new_job
-from shared.domain.spec import JobSpec
+from spotline.shared.domain.lifecycle import new_job
+from spotline.shared.domain.spec import JobSpec
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.domain import failure_policy
-from shared.domain.lifecycle import vm_lost
-from shared.domain.transitions import fail_job
+from spotline.shared.domain import failure_policy
+from spotline.shared.domain.lifecycle import vm_lost
+from spotline.shared.domain.transitions import fail_job
 from tests.test_failure_policy import S, at, finish, job_finished, submitted, training
 
 

@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from shared.contract.events import JobFinished
-from shared.domain.documents import JobDoc
-from shared.domain.errors import InvalidMessage
-from shared.domain.late_finish import job_finished
-from shared.domain.lifecycle import StaleEvent, new_job, vm_lost, vm_recorded
-from shared.domain.spec import JobSpec, parse_spec
-from shared.domain.states import JobStatus, JobSubstatus
-from shared.domain.transitions import move_job
+from spotline.shared.contract.events import JobFinished
+from spotline.shared.domain.documents import JobDoc
+from spotline.shared.domain.errors import InvalidMessage
+from spotline.shared.domain.late_finish import job_finished
+from spotline.shared.domain.lifecycle import StaleEvent, new_job, vm_lost, vm_recorded
+from spotline.shared.domain.spec import JobSpec, parse_spec
+from spotline.shared.domain.states import JobStatus, JobSubstatus
+from spotline.shared.domain.transitions import move_job
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 S = JobSubstatus

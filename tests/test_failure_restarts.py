@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from functions import deps
-from infra.localcloud.cloud import LocalCloud
-from shared.adapters.firestore_store import FirestoreStore
-from shared.contract.events import Heartbeat, JobFinished, ReaperTick, SpotPreempted
-from shared.domain import late_finish
-from shared.domain.documents import JobDoc
-from shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
+from spotline.functions import deps
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.contract.events import Heartbeat, JobFinished, ReaperTick, SpotPreempted
+from spotline.shared.domain import late_finish
+from spotline.shared.domain.documents import JobDoc
+from spotline.shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
 from tests.conftest import SPEC
 from tests.conftest import vm_event as event
 from tests.test_gangs import deletes_and_inserts

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import pytest
 
-from shared.contract.events import SpotPreempted
-from shared.domain.documents import JobDoc
-from shared.domain.states import JobStatus, JobSubstatus
+from spotline.shared.contract.events import SpotPreempted
+from spotline.shared.domain.documents import JobDoc
+from spotline.shared.domain.states import JobStatus, JobSubstatus
 from tests.replay import PROJECT, STEP_S, AgentSim, Plan, Published, World, log_entry
 from tests.replay_checks import problems
 

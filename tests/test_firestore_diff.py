@@ -1,4 +1,4 @@
-"""An update sends only the fields it changed (``shared.adapters.firestore_diff``);
+"""An update sends only the fields it changed (``spotline.shared.adapters.firestore_diff``);
 ``tests/test_store_contract.py`` checks on the emulator that what is stored is
 the whole changed document all the same."""
 
@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from shared.adapters.firestore_diff import changed_fields
-from shared.domain.documents import to_firestore
+from spotline.shared.adapters.firestore_diff import changed_fields
+from spotline.shared.domain.documents import to_firestore
 from tests.documents import job
 
 

@@ -15,10 +15,10 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from infra.deploy.rules import RULES_FILE
-from infra.localstack.emulators import Emulator
-from shared.adapters.firestore_store import FirestoreStore
-from shared.domain.states import JobStatus
+from spotline.infra.deploy.rules import RULES_FILE
+from spotline.infra.localstack.emulators import Emulator
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.domain.states import JobStatus
 from tests.test_store_contract import a_job
 
 pytestmark = pytest.mark.emulators

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.adapters.firestore_store import FirestoreStore
 from tests.test_store_contract import T0, a_job, an_entry
 
 pytestmark = pytest.mark.emulators

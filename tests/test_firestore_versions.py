@@ -1,5 +1,5 @@
 """The Firestore store's guarded updates of a job it has just written
-(``shared.adapters.firestore_versions``): the read before the write is
+(``spotline.shared.adapters.firestore_versions``): the read before the write is
 saved when no one else wrote since, and nothing another writer did is lost
 when someone did."""
 
@@ -9,10 +9,10 @@ from collections.abc import Callable
 
 import pytest
 
-from shared.adapters.counting_store import CountingStore
-from shared.adapters.firestore_store import FirestoreStore
-from shared.adapters.firestore_versions import WrittenVersions
-from shared.domain.documents import JobDoc
+from spotline.shared.adapters.counting_store import CountingStore
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.adapters.firestore_versions import WrittenVersions
+from spotline.shared.domain.documents import JobDoc
 from tests.test_store_contract import T0, a_job
 
 pytestmark = pytest.mark.emulators

@@ -17,13 +17,19 @@ from typing import Any
 
 import pytest
 
-from functions import deps
-from infra.localcloud.cloud import LocalCloud
-from shared.adapters.firestore_store import FirestoreStore
-from shared.contract.events import EpochDone, Heartbeat, JobFinished, SpotPreempted, VmBooted
-from shared.domain.errors import TransientError
-from shared.domain.vms import EVENT_TOKEN_METADATA_KEY, JOB_METADATA_KEY, Vm, VmRequest
-from shared.ports.compute import Compute
+from spotline.functions import deps
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.contract.events import (
+    EpochDone,
+    Heartbeat,
+    JobFinished,
+    SpotPreempted,
+    VmBooted,
+)
+from spotline.shared.domain.errors import TransientError
+from spotline.shared.domain.vms import EVENT_TOKEN_METADATA_KEY, JOB_METADATA_KEY, Vm, VmRequest
+from spotline.shared.ports.compute import Compute
 from tests.conftest import SPEC, vm_event
 from tests.event_tokens import token_for, tokens_for, vm_token
 from tests.hostile import log_records
@@ -163,7 +169,7 @@ def test_a_token_of_the_previous_attempt_is_refused_for_the_current_one(
     assert len(dropped(capsys.readouterr().out)) == 3
     # The previous attempt's own late event still authenticates; the lifecycle
     # then decides: attempt 2 already trains, so attempt 1's finish is only a
-    # note in the history (shared.domain.late_finish) and attempt 2 carries on.
+    # note in the history (spotline.shared.domain.late_finish) and attempt 2 carries on.
     late = vm_event(JobFinished, job_id=A, instance=VM_A, exit_code=0)
     assert late.token == first
     assert call("on_job_finished", "job_finished", late, message_id="late").status_code == 200

@@ -32,17 +32,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import main
-from functions import deps
-from shared.adapters.memory_store import InMemoryStore
-from shared.adapters.recording_bus import RecordingBus
-from shared.contract.events import (
+from spotline.functions import deps
+from spotline.shared.adapters.memory_store import InMemoryStore
+from spotline.shared.adapters.recording_bus import RecordingBus
+from spotline.shared.contract.events import (
     CancelRequest,
     JobFinished,
     VmBooted,
     parse_preemption,
     progress_adapter,
 )
-from shared.domain.spec import parse_spec
+from spotline.shared.domain.spec import parse_spec
 from tests.hostile import World, log_records, memory_world, snapshot, valid
 
 EXAMPLES = int(os.environ.get("SPOTLINE_FUZZ_EXAMPLES", "100"))

@@ -1,6 +1,6 @@
 """A gang's node with no notice of its own stops with its gang: another node
 was noticed, the ranks agreed on a step, rank 0 saved it, and node 0's agent
-reports ``gang_stop`` (``shared.contract.events.SpotPreempted``). The reports
+reports ``gang_stop`` (``spotline.shared.contract.events.SpotPreempted``). The reports
 of the noticed node and of node 0 travel apart and come in either order, twice,
 or for an attempt already past: the loss is recorded once, by the noticed
 node's report, and the step node 0 saved is kept on the attempt either way."""
@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from infra.localcloud.cloud import LocalCloud
-from shared.adapters.firestore_store import FirestoreStore
-from shared.contract.events import Heartbeat, SpotPreempted
-from shared.domain.documents import JobDoc
-from shared.domain.states import JobStatus, JobSubstatus
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.contract.events import Heartbeat, SpotPreempted
+from spotline.shared.domain.documents import JobDoc
+from spotline.shared.domain.states import JobStatus, JobSubstatus
+from spotline.vm_image.agent.agent import gang_stopped
 from tests.conftest import SPEC, vm_event
 from tests.test_gangs import N0, N1, names, node
-from vm_image.agent.agent import gang_stopped
 
 pytestmark = pytest.mark.emulators
 GANG = {**SPEC, "nodes": 2}

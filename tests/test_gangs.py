@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from infra.localcloud.cloud import LocalCloud
-from shared.adapters.firestore_store import FirestoreStore
-from shared.contract.events import Heartbeat, JobFinished, SpotPreempted
-from shared.domain.states import JobStatus, JobSubstatus
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.contract.events import Heartbeat, JobFinished, SpotPreempted
+from spotline.shared.domain.states import JobStatus, JobSubstatus
 from tests.conftest import SPEC, vm_event
 from tests.event_tokens import vm_token
 

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from google.auth.credentials import AnonymousCredentials
 
-from infra.localcloud.cloud import LocalCloud
-from infra.localcloud.launchers import RecordLauncher
-from shared.adapters import gce_requests
-from shared.adapters.gce_compute import GceCompute
-from shared.adapters.gce_requests import ErrorKind
-from shared.domain.errors import CapacityError, PermanentError, TransientError
-from shared.domain.vms import (
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.infra.localcloud.launchers import RecordLauncher
+from spotline.shared.adapters import gce_requests
+from spotline.shared.adapters.gce_compute import GceCompute
+from spotline.shared.adapters.gce_requests import ErrorKind
+from spotline.shared.domain.errors import CapacityError, PermanentError, TransientError
+from spotline.shared.domain.vms import (
     JOB_METADATA_KEY,
     MANAGED_LABEL,
     Accelerator,
@@ -266,7 +266,7 @@ def test_get_reads_the_vm(compute: GceCompute, cloud: LocalCloud) -> None:
 
 def test_get_and_list_read_when_compute_engine_made_the_vm() -> None:
     """creationTimestamp, with its offset: an ended job is charged from it for a
-    VM its attempts never recorded (``shared.domain.unrecorded_vms``)."""
+    VM its attempts never recorded (``spotline.shared.domain.unrecorded_vms``)."""
     made = datetime(2026, 11, 23, 12, 0, 5, 250000, tzinfo=UTC)
     with LocalCloud("spotline-test", RecordLauncher(), clock=lambda: made) as cloud:
         compute = client(cloud)
@@ -465,7 +465,8 @@ def test_classify_error(reason: str, message: str, kind: ErrorKind | None) -> No
 
 def test_importing_the_adapter_does_not_import_the_client_library() -> None:
     code = (
-        "import sys, shared.adapters.gce_compute; print('google.cloud.compute_v1' in sys.modules)"
+        "import sys, spotline.shared.adapters.gce_compute; "
+        "print('google.cloud.compute_v1' in sys.modules)"
     )
     root = Path(__file__).resolve().parents[1]
     result = subprocess.run(

@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from infra.localcloud.cloud import LocalCloud
-from shared.adapters import gce_gang
-from shared.adapters.gce_compute import GceCompute
-from shared.adapters.gce_requests import VM_SCOPES
-from shared.domain.errors import CapacityError, PermanentError, TransientError
-from shared.domain.vms import (
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.shared.adapters import gce_gang
+from spotline.shared.adapters.gce_compute import GceCompute
+from spotline.shared.adapters.gce_requests import VM_SCOPES
+from spotline.shared.domain.errors import CapacityError, PermanentError, TransientError
+from spotline.shared.domain.vms import (
     JOB_METADATA_KEY,
     MANAGED_LABEL,
     Accelerator,

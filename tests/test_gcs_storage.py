@@ -15,11 +15,11 @@ import pytest
 import torch
 from fsspec.core import url_to_fs
 
-from infra.localstack.storage import StorageEmulator
-from vm_image.agent.transfers import download_folder, upload_folder
-from vm_image.trainers.checkpoint_files import latest_checkpoint, latest_saved_state
-from vm_image.trainers.state_mirror import MirroredFolder
-from vm_image.trainers.torch_checkpoint import (
+from spotline.infra.localstack.storage import StorageEmulator
+from spotline.vm_image.agent.transfers import download_folder, upload_folder
+from spotline.vm_image.trainers.checkpoint_files import latest_checkpoint, latest_saved_state
+from spotline.vm_image.trainers.state_mirror import MirroredFolder
+from spotline.vm_image.trainers.torch_checkpoint import (
     list_checkpoints,
     load_latest_checkpoint,
     save_checkpoint,

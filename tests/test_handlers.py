@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from functions import deps
-from infra.cli.commands import main as cli
-from infra.localcloud.cloud import LocalCloud
-from shared.adapters.firestore_store import FirestoreStore
-from shared.contract.events import EpochDone, Heartbeat, JobFinished, ReaperTick, VmBooted
-from shared.domain.catalog import load_catalog
-from shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
+from spotline.functions import deps
+from spotline.infra.cli.commands import main as cli
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.contract.events import EpochDone, Heartbeat, JobFinished, ReaperTick, VmBooted
+from spotline.shared.domain.catalog import load_catalog
+from spotline.shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
 from tests.conftest import SPEC, vm_event
 
 pytestmark = pytest.mark.emulators

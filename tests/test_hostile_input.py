@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from functions import deps
+from spotline.functions import deps
 from tests.hostile import (
     TOPIC,
     World,
@@ -200,7 +200,7 @@ def world(request: pytest.FixtureRequest) -> Iterator[World]:
     if request.param == "memory":
         yield request.getfixturevalue("memory")
         return
-    from shared.adapters.firestore_store import FirestoreStore
+    from spotline.shared.adapters.firestore_store import FirestoreStore
 
     host = request.getfixturevalue("host")  # the local cloud, the environment pointed at it
     project = request.getfixturevalue("project")

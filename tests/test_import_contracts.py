@@ -30,10 +30,14 @@ def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
 
 
 def copy_tree(repo_root: Path, target: Path) -> Path:
+    """The four folders, and ``spotline/`` linking them as in the repository."""
+    (target / "spotline").mkdir()
+    shutil.copy(repo_root / "spotline" / "__init__.py", target / "spotline" / "__init__.py")
     for package in PACKAGES:
         shutil.copytree(
             repo_root / package, target / package, ignore=shutil.ignore_patterns("__pycache__")
         )
+        (target / "spotline" / package).symlink_to(Path("..") / package)
     shutil.copy(repo_root / ".importlinter", target / ".importlinter")
     return target
 
@@ -55,27 +59,27 @@ def test_the_tree_keeps_every_contract(repo_root: Path) -> None:
         ),
         (
             "shared/domain/placement.py",
-            "from shared.adapters import gce_compute",
+            "from spotline.shared.adapters import gce_compute",
             "The domain and the VM contract are pure",
         ),
         (
             "functions/ops/teardown.py",
-            "from functions.handlers import envelope",
+            "from spotline.functions.handlers import envelope",
             "Handlers above operations",
         ),
         (
             "functions/ops/slots.py",
-            "from functions.ops import placement",
+            "from spotline.functions.ops import placement",
             "Operations in layers",
         ),
         (
             "vm_image/agent/metadata.py",
-            "from shared.adapters import firestore_store",
+            "from spotline.shared.adapters import firestore_store",
             "A VM only publishes events",
         ),
         (
             "infra/localcloud/metadata_server.py",
-            "from infra.localstack import processes",
+            "from spotline.infra.localstack import processes",
             "The local stack runs the local cloud",
         ),
     ],

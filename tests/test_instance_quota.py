@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from functions import deps
-from infra.localcloud.cloud import LocalCloud
-from shared.adapters.firestore_store import FirestoreStore
-from shared.contract.events import Heartbeat, JobFinished, ReaperTick
-from shared.domain.quotas import take_slots
-from shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
+from spotline.functions import deps
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.contract.events import Heartbeat, JobFinished, ReaperTick
+from spotline.shared.domain.quotas import take_slots
+from spotline.shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
 from tests.conftest import SPEC, submit_concurrently, vm_event
 
 pytestmark = pytest.mark.emulators

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.contract.events import EpochDone, SpotPreempted
+from spotline.shared.contract.events import EpochDone, SpotPreempted
 from tests.test_agent_failures import Topics
 from tests.vm_agent import Vm, next_finished
 

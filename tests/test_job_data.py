@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from spotline.vm_image.trainers.contract import SettingsError, training_split
 from tests.test_agent_failures import Topics
 from tests.vm_agent import Vm, next_finished
-from vm_image.trainers.contract import SettingsError, training_split
 
 pytestmark = pytest.mark.emulators
 

@@ -18,7 +18,7 @@ import fsspec
 import pytest
 from fsspec.implementations.memory import MemoryFileSystem
 
-from vm_image.agent.job_data import DataUnavailable, fetch_data
+from spotline.vm_image.agent.job_data import DataUnavailable, fetch_data
 
 
 def test_a_link_to_nothing_in_the_data_set_is_named(tmp_path: Path) -> None:

@@ -34,8 +34,8 @@ pytestmark = [
 PREPARE = """
 import json, os, sys
 from pathlib import Path
-from vm_image.agent.job_env import prepare_env
-from vm_image.agent.privileges import trainer_account
+from spotline.vm_image.agent.job_env import prepare_env
+from spotline.vm_image.agent.privileges import trainer_account
 account = trainer_account({"SPOTLINE_TRAINER_USER": "nobody"})
 job_env = prepare_env(Path(sys.argv[1]), Path(sys.argv[2]), account, dict(os.environ))
 print(json.dumps({"root": str(job_env.root), "python": str(job_env.python)}))

@@ -1,6 +1,6 @@
 """Job state-change events: written to the job's outbox in the write that
 moves it, published after that write commits, never lost to a crash in
-between (``functions.ops.outbox``)."""
+between (``spotline.functions.ops.outbox``)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from datetime import timedelta
 
 import pytest
 
-from functions.deps import Deps
-from functions.ops.jobs import cancel
-from functions.ops.outbox import publish_unpublished
-from shared.adapters.memory_store import InMemoryStore
-from shared.adapters.recording_bus import RecordingBus
-from shared.domain.job_events import JobEvent
-from shared.domain.states import JobStatus, JobSubstatus
-from shared.settings import TOPICS, Settings
+from spotline.functions.deps import Deps
+from spotline.functions.ops.jobs import cancel
+from spotline.functions.ops.outbox import publish_unpublished
+from spotline.shared.adapters.memory_store import InMemoryStore
+from spotline.shared.adapters.recording_bus import RecordingBus
+from spotline.shared.domain.job_events import JobEvent
+from spotline.shared.domain.states import JobStatus, JobSubstatus
+from spotline.shared.settings import TOPICS, Settings
 from tests.documents import T0, job
 from tests.faults import Fault, FaultyStore
 from tests.replay import Crash

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from shared.domain.errors import InvalidMessage
-from shared.domain.spec import parse_spec
+from spotline.shared.domain.errors import InvalidMessage
+from spotline.shared.domain.spec import parse_spec
 
 BASE = {"user": "alice", "machine_ids": ["g2-standard-4"]}
 

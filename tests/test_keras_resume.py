@@ -24,8 +24,8 @@ require_tensorflow("KERAS RESUME TESTS")
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from vm_image.trainers import keras_callbacks, keras_ffnn  # noqa: E402
-from vm_image.trainers.keras_callbacks import (  # noqa: E402
+from spotline.vm_image.trainers import keras_callbacks, keras_ffnn  # noqa: E402
+from spotline.vm_image.trainers.keras_callbacks import (  # noqa: E402
     EXIT_PREEMPTED,
     PreemptibleBackupAndRestore,
     exit_code,

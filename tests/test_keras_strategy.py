@@ -21,7 +21,7 @@ require_tensorflow("KERAS STRATEGY TESTS")
 
 import tensorflow as tf  # noqa: E402
 
-from vm_image.trainers import keras_ffnn  # noqa: E402
+from spotline.vm_image.trainers import keras_ffnn  # noqa: E402
 
 
 @pytest.mark.parametrize(("gpus", "mirrored"), [(0, False), (1, False), (2, True), (8, True)])
@@ -39,7 +39,7 @@ def test_one_device_trains_with_the_default_strategy() -> None:
 # starts its runtime, which an earlier test in this process may have done.
 TWO_CPUS = """
 import json, tensorflow as tf
-from vm_image.trainers import keras_ffnn
+from spotline.vm_image.trainers import keras_ffnn
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 devices = [device.name for device in tf.config.list_logical_devices("CPU")]
@@ -76,7 +76,7 @@ def test_two_devices_train_with_mirrored_strategy() -> None:
 
 
 def test_a_batch_that_does_not_split_evenly_is_refused_on_the_vm() -> None:
-    # Submission refuses it (shared.domain.admission); the trainer checks
+    # Submission refuses it (spotline.shared.domain.admission); the trainer checks
     # again against the GPUs it finds, for a machine outside the catalog.
     assert keras_ffnn.uneven_batch(30, 4) == (
         "batch size 30 is not a multiple of the 4 GPUs MirroredStrategy splits it across"

@@ -26,8 +26,8 @@ require_tensorflow("KERAS TRAINER TESTS")
 
 import keras  # noqa: E402
 
-from vm_image.trainers import keras_ffnn  # noqa: E402
-from vm_image.trainers.keras_callbacks import (  # noqa: E402
+from spotline.vm_image.trainers import keras_ffnn  # noqa: E402
+from spotline.vm_image.trainers.keras_callbacks import (  # noqa: E402
     EXIT_PREEMPTED,
     PreemptibleBackupAndRestore,
     exit_code,
@@ -93,7 +93,7 @@ def start_trainer(workdir: Path, epochs: int, **settings: str) -> TrainerRun:
         **settings,
     }
     process = subprocess.Popen(
-        [sys.executable, "-m", "vm_image.trainers.keras_ffnn"],
+        [sys.executable, "-m", "spotline.vm_image.trainers.keras_ffnn"],
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,
@@ -230,7 +230,7 @@ def test_settings_it_cannot_run_exit_2(
 def test_without_tensorflow_the_trainer_names_the_extra() -> None:
     script = (
         "import sys; sys.modules['tensorflow'] = sys.modules['keras'] = None; "
-        "from vm_image.trainers.keras_ffnn import main; "
+        "from spotline.vm_image.trainers.keras_ffnn import main; "
         "sys.exit(main({'SPOTLINE_CHECKPOINT_DIR': '/nowhere'}))"
     )
     done = subprocess.run(

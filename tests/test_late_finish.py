@@ -1,4 +1,4 @@
-"""``shared.domain.late_finish``, pure: a JobFinished of the attempt before the
+"""``spotline.shared.domain.late_finish``, pure: a JobFinished of the attempt before the
 current one, come after its VM's loss was recorded (the finish-vs-preempt race;
 the handlers' side is ``tests/test_finish_race.py``)."""
 
@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from shared.contract.events import JobFinished
-from shared.domain.documents import JobDoc
-from shared.domain.late_finish import SUPERSEDED, ended_after_loss, job_finished
-from shared.domain.lifecycle import StaleEvent, new_job, vm_lost, vm_recorded
-from shared.domain.spec import JobSpec
-from shared.domain.states import JobStatus, JobSubstatus
-from shared.domain.transitions import move_job
+from spotline.shared.contract.events import JobFinished
+from spotline.shared.domain.documents import JobDoc
+from spotline.shared.domain.late_finish import SUPERSEDED, ended_after_loss, job_finished
+from spotline.shared.domain.lifecycle import StaleEvent, new_job, vm_lost, vm_recorded
+from spotline.shared.domain.spec import JobSpec
+from spotline.shared.domain.states import JobStatus, JobSubstatus
+from spotline.shared.domain.transitions import move_job
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 S = JobSubstatus

@@ -3,9 +3,9 @@ from typing import Any
 
 import pytest
 
-from shared.contract.events import EpochDone, Heartbeat, JobFinished, VmBooted
-from shared.domain.documents import JobDoc
-from shared.domain.lifecycle import (
+from spotline.shared.contract.events import EpochDone, Heartbeat, JobFinished, VmBooted
+from spotline.shared.domain.documents import JobDoc
+from spotline.shared.domain.lifecycle import (
     StaleEvent,
     booted,
     epoch_done,
@@ -15,9 +15,9 @@ from shared.domain.lifecycle import (
     vm_lost,
     vm_recorded,
 )
-from shared.domain.spec import JobSpec
-from shared.domain.states import JobStatus, JobSubstatus
-from shared.domain.transitions import move_job
+from spotline.shared.domain.spec import JobSpec
+from spotline.shared.domain.states import JobStatus, JobSubstatus
+from spotline.shared.domain.transitions import move_job
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 S = JobSubstatus

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from shared.domain.cooling import claim, start_cooling
-from shared.domain.liveness import (
+from spotline.shared.domain.cooling import claim, start_cooling
+from spotline.shared.domain.liveness import (
     Owner,
     being_placed,
     belongs_to,
@@ -13,9 +13,9 @@ from shared.domain.liveness import (
     stall_note,
     vm_being_placed,
 )
-from shared.domain.pricing import CoolingRule
-from shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
-from shared.domain.stopping import restarted
+from spotline.shared.domain.pricing import CoolingRule
+from spotline.shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
+from spotline.shared.domain.stopping import restarted
 from tests.documents import at, instance, job
 
 S = JobSubstatus

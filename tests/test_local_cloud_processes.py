@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from infra.localcloud.chaos_client import ChaosClient, ChaosError
-from infra.localcloud.cloud import LocalCloud
-from infra.localcloud.launchers import ProcessLauncher
-from infra.localcloud.model import CapacityRule
-from shared.adapters.gce_compute import GceCompute
-from shared.domain.errors import CapacityError, PermanentError
-from shared.domain.vms import (
+from spotline.infra.localcloud.chaos_client import ChaosClient, ChaosError
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.infra.localcloud.launchers import ProcessLauncher
+from spotline.infra.localcloud.model import CapacityRule
+from spotline.shared.adapters.gce_compute import GceCompute
+from spotline.shared.domain.errors import CapacityError, PermanentError
+from spotline.shared.domain.vms import (
     JOB_METADATA_KEY,
     Accelerator,
     GangRequest,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from shared.domain.option_waiting import ask_order, option_index, total_wait_s, window_end
-from shared.domain.spec import JobSpec
+from spotline.shared.domain.option_waiting import ask_order, option_index, total_wait_s, window_end
+from spotline.shared.domain.spec import JobSpec
 from tests.documents import T0, at
 
 IDS = ["a", "b", "c"]

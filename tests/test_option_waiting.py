@@ -18,18 +18,18 @@ from typing import Any
 
 import pytest
 
-from functions.deps import Deps
-from functions.handlers.envelope import Message
-from functions.handlers.submit_job import submit_job
-from functions.ops.recovery import recover
-from functions.ops.sweep import sweep
-from infra.localcloud.cloud import LocalCloud
-from shared.adapters.firestore_store import FirestoreStore
-from shared.adapters.memory_store import InMemoryStore
-from shared.contract.events import ReaperTick
-from shared.domain.documents import JobDoc
-from shared.domain.states import JobStatus, JobSubstatus
-from shared.settings import Settings
+from spotline.functions.deps import Deps
+from spotline.functions.handlers.envelope import Message
+from spotline.functions.handlers.submit_job import submit_job
+from spotline.functions.ops.recovery import recover
+from spotline.functions.ops.sweep import sweep
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.adapters.memory_store import InMemoryStore
+from spotline.shared.contract.events import ReaperTick
+from spotline.shared.domain.documents import JobDoc
+from spotline.shared.domain.states import JobStatus, JobSubstatus
+from spotline.shared.settings import Settings
 
 FIRST, SECOND = "g2-standard-4", "n1-standard-8-t4.od"
 ZONES = ("us-central1-a", "us-central1-b")

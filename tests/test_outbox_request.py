@@ -1,5 +1,5 @@
 """A request forgets the events it published once per job, not after each
-publish (``functions.ops.outbox.one_request``, which the handlers' wrapper
+publish (``spotline.functions.ops.outbox.one_request``, which the handlers' wrapper
 opens around every invocation): the events a write published leave the
 outbox in the job's next write of the same request, or in one write when the
 request ends. What a crash, a second drainer or the reaper's tick in the same
@@ -14,17 +14,17 @@ from datetime import timedelta
 
 from cloudevents.http import CloudEvent
 
-from functions import deps as process_deps
-from functions.deps import Deps
-from functions.handlers.submit_job import submit_job
-from functions.ops.jobs import cancel
-from functions.ops.outbox import one_request, publish_unpublished
-from shared.adapters.counting_store import CountingStore
-from shared.adapters.memory_store import InMemoryStore
-from shared.adapters.recording_bus import RecordingBus
-from shared.domain.job_events import JobEvent
-from shared.domain.states import JobStatus, JobSubstatus
-from shared.settings import TOPICS, Settings
+from spotline.functions import deps as process_deps
+from spotline.functions.deps import Deps
+from spotline.functions.handlers.submit_job import submit_job
+from spotline.functions.ops.jobs import cancel
+from spotline.functions.ops.outbox import one_request, publish_unpublished
+from spotline.shared.adapters.counting_store import CountingStore
+from spotline.shared.adapters.memory_store import InMemoryStore
+from spotline.shared.adapters.recording_bus import RecordingBus
+from spotline.shared.domain.job_events import JobEvent
+from spotline.shared.domain.states import JobStatus, JobSubstatus
+from spotline.shared.settings import TOPICS, Settings
 from tests.documents import T0, job
 from tests.faults import Fault, FaultyStore
 from tests.replay import Crash

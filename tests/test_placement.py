@@ -2,10 +2,10 @@ import json
 
 import pytest
 
-from shared.contract.assignment import Assignment
-from shared.domain.catalog import load_catalog
-from shared.domain.errors import PermanentError
-from shared.domain.placement import (
+from spotline.shared.contract.assignment import Assignment
+from spotline.shared.domain.catalog import load_catalog
+from spotline.shared.domain.errors import PermanentError
+from spotline.shared.domain.placement import (
     build_gang_request,
     build_vm_request,
     node_names,
@@ -16,8 +16,8 @@ from shared.domain.placement import (
     vm_attempt,
     vm_name,
 )
-from shared.domain.spec import JobSpec
-from shared.domain.vms import EVENT_TOKEN_METADATA_KEY, JOB_METADATA_KEY, Provisioning
+from spotline.shared.domain.spec import JobSpec
+from spotline.shared.domain.vms import EVENT_TOKEN_METADATA_KEY, JOB_METADATA_KEY, Provisioning
 
 
 def test_machine_ids_in_order_each_across_zones() -> None:

@@ -20,22 +20,22 @@ from typing import Any
 
 import pytest
 
-from functions.deps import Deps
-from functions.handlers.envelope import Message
-from functions.handlers.submit_job import submit_job
-from functions.ops.recovery import recover
-from functions.ops.sweep import sweep
-from infra.cli.commands import main as cli
-from infra.localcloud.cloud import LocalCloud
-from shared.adapters.firestore_store import FirestoreStore
-from shared.adapters.gce_compute import GceCompute
-from shared.adapters.memory_store import InMemoryStore
-from shared.contract.events import ReaperTick
-from shared.domain.errors import PermanentError, Unplaceable
-from shared.domain.lifecycle import job_id_for
-from shared.domain.spec import JobSpec
-from shared.domain.states import JobStatus, JobSubstatus
-from shared.settings import Settings
+from spotline.functions.deps import Deps
+from spotline.functions.handlers.envelope import Message
+from spotline.functions.handlers.submit_job import submit_job
+from spotline.functions.ops.recovery import recover
+from spotline.functions.ops.sweep import sweep
+from spotline.infra.cli.commands import main as cli
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.adapters.gce_compute import GceCompute
+from spotline.shared.adapters.memory_store import InMemoryStore
+from spotline.shared.contract.events import ReaperTick
+from spotline.shared.domain.errors import PermanentError, Unplaceable
+from spotline.shared.domain.lifecycle import job_id_for
+from spotline.shared.domain.spec import JobSpec
+from spotline.shared.domain.states import JobStatus, JobSubstatus
+from spotline.shared.settings import Settings
 from tests.documents import job
 from tests.test_gce_compute import vm_request
 

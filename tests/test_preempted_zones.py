@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from shared.domain.documents import AttemptRecord
-from shared.domain.preempted_zones import zone_order
+from spotline.shared.domain.documents import AttemptRecord
+from spotline.shared.domain.preempted_zones import zone_order
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 ZONES = ["us-central1-a", "us-central1-b", "us-central1-c"]

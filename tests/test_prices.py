@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from infra.cli.commands import main as cli
-from infra.localcloud.wire import ApiError, HttpService
-from shared.domain.capacity import GPU_METRICS
-from shared.domain.catalog import gpu_zones, load_catalog, priced, shapes, shipped_prices
-from shared.domain.prices import PriceBook, needed
-from shared.domain.sku_prices import PriceError, SkuRate, part_of, rates
+from spotline.infra.cli.commands import main as cli
+from spotline.infra.localcloud.wire import ApiError, HttpService
+from spotline.shared.domain.capacity import GPU_METRICS
+from spotline.shared.domain.catalog import gpu_zones, load_catalog, priced, shapes, shipped_prices
+from spotline.shared.domain.prices import PriceBook, needed
+from spotline.shared.domain.sku_prices import PriceError, SkuRate, part_of, rates
 from tests.billing_double import SERVICE_PATH, BillingCatalogApi, skus_for
 
 pytest.importorskip("google.cloud.billing_v1", reason="the prices extra: google-cloud-billing")

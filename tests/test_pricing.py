@@ -1,6 +1,12 @@
 import pytest
 
-from shared.domain.pricing import CoolingRule, cooling_cost, cooling_price, savings_percent, vm_cost
+from spotline.shared.domain.pricing import (
+    CoolingRule,
+    cooling_cost,
+    cooling_price,
+    savings_percent,
+    vm_cost,
+)
 
 RULE = CoolingRule()  # the seed's: BASELINE 10 min, UNIT_PERCENTAGE 1 %
 SPOT, OD = 0.30, 1.30  # a 1.00 $/h gap

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from shared.domain.queueing import (
+from spotline.shared.domain.queueing import (
     capacity_backoff_s,
     give_up_reason,
     waiting_for_capacity,
     waiting_for_quota,
 )
-from shared.domain.spec import JobSpec
+from spotline.shared.domain.spec import JobSpec
 from tests.documents import T0, at, entry, job
 
 

@@ -3,16 +3,16 @@ retry (a cooling VM of theirs holds the last slot) and no capacity again on
 the next: the capacity wait goes on counting from when the attempt began to
 wait, so ``wait_total_s`` still bounds it however often the two alternate.
 
-Pure: ``shared.domain.queueing`` at times the test chooses.
+Pure: ``spotline.shared.domain.queueing`` at times the test chooses.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from shared.domain.lifecycle import new_job
-from shared.domain.queueing import give_up_reason, waiting_for_capacity, waiting_for_quota
-from shared.domain.spec import JobSpec
+from spotline.shared.domain.lifecycle import new_job
+from spotline.shared.domain.queueing import give_up_reason, waiting_for_capacity, waiting_for_quota
+from spotline.shared.domain.spec import JobSpec
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 SPEC = JobSpec.model_validate(

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from functions import deps
-from infra.localcloud.cloud import LocalCloud
-from shared.adapters.firestore_store import FirestoreStore
-from shared.contract.events import JobFinished, ReaperTick
-from shared.domain.documents import UserDoc
-from shared.domain.quotas import free_slot, holds, keep_slot, take_slot, take_slots
-from shared.domain.states import JobStatus, JobSubstatus
+from spotline.functions import deps
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.contract.events import JobFinished, ReaperTick
+from spotline.shared.domain.documents import UserDoc
+from spotline.shared.domain.quotas import free_slot, holds, keep_slot, take_slot, take_slots
+from spotline.shared.domain.states import JobStatus, JobSubstatus
 from tests.conftest import SPEC, submit_concurrently, vm_event
 
 T0 = datetime(2026, 11, 21, tzinfo=UTC)

@@ -1,4 +1,4 @@
-"""A node's ranks as one trainer (vm_image.agent.rank_group), with real processes."""
+"""A node's ranks as one trainer (spotline.vm_image.agent.rank_group), with real processes."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-from vm_image.agent.rank_group import RankGroup, rank_events_path
-from vm_image.agent.trainer_process import TrainerProcess
+from spotline.vm_image.agent.rank_group import RankGroup, rank_events_path
+from spotline.vm_image.agent.trainer_process import TrainerProcess
 
 # A rank that saves for 1.5 s on SIGTERM, then exits 143; or ignores it.
 SAVES_ON_SIGTERM = (

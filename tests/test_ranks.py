@@ -1,4 +1,4 @@
-"""Processes per node (shared.contract.ranks, the spec, admission, placement): pure."""
+"""Processes per node (spotline.shared.contract.ranks, the spec, admission, placement): pure."""
 
 from __future__ import annotations
 
@@ -7,14 +7,19 @@ from typing import Any
 
 import pytest
 
-from shared.contract.assignment import Assignment
-from shared.contract.ranks import processes_per_node, rank_env
-from shared.domain.admission import refusals
-from shared.domain.catalog import load_catalog
-from shared.domain.errors import InvalidMessage
-from shared.domain.placement import build_gang_request, build_vm_request, node_names, options
-from shared.domain.spec import JobSpec, parse_spec
-from shared.domain.vms import JOB_METADATA_KEY
+from spotline.shared.contract.assignment import Assignment
+from spotline.shared.contract.ranks import processes_per_node, rank_env
+from spotline.shared.domain.admission import refusals
+from spotline.shared.domain.catalog import load_catalog
+from spotline.shared.domain.errors import InvalidMessage
+from spotline.shared.domain.placement import (
+    build_gang_request,
+    build_vm_request,
+    node_names,
+    options,
+)
+from spotline.shared.domain.spec import JobSpec, parse_spec
+from spotline.shared.domain.vms import JOB_METADATA_KEY
 
 BASE: dict[str, Any] = {"user": "alice", "machine_ids": ["g2-standard-4"], "trainer": "digits_mlp"}
 

@@ -50,7 +50,15 @@ def launch(port: int) -> subprocess.Popen[str]:
         "SPOTLINE_RAY_OBJECT_STORE_BYTES": str(80 * 2**20),
     }
     return subprocess.Popen(
-        [sys.executable, "-m", "vm_image.agent.ray_operator", "--", sys.executable, "-c", DRIVER],
+        [
+            sys.executable,
+            "-m",
+            "spotline.vm_image.agent.ray_operator",
+            "--",
+            sys.executable,
+            "-c",
+            DRIVER,
+        ],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from shared.contract.assignment import Assignment
-from shared.domain.spec import JobSpec
-from vm_image.agent.ray_operator import (
+from spotline.shared.contract.assignment import Assignment
+from spotline.shared.domain.spec import JobSpec
+from spotline.vm_image.agent.ray_operator import (
     RayLaunchError,
     RayNode,
     main,
     ray_start_args,
     wait_for_nodes,
 )
-from vm_image.agent.trainer_process import trainer_command, trainer_env
+from spotline.vm_image.agent.trainer_process import trainer_command, trainer_env
 
 NODES = ["sl-j-a1-n0", "sl-j-a1-n1"]
 
@@ -44,7 +44,7 @@ def env_of(job: Assignment, instance: str) -> dict[str, str]:
 def test_a_ray_job_runs_its_command_through_the_launcher() -> None:
     job = assignment(framework="ray", command=["python", "driver.py"])
     assert trainer_command(job) == [
-        sys.executable, "-m", "vm_image.agent.ray_operator", "--", "python", "driver.py",
+        sys.executable, "-m", "spotline.vm_image.agent.ray_operator", "--", "python", "driver.py",
     ]  # fmt: skip
     assert trainer_command(assignment(framework="pytorch", command=["x"])) == ["x"]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from shared.domain.spec import JobSpec
+from spotline.shared.domain.spec import JobSpec
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.domain.spec import parse_spec
+from spotline.shared.domain.spec import parse_spec
 
 REPO = Path(__file__).resolve().parents[1]
 FENCE = re.compile(r"^```(\w+)\n(.*?)^```$", re.MULTILINE | re.DOTALL)

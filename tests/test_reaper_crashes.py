@@ -24,21 +24,21 @@ from typing import Literal
 
 import pytest
 
-from functions.deps import Deps
-from functions.ops.jobs import admit, settle, start
-from functions.ops.recovery import preempted
-from functions.ops.sweep import sweep
-from functions.ops.teardown import after_job
-from infra.localcloud.cloud import LocalCloud
-from infra.localcloud.launchers import RecordLauncher
-from shared.contract.events import PreemptionNotice
-from shared.domain.documents import JobDoc
-from shared.domain.errors import PermanentError
-from shared.domain.lifecycle import advance, instance_executing, instance_seen
-from shared.domain.liveness import NOTICE_MARGIN_S, PREEMPTION_NOTICE_S
-from shared.domain.spec import JobSpec
-from shared.domain.states import InstanceStatus, JobSubstatus
-from shared.settings import Settings
+from spotline.functions.deps import Deps
+from spotline.functions.ops.jobs import admit, settle, start
+from spotline.functions.ops.recovery import preempted
+from spotline.functions.ops.sweep import sweep
+from spotline.functions.ops.teardown import after_job
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.infra.localcloud.launchers import RecordLauncher
+from spotline.shared.contract.events import PreemptionNotice
+from spotline.shared.domain.documents import JobDoc
+from spotline.shared.domain.errors import PermanentError
+from spotline.shared.domain.lifecycle import advance, instance_executing, instance_seen
+from spotline.shared.domain.liveness import NOTICE_MARGIN_S, PREEMPTION_NOTICE_S
+from spotline.shared.domain.spec import JobSpec
+from spotline.shared.domain.states import InstanceStatus, JobSubstatus
+from spotline.shared.settings import Settings
 from tests.crashes import Budget, Crash, CrashingCompute, CrashingStore
 from tests.documents import T0, at
 from tests.local_cloud import client

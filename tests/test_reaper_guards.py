@@ -4,16 +4,16 @@ action does not stop the sweep."""
 
 from __future__ import annotations
 
-from functions.deps import Deps
-from functions.ops.sweep_apply import apply
-from shared.adapters.memory_store import InMemoryStore
-from shared.domain import reaping as r
-from shared.domain.cooling import while_cooling
-from shared.domain.documents import AttemptRecord, JobDoc
-from shared.domain.lifecycle import accrue
-from shared.domain.liveness import PREEMPTION_NOTICE_S
-from shared.domain.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
-from shared.settings import Settings
+from spotline.functions.deps import Deps
+from spotline.functions.ops.sweep_apply import apply
+from spotline.shared.adapters.memory_store import InMemoryStore
+from spotline.shared.domain import reaping as r
+from spotline.shared.domain.cooling import while_cooling
+from spotline.shared.domain.documents import AttemptRecord, JobDoc
+from spotline.shared.domain.lifecycle import accrue
+from spotline.shared.domain.liveness import PREEMPTION_NOTICE_S
+from spotline.shared.domain.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
+from spotline.shared.settings import Settings
 from tests.documents import T0, at, instance, job, user, vm
 
 I = InstanceStatus  # noqa: E741

@@ -1,4 +1,4 @@
-"""The reaper's decisions, pure (``shared.domain.reaping``): documents and a
+"""The reaper's decisions, pure (``spotline.shared.domain.reaping``): documents and a
 VM listing in, actions out. No emulator; every branch of the sweep."""
 
 from __future__ import annotations
@@ -6,14 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from shared.domain import reaping as r
-from shared.domain.cooling import claim, start_cooling
-from shared.domain.documents import AttemptRecord, InstanceDoc, JobDoc
-from shared.domain.lifecycle import accrue
-from shared.domain.liveness import NOTICE_MARGIN_S, PREEMPTION_NOTICE_S
-from shared.domain.pricing import CoolingRule
-from shared.domain.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
-from shared.domain.vms import Vm, VmState
+from spotline.shared.domain import reaping as r
+from spotline.shared.domain.cooling import claim, start_cooling
+from spotline.shared.domain.documents import AttemptRecord, InstanceDoc, JobDoc
+from spotline.shared.domain.lifecycle import accrue
+from spotline.shared.domain.liveness import NOTICE_MARGIN_S, PREEMPTION_NOTICE_S
+from spotline.shared.domain.pricing import CoolingRule
+from spotline.shared.domain.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
+from spotline.shared.domain.vms import Vm, VmState
 from tests.documents import T0, at, entry, instance, job, user, vm
 
 S = JobSubstatus

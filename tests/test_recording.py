@@ -9,15 +9,15 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
-from functions.deps import Deps
-from functions.handlers.envelope import Message
-from functions.handlers.submit_job import submit_job
-from infra.cli.recording import copy_folder, snapshot_complete, take_snapshot
-from infra.localcloud.cloud import LocalCloud
-from shared.adapters.memory_store import InMemoryStore
-from shared.domain.recording import record_for
-from shared.domain.spec import JobSpec
-from shared.settings import Settings
+from spotline.functions.deps import Deps
+from spotline.functions.handlers.envelope import Message
+from spotline.functions.handlers.submit_job import submit_job
+from spotline.infra.cli.recording import copy_folder, snapshot_complete, take_snapshot
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.shared.adapters.memory_store import InMemoryStore
+from spotline.shared.domain.recording import record_for
+from spotline.shared.domain.spec import JobSpec
+from spotline.shared.settings import Settings
 
 BASE = {"user": "alice", "machine_ids": ["g2-standard-4"], "command": ["python", "train.py"]}
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from infra.cli.recording import take_snapshot
-from shared.domain.recording import record_for
-from shared.domain.spec import JobSpec
+from spotline.infra.cli.recording import take_snapshot
+from spotline.shared.domain.recording import record_for
+from spotline.shared.domain.spec import JobSpec
 from tests.test_recording import BASE, folder
 
 

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from functions import deps
-from infra.localcloud.cloud import LocalCloud
-from shared.adapters.firestore_store import FirestoreStore
-from shared.contract.events import (
+from spotline.functions import deps
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.contract.events import (
     CancelRequest,
     Heartbeat,
     JobFinished,
@@ -21,7 +21,7 @@ from shared.contract.events import (
     SpotPreempted,
     VmBooted,
 )
-from shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
+from spotline.shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
 from tests.conftest import SPEC, vm_event
 
 pytestmark = pytest.mark.emulators

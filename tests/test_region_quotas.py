@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from functions import deps
-from infra.cli.commands import main as cli
-from infra.localcloud.cloud import LocalCloud
-from shared.adapters.firestore_store import FirestoreStore
+from spotline.functions import deps
+from spotline.infra.cli.commands import main as cli
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.shared.adapters.firestore_store import FirestoreStore
 from tests.conftest import SPEC
 
 pytestmark = pytest.mark.emulators

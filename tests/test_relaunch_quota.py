@@ -10,18 +10,18 @@ from collections.abc import Iterator
 
 import pytest
 
-from functions.deps import Deps
-from functions.ops.jobs import admit
-from functions.ops.sweep_apply import apply
-from infra.localcloud.cloud import LocalCloud
-from infra.localcloud.launchers import RecordLauncher
-from shared.adapters.memory_store import InMemoryStore
-from shared.domain import reaping as r
-from shared.domain.documents import UserDoc
-from shared.domain.queueing import next_attempt
-from shared.domain.spec import JobSpec
-from shared.domain.states import JobSubstatus
-from shared.settings import Settings
+from spotline.functions.deps import Deps
+from spotline.functions.ops.jobs import admit
+from spotline.functions.ops.sweep_apply import apply
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.infra.localcloud.launchers import RecordLauncher
+from spotline.shared.adapters.memory_store import InMemoryStore
+from spotline.shared.domain import reaping as r
+from spotline.shared.domain.documents import UserDoc
+from spotline.shared.domain.queueing import next_attempt
+from spotline.shared.domain.spec import JobSpec
+from spotline.shared.domain.states import JobSubstatus
+from spotline.shared.settings import Settings
 from tests.documents import T0, at
 from tests.local_cloud import client
 

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from shared.domain.states import JobStatus
+from spotline.shared.domain.states import JobStatus
 from tests.replay import PROJECT, Delivery, Plan, Shuffled, World, draw_plans, log_entry
 from tests.replay_checks import outcome, problems
 
@@ -83,7 +83,7 @@ def test_cooling_vms_claimed_under_shuffled_events_leave_nothing_behind(
 def test_a_job_that_finished_just_before_its_vm_was_preempted_is_not_run_again() -> None:
     """Found by the replay: the log sink's preemption came before the
     JobFinished(exit 0) of the same attempt and started attempt 2; the late
-    finish now completes the job on attempt 1 (``shared.domain.late_finish``;
+    finish now completes the job on attempt 1 (``spotline.shared.domain.late_finish``;
     every order: ``tests/test_finish_race.py``)."""
     with World() as world:
         world.plans["c"] = Plan("c", "alice", epochs=1, submit_step=1)

@@ -2,7 +2,7 @@
 active-instance slot: the reaper's user page (stage 4) and another job of the
 same user restarting the same VM.
 
-``claim_stopped`` (``functions.ops.reuse``) takes the VM's slot first, then
+``claim_stopped`` (``spotline.functions.ops.reuse``) takes the VM's slot first, then
 claims the instance document (the restart write). Between the two the
 instance is still CLOSED/STOPPED while the user's list names it, which is
 also what a slot leaked by a crash looks like. Each test steps another writer
@@ -17,16 +17,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import timedelta
 
-from functions.deps import Deps
-from functions.ops.reuse import claim_stopped
-from functions.ops.sweep_pages import SweepPage, run_page
-from functions.ops.teardown import stop_instance
-from infra.localcloud.cloud import LocalCloud
-from shared.adapters.memory_store import InMemoryStore
-from shared.domain.documents import InstanceDoc, JobDoc, UserDoc
-from shared.domain.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
-from shared.domain.vms import Provisioning
-from shared.settings import Settings
+from spotline.functions.deps import Deps
+from spotline.functions.ops.reuse import claim_stopped
+from spotline.functions.ops.sweep_pages import SweepPage, run_page
+from spotline.functions.ops.teardown import stop_instance
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.shared.adapters.memory_store import InMemoryStore
+from spotline.shared.domain.documents import InstanceDoc, JobDoc, UserDoc
+from spotline.shared.domain.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
+from spotline.shared.domain.vms import Provisioning
+from spotline.shared.settings import Settings
 from tests.documents import at, instance, job
 from tests.local_cloud import add_instance, client
 

@@ -1,4 +1,4 @@
-"""Secret-like env variables (shared.domain.secret_env): which names count,
+"""Secret-like env variables (spotline.shared.domain.secret_env): which names count,
 which references are taken, and that no value is shown anywhere. Pure."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from shared.domain.admission import refusals
-from shared.domain.catalog import load_catalog
-from shared.domain.errors import InvalidMessage
-from shared.domain.secret_env import (
+from spotline.shared.domain.admission import refusals
+from spotline.shared.domain.catalog import load_catalog
+from spotline.shared.domain.errors import InvalidMessage
+from spotline.shared.domain.secret_env import (
     SecretRef,
     env_refusals,
     is_secret_name,
@@ -21,7 +21,7 @@ from shared.domain.secret_env import (
     parse_reference,
     scrub,
 )
-from shared.domain.spec import JobSpec, parse_spec
+from spotline.shared.domain.spec import JobSpec, parse_spec
 
 BASE: dict[str, Any] = {"user": "alice", "machine_ids": ["g2-standard-4"], "trainer": "digits_mlp"}
 VALUE = "hf_s3cr3tVALUEnobodyMayRead"

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from infra.localcloud.cloud import LocalCloud
-from shared.adapters.firestore_store import FirestoreStore
-from shared.contract.events import Heartbeat, JobFinished
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.contract.events import Heartbeat, JobFinished
 from tests.conftest import SPEC, vm_event
 
 pytestmark = pytest.mark.emulators

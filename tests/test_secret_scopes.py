@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from shared.adapters.gce_requests import SECRETS_SCOPE, VM_SCOPES, service_accounts
-from shared.contract.assignment import Assignment
-from shared.domain.catalog import load_catalog
-from shared.domain.placement import build_vm_request, options
-from shared.domain.spec import JobSpec
+from spotline.shared.adapters.gce_requests import SECRETS_SCOPE, VM_SCOPES, service_accounts
+from spotline.shared.contract.assignment import Assignment
+from spotline.shared.domain.catalog import load_catalog
+from spotline.shared.domain.placement import build_vm_request, options
+from spotline.shared.domain.spec import JobSpec
 
 
 @pytest.mark.parametrize(

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from infra.localcloud.cloud import LocalCloud
-from shared.adapters.firestore_store import FirestoreStore
-from shared.contract.assignment import Assignment
-from shared.domain.vms import JOB_METADATA_KEY
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.contract.assignment import Assignment
+from spotline.shared.domain.vms import JOB_METADATA_KEY
 from tests.conftest import SPEC
 
 pytestmark = pytest.mark.emulators

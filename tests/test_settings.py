@@ -17,15 +17,15 @@ from typing import Any
 import pytest
 from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
 
-from functions import deps
-from infra.cli.commands import main
-from infra.localstack.emulators import Emulator
-from shared.adapters.firestore_store import FirestoreStore
-from shared.contract.events import CancelRequest
-from shared.domain.lifecycle import new_job
-from shared.domain.spec import JobSpec
-from shared.settings import DEFAULT_ZONES, Settings, SettingsError, load, variables
-from shared.settings_file import config_path, write_config
+from spotline.functions import deps
+from spotline.infra.cli.commands import main
+from spotline.infra.localstack.emulators import Emulator
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.contract.events import CancelRequest
+from spotline.shared.domain.lifecycle import new_job
+from spotline.shared.domain.spec import JobSpec
+from spotline.shared.settings import DEFAULT_ZONES, Settings, SettingsError, load, variables
+from spotline.shared.settings_file import config_path, write_config
 from tests.conftest import SPEC
 
 REPO = Path(__file__).resolve().parent.parent
@@ -254,7 +254,7 @@ def test_a_bad_setting_ends_the_cli_with_status_2_and_no_traceback(tmp_path: Pat
         "SPOTLINE_HEARTBEAT_S": "often",
     }
     done = subprocess.run(
-        [sys.executable, "-m", "infra.cli.commands", "--workdir", str(tmp_path), "status"],
+        [sys.executable, "-m", "spotline.infra.cli.commands", "--workdir", str(tmp_path), "status"],
         env=env,
         capture_output=True,
         text=True,

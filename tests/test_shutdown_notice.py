@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from infra.localcloud.metadata_server import Identity, MetadataServer
-from shared.contract.assignment import Assignment
-from shared.contract.events import SpotPreempted
-from shared.domain.spec import JobSpec
-from shared.domain.vms import EVENT_TOKEN_METADATA_KEY, JOB_METADATA_KEY
-from shared.settings import TOPICS
-from vm_image.agent.metadata import Metadata
-from vm_image.agent.shutdown_notice import NoticeError, publish, report
+from spotline.infra.localcloud.metadata_server import Identity, MetadataServer
+from spotline.shared.contract.assignment import Assignment
+from spotline.shared.contract.events import SpotPreempted
+from spotline.shared.domain.spec import JobSpec
+from spotline.shared.domain.vms import EVENT_TOKEN_METADATA_KEY, JOB_METADATA_KEY
+from spotline.shared.settings import TOPICS
+from spotline.vm_image.agent.metadata import Metadata
+from spotline.vm_image.agent.shutdown_notice import NoticeError, publish, report
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = REPO / "vm_image" / "scripts"
@@ -56,7 +56,7 @@ def _metadata_server(assignment: Assignment) -> MetadataServer:
 def _save_checkpoints(checkpoint_dir: str, steps: list[int]) -> list[str]:
     import torch
 
-    from vm_image.trainers.torch_checkpoint import save_checkpoint
+    from spotline.vm_image.trainers.torch_checkpoint import save_checkpoint
 
     model = torch.nn.Linear(4, 2)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -138,7 +138,7 @@ def _save_keras_state(checkpoint_dir: Path) -> None:
 def _run_notice(server: MetadataServer, *python_options: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "GCE_METADATA_HOST": server.host}
     return subprocess.run(
-        [sys.executable, *python_options, "-m", "vm_image.agent.shutdown_notice"],
+        [sys.executable, *python_options, "-m", "spotline.vm_image.agent.shutdown_notice"],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -265,7 +265,7 @@ def test_an_unreachable_pubsub_fails_within_the_timeout(
 ) -> None:
     from datetime import UTC, datetime
 
-    from shared.adapters.pubsub_bus import PubsubBus
+    from spotline.shared.adapters.pubsub_bus import PubsubBus
 
     monkeypatch.setenv("PUBSUB_EMULATOR_HOST", silent_host)
     event = SpotPreempted(job_id="j1", attempt=3, instance=INSTANCE, sent_at=datetime.now(UTC))

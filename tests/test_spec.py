@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from shared.domain.errors import InvalidMessage
-from shared.domain.spec import JobSpec, parse_spec
+from spotline.shared.domain.errors import InvalidMessage
+from spotline.shared.domain.spec import JobSpec, parse_spec
 
 
 def spec_bytes(**fields: object) -> bytes:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from infra.cli.connect import where
-from infra.localstack.stack import LocalStack
+from spotline.infra.cli.connect import where
+from spotline.infra.localstack.stack import LocalStack
 
 pytestmark = [pytest.mark.emulators, pytest.mark.e2e]
 

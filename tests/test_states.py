@@ -2,11 +2,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared.domain.documents import InstanceDoc, JobDoc
-from shared.domain.errors import IllegalTransition
-from shared.domain.lifecycle import new_job
-from shared.domain.spec import JobSpec
-from shared.domain.states import (
+from spotline.shared.domain.documents import InstanceDoc, JobDoc
+from spotline.shared.domain.errors import IllegalTransition
+from spotline.shared.domain.lifecycle import new_job
+from spotline.shared.domain.spec import JobSpec
+from spotline.shared.domain.states import (
     JOB_TRANSITIONS,
     InstanceStatus,
     InstanceSubstatus,
@@ -14,8 +14,8 @@ from shared.domain.states import (
     JobSubstatus,
     job_status_for,
 )
-from shared.domain.transitions import fail_job, move_instance, move_job
-from shared.domain.vms import Provisioning
+from spotline.shared.domain.transitions import fail_job, move_instance, move_job
+from spotline.shared.domain.vms import Provisioning
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 S = JobSubstatus
@@ -88,7 +88,7 @@ def test_no_capacity_is_a_wait_not_an_end() -> None:
 
 def test_a_job_waiting_for_its_next_attempt_may_still_complete() -> None:
     """The attempt before finished just before its VM was lost, and the finish
-    came after the loss was recorded (``shared.domain.late_finish``)."""
+    came after the loss was recorded (``spotline.shared.domain.late_finish``)."""
     for waiting in (S.REQUESTING_SERVER, S.WAITING_FOR_CAPACITY, S.WAITING_FOR_QUOTA):
         assert S.COMPLETED in JOB_TRANSITIONS[waiting]
 

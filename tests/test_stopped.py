@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from functions import deps
-from functions.ops.teardown import release_instance, stop_instance
-from infra.localcloud.cloud import LocalCloud
-from shared.adapters.firestore_store import FirestoreStore
-from shared.contract.events import Heartbeat, JobFinished, ReaperTick
-from shared.domain.documents import InstanceDoc
-from shared.domain.lifecycle import instance_closing
-from shared.domain.states import InstanceStatus, InstanceSubstatus, JobSubstatus
+from spotline.functions import deps
+from spotline.functions.ops.teardown import release_instance, stop_instance
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.contract.events import Heartbeat, JobFinished, ReaperTick
+from spotline.shared.domain.documents import InstanceDoc
+from spotline.shared.domain.lifecycle import instance_closing
+from spotline.shared.domain.states import InstanceStatus, InstanceSubstatus, JobSubstatus
 from tests.conftest import SPEC, vm_event
 
 pytestmark = pytest.mark.emulators
@@ -220,7 +220,7 @@ def test_a_stop_that_comes_after_a_release_began_lets_the_release_finish(
 def test_a_vm_restarted_during_a_sweep_is_no_orphan(
     call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
-    from functions.ops.sweep_pages import reap_vms  # the sweep's stage, on a stale listing
+    from spotline.functions.ops.sweep_pages import reap_vms  # the sweep's stage, on a stale listing
 
     finish_first_job(call)
     listed = deps.current().compute.get("us-central1-a", VM) or deps.current().compute.get(

@@ -15,18 +15,25 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from shared.adapters.firestore_store import FirestoreStore
-from shared.adapters.memory_store import InMemoryStore
-from shared.domain.catalog import load_catalog
-from shared.domain.documents import EpochDoc, InstanceDoc, JobDoc, QueueEntry, Rejection, UserDoc
-from shared.domain.errors import TransientError
-from shared.domain.job_events import without_published
-from shared.domain.lifecycle import new_job
-from shared.domain.spec import JobSpec
-from shared.domain.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
-from shared.domain.transitions import move_job
-from shared.domain.vms import Provisioning
-from shared.ports.store import Store
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.adapters.memory_store import InMemoryStore
+from spotline.shared.domain.catalog import load_catalog
+from spotline.shared.domain.documents import (
+    EpochDoc,
+    InstanceDoc,
+    JobDoc,
+    QueueEntry,
+    Rejection,
+    UserDoc,
+)
+from spotline.shared.domain.errors import TransientError
+from spotline.shared.domain.job_events import without_published
+from spotline.shared.domain.lifecycle import new_job
+from spotline.shared.domain.spec import JobSpec
+from spotline.shared.domain.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
+from spotline.shared.domain.transitions import move_job
+from spotline.shared.domain.vms import Provisioning
+from spotline.shared.ports.store import Store
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 

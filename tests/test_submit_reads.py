@@ -10,14 +10,14 @@ from datetime import timedelta
 
 import pytest
 
-from functions.deps import Deps
-from functions.ops.jobs import admit, start
-from infra.localcloud.cloud import LocalCloud
-from shared.adapters.counting_store import CountingStore, Operations
-from shared.adapters.memory_store import InMemoryStore
-from shared.domain.spec import JobSpec
-from shared.domain.states import InstanceStatus, InstanceSubstatus
-from shared.settings import Settings
+from spotline.functions.deps import Deps
+from spotline.functions.ops.jobs import admit, start
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.shared.adapters.counting_store import CountingStore, Operations
+from spotline.shared.adapters.memory_store import InMemoryStore
+from spotline.shared.domain.spec import JobSpec
+from spotline.shared.domain.states import InstanceStatus, InstanceSubstatus
+from spotline.shared.settings import Settings
 from tests.documents import T0, at, instance
 from tests.local_cloud import client
 

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from functions import deps
-from infra.localcloud.cloud import LocalCloud
-from shared.adapters.firestore_store import FirestoreStore
-from shared.domain.identity import publisher, refusal
-from shared.domain.states import JobStatus
-from shared.topics import user_of_topic, user_topic
+from spotline.functions import deps
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.domain.identity import publisher, refusal
+from spotline.shared.domain.states import JobStatus
+from spotline.shared.topics import user_of_topic, user_topic
 from tests.conftest import SPEC
 
 SOURCE = "//pubsub.googleapis.com/projects/p/topics/{}"

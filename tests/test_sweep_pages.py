@@ -1,4 +1,4 @@
-"""The reaper's tick in pages (``functions.ops.sweep_pages``): every document
+"""The reaper's tick in pages (``spotline.functions.ops.sweep_pages``): every document
 in exactly one page, a VM with its instance, a page small enough for Pub/Sub;
 and pages delivered twice, out of order or too late change nothing twice."""
 
@@ -15,21 +15,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from functions import deps as process_deps
-from functions.deps import Deps
-from functions.handlers.reaper_page import reaper_page
-from functions.ops import sweep_pages
-from functions.ops.sweep import tick
-from functions.ops.sweep_apply import apply
-from functions.ops.sweep_pages import SweepPage, fit, vm_pages
-from infra.localcloud.cloud import LocalCloud
-from shared.adapters.memory_store import InMemoryStore
-from shared.adapters.recording_bus import RecordingBus
-from shared.domain import reaping as r
-from shared.domain.documents import InstanceDoc, UserDoc
-from shared.domain.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
-from shared.domain.vms import Accelerator, Provisioning, VmRequest
-from shared.settings import Settings
+from spotline.functions import deps as process_deps
+from spotline.functions.deps import Deps
+from spotline.functions.handlers.reaper_page import reaper_page
+from spotline.functions.ops import sweep_pages
+from spotline.functions.ops.sweep import tick
+from spotline.functions.ops.sweep_apply import apply
+from spotline.functions.ops.sweep_pages import SweepPage, fit, vm_pages
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.shared.adapters.memory_store import InMemoryStore
+from spotline.shared.adapters.recording_bus import RecordingBus
+from spotline.shared.domain import reaping as r
+from spotline.shared.domain.documents import InstanceDoc, UserDoc
+from spotline.shared.domain.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
+from spotline.shared.domain.vms import Accelerator, Provisioning, VmRequest
+from spotline.shared.settings import Settings
 from tests.documents import entry, instance, job, vm
 from tests.local_cloud import client
 from tests.replay import Published, cloud_event

@@ -13,15 +13,15 @@ from functools import partial
 
 import pytest
 
-from functions.deps import Deps
-from functions.ops import sweep_pages
-from functions.ops.sweep import sweep
-from infra.localcloud.cloud import LocalCloud
-from shared.adapters.counting_store import CountingStore
-from shared.adapters.memory_store import InMemoryStore
-from shared.domain.documents import UserDoc
-from shared.domain.states import JobStatus, JobSubstatus
-from shared.settings import Settings
+from spotline.functions.deps import Deps
+from spotline.functions.ops import sweep_pages
+from spotline.functions.ops.sweep import sweep
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.shared.adapters.counting_store import CountingStore
+from spotline.shared.adapters.memory_store import InMemoryStore
+from spotline.shared.domain.documents import UserDoc
+from spotline.shared.domain.states import JobStatus, JobSubstatus
+from spotline.shared.settings import Settings
 from tests.documents import at, instance, job
 from tests.local_cloud import add_instance, client
 
@@ -101,8 +101,8 @@ def _holding_all(user: UserDoc, held: dict[str, list[str]]) -> UserDoc:
 
 
 def test_the_counting_store_knows_every_call_of_the_port() -> None:
-    from shared.adapters import counting_store
-    from shared.ports.store import Store
+    from spotline.shared.adapters import counting_store
+    from spotline.shared.ports.store import Store
 
     port = {name for name in vars(Store) if not name.startswith("_")}
     assert port == counting_store.METHODS

@@ -1,4 +1,4 @@
-"""Letting a VM go for a job (``functions.ops.teardown``) on the in-memory
+"""Letting a VM go for a job (``spotline.functions.ops.teardown``) on the in-memory
 store, no emulator: once the user's next job holds the VM (a cooling claim, a
 restart), nothing done for the job it served before writes its instance, takes
 or frees its slots, or reaches its VM."""
@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from functions.deps import Deps
-from functions.ops.teardown import after_job, release_instance, stop_instance
-from shared.adapters.memory_store import InMemoryStore
-from shared.domain.documents import InstanceDoc, JobDoc
-from shared.domain.liveness import Owner
-from shared.domain.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
-from shared.domain.vms import Provisioning
-from shared.settings import Settings
+from spotline.functions.deps import Deps
+from spotline.functions.ops.teardown import after_job, release_instance, stop_instance
+from spotline.shared.adapters.memory_store import InMemoryStore
+from spotline.shared.domain.documents import InstanceDoc, JobDoc
+from spotline.shared.domain.liveness import Owner
+from spotline.shared.domain.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
+from spotline.shared.domain.vms import Provisioning
+from spotline.shared.settings import Settings
 from tests.documents import at, instance, job, user
 
 I = InstanceStatus  # noqa: E741

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from infra.cli.commands import main as cli
-from shared.adapters.firestore_store import FirestoreStore
-from shared.domain.documents import HistoryEntry, JobDoc
-from shared.domain.lifecycle import new_job
-from shared.domain.spec import JobSpec
-from shared.domain.states import JobSubstatus as S
-from shared.domain.timeline import Phase, phase_seconds, timeline
-from shared.domain.transitions import move_job, next_attempt
+from spotline.infra.cli.commands import main as cli
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.domain.documents import HistoryEntry, JobDoc
+from spotline.shared.domain.lifecycle import new_job
+from spotline.shared.domain.spec import JobSpec
+from spotline.shared.domain.states import JobSubstatus as S
+from spotline.shared.domain.timeline import Phase, phase_seconds, timeline
+from spotline.shared.domain.transitions import move_job, next_attempt
 from tests.documents import T0, at
 
 SPEC = {"user": "alice", "machine_ids": ["g2-standard-4"], "trainer": "digits_mlp"}

@@ -11,9 +11,9 @@ import pwd
 
 import pytest
 
+from spotline.vm_image.agent.privileges import trainer_account
 from tests.test_agent_failures import Topics
 from tests.vm_agent import Vm, next_finished, require_root
-from vm_image.agent.privileges import trainer_account
 
 pytestmark = pytest.mark.emulators
 NOBODY = pwd.getpwnam("nobody").pw_uid

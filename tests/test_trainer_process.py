@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from vm_image.agent.trainer_process import TAIL_CHARS, CannotStart, TrainerProcess
+from spotline.vm_image.agent.trainer_process import TAIL_CHARS, CannotStart, TrainerProcess
 
 # Reports epochs 1 and 2, then waits for the test to let it finish.
 TRAINER = """

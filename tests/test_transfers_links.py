@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vm_image.agent.transfers import upload_folder
+from spotline.vm_image.agent.transfers import upload_folder
 
 
 def test_links_in_the_trainers_folder_are_not_followed(tmp_path: Path) -> None:

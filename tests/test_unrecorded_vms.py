@@ -1,22 +1,22 @@
 """Charging a job for a VM none of its attempts recorded
-(``shared.domain.unrecorded_vms``), pure: once per VM name, never for a VM
+(``spotline.shared.domain.unrecorded_vms``), pure: once per VM name, never for a VM
 its job counts already or is still placing, never a negative time."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from shared.domain.catalog import load_catalog
-from shared.domain.lifecycle import vm_recorded
-from shared.domain.pricing import vm_cost
-from shared.domain.states import JobStatus, JobSubstatus
-from shared.domain.unrecorded_vms import (
+from spotline.shared.domain.catalog import load_catalog
+from spotline.shared.domain.lifecycle import vm_recorded
+from spotline.shared.domain.pricing import vm_cost
+from spotline.shared.domain.states import JobStatus, JobSubstatus
+from spotline.shared.domain.unrecorded_vms import (
     MadeVm,
     charge_unrecorded,
     made_from_instance,
     made_from_listing,
 )
-from shared.domain.vms import Vm, VmState
+from spotline.shared.domain.vms import Vm, VmState
 from tests.documents import at, instance, job
 
 SPOT = load_catalog()["g2-standard-4"].spot_usd_per_hour

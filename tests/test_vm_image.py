@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.domain.spec import BUILTIN_TRAINERS
+from spotline.shared.domain.spec import BUILTIN_TRAINERS
 
 IMAGE = Path(__file__).resolve().parent.parent / "vm_image"
 PACKER = shutil.which("packer")
@@ -87,7 +87,7 @@ def test_the_service_leaves_the_notice_to_the_trainer() -> None:
     unit = configparser.ConfigParser(strict=False, interpolation=None)
     unit.read(IMAGE / "systemd" / "spotline-agent.service")
     service = unit["Service"]
-    assert service["ExecStart"] == "/opt/spotline/venv/bin/python -m vm_image.agent"
+    assert service["ExecStart"] == "/opt/spotline/venv/bin/python -m spotline.vm_image.agent"
     assert service["KillMode"] == "control-group"  # SIGTERM to agent and trainer alike
     assert int(service["TimeoutStopSec"]) < 30  # inside the Spot notice
     assert unit["Install"]["WantedBy"] == "multi-user.target"
@@ -101,7 +101,7 @@ def test_plugins_are_pinned() -> None:
 
 
 def test_the_image_runs_the_trainer_as_an_unprivileged_account() -> None:
-    from vm_image.agent.privileges import DEFAULT_TRAINER_USER, TRAINER_USER_ENV
+    from spotline.vm_image.agent.privileges import DEFAULT_TRAINER_USER, TRAINER_USER_ENV
 
     install = (IMAGE / "scripts" / "install.sh").read_text()
     useradd = re.search(r"useradd (.*?) spotline-trainer\n", install.replace("\\\n", " "))
@@ -129,8 +129,8 @@ def test_the_agents_lines_reach_cloud_logging_as_the_queries_expect() -> None:
 
     import yaml
 
-    from shared import logs
-    from shared.domain.lifecycle import logs_query
+    from spotline.shared import logs
+    from spotline.shared.domain.lifecycle import logs_query
 
     unit = configparser.ConfigParser(strict=False, interpolation=None)
     unit.read(IMAGE / "systemd" / "spotline-agent.service")

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from infra.localcloud.cloud import LocalCloud
-from shared.adapters.firestore_store import FirestoreStore
-from shared.contract.events import EpochDone, Heartbeat, JobFinished, ReaperTick, VmBooted
-from shared.domain.documents import InstanceDoc
-from shared.domain.states import InstanceStatus
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.contract.events import EpochDone, Heartbeat, JobFinished, ReaperTick, VmBooted
+from spotline.shared.domain.documents import InstanceDoc
+from spotline.shared.domain.states import InstanceStatus
 from tests.conftest import SPEC, vm_event
 
 pytestmark = pytest.mark.emulators

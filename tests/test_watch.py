@@ -12,16 +12,16 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from infra.cli.commands import main as cli
-from infra.cli.watch import EXIT_CANCELED, EXIT_FAILED, follow
-from shared.adapters.firestore_listen import JobFeed
-from shared.adapters.firestore_store import FirestoreStore
-from shared.domain.documents import EpochDoc, JobDoc
-from shared.domain.lifecycle import new_job
-from shared.domain.progress import eta_s
-from shared.domain.spec import JobSpec
-from shared.domain.states import JobSubstatus as S
-from shared.domain.transitions import fail_job, move_job
+from spotline.infra.cli.commands import main as cli
+from spotline.infra.cli.watch import EXIT_CANCELED, EXIT_FAILED, follow
+from spotline.shared.adapters.firestore_listen import JobFeed
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.domain.documents import EpochDoc, JobDoc
+from spotline.shared.domain.lifecycle import new_job
+from spotline.shared.domain.progress import eta_s
+from spotline.shared.domain.spec import JobSpec
+from spotline.shared.domain.states import JobSubstatus as S
+from spotline.shared.domain.transitions import fail_job, move_job
 from tests.documents import T0, at
 
 SPEC = {"user": "alice", "machine_ids": ["g2-standard-4"], "trainer": "digits_mlp", "epochs": 3}

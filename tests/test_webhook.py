@@ -13,16 +13,16 @@ from typing import Any
 
 import pytest
 
-from functions import deps
-from infra.localcloud.cloud import LocalCloud
-from shared.adapters.counting_store import CountingStore
-from shared.adapters.firestore_store import FirestoreStore
-from shared.domain.admission import refusals
-from shared.domain.catalog import load_catalog
-from shared.domain.errors import InvalidMessage
-from shared.domain.job_events import JobEvent
-from shared.domain.spec import parse_spec
-from shared.domain.webhooks import address_problem, url_problem
+from spotline.functions import deps
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.shared.adapters.counting_store import CountingStore
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.domain.admission import refusals
+from spotline.shared.domain.catalog import load_catalog
+from spotline.shared.domain.errors import InvalidMessage
+from spotline.shared.domain.job_events import JobEvent
+from spotline.shared.domain.spec import parse_spec
+from spotline.shared.domain.webhooks import address_problem, url_problem
 from tests.conftest import SPEC
 
 LOCAL = ("127.0.0.0/8",)

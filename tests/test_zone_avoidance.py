@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from infra.localcloud.cloud import LocalCloud
-from shared.adapters.firestore_store import FirestoreStore
-from shared.contract.events import SpotPreempted
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.contract.events import SpotPreempted
 from tests.conftest import SPEC, vm_event
 from tests.test_recovery import running
 

@@ -1,4 +1,4 @@
-"""One VM's real agent (``python -m vm_image.agent``) against its own metadata
+"""One VM's real agent (``python -m spotline.vm_image.agent``) against its own metadata
 server and the Pub/Sub emulator, for tests that choose its job's spec, its
 workdir and its environment, and hand it a next job as spotline does."""
 
@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from infra.localcloud.metadata_server import Identity, MetadataServer
-from shared.contract.assignment import Assignment
-from shared.contract.events import JobFinished
-from shared.domain.spec import JobSpec
-from shared.domain.vms import JOB_METADATA_KEY
+from spotline.infra.localcloud.metadata_server import Identity, MetadataServer
+from spotline.shared.contract.assignment import Assignment
+from spotline.shared.contract.events import JobFinished
+from spotline.shared.domain.spec import JobSpec
+from spotline.shared.domain.vms import JOB_METADATA_KEY
 from tests.test_agent_failures import RunningAgent, Topics
 
 REPO = Path(__file__).resolve().parent.parent
@@ -60,7 +60,7 @@ class Vm:
         self.server.start()
         log = self.tmp_path / "agent.log"
         process = subprocess.Popen(
-            [sys.executable, "-m", "vm_image.agent"],
+            [sys.executable, "-m", "spotline.vm_image.agent"],
             cwd=REPO,
             env={
                 **os.environ,

@@ -23,11 +23,11 @@ from benchmarks.econ.breakdown import Stop
 from benchmarks.econ.cloud_time import TimedCompute
 from benchmarks.econ.model import Job, Params
 from benchmarks.econ.wire import log_entry
-from infra.localcloud.cloud import LocalCloud
-from shared.contract.assignment import Assignment
-from shared.contract.events import Heartbeat, JobFinished, SpotPreempted, VmBooted
-from shared.domain.states import JobSubstatus
-from shared.domain.vms import EVENT_TOKEN_METADATA_KEY, JOB_METADATA_KEY, MANAGED_LABEL
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.shared.contract.assignment import Assignment
+from spotline.shared.contract.events import Heartbeat, JobFinished, SpotPreempted, VmBooted
+from spotline.shared.domain.states import JobSubstatus
+from spotline.shared.domain.vms import EVENT_TOKEN_METADATA_KEY, JOB_METADATA_KEY, MANAGED_LABEL
 
 JOB_ID = "econ"
 

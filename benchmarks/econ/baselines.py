@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from benchmarks.econ.model import Job, Outcome, Params
 from benchmarks.econ.traces import Trace
-from shared.domain.pricing import vm_cost
+from spotline.shared.domain.pricing import vm_cost
 
 
 @dataclass(frozen=True)

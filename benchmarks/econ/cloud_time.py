@@ -16,8 +16,8 @@ import builtins
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from shared.domain.vms import GangRequest, Quota, Vm, VmRequest
-from shared.ports.compute import Compute
+from spotline.shared.domain.vms import GangRequest, Quota, Vm, VmRequest
+from spotline.shared.ports.compute import Compute
 
 
 @dataclass

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from shared.domain.catalog import Machine, load_catalog
+from spotline.shared.domain.catalog import Machine, load_catalog
 
 if TYPE_CHECKING:
     from benchmarks.econ.breakdown import Breakdown

@@ -5,7 +5,7 @@ What is real: the handlers (``submit_job``, ``on_vm_booted``,
 through their Pub/Sub wrapper with real CloudEvents, and everything under them
 (admission, placement, the gang insert, recovery, the queue, pricing); the
 in-memory store; google-cloud-compute's client against the local cloud
-(``infra.localcloud``), whose VMs are records.
+(``spotline.infra.localcloud``), whose VMs are records.
 
 What is modelled: each VM's agent and trainer (``agents``), and Compute
 Engine's time (``cloud_time``). Every event reaches its function
@@ -39,26 +39,26 @@ from benchmarks.econ.cloud_time import TimedCompute
 from benchmarks.econ.model import Job, Outcome, Params
 from benchmarks.econ.traces import Trace
 from benchmarks.econ.wire import PROJECT, cloud_event, settings
-from functions import deps as process_deps
-from functions.deps import Deps
-from functions.handlers.on_epoch_done import on_epoch_done
-from functions.handlers.on_job_finished import on_job_finished
-from functions.handlers.on_spot_preempted import on_spot_preempted
-from functions.handlers.on_vm_booted import on_vm_booted
-from functions.handlers.reaper import reaper
-from functions.handlers.submit_job import submit_job
-from infra.localcloud.cloud import LocalCloud
-from infra.localcloud.launchers import RecordLauncher
-from infra.localcloud.quotas import DEFAULT_LIMITS
-from shared.adapters.gce_compute import GceCompute
-from shared.adapters.memory_store import InMemoryStore
-from shared.adapters.recording_bus import RecordingBus
-from shared.contract.events import (
+from spotline.functions import deps as process_deps
+from spotline.functions.deps import Deps
+from spotline.functions.handlers.on_epoch_done import on_epoch_done
+from spotline.functions.handlers.on_job_finished import on_job_finished
+from spotline.functions.handlers.on_spot_preempted import on_spot_preempted
+from spotline.functions.handlers.on_vm_booted import on_vm_booted
+from spotline.functions.handlers.reaper import reaper
+from spotline.functions.handlers.submit_job import submit_job
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.infra.localcloud.launchers import RecordLauncher
+from spotline.infra.localcloud.quotas import DEFAULT_LIMITS
+from spotline.shared.adapters.gce_compute import GceCompute
+from spotline.shared.adapters.memory_store import InMemoryStore
+from spotline.shared.adapters.recording_bus import RecordingBus
+from spotline.shared.contract.events import (
     ReaperTick,
 )
-from shared.domain.bounds import MAX_ATTEMPTS
-from shared.domain.pricing import vm_cost
-from shared.domain.states import JobStatus
+from spotline.shared.domain.bounds import MAX_ATTEMPTS
+from spotline.shared.domain.pricing import vm_cost
+from spotline.shared.domain.states import JobStatus
 
 T0 = datetime(2026, 1, 5, 0, 0, tzinfo=UTC)
 HANDLERS: dict[str, Callable[[Any], None]] = {

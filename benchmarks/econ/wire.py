@@ -9,8 +9,8 @@ from datetime import datetime
 
 from cloudevents.http import CloudEvent
 
-from shared.contract.events import PREEMPTED_METHOD
-from shared.settings import TOPICS, Settings
+from spotline.shared.contract.events import PREEMPTED_METHOD
+from spotline.shared.settings import TOPICS, Settings
 
 PROJECT = "spotline-econ"
 ZONES = ("us-central1-a", "us-central1-b")

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from functions.deps import Deps
-from functions.handlers.envelope import Message, pubsub_handler
-from functions.ops.jobs import cancel
-from shared.contract.events import CancelRequest
-from shared.domain.errors import PermanentError
-from shared.domain.identity import refusal
+from spotline.functions.deps import Deps
+from spotline.functions.handlers.envelope import Message, pubsub_handler
+from spotline.functions.ops.jobs import cancel
+from spotline.shared.contract.events import CancelRequest
+from spotline.shared.domain.errors import PermanentError
+from spotline.shared.domain.identity import refusal
 
 
 @pubsub_handler

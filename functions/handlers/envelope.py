@@ -19,13 +19,13 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from functions import deps as process_deps
-from functions.deps import Deps
-from functions.ops.outbox import one_request
-from shared import logs
-from shared.domain.errors import InvalidMessage, PermanentError
-from shared.domain.secret_env import masked_start
-from shared.domain.spec import describe_validation_error
+from spotline.functions import deps as process_deps
+from spotline.functions.deps import Deps
+from spotline.functions.ops.outbox import one_request
+from spotline.shared import logs
+from spotline.shared.domain.errors import InvalidMessage, PermanentError
+from spotline.shared.domain.secret_env import masked_start
+from spotline.shared.domain.spec import describe_validation_error
 
 Model = TypeVar("Model", bound=BaseModel)
 _ID_CHARS = 128  # Pub/Sub's message ids are short numbers
@@ -98,13 +98,13 @@ Handler = Callable[[Message, Deps], None]
 
 def pubsub_handler(fn: Handler) -> Callable[[Any], None]:
     """Wrap a handler of decoded messages with spotline's error policy, and
-    hand it the process's dependencies (``functions.deps.current()``).
+    hand it the process's dependencies (``spotline.functions.deps.current()``).
 
     * a message older than the configured maximum age is dropped with a log line;
     * PermanentError: logged with its reason, then acknowledged (return);
     * anything else propagates: the framework answers 500 and Pub/Sub redelivers.
 
-    The invocation is one request of the outbox (``functions.ops.outbox``):
+    The invocation is one request of the outbox (``spotline.functions.ops.outbox``):
     the events its job writes publish leave the outboxes once per job.
     """
 
@@ -145,8 +145,8 @@ def pubsub_handler(fn: Handler) -> Callable[[Any], None]:
 
 def _start(data: bytes) -> str:
     """The start of a refused payload, for the log, with no secret-like env
-    value (``shared.domain.secret_env``) and no event token (a VM's
-    credential: ``shared.domain.event_auth``) in it."""
+    value (``spotline.shared.domain.secret_env``) and no event token (a VM's
+    credential: ``spotline.shared.domain.event_auth``) in it."""
     start = masked_start(data, _PAYLOAD_LOGGED)
     return _TOKEN.sub('"token": "(not logged)"', start)
 

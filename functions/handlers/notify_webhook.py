@@ -1,5 +1,5 @@
 """spotline-job-events -> notify_webhook: a job's state change, POSTed to the
-job's ``webhook_url`` (``functions.ops.webhook``); jobs without one: nothing,
+job's ``webhook_url`` (``spotline.functions.ops.webhook``); jobs without one: nothing,
 and an event marked ``webhook: "0"`` (its attributes) not even a read.
 
 In production Eventarc makes this trigger's subscription, and a Pub/Sub
@@ -9,10 +9,10 @@ returns at once."""
 
 from __future__ import annotations
 
-from functions.deps import Deps
-from functions.handlers.envelope import Message, pubsub_handler
-from functions.ops.webhook import post_event
-from shared.domain.job_events import JobEvent
+from spotline.functions.deps import Deps
+from spotline.functions.handlers.envelope import Message, pubsub_handler
+from spotline.functions.ops.webhook import post_event
+from spotline.shared.domain.job_events import JobEvent
 
 
 @pubsub_handler

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-from functions.deps import Deps
-from functions.handlers.envelope import Message, pubsub_handler
-from functions.handlers.vm_events import apply_to_job
-from shared.contract.events import EpochDone, progress_adapter
-from shared.domain import lifecycle
-from shared.domain.documents import InstanceDoc
-from shared.domain.errors import InvalidMessage
-from shared.domain.liveness import Owner, if_owned
-from shared.domain.spec import describe_validation_error
-from shared.domain.states import JobSubstatus
+from spotline.functions.deps import Deps
+from spotline.functions.handlers.envelope import Message, pubsub_handler
+from spotline.functions.handlers.vm_events import apply_to_job
+from spotline.shared.contract.events import EpochDone, progress_adapter
+from spotline.shared.domain import lifecycle
+from spotline.shared.domain.documents import InstanceDoc
+from spotline.shared.domain.errors import InvalidMessage
+from spotline.shared.domain.liveness import Owner, if_owned
+from spotline.shared.domain.spec import describe_validation_error
+from spotline.shared.domain.states import JobSubstatus
 
 
 @pubsub_handler

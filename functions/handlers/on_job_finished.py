@@ -1,10 +1,10 @@
 """spotline-job-finished -> on_job_finished: record the outcome, let the VM go.
 
-A non-zero exit the failure policy restarts (``shared.domain.failure_policy``)
+A non-zero exit the failure policy restarts (``spotline.shared.domain.failure_policy``)
 lets the attempt's VMs go and places the next attempt, as a preemption does.
 
 A finish that comes after its VM's loss was recorded (the finish-vs-preempt
-race) may still complete the job on that attempt: ``shared.domain.late_finish``
+race) may still complete the job on that attempt: ``spotline.shared.domain.late_finish``
 decides, and the attempt started meanwhile is let go.
 
 Re-entrant: a redelivery after the job is recorded still makes sure the VM is
@@ -13,15 +13,15 @@ let go (cooling, stopped or deleted) and the job's slot freed.
 
 from __future__ import annotations
 
-from functions.deps import Deps
-from functions.handlers.envelope import Message, pubsub_handler
-from functions.handlers.vm_events import apply_to_job
-from functions.ops.jobs import settle
-from functions.ops.recovery import release_superseded, restart
-from functions.ops.teardown import after_job
-from shared import logs
-from shared.contract.events import JobFinished
-from shared.domain import failure_policy, late_finish, lifecycle
+from spotline.functions.deps import Deps
+from spotline.functions.handlers.envelope import Message, pubsub_handler
+from spotline.functions.handlers.vm_events import apply_to_job
+from spotline.functions.ops.jobs import settle
+from spotline.functions.ops.recovery import release_superseded, restart
+from spotline.functions.ops.teardown import after_job
+from spotline.shared import logs
+from spotline.shared.contract.events import JobFinished
+from spotline.shared.domain import failure_policy, late_finish, lifecycle
 
 
 @pubsub_handler

@@ -6,7 +6,7 @@ notice (it says where and at which step), and a Cloud Logging sink on
 publish. Whichever comes first moves the job to its next attempt and places
 it at once; the other is then stale and acknowledged. A trainer that exited 0
 just before the preemption still completes the job when its JobFinished comes
-after this (``shared.domain.late_finish``, in on_job_finished).
+after this (``spotline.shared.domain.late_finish``, in on_job_finished).
 
 The agent's report carries its attempt's token, like every VM event. The log
 sink's carries none (Cloud Logging writes it, not a VM), so it is taken only
@@ -19,14 +19,14 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-from functions.deps import Deps
-from functions.handlers.envelope import Message, pubsub_handler
-from functions.handlers.vm_events import authenticated_job
-from functions.ops.recovery import preempted
-from shared.contract.events import PreemptionNotice, parse_preemption
-from shared.domain.documents import InstanceDoc
-from shared.domain.errors import InvalidMessage, PermanentError
-from shared.domain.lifecycle import StaleEvent, current_vms
+from spotline.functions.deps import Deps
+from spotline.functions.handlers.envelope import Message, pubsub_handler
+from spotline.functions.handlers.vm_events import authenticated_job
+from spotline.functions.ops.recovery import preempted
+from spotline.shared.contract.events import PreemptionNotice, parse_preemption
+from spotline.shared.domain.documents import InstanceDoc
+from spotline.shared.domain.errors import InvalidMessage, PermanentError
+from spotline.shared.domain.lifecycle import StaleEvent, current_vms
 
 
 class UnmatchedPreemption(PermanentError):

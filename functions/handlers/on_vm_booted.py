@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from functions.deps import Deps
-from functions.handlers.envelope import Message, pubsub_handler
-from functions.handlers.vm_events import apply_to_job
-from shared.contract.events import VmBooted
-from shared.domain import lifecycle
-from shared.domain.liveness import Owner, if_owned
+from spotline.functions.deps import Deps
+from spotline.functions.handlers.envelope import Message, pubsub_handler
+from spotline.functions.handlers.vm_events import apply_to_job
+from spotline.shared.contract.events import VmBooted
+from spotline.shared.domain import lifecycle
+from spotline.shared.domain.liveness import Owner, if_owned
 
 
 @pubsub_handler

@@ -1,12 +1,12 @@
 """spotline-reaper-page -> reaper_page: one page of a reaper tick
-(``functions.ops.sweep_pages``), decided as of the tick, applied now."""
+(``spotline.functions.ops.sweep_pages``), decided as of the tick, applied now."""
 
 from __future__ import annotations
 
-from functions.deps import Deps
-from functions.handlers.envelope import Message, pubsub_handler
-from functions.ops.sweep_pages import SweepPage, run_page
-from shared import logs
+from spotline.functions.deps import Deps
+from spotline.functions.handlers.envelope import Message, pubsub_handler
+from spotline.functions.ops.sweep_pages import SweepPage, run_page
+from spotline.shared import logs
 
 
 @pubsub_handler

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from functions.deps import Deps
-from functions.handlers.envelope import Message, pubsub_handler
-from functions.ops.jobs import admit, start
-from shared.domain.documents import Rejection
-from shared.domain.errors import InvalidMessage, PermanentError
-from shared.domain.identity import refusal
-from shared.domain.secret_env import masked_start
-from shared.domain.spec import parse_spec, too_many_nodes
+from spotline.functions.deps import Deps
+from spotline.functions.handlers.envelope import Message, pubsub_handler
+from spotline.functions.ops.jobs import admit, start
+from spotline.shared.domain.documents import Rejection
+from spotline.shared.domain.errors import InvalidMessage, PermanentError
+from spotline.shared.domain.identity import refusal
+from spotline.shared.domain.secret_env import masked_start
+from spotline.shared.domain.spec import parse_spec, too_many_nodes
 
 _PAYLOAD_KEPT = 1024
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from functions.deps import Deps
-from shared.contract.events import VmEvent
-from shared.domain.documents import JobDoc
-from shared.domain.errors import PermanentError
-from shared.domain.event_auth import ForgedEvent, refusal
+from spotline.functions.deps import Deps
+from spotline.shared.contract.events import VmEvent
+from spotline.shared.domain.documents import JobDoc
+from spotline.shared.domain.errors import PermanentError
+from spotline.shared.domain.event_auth import ForgedEvent, refusal
 
 
 def apply_to_job(deps: Deps, event: VmEvent, change: Callable[[JobDoc], JobDoc]) -> JobDoc:

@@ -17,5 +17,5 @@ else; none imports a handler. The arrows point down only::
        |
     slots       the user's job, active-instance and stopped-instance slots
 
-The decisions they act on are pure functions in ``shared.domain``.
+The decisions they act on are pure functions in ``spotline.shared.domain``.
 """

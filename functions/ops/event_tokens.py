@@ -1,16 +1,16 @@
 """Making an attempt's event token, and keeping its hash before it leaves.
 
-See ``shared.domain.event_auth``: the hash is written on the job (a guarded
+See ``spotline.shared.domain.event_auth``: the hash is written on the job (a guarded
 write) before the token goes into an insert or a setMetadata, so a VM never
 holds a token its job does not know, whatever crashes come between.
 """
 
 from __future__ import annotations
 
-from functions.deps import Deps
-from shared.domain.documents import JobDoc
-from shared.domain.errors import PermanentError
-from shared.domain.event_auth import new_token, token_hash, with_token_hash
+from spotline.functions.deps import Deps
+from spotline.shared.domain.documents import JobDoc
+from spotline.shared.domain.errors import PermanentError
+from spotline.shared.domain.event_auth import new_token, token_hash, with_token_hash
 
 
 def issue_event_token(deps: Deps, job: JobDoc) -> str:

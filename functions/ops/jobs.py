@@ -9,23 +9,23 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from functions.deps import Deps
-from functions.ops.placement import launch
-from functions.ops.queue import drop, give_up, wait_for_quota
-from functions.ops.slots import free_job_slot, take_job_slot
-from functions.ops.teardown import release_instance
-from shared import logs
-from shared.domain.admission import refusals
-from shared.domain.catalog import load_catalog
-from shared.domain.documents import JobDoc, QueueEntry
-from shared.domain.errors import IllegalTransition, PermanentError
-from shared.domain.lifecycle import advance, end_attempt, job_id_for, new_job
-from shared.domain.liveness import Owner
-from shared.domain.queueing import give_up_reason
-from shared.domain.recording import record_for
-from shared.domain.spec import JobSpec
-from shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
-from shared.domain.transitions import fail_job
+from spotline.functions.deps import Deps
+from spotline.functions.ops.placement import launch
+from spotline.functions.ops.queue import drop, give_up, wait_for_quota
+from spotline.functions.ops.slots import free_job_slot, take_job_slot
+from spotline.functions.ops.teardown import release_instance
+from spotline.shared import logs
+from spotline.shared.domain.admission import refusals
+from spotline.shared.domain.catalog import load_catalog
+from spotline.shared.domain.documents import JobDoc, QueueEntry
+from spotline.shared.domain.errors import IllegalTransition, PermanentError
+from spotline.shared.domain.lifecycle import advance, end_attempt, job_id_for, new_job
+from spotline.shared.domain.liveness import Owner
+from spotline.shared.domain.queueing import give_up_reason
+from spotline.shared.domain.recording import record_for
+from spotline.shared.domain.spec import JobSpec
+from spotline.shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
+from spotline.shared.domain.transitions import fail_job
 
 
 def admit(deps: Deps, spec: JobSpec, message_id: str, now: datetime) -> JobDoc:
@@ -163,7 +163,7 @@ def retry_waiting(deps: Deps, entry: QueueEntry, now: datetime) -> str:
 def retry_placement(deps: Deps, job: JobDoc, now: datetime) -> JobDoc:
     """One more try for a job waiting for a VM (no capacity, or its next
     attempt's safety net). Whether it should still wait is the caller's
-    question (``shared.domain.queueing.give_up_reason``)."""
+    question (``spotline.shared.domain.queueing.give_up_reason``)."""
     moved = deps.store.update_job(
         job.job_id,
         lambda current: advance(current, JobSubstatus.REQUESTING_SERVER, now, note="retrying"),

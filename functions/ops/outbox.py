@@ -1,7 +1,7 @@
 """Publishing the jobs' state-change events, after the write that made them.
 
 A move of a job appends its ``JobEvent`` to the job's outbox in the same
-guarded write (``shared.domain.job_events``). ``OutboxStore`` wraps the
+guarded write (``spotline.shared.domain.job_events``). ``OutboxStore`` wraps the
 process's store so that every job write is followed, once it has committed,
 by publishing what the outbox holds: no operation has to remember to do it.
 A function that dies between the write and the publish leaves the events in
@@ -34,11 +34,11 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared import logs
-from shared.domain.documents import JobDoc
-from shared.domain.job_events import WEBHOOK_ATTRIBUTE, webhook_mark, without_published
-from shared.ports.bus import Bus
-from shared.ports.store import Store
+from spotline.shared import logs
+from spotline.shared.domain.documents import JobDoc
+from spotline.shared.domain.job_events import WEBHOOK_ATTRIBUTE, webhook_mark, without_published
+from spotline.shared.ports.bus import Bus
+from spotline.shared.ports.store import Store
 
 TOPIC = "job_events"
 # A notification may wait for the reaper; the transition's function must not.

@@ -17,10 +17,10 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime
 
-from functions.deps import Deps
-from functions.ops.event_tokens import issue_event_token
-from functions.ops.queue import fail_unplaceable, wait_for_capacity, wait_for_quota
-from functions.ops.reuse import (
+from spotline.functions.deps import Deps
+from spotline.functions.ops.event_tokens import issue_event_token
+from spotline.functions.ops.queue import fail_unplaceable, wait_for_capacity, wait_for_quota
+from spotline.functions.ops.reuse import (
     Found,
     OverInstanceQuota,
     Single,
@@ -29,19 +29,19 @@ from functions.ops.reuse import (
     claim_stopped,
     hold_instance_slots,
 )
-from functions.ops.slots import (
+from spotline.functions.ops.slots import (
     free_instance_slot,
     keep_instance_slot,
 )
-from functions.ops.teardown import release_instance
-from shared import logs
-from shared.domain.catalog import load_catalog
-from shared.domain.documents import InstanceDoc, JobDoc
-from shared.domain.errors import CapacityError, Unplaceable
-from shared.domain.lifecycle import current_vms, vm_recorded
-from shared.domain.liveness import Owner
-from shared.domain.option_waiting import ask_order, option_index
-from shared.domain.placement import (
+from spotline.functions.ops.teardown import release_instance
+from spotline.shared import logs
+from spotline.shared.domain.catalog import load_catalog
+from spotline.shared.domain.documents import InstanceDoc, JobDoc
+from spotline.shared.domain.errors import CapacityError, Unplaceable
+from spotline.shared.domain.lifecycle import current_vms, vm_recorded
+from spotline.shared.domain.liveness import Owner
+from spotline.shared.domain.option_waiting import ask_order, option_index
+from spotline.shared.domain.placement import (
     Option,
     build_gang_request,
     build_vm_request,
@@ -52,11 +52,11 @@ from shared.domain.placement import (
     refusal_summary,
     vm_name,
 )
-from shared.domain.preempted_zones import zone_order
-from shared.domain.queueing import waiting_since
-from shared.domain.secret_env import reads_secrets
-from shared.domain.states import JobStatus
-from shared.domain.vms import Vm
+from spotline.shared.domain.preempted_zones import zone_order
+from spotline.shared.domain.queueing import waiting_since
+from spotline.shared.domain.secret_env import reads_secrets
+from spotline.shared.domain.states import JobStatus
+from spotline.shared.domain.vms import Vm
 
 
 def launch(deps: Deps, job: JobDoc, now: datetime) -> JobDoc:
@@ -109,7 +109,7 @@ def launch(deps: Deps, job: JobDoc, now: datetime) -> JobDoc:
 def _let_go(deps: Deps, ended: JobDoc, attempt: int, vms: list[Vm], now: datetime) -> None:
     """The job ended while its attempt's VMs were being made (a cancel came
     between the insert and the write above): delete the VMs it does not run
-    on, charged to it (``shared.domain.unrecorded_vms``), now rather than a
+    on, charged to it (``spotline.shared.domain.unrecorded_vms``), now rather than a
     reaper's sweep later. Only while this attempt holds their instances."""
     note = f"job {ended.status.lower()} while its VM was being made"
     for vm in vms:
@@ -157,7 +157,7 @@ def _machine_ids(job: JobDoc) -> list[str]:
 
 def _ask_order(deps: Deps, job: JobDoc, now: datetime) -> list[str]:
     """The machine ids of this pass, the one whose ``wait_request_s`` window
-    ``now`` is in first (``shared.domain.option_waiting``); the others follow
+    ``now`` is in first (``spotline.shared.domain.option_waiting``); the others follow
     for when it is refused for good, or with ``wait_request_s`` 0."""
     machine_ids = _machine_ids(job)
     since = waiting_since(deps.store.get_queue(job.job_id), job.attempt)

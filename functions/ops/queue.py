@@ -1,4 +1,4 @@
-"""The queue of jobs that cannot have a VM now (``shared.domain.queueing``):
+"""The queue of jobs that cannot have a VM now (``spotline.shared.domain.queueing``):
 no capacity anywhere they may run, or over the user's quota.
 
 The queue entry is written before the job document says why, so the reaper
@@ -9,18 +9,18 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from functions.deps import Deps
-from shared import logs
-from shared.domain import queueing
-from shared.domain.documents import JobDoc, QueueReason
-from shared.domain.lifecycle import advance
-from shared.domain.states import JobSubstatus
-from shared.domain.transitions import fail_job
+from spotline.functions.deps import Deps
+from spotline.shared import logs
+from spotline.shared.domain import queueing
+from spotline.shared.domain.documents import JobDoc, QueueReason
+from spotline.shared.domain.lifecycle import advance
+from spotline.shared.domain.states import JobSubstatus
+from spotline.shared.domain.transitions import fail_job
 
 
 def wait_for_quota(deps: Deps, job: JobDoc, now: datetime, reason: str) -> JobDoc:
     """WAITING_FOR_QUOTA, retried every ``wait_new_job_create_interval``
-    (``functions.ops.jobs.retry_waiting``), and at once when a job of the user ends."""
+    (``spotline.functions.ops.jobs.retry_waiting``), and at once when a job of the user ends."""
     store = deps.store
     store.put_queue(queueing.waiting_for_quota(job, store.get_queue(job.job_id), now, reason))
     moved = store.update_job(
@@ -33,7 +33,7 @@ def wait_for_quota(deps: Deps, job: JobDoc, now: datetime, reason: str) -> JobDo
 def wait_for_capacity(deps: Deps, job: JobDoc, now: datetime, tried: list[str]) -> JobDoc:
     """WAITING_FOR_CAPACITY, retried with exponential backoff by the reaper,
     each machine option for ``wait_request_s`` in turn, until ``wait_total_s``
-    (``shared.domain.option_waiting``); ``tried`` says what failed, for the person."""
+    (``spotline.shared.domain.option_waiting``); ``tried`` says what failed, for the person."""
     store = deps.store
     summary = "; ".join(tried) or "no option"
     entry = queueing.waiting_for_capacity(job, store.get_queue(job.job_id), now, summary)

@@ -9,18 +9,18 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from functions.deps import Deps
-from functions.ops.jobs import settle, start
-from functions.ops.queue import queue_next_attempt
-from functions.ops.slots import free_instance_slot
-from functions.ops.teardown import Release, release_instance, release_instances
-from shared import logs
-from shared.contract.events import PreemptionNotice
-from shared.domain import late_finish, lifecycle
-from shared.domain.documents import InstanceDoc, JobDoc, QueueReason
-from shared.domain.errors import PermanentError
-from shared.domain.liveness import Owner, belongs_to, if_owned
-from shared.domain.states import InstanceStatus, InstanceSubstatus, JobSubstatus
+from spotline.functions.deps import Deps
+from spotline.functions.ops.jobs import settle, start
+from spotline.functions.ops.queue import queue_next_attempt
+from spotline.functions.ops.slots import free_instance_slot
+from spotline.functions.ops.teardown import Release, release_instance, release_instances
+from spotline.shared import logs
+from spotline.shared.contract.events import PreemptionNotice
+from spotline.shared.domain import late_finish, lifecycle
+from spotline.shared.domain.documents import InstanceDoc, JobDoc, QueueReason
+from spotline.shared.domain.errors import PermanentError
+from spotline.shared.domain.liveness import Owner, belongs_to, if_owned
+from spotline.shared.domain.states import InstanceStatus, InstanceSubstatus, JobSubstatus
 
 
 def recover(
@@ -191,7 +191,7 @@ def _end_notice(deps: Deps, name: str) -> None:
 
 def release_superseded(deps: Deps, job: JobDoc, now: datetime) -> None:
     """The job completed on an attempt whose loss was recorded first
-    (``shared.domain.late_finish``): the later attempt started meanwhile goes,
+    (``spotline.shared.domain.late_finish``): the later attempt started meanwhile goes,
     its VMs deleted and its queue entry dropped. Re-entrant; the reaper does the
     same if this process dies (nothing live owns them: the job has ended)."""
     if not late_finish.ended_after_loss(job):

@@ -11,36 +11,36 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from functions.deps import Deps
-from functions.ops.event_tokens import issue_event_token
-from functions.ops.slots import (
+from spotline.functions.deps import Deps
+from spotline.functions.ops.event_tokens import issue_event_token
+from spotline.functions.ops.slots import (
     free_instance_slot,
     free_stopped_slot,
     holds_instance_slots,
     instance_quota_reason,
     take_instance_slots,
 )
-from functions.ops.teardown import charge_claimed, end_cooling, release_instance
-from shared import logs
-from shared.contract.assignment import Assignment
-from shared.contract.cluster import master_port
-from shared.domain.catalog import load_catalog
-from shared.domain.cooling import claim, claimable
-from shared.domain.documents import InstanceDoc, JobDoc, UserDoc
-from shared.domain.errors import CapacityError, PermanentError, SpotlineError
-from shared.domain.liveness import Owner
-from shared.domain.placement import (
+from spotline.functions.ops.teardown import charge_claimed, end_cooling, release_instance
+from spotline.shared import logs
+from spotline.shared.contract.assignment import Assignment
+from spotline.shared.contract.cluster import master_port
+from spotline.shared.domain.catalog import load_catalog
+from spotline.shared.domain.cooling import claim, claimable
+from spotline.shared.domain.documents import InstanceDoc, JobDoc, UserDoc
+from spotline.shared.domain.errors import CapacityError, PermanentError, SpotlineError
+from spotline.shared.domain.liveness import Owner
+from spotline.shared.domain.placement import (
     Option,
     held_vm,
     node_names,
     parse_machine_id,
     vm_name,
 )
-from shared.domain.quotas import holds, take_slots
-from shared.domain.secret_env import reads_secrets
-from shared.domain.states import InstanceStatus
-from shared.domain.stopping import restartable, restarted, restarted_for
-from shared.domain.vms import EVENT_TOKEN_METADATA_KEY, JOB_METADATA_KEY, Vm
+from spotline.shared.domain.quotas import holds, take_slots
+from spotline.shared.domain.secret_env import reads_secrets
+from spotline.shared.domain.states import InstanceStatus
+from spotline.shared.domain.stopping import restartable, restarted, restarted_for
+from spotline.shared.domain.vms import EVENT_TOKEN_METADATA_KEY, JOB_METADATA_KEY, Vm
 
 Found = tuple[list[Vm], Option]
 Single = tuple[Vm, Option]

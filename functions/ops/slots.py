@@ -1,4 +1,4 @@
-"""A user's three kinds of slot (``shared.domain.quotas``), held on ``users/{user}``.
+"""A user's three kinds of slot (``spotline.shared.domain.quotas``), held on ``users/{user}``.
 
 - job slots (``max_active_jobs``): taken before a job's first VM is requested,
   freed when the job ends;
@@ -17,12 +17,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from functions.deps import Deps
-from shared import logs
-from shared.domain.documents import InstanceDoc, JobDoc, UserDoc
-from shared.domain.quotas import free_slot, holds, keep_slot, over_quota_reason, take_slots
-from shared.domain.states import InstanceSubstatus
-from shared.domain.stopping import stoppable
+from spotline.functions.deps import Deps
+from spotline.shared import logs
+from spotline.shared.domain.documents import InstanceDoc, JobDoc, UserDoc
+from spotline.shared.domain.quotas import free_slot, holds, keep_slot, over_quota_reason, take_slots
+from spotline.shared.domain.states import InstanceSubstatus
+from spotline.shared.domain.stopping import stoppable
 
 
 def take_job_slot(deps: Deps, job: JobDoc, now: datetime) -> str | None:

@@ -1,10 +1,10 @@
 """The reaper's sweep: what Cloud Scheduler's tick starts every minute
-(``functions.handlers.reaper``).
+(``spotline.functions.handlers.reaper``).
 
 Level-triggered and idempotent (Scheduler may fire twice): it compares what
 Firestore believes with what Compute Engine says exists, and converges. Five
-stages, each load -> decide (pure, ``shared.domain.reaping``) -> apply
-(``functions.ops.sweep_apply``):
+stages, each load -> decide (pure, ``spotline.shared.domain.reaping``) -> apply
+(``spotline.functions.ops.sweep_apply``):
 
 1. instances and VMs: a vanished VM is a missed preemption (requeue); a
    silent one is stalled (delete, requeue); one its job no longer owns is
@@ -17,11 +17,11 @@ stages, each load -> decide (pure, ``shared.domain.reaping``) -> apply
 4. users' slots a crash left taken: freed (only the users with a slot the
    tick's listings do not show held are read again: ``users_in_doubt``);
 5. state-change events a crash left in a job's outbox: published
-   (``functions.ops.outbox``).
+   (``spotline.functions.ops.outbox``).
 
 Stages 1, 2 and 4 grow with the project: ``tick`` lists what they need and
 publishes it in pages, each swept by its own invocation
-(``functions.ops.sweep_pages``); stages 3 and 5 stay in the tick. ``sweep``
+(``spotline.functions.ops.sweep_pages``); stages 3 and 5 stay in the tick. ``sweep``
 does it all in one process, the pages in turn.
 
 It reads only active documents (and, in stage 5, jobs whose outbox holds
@@ -34,12 +34,12 @@ from __future__ import annotations
 from collections import Counter
 from datetime import datetime
 
-from functions.deps import Deps
-from functions.ops.outbox import publish_unpublished
-from functions.ops.sweep_apply import apply
-from functions.ops.sweep_pages import plan, read_jobs, run_page
-from shared import logs
-from shared.domain import reaping as r
+from spotline.functions.deps import Deps
+from spotline.functions.ops.outbox import publish_unpublished
+from spotline.functions.ops.sweep_apply import apply
+from spotline.functions.ops.sweep_pages import plan, read_jobs, run_page
+from spotline.shared import logs
+from spotline.shared.domain import reaping as r
 
 
 def sweep(deps: Deps, now: datetime) -> Counter[str]:

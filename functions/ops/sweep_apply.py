@@ -1,4 +1,4 @@
-"""The reaper's apply step: each decided action (``shared.domain.reaping``)
+"""The reaper's apply step: each decided action (``spotline.shared.domain.reaping``)
 through ops, one at a time. The listing an action was decided on is older than
 the moment it runs (and older still in a page the tick handed out), so the
 actions that could act on a document that moved on re-read it first, with the
@@ -10,8 +10,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from functions.deps import Deps
-from functions.ops.jobs import (
+from spotline.functions.deps import Deps
+from spotline.functions.ops.jobs import (
     cancel,
     place_again,
     release_job,
@@ -19,10 +19,10 @@ from functions.ops.jobs import (
     retry_waiting,
     settle,
 )
-from functions.ops.queue import drop, give_up
-from functions.ops.recovery import recover
-from functions.ops.slots import free_instance_slot, free_stopped_slot
-from functions.ops.teardown import (
+from spotline.functions.ops.queue import drop, give_up
+from spotline.functions.ops.recovery import recover
+from spotline.functions.ops.slots import free_instance_slot, free_stopped_slot
+from spotline.functions.ops.teardown import (
     delete_orphan,
     end_cooling,
     end_stopped,
@@ -32,14 +32,14 @@ from functions.ops.teardown import (
     price_cooling,
     release_instance,
 )
-from shared import logs
-from shared.domain import reaping as r
-from shared.domain.documents import JobDoc
-from shared.domain.errors import PermanentError
-from shared.domain.lifecycle import accrue
-from shared.domain.liveness import Owner
-from shared.domain.slot_checks import placing
-from shared.domain.states import JobSubstatus
+from spotline.shared import logs
+from spotline.shared.domain import reaping as r
+from spotline.shared.domain.documents import JobDoc
+from spotline.shared.domain.errors import PermanentError
+from spotline.shared.domain.lifecycle import accrue
+from spotline.shared.domain.liveness import Owner
+from spotline.shared.domain.slot_checks import placing
+from spotline.shared.domain.states import JobSubstatus
 
 
 def apply(

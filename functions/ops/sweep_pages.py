@@ -2,7 +2,7 @@
 
 One function invocation cannot sweep a busy project in a minute (10,000
 active jobs took 104-124 s on the emulator). So the tick
-(``functions.ops.sweep.tick``) lists what the stages need and hands it out in
+(``spotline.functions.ops.sweep.tick``) lists what the stages need and hands it out in
 pages on ``spotline-reaper-page``; each page is swept by its own invocation of
 ``reaper_page``, as many at once as Cloud Functions runs, with the same
 decisions and the same apply step as a whole sweep. ``sweep`` runs every page
@@ -46,12 +46,12 @@ from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from functions.deps import Deps
-from functions.ops.sweep_apply import apply
-from shared.domain import reaping as r
-from shared.domain.documents import InstanceDoc, JobDoc, UserDoc
-from shared.domain.states import InstanceStatus, InstanceSubstatus, JobStatus
-from shared.domain.vms import MANAGED_LABEL, Vm
+from spotline.functions.deps import Deps
+from spotline.functions.ops.sweep_apply import apply
+from spotline.shared.domain import reaping as r
+from spotline.shared.domain.documents import InstanceDoc, JobDoc, UserDoc
+from spotline.shared.domain.states import InstanceStatus, InstanceSubstatus, JobStatus
+from spotline.shared.domain.vms import MANAGED_LABEL, Vm
 
 T = TypeVar("T")
 

@@ -1,18 +1,18 @@
 """Letting a VM go: delete it (release), stop it for a later job, end its
 cooling or stopped period, and charge the cooling period to the job that left
-the VM cooling (see ``shared.domain.stopping`` and ``shared.domain.cooling``).
+the VM cooling (see ``spotline.shared.domain.stopping`` and ``spotline.shared.domain.cooling``).
 
 Every step writes Firestore before it calls Compute Engine, so a crash in
 between leaves a document the reaper finishes: CLOSING/TERMINATING is deleted
 again, CLOSING/STOPPING is stopped again. Every step is re-entrant.
 
 A step taken for a job (its end, its cancel) lets go of the VM only while the
-instance is still that job's attempt's (``shared.domain.liveness.if_owned``,
+instance is still that job's attempt's (``spotline.shared.domain.liveness.if_owned``,
 checked inside the guarded write): a late or redelivered event of a job whose
 VM the user's next job has claimed or restarted since leaves it to that job.
 
 Every delete of a VM made for a job charges the job first for a VM none of
-its attempts recorded (``shared.domain.unrecorded_vms``): it ended while the
+its attempts recorded (``spotline.shared.domain.unrecorded_vms``): it ended while the
 VM was being placed.
 """
 
@@ -22,35 +22,35 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from functions.deps import Deps
-from functions.ops.slots import (
+from spotline.functions.deps import Deps
+from spotline.functions.ops.slots import (
     free_instance_slot,
     free_slot_of_stopping,
     free_stopped_slot,
     take_stop_slot,
 )
-from shared import logs
-from shared.domain import lifecycle
-from shared.domain.catalog import load_catalog
-from shared.domain.cooling import charge, close_segment, start_cooling, while_cooling
-from shared.domain.documents import InstanceDoc, JobDoc
-from shared.domain.errors import PermanentError
-from shared.domain.liveness import Owner, belongs_to, if_owned
-from shared.domain.states import InstanceStatus, InstanceSubstatus
-from shared.domain.stopping import (
+from spotline.shared import logs
+from spotline.shared.domain import lifecycle
+from spotline.shared.domain.catalog import load_catalog
+from spotline.shared.domain.cooling import charge, close_segment, start_cooling, while_cooling
+from spotline.shared.domain.documents import InstanceDoc, JobDoc
+from spotline.shared.domain.errors import PermanentError
+from spotline.shared.domain.liveness import Owner, belongs_to, if_owned
+from spotline.shared.domain.states import InstanceStatus, InstanceSubstatus
+from spotline.shared.domain.stopping import (
     STOPPING_OR_STOPPED,
     stop_ended,
     stop_expired,
     stopped,
     stopping,
 )
-from shared.domain.unrecorded_vms import (
+from spotline.shared.domain.unrecorded_vms import (
     MadeVm,
     charge_unrecorded,
     made_from_instance,
     made_from_listing,
 )
-from shared.domain.vms import Vm
+from spotline.shared.domain.vms import Vm
 
 # -- deleting --
 

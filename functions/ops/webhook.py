@@ -8,7 +8,7 @@ topic. A 4xx answer is the receiver refusing the event for good: logged and
 acknowledged. Redirects are not followed (a redirect could lead to an
 address the rules refuse).
 
-Every address the host resolves to is checked (``shared.domain.webhooks``)
+Every address the host resolves to is checked (``spotline.shared.domain.webhooks``)
 before the request; the request then resolves the name again, so a name whose
 answer changes in between could still lead elsewhere. Receivers get each event
 at least once and in no set order: they sort by ``sequence`` and dedupe by
@@ -22,11 +22,11 @@ import urllib.error
 import urllib.request
 from urllib.parse import urlsplit
 
-from functions.deps import Deps
-from shared import logs
-from shared.domain.errors import PermanentError, TransientError
-from shared.domain.job_events import NO_WEBHOOK, WEBHOOK_ATTRIBUTE, JobEvent
-from shared.domain.webhooks import address_problem, url_problem
+from spotline.functions.deps import Deps
+from spotline.shared import logs
+from spotline.shared.domain.errors import PermanentError, TransientError
+from spotline.shared.domain.job_events import NO_WEBHOOK, WEBHOOK_ATTRIBUTE, JobEvent
+from spotline.shared.domain.webhooks import address_problem, url_problem
 
 _TIMEOUT_S = 10.0
 
@@ -45,7 +45,7 @@ def post_event(
     """POST ``body`` (the event's JSON, as published) to the job's webhook;
     the answer's status, or None when the job has no webhook.
 
-    An event whose ``webhook`` attribute is ``"0"`` (``functions.ops.outbox``
+    An event whose ``webhook`` attribute is ``"0"`` (``spotline.functions.ops.outbox``
     marks each event from the job's spec, which never changes after the
     submission) returns None at once: most jobs have no webhook, and reading
     the job for each of their events was a read per state change. Any other

@@ -11,13 +11,13 @@ import argparse
 import os
 import sys
 
-from infra.cli.parser import build as _parser
+from spotline.infra.cli.parser import build as _parser
 
 __all__ = ["_parser", "main"]
 
 
 def main(argv: list[str] | None = None) -> int:
-    from shared.settings import SettingsError
+    from spotline.shared.settings import SettingsError
 
     parser = _parser()
     _complete(parser)

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from shared.domain.documents import JobDoc
-    from shared.settings import Settings
+    from spotline.shared.domain.documents import JobDoc
+    from spotline.shared.settings import Settings
 
 DEFAULT_WORKDIR = Path(".spotline")
 
@@ -18,8 +18,8 @@ DEFAULT_WORKDIR = Path(".spotline")
 def connect(workdir: Path) -> Settings:
     """The settings of the system the CLI talks to, with its clients pointed there
     (see ``where``); exits when there is none."""
-    from infra.localstack.storage import reload_fsspec_config
-    from shared.settings import Settings
+    from spotline.infra.localstack.storage import reload_fsspec_config
+    from spotline.shared.settings import Settings
 
     env, config_file, _ = where(workdir)
     if env is None:
@@ -43,8 +43,8 @@ def where(workdir: Path) -> tuple[dict[str, str] | None, bool, str]:
     Returns the variables to add to the environment (None: no system found),
     whether to read the config file, and a line saying which it is.
     """
-    from infra.localstack.stack import read_stack_env
-    from shared.settings_file import config_path
+    from spotline.infra.localstack.stack import read_stack_env
+    from spotline.shared.settings_file import config_path
 
     path = config_path(os.environ)
     found = path is not None and path.exists()
@@ -61,7 +61,7 @@ def where(workdir: Path) -> tuple[dict[str, str] | None, bool, str]:
 
 def job_of(args: argparse.Namespace) -> tuple[Settings, JobDoc]:
     """The settings and the job named on the command line; exits if there is none."""
-    from shared.adapters.firestore_store import FirestoreStore
+    from spotline.shared.adapters.firestore_store import FirestoreStore
 
     settings = connect(args.workdir)
     job = FirestoreStore(settings.project).get_job(args.job)

@@ -6,16 +6,16 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from infra.cli.report import job_detail
-from infra.localcloud.chaos_client import ChaosClient
-from infra.localstack.stack import LocalStack, StackOptions
-from shared.adapters.firestore_store import FirestoreStore
-from shared.adapters.pubsub_bus import PubsubBus
-from shared.domain.documents import JobDoc
-from shared.domain.lifecycle import job_id_for
-from shared.domain.spec import parse_spec
-from shared.domain.states import JobStatus
-from shared.settings import Settings
+from spotline.infra.cli.report import job_detail
+from spotline.infra.localcloud.chaos_client import ChaosClient
+from spotline.infra.localstack.stack import LocalStack, StackOptions
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.adapters.pubsub_bus import PubsubBus
+from spotline.shared.domain.documents import JobDoc
+from spotline.shared.domain.lifecycle import job_id_for
+from spotline.shared.domain.spec import parse_spec
+from spotline.shared.domain.states import JobStatus
+from spotline.shared.settings import Settings
 
 
 def wait_for_job(

@@ -7,9 +7,9 @@ import json
 from collections.abc import Sequence
 from datetime import datetime
 
-from infra.cli.job_fields import age, display_spec, duration, failure_counts, short_span
-from infra.cli.report import timeline
-from shared.domain.documents import EpochDoc, JobDoc
+from spotline.infra.cli.job_fields import age, display_spec, duration, failure_counts, short_span
+from spotline.infra.cli.report import timeline
+from spotline.shared.domain.documents import EpochDoc, JobDoc
 
 
 def detail_text(

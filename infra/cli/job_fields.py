@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from shared.domain.documents import EpochDoc, JobDoc
-from shared.domain.secret_env import masked_env
-from shared.domain.spec import JobSpec
-from shared.domain.states import JobStatus
+from spotline.shared.domain.documents import EpochDoc, JobDoc
+from spotline.shared.domain.secret_env import masked_env
+from spotline.shared.domain.spec import JobSpec
+from spotline.shared.domain.states import JobStatus
 
 
 def display_spec(spec: JobSpec, defaults: bool = True) -> dict[str, Any]:
@@ -26,7 +26,7 @@ def display_spec(spec: JobSpec, defaults: bool = True) -> dict[str, Any]:
     leaves out the fields the user did not set."""
     shown = spec.model_dump(mode="json", exclude_none=True, exclude_defaults=not defaults)
     if "env" in shown:
-        # The one list of secret-like names (shared.domain.secret_env); a
+        # The one list of secret-like names (spotline.shared.domain.secret_env); a
         # Secret Manager reference is shown, it is no secret.
         shown["env"] = masked_env(spec.env)
     return shown

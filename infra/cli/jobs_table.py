@@ -17,8 +17,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from infra.cli.job_fields import age, duration, short_span
-from shared.domain.documents import JobDoc
+from spotline.infra.cli.job_fields import age, duration, short_span
+from spotline.shared.domain.documents import JobDoc
 
 _GAP = 2  # spaces between two columns
 _DESCRIPTION_MIN = 12  # narrower than this, DESCRIPTION is left out

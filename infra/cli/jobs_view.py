@@ -6,30 +6,30 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from infra.cli.connect import connect
+from spotline.infra.cli.connect import connect
 
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from shared.adapters.firestore_store import FirestoreStore
-    from shared.domain.vms import Quota
-    from shared.settings import Settings
+    from spotline.shared.adapters.firestore_store import FirestoreStore
+    from spotline.shared.domain.vms import Quota
+    from spotline.shared.settings import Settings
 
 
 def status(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
-    from shared.adapters.firestore_store import FirestoreStore
+    from spotline.shared.adapters.firestore_store import FirestoreStore
 
     settings = connect(args.workdir)
     store = FirestoreStore(settings.project)
     now = datetime.now(UTC)
     if args.job:
         return _one_job(args, settings, store, now)
-    from infra.cli.job_fields import summary
-    from infra.cli.jobs_table import print_jobs
-    from infra.cli.output import console, print_json
-    from shared.domain.states import JobStatus
+    from spotline.infra.cli.job_fields import summary
+    from spotline.infra.cli.jobs_table import print_jobs
+    from spotline.infra.cli.output import console, print_json
+    from spotline.shared.domain.states import JobStatus
 
     statuses = JobStatus.active() if args.active else None
     jobs = store.recent_jobs(args.limit, user=args.user, statuses=statuses)
@@ -49,9 +49,9 @@ def status(args: argparse.Namespace) -> int:
 def _one_job(
     args: argparse.Namespace, settings: Settings, store: FirestoreStore, now: datetime
 ) -> int:
-    from infra.cli.job_detail import detail_text
-    from infra.cli.job_fields import detail
-    from infra.cli.output import print_json
+    from spotline.infra.cli.job_detail import detail_text
+    from spotline.infra.cli.job_fields import detail
+    from spotline.infra.cli.output import print_json
 
     job = store.get_job(args.job)
     if job is None:
@@ -68,12 +68,12 @@ def _one_job(
 
 
 def rejected(args: argparse.Namespace) -> int:
-    from infra.cli.report import table
-    from shared.adapters.firestore_store import FirestoreStore
+    from spotline.infra.cli.report import table
+    from spotline.shared.adapters.firestore_store import FirestoreStore
 
     rejections = FirestoreStore(connect(args.workdir).project).recent_rejections(args.limit)
     if args.json:
-        from infra.cli.output import print_json
+        from spotline.infra.cli.output import print_json
 
         print_json([r.model_dump(mode="json") for r in rejections])
         return 0
@@ -85,12 +85,12 @@ def rejected(args: argparse.Namespace) -> int:
 def machines(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime, timedelta
 
-    from infra.cli.report import MachineRow, machine_json, machines_table
-    from shared.adapters.firestore_store import FirestoreStore
-    from shared.domain.capacity import capacity
-    from shared.domain.catalog import load_catalog, shipped_prices
-    from shared.domain.states import InstanceStatus
-    from shared.domain.vms import Provisioning
+    from spotline.infra.cli.report import MachineRow, machine_json, machines_table
+    from spotline.shared.adapters.firestore_store import FirestoreStore
+    from spotline.shared.domain.capacity import capacity
+    from spotline.shared.domain.catalog import load_catalog, shipped_prices
+    from spotline.shared.domain.states import InstanceStatus
+    from spotline.shared.domain.vms import Provisioning
 
     if args.refresh_prices:
         return refresh_prices(args)
@@ -120,7 +120,7 @@ def machines(args: argparse.Namespace) -> int:
                 )
             )
     if args.json:
-        from infra.cli.output import print_json
+        from spotline.infra.cli.output import print_json
 
         print_json([machine_json(row) for row in rows])
     else:
@@ -137,9 +137,9 @@ def refresh_prices(args: argparse.Namespace) -> int:
 
     from google.api_core.exceptions import GoogleAPIError
 
-    from infra.cli.prices import refresh, shipped_price_file
-    from shared.domain.sku_prices import PriceError
-    from shared.settings import Settings
+    from spotline.infra.cli.prices import refresh, shipped_price_file
+    from spotline.shared.domain.sku_prices import PriceError
+    from spotline.shared.settings import Settings
 
     path = Path(args.prices_file) if args.prices_file else shipped_price_file()
     region = Settings.from_env().region
@@ -160,8 +160,8 @@ def _region_quotas(settings: Settings) -> dict[str, Quota] | None:
     why, on stderr) when they cannot be read."""
     from google.auth.exceptions import GoogleAuthError
 
-    from functions.deps import build_compute
-    from shared.domain.errors import SpotlineError
+    from spotline.functions.deps import build_compute
+    from spotline.shared.domain.errors import SpotlineError
 
     region = settings.region
     try:
@@ -173,9 +173,9 @@ def _region_quotas(settings: Settings) -> dict[str, Quota] | None:
 
 
 def timeline(args: argparse.Namespace) -> int:
-    """``spotline timeline JOB``: where its time went (``infra.cli.timeline``)."""
-    from infra.cli import timeline as view
-    from shared.adapters.firestore_store import FirestoreStore
+    """``spotline timeline JOB``: where its time went (``spotline.infra.cli.timeline``)."""
+    from spotline.infra.cli import timeline as view
+    from spotline.shared.adapters.firestore_store import FirestoreStore
 
     job = FirestoreStore(connect(args.workdir).project).get_job(args.job)
     if job is None:
@@ -186,7 +186,7 @@ def timeline(args: argparse.Namespace) -> int:
 
 def watch(args: argparse.Namespace) -> int:
     """``spotline watch [JOB ...]``: live, through Firestore listeners."""
-    from infra.cli.watch import run_watch
-    from shared.adapters.firestore_store import FirestoreStore
+    from spotline.infra.cli.watch import run_watch
+    from spotline.shared.adapters.firestore_store import FirestoreStore
 
     return run_watch(args, FirestoreStore(connect(args.workdir).project))

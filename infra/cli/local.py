@@ -9,12 +9,12 @@ import signal
 import sys
 import threading
 
-from infra.cli.connect import connect
+from spotline.infra.cli.connect import connect
 
 
 def up(args: argparse.Namespace) -> int:
-    from infra.localstack.stack import LocalStack, StackOptions
-    from shared.settings import load
+    from spotline.infra.localstack.stack import LocalStack, StackOptions
+    from spotline.shared.settings import load
 
     options = StackOptions(
         tick_s=args.tick_s,
@@ -40,7 +40,7 @@ def up(args: argparse.Namespace) -> int:
 
 
 def demo(args: argparse.Namespace) -> int:
-    from infra.cli.demo import run_demo
+    from spotline.infra.cli.demo import run_demo
 
     workdir = args.workdir / "demo"
     shutil.rmtree(workdir, ignore_errors=True)
@@ -49,8 +49,8 @@ def demo(args: argparse.Namespace) -> int:
 
 
 def preempt(args: argparse.Namespace) -> int:
-    from infra.localcloud.chaos_client import ChaosClient
-    from shared.adapters.firestore_store import FirestoreStore
+    from spotline.infra.localcloud.chaos_client import ChaosClient
+    from spotline.shared.adapters.firestore_store import FirestoreStore
 
     settings = connect(args.workdir)
     if not settings.compute_endpoint:

@@ -22,7 +22,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Protocol
 
-from shared.domain.documents import AttemptRecord
+from spotline.shared.domain.documents import AttemptRecord
 
 # Lines before the attempt's start (clock skew between the VM and Firestore)
 # are still its own.
@@ -201,7 +201,7 @@ class CloudSource:
         its credentials and connections)."""
         from google.cloud import logging
 
-        from infra.deploy.endpoints import Endpoints, client_options
+        from spotline.infra.deploy.endpoints import Endpoints, client_options
 
         return logging.Client(
             project=self.project,

@@ -14,20 +14,20 @@ import time
 from datetime import UTC, datetime
 from typing import IO, TYPE_CHECKING
 
-from infra.cli.connect import job_of
-from infra.cli.log_sources import CloudSource, LocalSource, LogLine, Source, node_instance
-from infra.cli.watch import exit_code
-from shared.domain.documents import AttemptRecord, JobDoc
+from spotline.infra.cli.connect import job_of
+from spotline.infra.cli.log_sources import CloudSource, LocalSource, LogLine, Source, node_instance
+from spotline.infra.cli.watch import exit_code
+from spotline.shared.domain.documents import AttemptRecord, JobDoc
 
 if TYPE_CHECKING:
-    from shared.adapters.firestore_store import FirestoreStore
+    from spotline.shared.adapters.firestore_store import FirestoreStore
 
 
 def logs(args: argparse.Namespace) -> int:
     from google.api_core.exceptions import GoogleAPIError
     from google.auth.exceptions import GoogleAuthError
 
-    from infra.localstack.stack import read_stack_workdir
+    from spotline.infra.localstack.stack import read_stack_workdir
 
     settings, job = job_of(args)
     if args.node is not None and not 0 <= args.node < job.spec.nodes:
@@ -40,7 +40,7 @@ def logs(args: argparse.Namespace) -> int:
     )
     try:
         if args.follow:
-            from shared.adapters.firestore_store import FirestoreStore
+            from spotline.shared.adapters.firestore_store import FirestoreStore
 
             jobs = FirestoreStore(settings.project)
             return follow(source, jobs, job.job_id, args.attempt, args.node, sys.stdout)
@@ -95,7 +95,7 @@ def follow(
     round after it ended still reads everything its VMs wrote. A job not
     recorded yet (just published) is waited for; one deleted while followed
     (from the console) ends the follow with 1: no event will ever end it."""
-    from shared.domain.states import JobStatus
+    from spotline.shared.domain.states import JobStatus
 
     headed: set[int] = set()
     ended_at: float | None = None

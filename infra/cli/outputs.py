@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from infra.cli.connect import job_of
+from spotline.infra.cli.connect import job_of
 
 
 def tensorboard(args: argparse.Namespace) -> int:

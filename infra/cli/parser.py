@@ -7,10 +7,10 @@ import argparse
 import contextlib
 from pathlib import Path
 
-from infra.cli import jobs_view, local, logs, outputs, reference, submit, timeline, watch
-from infra.cli.connect import DEFAULT_WORKDIR
-from infra.dashboard import command as dashboard_command
-from infra.deploy import command as deploy_command
+from spotline.infra.cli import jobs_view, local, logs, outputs, reference, submit, timeline, watch
+from spotline.infra.cli.connect import DEFAULT_WORKDIR
+from spotline.infra.dashboard import command as dashboard_command
+from spotline.infra.deploy import command as deploy_command
 
 DESCRIPTION = "The ``spotline`` command."
 JSON_HELP = "print JSON for scripts (keys in the README's CLI section)"

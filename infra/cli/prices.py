@@ -4,7 +4,7 @@ Billing Catalog API.
 Lists Compute Engine's SKUs (``services/6F81-5844-456A``) with the real
 client library, ``google-cloud-billing`` (the ``prices`` extra), over its REST
 transport; keeps the Spot and on-demand rate of every part the catalog's
-machines are billed for in the configured region (``shared.domain.sku_prices``)
+machines are billed for in the configured region (``spotline.shared.domain.sku_prices``)
 and writes the price file, dated today. Nothing is written unless every part
 is priced: on a bad or partial answer the old file stays and the error names
 what is missing.
@@ -19,9 +19,9 @@ from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from shared.domain.catalog import shapes
-from shared.domain.prices import PriceBook, needed
-from shared.domain.sku_prices import COMPUTE_SERVICE, PriceError, SkuRate, rates
+from spotline.shared.domain.catalog import shapes
+from spotline.shared.domain.prices import PriceBook, needed
+from spotline.shared.domain.sku_prices import COMPUTE_SERVICE, PriceError, SkuRate, rates
 
 if TYPE_CHECKING:
     from google.cloud.billing_v1 import CloudCatalogClient
@@ -32,7 +32,7 @@ SOURCE = f"Cloud Billing Catalog API, {COMPUTE_SERVICE}/skus"
 def shipped_price_file() -> Path:
     from importlib import resources
 
-    return Path(str(resources.files("shared").joinpath("data/prices.json")))
+    return Path(str(resources.files("spotline.shared").joinpath("data/prices.json")))
 
 
 def catalog_client(endpoint: str | None) -> CloudCatalogClient:

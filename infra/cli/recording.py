@@ -1,5 +1,5 @@
 """What the CLI copies before it publishes: a recorded job's snapshot
-(``shared.domain.recording`` says why here), and a replay's local folders.
+(``spotline.shared.domain.recording`` says why here), and a replay's local folders.
 
 Copies go through fsspec, so ``gs://`` (or the storage emulator) and
 ``file://`` read and write alike; the user's own credentials do the reading.
@@ -13,8 +13,8 @@ import shutil
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from shared.domain.recording import Record
-    from shared.domain.spec import JobSpec
+    from spotline.shared.domain.recording import Record
+    from spotline.shared.domain.spec import JobSpec
 
 _CHUNK = 1 << 20
 

@@ -8,7 +8,7 @@ import os
 
 
 def schema(args: argparse.Namespace) -> int:
-    from shared.domain.spec import JobSpec
+    from spotline.shared.domain.spec import JobSpec
 
     print(json.dumps(JobSpec.model_json_schema(), indent=2))
     return 0
@@ -16,9 +16,9 @@ def schema(args: argparse.Namespace) -> int:
 
 def settings(args: argparse.Namespace) -> int:
     """Print every setting as the other commands would read it here."""
-    from infra.cli.connect import where
-    from infra.cli.report import settings_table
-    from shared.settings import load
+    from spotline.infra.cli.connect import where
+    from spotline.infra.cli.report import settings_table
+    from spotline.shared.settings import load
 
     env, config_file, source = where(args.workdir)
     loaded = load({**os.environ, **(env or {})}, config_file=config_file)

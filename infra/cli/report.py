@@ -7,12 +7,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from shared.domain.catalog import Machine
-from shared.domain.documents import EpochDoc, JobDoc
-from shared.domain.secret_env import masked_env
+from spotline.shared.domain.catalog import Machine
+from spotline.shared.domain.documents import EpochDoc, JobDoc
+from spotline.shared.domain.secret_env import masked_env
 
 if TYPE_CHECKING:
-    from shared.settings import Loaded
+    from spotline.shared.settings import Loaded
 
 
 @dataclass(frozen=True)
@@ -196,7 +196,7 @@ def timeline(job: JobDoc, epochs: Sequence[EpochDoc]) -> str:
 
 def settings_table(loaded: Loaded) -> str:
     """Every setting: name, variable, value, where it came from, what it does."""
-    from shared.settings import Settings, variables
+    from spotline.shared.settings import Settings, variables
 
     env = loaded.settings.to_env()
     rows = []

@@ -8,24 +8,24 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from infra.cli.connect import connect, job_of
+from spotline.infra.cli.connect import connect, job_of
 
 # A spec spotline would refuse: a usage error, as argparse's own (2).
 EXIT_INVALID = 2
 
 if TYPE_CHECKING:
-    from shared.domain.spec import JobSpec
-    from shared.settings import Settings
+    from spotline.shared.domain.spec import JobSpec
+    from spotline.shared.settings import Settings
 
 
 def submit(args: argparse.Namespace) -> int:
     """Validate the spec as the submit function will, then publish it: a spec
     the function would refuse is never published (it would only become a line
     in ``spotline rejected``), and the person sees why at once."""
-    from infra.cli.job_fields import display_spec
-    from shared.adapters.pubsub_bus import PubsubBus
-    from shared.domain.lifecycle import job_id_for
-    from shared.topics import topics_for
+    from spotline.infra.cli.job_fields import display_spec
+    from spotline.shared.adapters.pubsub_bus import PubsubBus
+    from spotline.shared.domain.lifecycle import job_id_for
+    from spotline.shared.topics import topics_for
 
     try:
         data = args.file.read_bytes()
@@ -67,9 +67,9 @@ def submit(args: argparse.Namespace) -> int:
 
 def follow_job(settings: Settings, job_id: str) -> int:
     """``submit --follow``: watch the job until it ends (``spotline watch``)."""
-    from infra.cli.watch import follow
-    from shared.adapters.firestore_listen import JobFeed
-    from shared.adapters.firestore_store import FirestoreStore
+    from spotline.infra.cli.watch import follow
+    from spotline.shared.adapters.firestore_listen import JobFeed
+    from spotline.shared.adapters.firestore_store import FirestoreStore
 
     with JobFeed(FirestoreStore(settings.project), [job_id]) as feed:
         return follow(feed, [job_id])
@@ -78,9 +78,9 @@ def follow_job(settings: Settings, job_id: str) -> int:
 def secret_refusals(data: bytes) -> list[str]:
     """A literal value for a secret-like env name, when the spec parses (never
     the value itself); a spec that does not parse is refused with the rest."""
-    from shared.domain.errors import InvalidMessage
-    from shared.domain.secret_env import env_refusals
-    from shared.domain.spec import parse_spec
+    from spotline.shared.domain.errors import InvalidMessage
+    from spotline.shared.domain.secret_env import env_refusals
+    from spotline.shared.domain.spec import parse_spec
 
     try:
         return env_refusals(parse_spec(data).env)
@@ -92,10 +92,10 @@ def check_submission(data: bytes, settings: Settings) -> tuple[JobSpec | None, l
     """The spec, and why the submit function would refuse it (empty: it takes
     it): the same parsing, node bound and admission checks it runs, with this
     deployment's region and quota (functions/handlers/submit_job.py)."""
-    from shared.domain.admission import refusals
-    from shared.domain.catalog import load_catalog
-    from shared.domain.errors import InvalidMessage
-    from shared.domain.spec import parse_spec, too_many_nodes
+    from spotline.shared.domain.admission import refusals
+    from spotline.shared.domain.catalog import load_catalog
+    from spotline.shared.domain.errors import InvalidMessage
+    from spotline.shared.domain.spec import parse_spec, too_many_nodes
 
     try:
         spec = parse_spec(data)
@@ -109,7 +109,7 @@ def check_submission(data: bytes, settings: Settings) -> tuple[JobSpec | None, l
 
 def record_inputs(settings: Settings, data: bytes, spec: JobSpec) -> tuple[bytes, JobSpec]:
     """A recorded job's snapshot, copied before it is published (see
-    ``shared.domain.recording``); the job gets an id now when it has none,
+    ``spotline.shared.domain.recording``); the job gets an id now when it has none,
     since the snapshot lives under the job's storage. The message and spec
     to publish.
 
@@ -117,9 +117,9 @@ def record_inputs(settings: Settings, data: bytes, spec: JobSpec) -> tuple[bytes
         FileNotFoundError: nothing is stored under code_uri or data_uri.
         FileExistsError: the job id's snapshot is of other sources.
     """
-    from infra.cli.recording import fresh_job_id, take_snapshot
-    from shared.domain.recording import record_for
-    from shared.domain.spec import parse_spec
+    from spotline.infra.cli.recording import fresh_job_id, take_snapshot
+    from spotline.shared.domain.recording import record_for
+    from spotline.shared.domain.spec import parse_spec
 
     if spec.job_id is None:
         data = json.dumps({**json.loads(data), "job_id": fresh_job_id("rec")}).encode()
@@ -142,11 +142,11 @@ def replay(args: argparse.Namespace) -> int:
     the copy's storage and run those instead."""
     from pydantic import ValidationError
 
-    from infra.cli.recording import snapshot_complete
-    from shared.adapters.pubsub_bus import PubsubBus
-    from shared.domain.lifecycle import job_id_for
-    from shared.domain.spec import JobSpec, describe_validation_error
-    from shared.topics import topics_for
+    from spotline.infra.cli.recording import snapshot_complete
+    from spotline.shared.adapters.pubsub_bus import PubsubBus
+    from spotline.shared.domain.lifecycle import job_id_for
+    from spotline.shared.domain.spec import JobSpec, describe_validation_error
+    from spotline.shared.topics import topics_for
 
     settings, job = job_of(args)
     description = args.description or f"replay of {job.job_id}: {job.spec.description}"[:500]
@@ -190,7 +190,7 @@ def upload_inputs(
     Raises:
         FileNotFoundError: a folder holds no file.
     """
-    from infra.cli.recording import copy_folder, fresh_job_id
+    from spotline.infra.cli.recording import copy_folder, fresh_job_id
 
     job_id = fresh_job_id("replay")
     inputs = f"{settings.job_prefix(job_id)}/inputs"
@@ -207,11 +207,11 @@ def upload_inputs(
 def cancel(args: argparse.Namespace) -> int:
     """Publish a cancel for each job still active; 1 if any job does not
     exist. With ``--wait``, follow them (``spotline watch``) until they end."""
-    from shared.adapters.firestore_store import FirestoreStore
-    from shared.adapters.pubsub_bus import PubsubBus
-    from shared.contract.events import CancelRequest
-    from shared.domain.states import JobStatus
-    from shared.topics import topics_for
+    from spotline.shared.adapters.firestore_store import FirestoreStore
+    from spotline.shared.adapters.pubsub_bus import PubsubBus
+    from spotline.shared.contract.events import CancelRequest
+    from spotline.shared.domain.states import JobStatus
+    from spotline.shared.topics import topics_for
 
     settings = connect(args.workdir)
     store = FirestoreStore(settings.project)
@@ -238,9 +238,9 @@ def cancel(args: argparse.Namespace) -> int:
 
 def wait_for_end(settings: Settings, job_ids: list[str]) -> None:
     """Until every job has ended, through Firestore listeners; a line per change."""
-    from infra.cli.watch import follow
-    from shared.adapters.firestore_listen import JobFeed
-    from shared.adapters.firestore_store import FirestoreStore
+    from spotline.infra.cli.watch import follow
+    from spotline.shared.adapters.firestore_listen import JobFeed
+    from spotline.shared.adapters.firestore_store import FirestoreStore
 
     with JobFeed(FirestoreStore(settings.project), job_ids) as feed:
         follow(feed, job_ids, live=False)

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from shared.domain.documents import JobDoc
-    from shared.domain.timeline import Timeline
+    from spotline.shared.domain.documents import JobDoc
+    from spotline.shared.domain.timeline import Timeline
 
 
 def add_parser(sub: Any, run: Any) -> None:
@@ -29,9 +29,9 @@ def add_parser(sub: Any, run: Any) -> None:
 
 
 def show(args: argparse.Namespace, job: JobDoc, now: datetime | None = None) -> int:
-    from infra.cli.timeline_chart import ChartsUnavailable, draw
-    from shared.domain.states import JobStatus
-    from shared.domain.timeline import timeline
+    from spotline.infra.cli.timeline_chart import ChartsUnavailable, draw
+    from spotline.shared.domain.states import JobStatus
+    from spotline.shared.domain.timeline import timeline
 
     now = now or datetime.now(UTC)
     ended = job.status in JobStatus.terminal()
@@ -55,8 +55,8 @@ def show(args: argparse.Namespace, job: JobDoc, now: datetime | None = None) -> 
 
 def table(job: JobDoc, found: Timeline) -> str:
     """One row per phase, a column per attempt, then the total and its share."""
-    from infra.cli.timeline_chart import duration
-    from shared.domain.timeline import Phase
+    from spotline.infra.cli.timeline_chart import duration
+    from spotline.shared.domain.timeline import Phase
 
     attempts = found.by_attempt(grouped=True)
     totals = found.totals()

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from shared.domain.timeline import Phase, Timeline
+from spotline.shared.domain.timeline import Phase, Timeline
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

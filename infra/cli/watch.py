@@ -1,5 +1,5 @@
 """``spotline watch [JOB ...]`` and ``submit --follow``: a live view of jobs,
-driven by Firestore listeners (``shared.adapters.firestore_listen``).
+driven by Firestore listeners (``spotline.shared.adapters.firestore_listen``).
 
 On a terminal: one row per job with a progress bar (epoch x/y), the ETA from
 the epochs' times, its status and its latest metrics, redrawn as changes
@@ -21,8 +21,8 @@ from typing import IO, TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-    from shared.adapters.firestore_listen import Change, JobFeed
-    from shared.domain.documents import EpochDoc, JobDoc
+    from spotline.shared.adapters.firestore_listen import Change, JobFeed
+    from spotline.shared.domain.documents import EpochDoc, JobDoc
 
 EXIT_FAILED, EXIT_CANCELED = 1, 3
 _METRICS_SHOWN = 3
@@ -47,7 +47,7 @@ class Watched:
 
 
 def exit_code(jobs: Sequence[JobDoc]) -> int:
-    from shared.domain.states import JobStatus
+    from spotline.shared.domain.states import JobStatus
 
     statuses = {job.status for job in jobs}
     if JobStatus.FAILED in statuses:
@@ -96,7 +96,7 @@ class _View:
         return None
 
     def apply(self, change: Change) -> None:
-        from shared.adapters.firestore_listen import JobChanged
+        from spotline.shared.adapters.firestore_listen import JobChanged
 
         if isinstance(change, JobChanged):
             job = change.job
@@ -113,7 +113,7 @@ class _View:
             self.epochs_added(watched, new)
 
     def ended(self, job_ids: Sequence[str]) -> bool:
-        from shared.domain.states import JobStatus
+        from spotline.shared.domain.states import JobStatus
 
         return all(
             j in self.jobs and self.jobs[j].job.status in JobStatus.terminal() for j in job_ids
@@ -129,8 +129,8 @@ class _View:
         raise NotImplementedError
 
     def eta(self, watched: Watched) -> str:
-        from infra.cli.timeline_chart import duration
-        from shared.domain.progress import eta_s
+        from spotline.infra.cli.timeline_chart import duration
+        from spotline.shared.domain.progress import eta_s
 
         left = eta_s(watched.job, watched.epochs, self.clock())
         return "" if left is None else f"ETA {duration(left)}"
@@ -217,7 +217,7 @@ def _metrics_of(metrics: dict[str, float | None]) -> str:
 
 def run_watch(args: argparse.Namespace, store: Any) -> int:
     """``spotline watch``: the named jobs until they end, or every active job."""
-    from shared.adapters.firestore_listen import JobFeed
+    from spotline.shared.adapters.firestore_listen import JobFeed
 
     missing = [job_id for job_id in args.jobs if store.get_job(job_id) is None]
     if missing:

@@ -22,15 +22,15 @@ from typing import TYPE_CHECKING
 
 from flask import Flask, Response, abort, render_template, request
 
-from infra.dashboard import views
-from infra.dashboard.epochs_svg import epochs_svg
-from infra.dashboard.events import JOB_TOPIC, check_topic
-from infra.dashboard.reads import recent_instances
+from spotline.infra.dashboard import views
+from spotline.infra.dashboard.epochs_svg import epochs_svg
+from spotline.infra.dashboard.events import JOB_TOPIC, check_topic
+from spotline.infra.dashboard.reads import recent_instances
 
 if TYPE_CHECKING:
-    from infra.dashboard.events import Hub
-    from shared.adapters.firestore_store import FirestoreStore
-    from shared.domain.documents import JobDoc
+    from spotline.infra.dashboard.events import Hub
+    from spotline.shared.adapters.firestore_store import FirestoreStore
+    from spotline.shared.domain.documents import JobDoc
 
 KEEPALIVE_S = 15.0  # a closed page is noticed at the next write: at most this late
 REFRESH_S = 10  # the <noscript> reload
@@ -161,10 +161,10 @@ def _stream(hub: Hub, topics: list[str]) -> Iterator[str]:
 
 
 def _timeline_png(job: JobDoc, now: datetime) -> bytes:
-    """The pie of ``spotline timeline --chart pie`` (``infra.cli.timeline_chart``)."""
-    from infra.cli.timeline_chart import ChartsUnavailable, draw
-    from shared.domain.states import JobStatus
-    from shared.domain.timeline import timeline
+    """The pie of ``spotline timeline --chart pie`` (``spotline.infra.cli.timeline_chart``)."""
+    from spotline.infra.cli.timeline_chart import ChartsUnavailable, draw
+    from spotline.shared.domain.states import JobStatus
+    from spotline.shared.domain.timeline import timeline
 
     ended = job.status in JobStatus.terminal()
     found = timeline(job.history, None if ended else now)

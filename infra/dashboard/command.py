@@ -47,9 +47,9 @@ def count(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from infra.cli.connect import connect
-    from infra.dashboard.server import DashboardServer
-    from shared.adapters.firestore_store import FirestoreStore
+    from spotline.infra.cli.connect import connect
+    from spotline.infra.dashboard.server import DashboardServer
+    from spotline.shared.adapters.firestore_store import FirestoreStore
 
     settings = connect(args.workdir)
     store = FirestoreStore(settings.project)

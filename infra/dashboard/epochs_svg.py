@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from html import escape
 
-from shared.domain.documents import EpochDoc, epoch_order
+from spotline.shared.domain.documents import EpochDoc, epoch_order
 
 WIDTH, PANEL_HEIGHT, PAD = 640, 140, 36
 MAX_METRICS = 4  # more panels would make a long strip nobody reads

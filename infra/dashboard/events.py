@@ -20,8 +20,8 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from shared.adapters.firestore_store import EPOCHS, INSTANCES, JOBS, FirestoreStore
-from shared.domain.bounds import JOB_ID_PATTERN
+from spotline.shared.adapters.firestore_store import EPOCHS, INSTANCES, JOBS, FirestoreStore
+from spotline.shared.domain.bounds import JOB_ID_PATTERN
 
 JOB_TOPIC = "job/"
 _CLOSED = ""  # put on every queue when the hub closes: the streams end

@@ -3,8 +3,8 @@ re-read is one query): the newest jobs, the newest instances, one job."""
 
 from __future__ import annotations
 
-from shared.adapters.firestore_store import INSTANCES, FirestoreStore
-from shared.domain.documents import InstanceDoc
+from spotline.shared.adapters.firestore_store import INSTANCES, FirestoreStore
+from spotline.shared.domain.documents import InstanceDoc
 
 
 def recent_instances(store: FirestoreStore, limit: int) -> list[InstanceDoc]:

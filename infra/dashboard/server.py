@@ -8,13 +8,13 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
-from infra.dashboard.app import create_app
-from infra.dashboard.events import Hub
+from spotline.infra.dashboard.app import create_app
+from spotline.infra.dashboard.events import Hub
 
 if TYPE_CHECKING:
     from werkzeug.serving import BaseWSGIServer
 
-    from shared.adapters.firestore_store import FirestoreStore
+    from spotline.shared.adapters.firestore_store import FirestoreStore
 
 
 class DashboardServer:

@@ -12,12 +12,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from infra.cli.job_fields import age, duration, failure_counts, short_span
-from infra.cli.timeline_chart import duration as phase_duration
-from shared.domain import failure_policy
-from shared.domain.documents import AttemptRecord, EpochDoc, HistoryEntry, InstanceDoc, JobDoc
-from shared.domain.states import JobStatus
-from shared.domain.timeline import Phase, timeline
+from spotline.infra.cli.job_fields import age, duration, failure_counts, short_span
+from spotline.infra.cli.timeline_chart import duration as phase_duration
+from spotline.shared.domain import failure_policy
+from spotline.shared.domain.documents import (
+    AttemptRecord,
+    EpochDoc,
+    HistoryEntry,
+    InstanceDoc,
+    JobDoc,
+)
+from spotline.shared.domain.states import JobStatus
+from spotline.shared.domain.timeline import Phase, timeline
 
 
 def dollars(amount: float) -> str:

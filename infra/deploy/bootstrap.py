@@ -6,16 +6,16 @@ In order:
 
 1. the APIs spotline uses, enabled;
 2. the Firestore database, ``(default)`` in native mode, if absent, and its
-   security rules: deny every client SDK request (``infra.deploy.rules``);
+   security rules: deny every client SDK request (``spotline.infra.deploy.rules``);
 3. the bucket of the storage root: uniform access, a lifecycle rule that
    deletes old checkpoints;
-4. the two service accounts (``infra.deploy.iam``);
+4. the two service accounts (``spotline.infra.deploy.iam``);
 5. the Cloud Logging sink that routes Compute Engine's preemption entries to the
    preempted topic;
-6. the IAM bindings ``infra.deploy.iam`` declares, per resource: one read, at
+6. the IAM bindings ``spotline.infra.deploy.iam`` declares, per resource: one read, at
    most one write, every other binding kept.
 
-The clients are ``infra.deploy.clients``.
+The clients are ``spotline.infra.deploy.clients``.
 """
 
 from __future__ import annotations
@@ -27,15 +27,15 @@ from typing import TYPE_CHECKING, Any
 
 from google.api_core import exceptions as api_exceptions
 
-from infra.deploy import iam
-from infra.deploy.clients import ProjectClients
-from infra.deploy.endpoints import Change, Endpoints
-from infra.deploy.rules import FirestoreRules
+from spotline.infra.deploy import iam
+from spotline.infra.deploy.clients import ProjectClients
+from spotline.infra.deploy.endpoints import Change, Endpoints
+from spotline.infra.deploy.rules import FirestoreRules
 
 if TYPE_CHECKING:
     from google.auth.credentials import Credentials
 
-    from infra.deploy.plan import DeployConfig
+    from spotline.infra.deploy.plan import DeployConfig
 
 SERVICES = (
     "compute.googleapis.com",

@@ -5,10 +5,10 @@ the plan a dry run prints.
 The functions' other settings (quotas, timeouts, cooling) are the deploying
 shell's ``SPOTLINE_*`` variables, read as ``Settings.from_env`` reads them; the
 config file a previous deploy wrote fills in what neither flags nor variables
-give. A deploy writes that file (``shared.settings_file``); a dry run does not.
+give. A deploy writes that file (``spotline.shared.settings_file``); a dry run does not.
 ``spotline destroy`` takes the same target flags. For tests,
 ``SPOTLINE_<API>_ENDPOINT`` variables point the clients at local doubles
-(``infra.deploy.endpoints``).
+(``spotline.infra.deploy.endpoints``).
 """
 
 from __future__ import annotations
@@ -21,14 +21,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from infra.topology import RUNTIME
-from shared.settings_file import config_path, write_config
+from spotline.infra.topology import RUNTIME
+from spotline.shared.settings_file import config_path, write_config
 
 if TYPE_CHECKING:
     # The client libraries cost over half a second, pydantic-settings over a
     # tenth: only deploy pays for them, not every `spotline` command.
-    from infra.deploy.plan import DeployConfig
-    from shared.settings import Settings
+    from spotline.infra.deploy.plan import DeployConfig
+    from spotline.shared.settings import Settings
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -106,8 +106,8 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
     """The deploy configuration: flags over the environment over the config file
     a previous deploy wrote. SystemExit naming every missing setting;
     SettingsError naming every bad one."""
-    from infra.deploy import iam
-    from shared.settings import load
+    from spotline.infra.deploy import iam
+    from spotline.shared.settings import load
 
     env = os.environ if env is None else env
     flags = {
@@ -159,7 +159,7 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         raise SystemExit(
             f"spotline deploy: --storage-root must be gs://..., not {settings.storage_root}"
         )
-    from infra.deploy.plan import DeployConfig
+    from spotline.infra.deploy.plan import DeployConfig
 
     settings = settings.replace(compute_endpoint=None)
     runtime = getattr(args, "runtime", RUNTIME)
@@ -187,7 +187,7 @@ def _user_principals(pairs: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
 
 
 def save_config(config: DeployConfig, env: Mapping[str, str] | None = None) -> Path | None:
-    """Write what the CLI needs to find this deployment (see shared.settings_file);
+    """Write what the CLI needs to find this deployment (see spotline.shared.settings_file);
     the path written, or None where the environment names no place for it."""
     path = config_path(os.environ if env is None else env)
     if path is not None:
@@ -211,7 +211,7 @@ def run(args: argparse.Namespace) -> int:
     from google.api_core.exceptions import GoogleAPICallError
     from google.auth.exceptions import GoogleAuthError
 
-    from infra.deploy.deployer import Deployer, Endpoints
+    from spotline.infra.deploy.deployer import Deployer, Endpoints
 
     config = config_from(args)
     if args.dry_run:
@@ -250,8 +250,8 @@ def run_destroy(args: argparse.Namespace) -> int:
     from google.api_core.exceptions import GoogleAPICallError
     from google.auth.exceptions import GoogleAuthError
 
-    from infra.deploy.destroy import Destroyer
-    from infra.deploy.endpoints import Endpoints
+    from spotline.infra.deploy.destroy import Destroyer
+    from spotline.infra.deploy.endpoints import Endpoints
 
     config = config_from(args)
     if not (args.yes or args.dry_run):
@@ -282,9 +282,9 @@ def dry_run(config: DeployConfig) -> int:
     from google.api_core.exceptions import GoogleAPICallError
     from google.auth.exceptions import GoogleAuthError
 
-    from infra.deploy import iam
-    from infra.deploy.bootstrap import ProjectSetup
-    from infra.deploy.deployer import Deployer, Endpoints
+    from spotline.infra.deploy import iam
+    from spotline.infra.deploy.bootstrap import ProjectSetup
+    from spotline.infra.deploy.deployer import Deployer, Endpoints
 
     setup = ProjectSetup(
         config, endpoints=Endpoints.from_env(), dry_run=True, report=lambda c: print(c)
@@ -313,10 +313,10 @@ def dry_run(config: DeployConfig) -> int:
 
 def describe(config: DeployConfig) -> list[str]:
     """What a deploy converges, from the topology and settings alone (no call)."""
-    from infra.deploy import plan
-    from infra.deploy.source import build_archive
-    from infra.topology import FUNCTIONS
-    from shared.domain.catalog import load_catalog
+    from spotline.infra.deploy import plan
+    from spotline.infra.deploy.source import build_archive
+    from spotline.infra.topology import FUNCTIONS
+    from spotline.shared.domain.catalog import load_catalog
 
     archive = build_archive()
     job = plan.desired_job(config)

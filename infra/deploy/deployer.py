@@ -4,10 +4,10 @@ It converges rather than creates: each resource is read, then created when
 missing, updated (with an update mask) when it differs, and left alone when it
 agrees, so a second run changes nothing. In order:
 
-1. the project's one-time steps (``infra.deploy.bootstrap``): APIs, the
+1. the project's one-time steps (``spotline.infra.deploy.bootstrap``): APIs, the
    Firestore database and its deny-all rules, the bucket, the two service accounts;
 2. the Pub/Sub topics, and a subscription that keeps the dead letters;
-3. the preemption log sink, then the IAM bindings ``infra.deploy.iam`` declares;
+3. the preemption log sink, then the IAM bindings ``spotline.infra.deploy.iam`` declares;
 4. the machine catalog, seeded into Firestore;
 5. one Cloud Function (2nd gen) per topology entry, built from a source archive
    uploaded only when the function does not run it yet; every create and update
@@ -18,7 +18,7 @@ agrees, so a second run changes nothing. In order:
    per-user mode, each user's own topics pushed to their functions;
 7. the Cloud Scheduler job that ticks the reaper.
 
-The requests are built by ``infra.deploy.plan``; this module only sends them.
+The requests are built by ``spotline.infra.deploy.plan``; this module only sends them.
 """
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ from typing import TYPE_CHECKING, Any
 
 from google.api_core import exceptions as api_exceptions
 
-from infra.deploy import iam, plan
-from infra.deploy.bootstrap import ProjectSetup
-from infra.deploy.endpoints import Change, Endpoints, client_options
-from infra.deploy.source import SourceArchive, build_archive
-from infra.topology import FUNCTIONS, Function
-from shared.domain.catalog import load_catalog
+from spotline.infra.deploy import iam, plan
+from spotline.infra.deploy.bootstrap import ProjectSetup
+from spotline.infra.deploy.endpoints import Change, Endpoints, client_options
+from spotline.infra.deploy.source import SourceArchive, build_archive
+from spotline.infra.topology import FUNCTIONS, Function
+from spotline.shared.domain.catalog import load_catalog
 
 if TYPE_CHECKING:
     from google.api_core.operation import Operation
@@ -147,7 +147,7 @@ class Deployer:
 
     @cached_property
     def setup(self) -> ProjectSetup:
-        """The project's one-time steps and IAM (``infra.deploy.bootstrap``)."""
+        """The project's one-time steps and IAM (``spotline.infra.deploy.bootstrap``)."""
         return ProjectSetup(
             self.config,
             endpoints=self.endpoints,
@@ -177,7 +177,7 @@ class Deployer:
             self._record(Change("subscription", short, "unchanged"))
 
     def seed_catalog(self) -> None:
-        from shared.adapters.firestore_store import FirestoreStore
+        from spotline.shared.adapters.firestore_store import FirestoreStore
 
         catalog = load_catalog()
         FirestoreStore(self.config.project).seed_machines(catalog)

@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Any
 
 from google.api_core import exceptions as api_exceptions
 
-from infra.deploy import iam, plan
-from infra.deploy.bootstrap import DATABASE, SINK, ProjectSetup
-from infra.deploy.endpoints import Change, Endpoints, client_options
-from infra.topology import FUNCTIONS, REAPER_SCHEDULE
+from spotline.infra.deploy import iam, plan
+from spotline.infra.deploy.bootstrap import DATABASE, SINK, ProjectSetup
+from spotline.infra.deploy.endpoints import Change, Endpoints, client_options
+from spotline.infra.topology import FUNCTIONS, REAPER_SCHEDULE
 
 if TYPE_CHECKING:
     from google.auth.credentials import Credentials
@@ -119,7 +119,7 @@ class Destroyer:
     def active_jobs(self) -> list[str]:
         from google.cloud.firestore_v1.base_query import FieldFilter
 
-        from shared.domain.states import JobStatus
+        from spotline.shared.domain.states import JobStatus
 
         active = [str(status) for status in JobStatus.active()]
         query = self._firestore.collection("jobs").where(filter=FieldFilter("status", "in", active))
@@ -139,8 +139,8 @@ class Destroyer:
         if self.dry_run:
             self._record(Change("jobs", "jobs/", "would cancel", named))
             return
-        from shared.adapters.pubsub_bus import PubsubBus
-        from shared.contract.events import CancelRequest
+        from spotline.shared.adapters.pubsub_bus import PubsubBus
+        from spotline.shared.contract.events import CancelRequest
 
         bus = PubsubBus(self.config.project)
         for job_id in active:

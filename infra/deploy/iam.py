@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from shared.topics import TOPICS, user_topic
+from spotline.shared.topics import TOPICS, user_topic
 
 Policy = dict[str, Any]
 # Conditions need policy version 3; reading asks for it too, or conditions are hidden.
@@ -98,8 +98,8 @@ VM_ACCOUNT = Account(
 ACCOUNTS = (FUNCTIONS_ACCOUNT, VM_ACCOUNT)
 VM_EVENT_TOPICS = ("vm_booted", "epoch_done", "job_finished", "spot_preempted")
 USER_TOPICS = ("submit", "cancel")
-# What the functions publish: each job's state changes (``functions.ops.outbox``)
-# and the reaper tick's pages (``functions.ops.sweep``).
+# What the functions publish: each job's state changes (``spotline.functions.ops.outbox``)
+# and the reaper tick's pages (``spotline.functions.ops.sweep``).
 FUNCTION_TOPICS = ("job_events", "reaper_page")
 
 

@@ -1,7 +1,7 @@
 """What ``spotline deploy`` asks of each Google Cloud API, as the client
 libraries' typed requests, built from the topology and the settings with no call.
 
-``infra.deploy.deployer`` sends them. Each resource has a builder for what it should be
+``spotline.infra.deploy.deployer`` sends them. Each resource has a builder for what it should be
 and a comparison with what exists, which answers the update to send (with its
 update mask) or None when the two already agree: deploying twice changes nothing.
 """
@@ -16,8 +16,8 @@ from google.cloud import functions_v2, scheduler_v1
 from google.cloud.pubsub_v1 import types as pubsub
 from google.protobuf import duration_pb2, field_mask_pb2
 
-from infra.deploy import iam
-from infra.topology import (
+from spotline.infra.deploy import iam
+from spotline.infra.topology import (
     DEAD_LETTER_TOPIC,
     FUNCTIONS,
     REAPER_SCHEDULE,
@@ -26,7 +26,7 @@ from infra.topology import (
     UserRoute,
     user_routes,
 )
-from shared.settings import TOPICS, Settings
+from spotline.shared.settings import TOPICS, Settings
 
 PUBSUB_PUBLISHED = "google.cloud.pubsub.topic.v1.messagePublished"
 MAX_EVENT_TIMEOUT_S = 540  # event-driven functions; HTTP ones may run longer

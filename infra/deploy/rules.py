@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from infra.deploy.clients import ProjectClients
+from spotline.infra.deploy.clients import ProjectClients
 
 RULES_FILE = Path(__file__).with_name("firestore.rules")
 RULES_NAME = "firestore.rules"

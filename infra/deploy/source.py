@@ -1,9 +1,10 @@
 """The functions' source archive: what Cloud Functions builds each function from.
 
 The Python runtime wants ``main.py`` at the root of the archive with a
-``requirements.txt`` beside it; the functions also import ``functions/`` and
-``shared/`` (with its machine catalog). Nothing else goes in: no tests, no
-``infra/``, no VM image, no virtual environment or caches.
+``requirements.txt`` beside it; the functions also import ``spotline.functions``
+and ``spotline.shared`` (with its machine catalog), laid out under ``spotline/``
+as they install. Nothing else goes in: no tests, no ``spotline.infra``, no VM
+image, no virtual environment or caches.
 
 The archive is byte-for-byte reproducible (sorted entries, fixed timestamps and
 modes), so its digest says whether a deployed function runs this source.
@@ -21,6 +22,7 @@ from importlib import metadata
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# The folders the functions import, each installed as ``spotline.<folder>``.
 PACKAGES = ("functions", "shared")
 SUFFIXES = (".py", ".json")
 # Runtime dependencies the functions never import: the deploying CLI's, and
@@ -87,11 +89,11 @@ def _pinned(name: str, spec: str) -> str:
 
 def source_files(root: Path = REPO_ROOT) -> list[tuple[str, Path]]:
     """(archive path, file) of everything the functions import, sorted."""
-    found = [("main.py", root / "main.py")]
+    found = [("main.py", root / "main.py"), ("spotline/__init__.py", root / "spotline/__init__.py")]
     for package in PACKAGES:
         for path in (root / package).rglob("*"):
             if path.is_file() and path.suffix in SUFFIXES and "__pycache__" not in path.parts:
-                found.append((path.relative_to(root).as_posix(), path))
+                found.append((f"spotline/{path.relative_to(root).as_posix()}", path))
     return sorted(found)
 
 

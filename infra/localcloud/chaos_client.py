@@ -13,7 +13,7 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-from infra.localcloud.rest_api import LOCAL_PREFIX
+from spotline.infra.localcloud.rest_api import LOCAL_PREFIX
 
 
 class ChaosError(Exception):

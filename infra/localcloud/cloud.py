@@ -20,14 +20,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Self
 
-from infra.localcloud.errors import AlreadyExists
-from infra.localcloud.instances import spec_from_request
-from infra.localcloud.launchers import Launcher
-from infra.localcloud.model import CapacityErrors, CapacityRule, ComputeModel
-from infra.localcloud.operations import Operations
-from infra.localcloud.outage import Outage
-from infra.localcloud.rest_api import ComputeApi
-from infra.localcloud.wire import HttpService, JsonDict, RecordedRequest
+from spotline.infra.localcloud.errors import AlreadyExists
+from spotline.infra.localcloud.instances import spec_from_request
+from spotline.infra.localcloud.launchers import Launcher
+from spotline.infra.localcloud.model import CapacityErrors, CapacityRule, ComputeModel
+from spotline.infra.localcloud.operations import Operations
+from spotline.infra.localcloud.outage import Outage
+from spotline.infra.localcloud.rest_api import ComputeApi
+from spotline.infra.localcloud.wire import HttpService, JsonDict, RecordedRequest
 
 
 class LocalCloud:

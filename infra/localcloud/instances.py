@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from infra.localcloud.errors import Invalid
-from infra.localcloud.launchers import Run
-from infra.localcloud.quotas import Charge
-from shared.domain.vms import Provisioning, VmState
+from spotline.infra.localcloud.errors import Invalid
+from spotline.infra.localcloud.launchers import Run
+from spotline.infra.localcloud.quotas import Charge
+from spotline.shared.domain.vms import Provisioning, VmState
 
 JsonDict = dict[str, Any]
 SELF_LINK_BASE = "https://www.googleapis.com/compute/v1"

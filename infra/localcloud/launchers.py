@@ -22,8 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from infra.localcloud.errors import ModelError
-from infra.localcloud.metadata_server import Identity, MetadataServer
+from spotline.infra.localcloud.errors import ModelError
+from spotline.infra.localcloud.metadata_server import Identity, MetadataServer
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ class ProcessLauncher:
 
     Args:
         workdir: the VMs' cwd; their logs go to ``workdir/vms/NAME.log``.
-        command: what every VM runs (the agent: ``python -m vm_image.agent``).
+        command: what every VM runs (the agent: ``python -m spotline.vm_image.agent``).
         env: added to ``os.environ`` for every VM.
     """
 

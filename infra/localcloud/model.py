@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from infra.localcloud.errors import (
+from spotline.infra.localcloud.errors import (
     AlreadyExists,
     FingerprintMismatch,
     Invalid,
@@ -38,11 +38,17 @@ from infra.localcloud.errors import (
     NotReady,
     Refused,
 )
-from infra.localcloud.instances import Instance, Spec, fingerprint, region_of
-from infra.localcloud.launchers import Launcher
-from infra.localcloud.metadata_server import Identity
-from infra.localcloud.quotas import DEFAULT_LIMITS, Charge, check_quota, quota_listing, vm_charge
-from shared.domain.vms import Provisioning, VmState
+from spotline.infra.localcloud.instances import Instance, Spec, fingerprint, region_of
+from spotline.infra.localcloud.launchers import Launcher
+from spotline.infra.localcloud.metadata_server import Identity
+from spotline.infra.localcloud.quotas import (
+    DEFAULT_LIMITS,
+    Charge,
+    check_quota,
+    quota_listing,
+    vm_charge,
+)
+from spotline.shared.domain.vms import Provisioning, VmState
 
 log = logging.getLogger(__name__)
 

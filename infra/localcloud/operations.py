@@ -15,8 +15,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from infra.localcloud.errors import NotFound
-from infra.localcloud.instances import SELF_LINK_BASE
+from spotline.infra.localcloud.errors import NotFound
+from spotline.infra.localcloud.instances import SELF_LINK_BASE
 
 JsonDict = dict[str, Any]
 

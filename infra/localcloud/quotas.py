@@ -2,7 +2,7 @@
 live VMs of a region, and the check that refuses VMs that would pass a limit.
 
 Every region has the same limits. Each VM is charged
-as Compute Engine charges it (``shared.domain.capacity``): its vCPUs and GPUs, looked
+as Compute Engine charges it (``spotline.shared.domain.capacity``): its vCPUs and GPUs, looked
 up in the catalog, against ``CPUS`` and its GPU model's metric, or against their
 ``PREEMPTIBLE_`` twins for a Spot VM where those have a limit above 0. A metric
 without a limit is not enforced; a machine type outside the catalog is charged
@@ -15,16 +15,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from infra.localcloud.errors import QuotaExceeded
-from shared.domain.capacity import (
+from spotline.infra.localcloud.errors import QuotaExceeded
+from spotline.shared.domain.capacity import (
     CPU_METRIC,
     GPU_METRICS,
     PREEMPTIBLE_PREFIX,
     charged_metric,
     demand,
 )
-from shared.domain.catalog import load_catalog
-from shared.domain.vms import Provisioning
+from spotline.shared.domain.catalog import load_catalog
+from spotline.shared.domain.vms import Provisioning
 
 # Room enough that no local run meets a limit unless told to (`spotline up --quota`).
 DEFAULT_LIMITS: dict[str, float] = {

@@ -31,12 +31,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from infra.localcloud import errors
-from infra.localcloud.instances import SELF_LINK_BASE, spec_from_resource
-from infra.localcloud.model import ComputeModel
-from infra.localcloud.operations import OperationError, Operations
-from infra.localcloud.outage import Outage
-from infra.localcloud.wire import ApiError, JsonDict, RecordedRequest, Recorder
+from spotline.infra.localcloud import errors
+from spotline.infra.localcloud.instances import SELF_LINK_BASE, spec_from_resource
+from spotline.infra.localcloud.model import ComputeModel
+from spotline.infra.localcloud.operations import OperationError, Operations
+from spotline.infra.localcloud.outage import Outage
+from spotline.infra.localcloud.wire import ApiError, JsonDict, RecordedRequest, Recorder
 
 COMPUTE_PREFIX = "/compute/v1/projects/"
 LOCAL_PREFIX = "/local/v1/projects/"

@@ -9,8 +9,8 @@ import random
 import threading
 from collections.abc import Callable, Sequence
 
-from infra.localcloud.chaos_client import ChaosClient
-from shared import logs
+from spotline.infra.localcloud.chaos_client import ChaosClient
+from spotline.shared import logs
 
 _CHECK_S = 1.0
 

@@ -10,7 +10,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from infra.localstack.processes import ManagedProcess, free_port, http_ok
+from spotline.infra.localstack.processes import ManagedProcess, free_port, http_ok
 
 
 class EmulatorsMissing(RuntimeError):

@@ -6,8 +6,8 @@ import contextlib
 from collections.abc import Sequence
 from typing import Any
 
-from infra.topology import DEAD_LETTER_TOPIC, FUNCTIONS, Function, topic_names, user_routes
-from shared.settings import TOPICS
+from spotline.infra.topology import DEAD_LETTER_TOPIC, FUNCTIONS, Function, topic_names, user_routes
+from spotline.shared.settings import TOPICS
 
 
 def apply_topology(project: str, endpoints: dict[str, str], users: Sequence[str] = ()) -> None:

@@ -3,7 +3,7 @@ that can run here.
 
 1. the Firestore and Pub/Sub emulators (gcloud) and a Cloud Storage emulator
    holding the ``gs://`` storage root, on free ports;
-2. the local cloud (``infra.localcloud``): Compute Engine's REST API on
+2. the local cloud (``spotline.infra.localcloud``): Compute Engine's REST API on
    loopback, whose "VMs" are processes running the real agent, each with its
    own metadata server; the functions reach it through ``GceCompute``;
 3. one functions-framework server per function in the topology;
@@ -28,20 +28,20 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from infra.localcloud.chaos_client import ChaosClient
-from infra.localcloud.cloud import LocalCloud
-from infra.localcloud.launchers import Launcher, ProcessLauncher, RecordLauncher
-from infra.localstack.chaos import RandomPreemptions
-from infra.localstack.emulators import Emulator, start_firestore, start_pubsub
-from infra.localstack.processes import ManagedProcess, free_port, http_ok
-from infra.localstack.pubsub import apply_topology
-from infra.localstack.storage import StorageEmulator, reload_fsspec_config
-from infra.topology import FUNCTIONS, REAPER_SCHEDULE
-from shared import logs
-from shared.adapters.firestore_store import FirestoreStore
-from shared.adapters.pubsub_bus import PubsubBus
-from shared.contract.events import ReaperTick
-from shared.domain.catalog import load_catalog
+from spotline.infra.localcloud.chaos_client import ChaosClient
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.infra.localcloud.launchers import Launcher, ProcessLauncher, RecordLauncher
+from spotline.infra.localstack.chaos import RandomPreemptions
+from spotline.infra.localstack.emulators import Emulator, start_firestore, start_pubsub
+from spotline.infra.localstack.processes import ManagedProcess, free_port, http_ok
+from spotline.infra.localstack.pubsub import apply_topology
+from spotline.infra.localstack.storage import StorageEmulator, reload_fsspec_config
+from spotline.infra.topology import FUNCTIONS, REAPER_SCHEDULE
+from spotline.shared import logs
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.adapters.pubsub_bus import PubsubBus
+from spotline.shared.contract.events import ReaperTick
+from spotline.shared.domain.catalog import load_catalog
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STACK_FILE = "stack.json"
@@ -233,7 +233,7 @@ class LocalStack:
     def _launcher(self) -> Launcher:
         if self.options.record_vms:
             return RecordLauncher()
-        agent = [sys.executable, "-m", "vm_image.agent"]
+        agent = [sys.executable, "-m", "spotline.vm_image.agent"]
         return ProcessLauncher(self.workdir, agent, env=self._vm_env())
 
     def _start_functions(self, logs_dir: Path) -> None:

@@ -20,7 +20,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from infra.localstack.processes import ManagedProcess, free_port
+from spotline.infra.localstack.processes import ManagedProcess, free_port
 
 BUCKET = "spotline-local"
 

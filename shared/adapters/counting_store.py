@@ -1,6 +1,6 @@
 """A store that counts Firestore's billed operations at the store port's boundary.
 
-``CountingStore(inner)`` implements ``shared.ports.store.Store`` by handing
+``CountingStore(inner)`` implements ``spotline.shared.ports.store.Store`` by handing
 every call to ``inner`` (the real ``FirestoreStore`` in the benchmarks, any
 store in the tests) and counting what Firestore would bill for it, the way
 Firestore bills: a read per document a get or a query returns, and one for a

@@ -1,7 +1,7 @@
 """Firestore's guarded reads and writes, under every collection of the store.
 
 ``GuardedDocuments`` holds the client and the primitives that
-``FirestoreStore`` (``shared.adapters.firestore_store``) builds each
+``FirestoreStore`` (``spotline.shared.adapters.firestore_store``) builds each
 collection's calls from: ``_create`` (fails when the document exists),
 ``_update`` (read, apply a pure change, write with a last-update-time
 precondition; again on contention), ``_update_kept`` (the same from the
@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel
 
-from shared.adapters.firestore_diff import changed_fields
-from shared.adapters.firestore_listing import keys_of, page_query
-from shared.adapters.firestore_versions import WrittenVersions
-from shared.domain.documents import to_firestore
-from shared.domain.errors import TransientError
+from spotline.shared.adapters.firestore_diff import changed_fields
+from spotline.shared.adapters.firestore_listing import keys_of, page_query
+from spotline.shared.adapters.firestore_versions import WrittenVersions
+from spotline.shared.domain.documents import to_firestore
+from spotline.shared.domain.errors import TransientError
 
 if TYPE_CHECKING:
     from google.cloud import firestore

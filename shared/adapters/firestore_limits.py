@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from shared.domain.documents import to_firestore
+from spotline.shared.domain.documents import to_firestore
 
 
 def stored(doc: BaseModel) -> dict[str, Any]:

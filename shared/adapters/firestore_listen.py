@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shared.adapters.firestore_store import EPOCHS, JOBS, FirestoreStore
-from shared.domain.documents import EpochDoc, JobDoc, epoch_order
-from shared.domain.states import JobStatus
+from spotline.shared.adapters.firestore_store import EPOCHS, JOBS, FirestoreStore
+from spotline.shared.domain.documents import EpochDoc, JobDoc, epoch_order
+from spotline.shared.domain.states import JobStatus
 
 
 @dataclass(frozen=True)

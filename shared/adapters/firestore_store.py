@@ -1,13 +1,13 @@
 """The Firestore store: every document spotline keeps, with guarded writes.
 
-It implements ``shared.ports.store.Store``; the port's docstring is the contract.
+It implements ``spotline.shared.ports.store.Store``; the port's docstring is the contract.
 
 Writes are guarded instead of transactional: ``create()`` fails when the
 document exists, and ``update_*`` re-reads, re-applies a pure change and writes
 with a last-update-time precondition, retrying when someone else wrote first.
 The Firestore emulator can stall contended transactions for tens of seconds,
 and a transaction may run its function again, so none are used here. Those
-primitives, and the client, are ``shared.adapters.firestore_guarded``'s; this
+primitives, and the client, are ``spotline.shared.adapters.firestore_guarded``'s; this
 module holds what each collection's calls make of them.
 """
 
@@ -19,7 +19,7 @@ from dataclasses import fields as dataclass_fields
 from datetime import datetime
 from typing import Any
 
-from shared.adapters.firestore_guarded import (
+from spotline.shared.adapters.firestore_guarded import (
     EPOCHS,
     INSTANCES,
     JOBS,
@@ -29,8 +29,8 @@ from shared.adapters.firestore_guarded import (
     USERS,
     GuardedDocuments,
 )
-from shared.domain.catalog import Machine
-from shared.domain.documents import (
+from spotline.shared.domain.catalog import Machine
+from spotline.shared.domain.documents import (
     EpochDoc,
     InstanceDoc,
     JobDoc,

@@ -19,16 +19,16 @@ import requests
 from google.api_core import exceptions as api_exceptions
 from google.auth import exceptions as auth_exceptions
 
-from shared.adapters import gce_gang, gce_requests
-from shared.adapters.gce_requests import ErrorKind
-from shared.domain.errors import (
+from spotline.shared.adapters import gce_gang, gce_requests
+from spotline.shared.adapters.gce_requests import ErrorKind
+from spotline.shared.domain.errors import (
     CapacityError,
     PermanentError,
     SpotlineError,
     TransientError,
     Unplaceable,
 )
-from shared.domain.vms import GangRequest, Quota, Vm, VmRequest, VmState
+from spotline.shared.domain.vms import GangRequest, Quota, Vm, VmRequest, VmState
 
 if TYPE_CHECKING:
     from google.auth.credentials import Credentials
@@ -56,7 +56,7 @@ class GceCompute:
     Args:
         project: the project ID.
         api_endpoint: overrides ``compute.googleapis.com``, e.g.
-            ``http://127.0.0.1:8089`` for the local cloud (``infra.localcloud``).
+            ``http://127.0.0.1:8089`` for the local cloud (``spotline.infra.localcloud``).
         credentials: defaults to Application Default Credentials, or to
             anonymous ones for a loopback ``http://`` endpoint (the local cloud
             takes none, and no real credential should travel in clear text).

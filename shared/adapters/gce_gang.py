@@ -17,9 +17,9 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from shared.adapters import gce_requests
-from shared.domain.errors import PermanentError
-from shared.domain.vms import GangRequest, Vm, VmRequest, VmState
+from spotline.shared.adapters import gce_requests
+from spotline.shared.domain.errors import PermanentError
+from spotline.shared.domain.vms import GangRequest, Vm, VmRequest, VmState
 
 if TYPE_CHECKING:
     from google.cloud import compute_v1

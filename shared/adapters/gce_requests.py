@@ -19,7 +19,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from shared.domain.vms import Provisioning, Quota, Vm, VmRequest, VmState
+from spotline.shared.domain.vms import Provisioning, Quota, Vm, VmRequest, VmState
 
 if TYPE_CHECKING:
     from google.cloud import compute_v1

@@ -24,10 +24,10 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from shared.adapters.firestore_limits import checked_key, utc
-from shared.adapters.firestore_limits import stored as firestore_fields
-from shared.domain.catalog import Machine
-from shared.domain.documents import (
+from spotline.shared.adapters.firestore_limits import checked_key, utc
+from spotline.shared.adapters.firestore_limits import stored as firestore_fields
+from spotline.shared.domain.catalog import Machine
+from spotline.shared.domain.documents import (
     EpochDoc,
     InstanceDoc,
     JobDoc,
@@ -37,7 +37,7 @@ from shared.domain.documents import (
     epoch_key,
     epoch_order,
 )
-from shared.domain.errors import TransientError
+from spotline.shared.domain.errors import TransientError
 
 Doc = TypeVar("Doc", bound=BaseModel)
 JOBS, INSTANCES, QUEUE, REJECTED, USERS, MACHINES = (
@@ -57,7 +57,7 @@ _IN_LIMIT = 30
 
 
 class InMemoryStore:
-    """``shared.ports.store.Store`` in memory, safe to share between threads."""
+    """``spotline.shared.ports.store.Store`` in memory, safe to share between threads."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

@@ -1,4 +1,4 @@
-"""Publishing to spotline's Pub/Sub topics: ``shared.ports.bus.Bus`` on Pub/Sub."""
+"""Publishing to spotline's Pub/Sub topics: ``spotline.shared.ports.bus.Bus`` on Pub/Sub."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
-from shared.settings import TOPICS
+from spotline.shared.settings import TOPICS
 
 if TYPE_CHECKING:
     from google.api_core.retry import Retry

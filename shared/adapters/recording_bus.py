@@ -1,4 +1,4 @@
-"""A bus that keeps what is published, for tests: ``shared.ports.bus.Bus`` in memory."""
+"""A bus that keeps what is published, for tests: ``spotline.shared.ports.bus.Bus`` in memory."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import threading
 
 from pydantic import BaseModel
 
-from shared.settings import TOPICS
+from spotline.shared.settings import TOPICS
 
 
 class RecordingBus:

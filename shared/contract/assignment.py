@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from shared.domain.recording import Record
-from shared.domain.spec import JobSpec
+from spotline.shared.domain.recording import Record
+from spotline.shared.domain.spec import JobSpec
 
 
 class Assignment(BaseModel):

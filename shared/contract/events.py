@@ -4,7 +4,7 @@ Every VM event names its job, the attempt it belongs to and the instance that
 sent it, so a handler can ignore events of an older attempt.
 
 Anyone who may publish to a topic can send anything: every field is bounded
-(``shared.domain.bounds``), so that what validates can be stored and computed
+(``spotline.shared.domain.bounds``), so that what validates can be stored and computed
 with, and what does not is dropped with the field named.
 """
 
@@ -23,7 +23,7 @@ from pydantic import (
     model_validator,
 )
 
-from shared.domain.bounds import (
+from spotline.shared.domain.bounds import (
     MAX_EPOCHS,
     MAX_METRICS,
     Attempt,
@@ -35,7 +35,7 @@ from shared.domain.bounds import (
     Zone,
     key_problem,
 )
-from shared.domain.states import JobSubstatus
+from spotline.shared.domain.states import JobSubstatus
 
 # An event token's length bound: secrets.token_urlsafe(32) is 43 characters.
 MAX_TOKEN_CHARS = 128
@@ -70,7 +70,7 @@ class VmEvent(_Event):
     instance: VmName
     sent_at: Timestamp
     # The token handed to the attempt's VMs in their metadata
-    # (``shared.domain.event_auth``): without it, the event is not taken.
+    # (``spotline.shared.domain.event_auth``): without it, the event is not taken.
     # Kept out of repr: it must never reach a log line.
     token: str = Field(
         default="", max_length=MAX_TOKEN_CHARS, pattern=r"^[-_a-zA-Z0-9]*$", repr=False

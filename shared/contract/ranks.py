@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import json
 
-from shared.contract.cluster import cluster_env
-from shared.domain.spec import JobSpec
+from spotline.shared.contract.cluster import cluster_env
+from spotline.shared.domain.spec import JobSpec
 
 # A trainer's exit after saving its state on request: what a shell reports for
 # a process ended by SIGTERM, and what the built-in trainers return. On a gang

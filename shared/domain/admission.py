@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from shared.domain.catalog import Machine
-from shared.domain.lifecycle import DERIVED_JOB_ID
-from shared.domain.placement import parse_machine_id
-from shared.domain.secret_env import env_refusals
-from shared.domain.spec import JobSpec
-from shared.domain.webhooks import url_problem
+from spotline.shared.domain.catalog import Machine
+from spotline.shared.domain.lifecycle import DERIVED_JOB_ID
+from spotline.shared.domain.placement import parse_machine_id
+from spotline.shared.domain.secret_env import env_refusals
+from spotline.shared.domain.spec import JobSpec
+from spotline.shared.domain.webhooks import url_problem
 
 
 def refusals(

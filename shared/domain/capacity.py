@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 
-from shared.domain.catalog import Machine
-from shared.domain.vms import Provisioning, Quota
+from spotline.shared.domain.catalog import Machine
+from spotline.shared.domain.vms import Provisioning, Quota
 
 # The regional quota metric of each GPU type in the catalog, as regions.get
 # names it (the Quota.metric values of the Compute Engine v1 API).

@@ -4,7 +4,7 @@ The catalog ships as two files so placement needs no network:
 ``shared/data/machines.json`` holds the shapes (Compute Engine's GPU machine
 types, and the zones of each GPU model by region), ``shared/data/prices.json``
 the prices of their parts (per vCPU and GB of memory of each family, per GPU
-model; Spot and on demand), dated (``shared.domain.prices``). A machine's
+model; Spot and on demand), dated (``spotline.shared.domain.prices``). A machine's
 price is the sum of its parts, as Compute Engine bills it. ``machines/{id}``
 in Firestore is seeded from it.
 """
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-from shared.domain.prices import PriceBook, machine_price
+from spotline.shared.domain.prices import PriceBook, machine_price
 
 # Machine types whose GPUs come built in (no guestAccelerators on the request).
 _BUILT_IN_GPU_FAMILIES = ("a2-", "a3-", "g2-")
@@ -40,7 +40,7 @@ class Machine:
 
 
 def _data(name: str) -> str:
-    return resources.files("shared").joinpath(f"data/{name}").read_text()
+    return resources.files("spotline.shared").joinpath(f"data/{name}").read_text()
 
 
 @cache

@@ -3,7 +3,7 @@
 With ``cool_down_period_s > 0`` a finished job's VM is kept, idle and
 claimable by the same user's next job asking for the same machine id. Its cost
 is kept in segments: a running segment at the VM's own rate, a cooling
-segment at the escalating price (``shared.domain.pricing``); a segment's cost is
+segment at the escalating price (``spotline.shared.domain.pricing``); a segment's cost is
 added to ``cost_usd`` when it closes.
 """
 
@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from shared.domain.documents import InstanceDoc, JobDoc
-from shared.domain.pricing import CoolingRule, cooling_cost, cooling_price, vm_cost
-from shared.domain.states import InstanceStatus
-from shared.domain.transitions import move_instance
-from shared.domain.vms import Provisioning
+from spotline.shared.domain.documents import InstanceDoc, JobDoc
+from spotline.shared.domain.pricing import CoolingRule, cooling_cost, cooling_price, vm_cost
+from spotline.shared.domain.states import InstanceStatus
+from spotline.shared.domain.transitions import move_instance
+from spotline.shared.domain.vms import Provisioning
 
 
 def segment_cost(instance: InstanceDoc, now: datetime, rule: CoolingRule) -> float:

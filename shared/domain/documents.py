@@ -11,11 +11,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
-from shared.domain.job_events import JobEvent
-from shared.domain.recording import Record
-from shared.domain.spec import JobSpec
-from shared.domain.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
-from shared.domain.vms import Provisioning
+from spotline.shared.domain.job_events import JobEvent
+from spotline.shared.domain.recording import Record
+from spotline.shared.domain.spec import JobSpec
+from spotline.shared.domain.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
+from spotline.shared.domain.vms import Provisioning
 
 
 class _Doc(BaseModel):
@@ -65,7 +65,7 @@ class JobDoc(_Doc):
     substatus: JobSubstatus = JobSubstatus.REQUESTING_SERVER
     attempt: int = 1
     preemptions: int = 0
-    # The failure policy's restarts (``shared.domain.failure_policy``): those
+    # The failure policy's restarts (``spotline.shared.domain.failure_policy``): those
     # spent of max_restarts_on_errors, and those of restart_on_exit_codes.
     restarts_on_errors: int = 0
     restarts_on_exit_codes: int = 0
@@ -95,20 +95,20 @@ class JobDoc(_Doc):
     updated_at: datetime
     history: list[HistoryEntry] = Field(default_factory=list)
     # Seconds in each timeline phase that has ended, over every attempt
-    # (``shared.domain.timeline``): the console's view of where the time went.
+    # (``spotline.shared.domain.timeline``): the console's view of where the time went.
     phase_seconds: dict[str, float] = Field(default_factory=dict)
     attempts: list[AttemptRecord] = Field(default_factory=list)
     # VMs made for it that no attempt recorded (it ended while one was being
     # placed), each priced from its creation to its delete, by name, once
-    # (``shared.domain.unrecorded_vms``); in cost_usd with the attempts.
+    # (``spotline.shared.domain.unrecorded_vms``); in cost_usd with the attempts.
     unrecorded_vms: list[AttemptRecord] = Field(default_factory=list)
     avoid_machine_ids: list[str] = Field(default_factory=list)  # after repeated preemptions
-    record: Record | None = None  # a recorded job's snapshot (``shared.domain.recording``)
+    record: Record | None = None  # a recorded job's snapshot (``spotline.shared.domain.recording``)
     # SHA-256 of the event tokens handed to the VMs of an attempt, by attempt
     # (a string: Firestore's map keys), the current and previous attempts
-    # only; never the tokens (``shared.domain.event_auth``).
+    # only; never the tokens (``spotline.shared.domain.event_auth``).
     event_token_hashes: dict[str, list[str]] = Field(default_factory=dict)
-    # The state-change notifications (``shared.domain.job_events``): the last
+    # The state-change notifications (``spotline.shared.domain.job_events``): the last
     # sequence number given, and the outbox of events not yet published.
     event_sequence: int = 0
     pending_events: list[JobEvent] = Field(default_factory=list)
@@ -184,7 +184,7 @@ class InstanceDoc(_Doc):
     history: list[HistoryEntry] = Field(default_factory=list)
 
 
-# "errored": the failure policy restarts the job (``shared.domain.failure_policy``).
+# "errored": the failure policy restarts the job (``spotline.shared.domain.failure_policy``).
 QueueReason = Literal["new", "preempted", "stalled", "errored", "no-capacity", "quota"]
 
 
@@ -200,7 +200,7 @@ class QueueEntry(_Doc):
     last_error: str | None = None
     user: str | None = None
     # When this attempt began to wait for capacity: its machine options'
-    # windows count from here (``shared.domain.option_waiting``).
+    # windows count from here (``spotline.shared.domain.option_waiting``).
     waiting_since: datetime | None = None
 
 

@@ -20,8 +20,8 @@ import hashlib
 import hmac
 import secrets
 
-from shared.domain.documents import JobDoc
-from shared.domain.errors import PermanentError
+from spotline.shared.domain.documents import JobDoc
+from spotline.shared.domain.errors import PermanentError
 
 # Placement runs of one attempt whose hashes are kept. A run that finds the
 # attempt's VM adopts it and hands out no token, so only runs whose inserts all

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from shared.domain.documents import JobDoc
-from shared.domain.states import JobStatus, JobSubstatus
+from spotline.shared.domain.documents import JobDoc
+from spotline.shared.domain.states import JobStatus, JobSubstatus
 
 
 class Restart(StrEnum):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from shared.topics import TOPICS, user_of_topic
+from spotline.shared.topics import TOPICS, user_of_topic
 
 # //pubsub.googleapis.com/projects/P/topics/T: the CloudEvent source of a Pub/Sub message.
 _SOURCE = re.compile(r"^//pubsub\.googleapis\.com/projects/[^/]+/topics/(?P<topic>[^/]+)$")

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict
 
 if TYPE_CHECKING:
-    from shared.domain.documents import JobDoc
+    from spotline.shared.domain.documents import JobDoc
 
 SCHEMA_VERSION: Literal[1] = 1
 # The message attribute that says whether the event's job has a webhook_url:

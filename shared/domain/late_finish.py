@@ -16,7 +16,7 @@ quota, or booting on one: no epoch and no step of N+1 reported), completes the
 job on attempt N. N's record says "completed" and the preemption is no longer
 counted; the job points at N's VM again; attempt N+1's record, if it got a VM,
 ends "superseded", keeping what its VM cost; the handler then lets go of N+1's
-VMs and queue entry (``functions.ops.recovery.release_superseded``; the reaper
+VMs and queue entry (``spotline.functions.ops.recovery.release_superseded``; the reaper
 does it too, since nothing live owns them). Once N+1 trains it carries on: it
 resumed from N's last checkpoint and ends at once (a command job runs again),
 and the late finish is only written in the history.
@@ -32,19 +32,19 @@ Only the attempt just before the current one, and only exit 0: a non-zero exit
 reported after the loss is stale, since the trainer may have died of the
 preemption's SIGTERM and the next attempt resumes and decides. (The agent
 itself publishes JobFinished only when no notice came before the trainer ended;
-after a notice it reports SpotPreempted instead: ``vm_image.agent``.)
+after a notice it reports SpotPreempted instead: ``spotline.vm_image.agent``.)
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from shared.contract.events import JobFinished
-from shared.domain import lifecycle
-from shared.domain.documents import AttemptRecord, HistoryEntry, JobDoc
-from shared.domain.placement import node_names
-from shared.domain.states import JobStatus, JobSubstatus
-from shared.domain.transitions import move_job
+from spotline.shared.contract.events import JobFinished
+from spotline.shared.domain import lifecycle
+from spotline.shared.domain.documents import AttemptRecord, HistoryEntry, JobDoc
+from spotline.shared.domain.placement import node_names
+from spotline.shared.domain.states import JobStatus, JobSubstatus
+from spotline.shared.domain.transitions import move_job
 
 S = JobSubstatus
 # The next attempt has not begun training in these: no trainer ran on its VM yet.

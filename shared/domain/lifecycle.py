@@ -11,21 +11,27 @@ import hashlib
 import re
 from datetime import datetime
 
-from shared.contract.events import EpochDone, Heartbeat, JobFinished, VmBooted, VmEvent
-from shared.domain import failure_policy
-from shared.domain.cooling import segment_cost
-from shared.domain.documents import AttemptRecord, EpochDoc, HistoryEntry, InstanceDoc, JobDoc
-from shared.domain.errors import (
+from spotline.shared.contract.events import EpochDone, Heartbeat, JobFinished, VmBooted, VmEvent
+from spotline.shared.domain import failure_policy
+from spotline.shared.domain.cooling import segment_cost
+from spotline.shared.domain.documents import (
+    AttemptRecord,
+    EpochDoc,
+    HistoryEntry,
+    InstanceDoc,
+    JobDoc,
+)
+from spotline.shared.domain.errors import (
     IllegalTransition,
     InvalidMessage,
     PermanentError,
     TransientError,
 )
-from shared.domain.job_events import with_event
-from shared.domain.pricing import CoolingRule, savings_percent, vm_cost
-from shared.domain.spec import JobSpec
-from shared.domain.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
-from shared.domain.transitions import fail_job, move_instance, move_job, next_attempt
+from spotline.shared.domain.job_events import with_event
+from spotline.shared.domain.pricing import CoolingRule, savings_percent, vm_cost
+from spotline.shared.domain.spec import JobSpec
+from spotline.shared.domain.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
+from spotline.shared.domain.transitions import fail_job, move_instance, move_job, next_attempt
 
 S_ON_VM = JobSubstatus.on_vm()
 

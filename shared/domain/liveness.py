@@ -16,10 +16,10 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import NamedTuple
 
-from shared.domain.documents import InstanceDoc, JobDoc
-from shared.domain.lifecycle import current_vms
-from shared.domain.placement import vm_attempt
-from shared.domain.states import InstanceSubstatus, JobStatus, JobSubstatus
+from spotline.shared.domain.documents import InstanceDoc, JobDoc
+from spotline.shared.domain.lifecycle import current_vms
+from spotline.shared.domain.placement import vm_attempt
+from spotline.shared.domain.states import InstanceSubstatus, JobStatus, JobSubstatus
 
 # Compute Engine stops a preempted Spot VM 30 s after its preemption notice,
 # and the log sink reports the preemption at the notice's start, while the VM

@@ -20,7 +20,7 @@ import math
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from shared.domain.spec import JobSpec
+from spotline.shared.domain.spec import JobSpec
 
 
 def option_index(since: datetime | None, now: datetime, wait_request_s: int, count: int) -> int:

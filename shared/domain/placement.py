@@ -11,12 +11,12 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
-from shared.contract.assignment import Assignment
-from shared.domain.catalog import Machine
-from shared.domain.documents import InstanceDoc
-from shared.domain.errors import Unplaceable
-from shared.domain.secret_env import reads_secrets
-from shared.domain.vms import (
+from spotline.shared.contract.assignment import Assignment
+from spotline.shared.domain.catalog import Machine
+from spotline.shared.domain.documents import InstanceDoc
+from spotline.shared.domain.errors import Unplaceable
+from spotline.shared.domain.secret_env import reads_secrets
+from spotline.shared.domain.vms import (
     EVENT_TOKEN_METADATA_KEY,
     JOB_METADATA_KEY,
     MANAGED_LABEL,
@@ -220,7 +220,7 @@ def build_vm_request(
     tells the job's placement passes apart (see ``request_id``).
 
     ``event_token`` goes in a metadata item of its own, not in the assignment
-    (which is printed and logged): see ``shared.domain.event_auth``."""
+    (which is printed and logged): see ``spotline.shared.domain.event_auth``."""
     machine = option.machine
     accelerators: tuple[Accelerator, ...] = ()
     if machine.attaches_gpus and machine.gpu_type:

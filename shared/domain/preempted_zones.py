@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from shared.domain.documents import AttemptRecord
+from spotline.shared.domain.documents import AttemptRecord
 
 
 def zone_order(

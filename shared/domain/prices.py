@@ -6,7 +6,7 @@ priced apart. The price file (``shared/data/prices.json``) keeps those rates
 for one region, with the date they were read and where from, so that
 ``spotline machines`` can say how old its prices are;
 ``spotline machines --refresh-prices`` rewrites it from the Cloud Billing
-Catalog API (``shared.domain.sku_prices``).
+Catalog API (``spotline.shared.domain.sku_prices``).
 
 A part is named ``FAMILY/vcpu``, ``FAMILY/memory_gb`` (``n1``, ``g2``, ``a2``,
 ``a3``, ``e2``) or ``gpu/GPU_TYPE`` (``gpu/nvidia-l4``).

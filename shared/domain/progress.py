@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from shared.domain.documents import EpochDoc, JobDoc
-from shared.domain.states import JobSubstatus
+from spotline.shared.domain.documents import EpochDoc, JobDoc
+from spotline.shared.domain.states import JobSubstatus
 
 
 def eta_s(job: JobDoc, epochs: Sequence[EpochDoc], now: datetime) -> float | None:

@@ -1,7 +1,7 @@
 """Waiting in the queue: the entries, the retry backoff and the give-up rule.
 
 A job waits for capacity (retried with exponential backoff, one machine
-option after another, ``shared.domain.option_waiting``) or for quota
+option after another, ``spotline.shared.domain.option_waiting``) or for quota
 (retried every ``wait_new_job_create_interval`` until
 ``wait_new_job_create_s``; non-positive: for ever). Pure: the store
 writes the entries, the reaper asks ``give_up_reason`` before each retry.
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from shared.domain import option_waiting
-from shared.domain.documents import JobDoc, QueueEntry, QueueReason
-from shared.domain.spec import JobSpec
+from spotline.shared.domain import option_waiting
+from spotline.shared.domain.documents import JobDoc, QueueEntry, QueueReason
+from spotline.shared.domain.spec import JobSpec
 
 BACKOFF_BASE_S = 15
 BACKOFF_MAX_S = 300

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Literal
 
-from shared.domain.documents import UserDoc
+from spotline.shared.domain.documents import UserDoc
 
 SlotKind = Literal["active_jobs", "active_instances", "stopped_instances"]
 

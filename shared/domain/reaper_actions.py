@@ -1,13 +1,13 @@
-"""The reaper's actions: what ``shared.domain.reaping`` decides, frozen, one
-class per thing the apply step (``functions.ops.sweep``) does, by stage."""
+"""The reaper's actions: what ``spotline.shared.domain.reaping`` decides, frozen, one
+class per thing the apply step (``spotline.functions.ops.sweep``) does, by stage."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shared.domain.documents import InstanceDoc, JobDoc, QueueEntry
-from shared.domain.states import JobSubstatus
-from shared.domain.vms import Vm
+from spotline.shared.domain.documents import InstanceDoc, JobDoc, QueueEntry
+from spotline.shared.domain.states import JobSubstatus
+from spotline.shared.domain.vms import Vm
 
 # -- stage 1: instances and VMs --
 

@@ -1,6 +1,6 @@
 """The reaper's decisions, pure: documents and the VM listing in, actions out.
 
-The reaper (``functions.ops.sweep``) sweeps in four stages; each loads
+The reaper (``spotline.functions.ops.sweep``) sweeps in four stages; each loads
 what it needs, asks the ``decide_*`` function here, and applies the actions
 one at a time (a failure is logged and the sweep goes on). Each stage loads
 after the previous one applied its actions, because those change what the
@@ -11,9 +11,9 @@ slot), in the manner of dstack's background tasks, one per kind of resource:
 2. ``decide_jobs``: active jobs (cost so far, max runtime, a dead placement);
 3. ``decide_queue``: due queue entries (retry, give up, drop);
 4. ``decide_slots``: users' slots that a crash left taken (in
-   ``shared.domain.slot_checks``, read here as ``reaping.decide_slots``).
+   ``spotline.shared.domain.slot_checks``, read here as ``reaping.decide_slots``).
 
-The actions are ``shared.domain.reaper_actions``' (read here as
+The actions are ``spotline.shared.domain.reaper_actions``' (read here as
 ``reaping.Recover``, ...). The listing is older than the moment an action
 runs, so some actions carry a race guard that the apply step runs on fresh
 reads with the same predicate used here: ``Release`` (the instance moved on),
@@ -29,9 +29,9 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Protocol
 
-from shared.domain import slot_checks
-from shared.domain.documents import InstanceDoc, JobDoc, QueueEntry
-from shared.domain.liveness import (
+from spotline.shared.domain import slot_checks
+from spotline.shared.domain.documents import InstanceDoc, JobDoc, QueueEntry
+from spotline.shared.domain.liveness import (
     being_placed,
     finishing,
     in_preemption_notice,
@@ -39,8 +39,8 @@ from shared.domain.liveness import (
     serves_its_job,
     stall_note,
 )
-from shared.domain.queueing import give_up_reason
-from shared.domain.reaper_actions import (
+from spotline.shared.domain.queueing import give_up_reason
+from spotline.shared.domain.reaper_actions import (
     Accrue,
     Cancel,
     DeleteOrphan,
@@ -61,15 +61,17 @@ from shared.domain.reaper_actions import (
     RetryQuota,
     VmAction,
 )
-from shared.domain.reaper_actions import Action as Action  # callers read reaping.Action
-from shared.domain.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
-from shared.domain.stopping import STOPPING_OR_STOPPED, stop_expired
-from shared.domain.vms import Vm, VmState
+from spotline.shared.domain.reaper_actions import Action as Action  # callers read reaping.Action
+from spotline.shared.domain.states import InstanceStatus, InstanceSubstatus, JobStatus, JobSubstatus
+from spotline.shared.domain.stopping import STOPPING_OR_STOPPED, stop_expired
+from spotline.shared.domain.vms import Vm, VmState
 
-JOB_LABEL = "spotline-job"  # on every VM spotline makes (shared.domain.placement.vm_labels)
+JOB_LABEL = (
+    "spotline-job"  # on every VM spotline makes (spotline.shared.domain.placement.vm_labels)
+)
 ATTEMPT_LABEL = "spotline-attempt"
 
-# Stage 4 lives in ``shared.domain.slot_checks``; callers read it here.
+# Stage 4 lives in ``spotline.shared.domain.slot_checks``; callers read it here.
 FreeJobSlot = slot_checks.FreeJobSlot
 FreeInstanceSlot = slot_checks.FreeInstanceSlot
 FreeStoppedSlot = slot_checks.FreeStoppedSlot
@@ -81,7 +83,7 @@ stopped_slot_stale = slot_checks.stopped_slot_stale
 
 
 class Timeouts(Protocol):
-    """The reaper's limits (``shared.settings.Settings`` has them)."""
+    """The reaper's limits (``spotline.shared.settings.Settings`` has them)."""
 
     @property
     def stall_timeout_s(self) -> float: ...

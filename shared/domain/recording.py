@@ -3,7 +3,7 @@ under the job's own storage prefix, that ``spotline replay`` runs instead of
 the (possibly changed) originals.
 
 Where the copy runs: in the CLI, before the submission is published
-(``infra.cli.recording``). A function would have to stream a data set within
+(``spotline.infra.cli.recording``). A function would have to stream a data set within
 its time limit and hold storage rights it otherwise does not need; the CLI
 runs where the user's own credentials already read the originals, and a
 Pub/Sub redelivery never reaches it, so nothing is copied twice. The submit
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from shared.domain.spec import JobSpec
+from spotline.shared.domain.spec import JobSpec
 
 RECORD_FOLDER = "record"
 MARKER = "RECORD_COMPLETE.json"

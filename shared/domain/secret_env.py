@@ -7,7 +7,7 @@ logs. A secret's *value* must be in none of them, and silently dropping it
 would leave a retried attempt without it. So a variable whose name looks
 secret must hold a reference, ``sm://...``, which the VM's agent resolves
 through Secret Manager just before it starts the trainer; a literal value is
-refused at submission (``shared.domain.admission``).
+refused at submission (``spotline.shared.domain.admission``).
 
 Pure: no Google client here. The agent's resolution is in
 ``vm_image/agent/secrets.py``.

@@ -25,7 +25,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from shared.domain.prices import Rate
+from spotline.shared.domain.prices import Rate
 
 COMPUTE_SERVICE = "services/6F81-5844-456A"
 

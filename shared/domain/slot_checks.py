@@ -1,4 +1,4 @@
-"""The reaper's stage 4, pure: users' quota slots (``shared.domain.quotas``)
+"""The reaper's stage 4, pure: users' quota slots (``spotline.shared.domain.quotas``)
 that a crash left taken, and which users' slots can be so at all.
 
 Every path that ends a job or a VM frees its slot itself; a slot stays taken
@@ -19,17 +19,17 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 
-from shared.domain.documents import InstanceDoc, JobDoc, UserDoc
-from shared.domain.liveness import being_placed_now, vm_being_placed
-from shared.domain.placement import vm_attempt
-from shared.domain.reaper_actions import (
+from spotline.shared.domain.documents import InstanceDoc, JobDoc, UserDoc
+from spotline.shared.domain.liveness import being_placed_now, vm_being_placed
+from spotline.shared.domain.placement import vm_attempt
+from spotline.shared.domain.reaper_actions import (
     FreeInstanceSlot,
     FreeJobSlot,
     FreeStoppedSlot,
     SlotAction,
 )
-from shared.domain.states import InstanceStatus, JobStatus
-from shared.domain.stopping import STOPPED, STOPPING_OR_STOPPED
+from spotline.shared.domain.states import InstanceStatus, JobStatus
+from spotline.shared.domain.stopping import STOPPED, STOPPING_OR_STOPPED
 
 
 def users_in_doubt(
@@ -86,7 +86,7 @@ def decide_slots(
 
 def placing(user: UserDoc, jobs: Mapping[str, JobDoc]) -> bool:
     """A job of the user's is being placed: it may be restarting one of the
-    user's stopped VMs (``functions.ops.reuse.claim_stopped`` holds the VM's
+    user's stopped VMs (``spotline.functions.ops.reuse.claim_stopped`` holds the VM's
     slot, then claims the instance). Such a job holds a job slot, so it is one
     of ``user.active_jobs``, read after ``user``."""
     return any(being_placed_now(jobs.get(job_id)) for job_id in user.active_jobs)

@@ -21,7 +21,7 @@ from pydantic import (
     model_validator,
 )
 
-from shared.domain.bounds import (
+from spotline.shared.domain.bounds import (
     JOB_ID_PATTERN,
     MAX_ATTEMPTS,
     MAX_EPOCHS,
@@ -33,9 +33,14 @@ from shared.domain.bounds import (
     check_keys,
     json_problem,
 )
-from shared.domain.errors import InvalidMessage
-from shared.domain.secret_env import MASK, REFERENCE_FORMS, SECRET_NAME_WORDS, is_secret_name
-from shared.domain.webhooks import ANY_NETWORK, MAX_URL_CHARS, url_problem
+from spotline.shared.domain.errors import InvalidMessage
+from spotline.shared.domain.secret_env import (
+    MASK,
+    REFERENCE_FORMS,
+    SECRET_NAME_WORDS,
+    is_secret_name,
+)
+from spotline.shared.domain.webhooks import ANY_NETWORK, MAX_URL_CHARS, url_problem
 
 # Names end up in VM names and labels: lowercase letters, digits and hyphens.
 NAME_PATTERN = JOB_ID_PATTERN
@@ -191,7 +196,7 @@ class JobSpec(BaseModel):
             "then FAILED: the cap on what a job may burn."
         ),
     )
-    # -- the failure policy (shared.domain.failure_policy) --
+    # -- the failure policy (spotline.shared.domain.failure_policy) --
     max_restarts_on_errors: int = Field(
         default=0,
         ge=0,

@@ -72,7 +72,7 @@ _ON_VM_END = {S.COMPLETED, S.CANCELED, S.FAILED, *_RESTARTED}
 
 # Waiting for the next attempt's VM, a job may still complete: the attempt
 # before it finished just before its VM was lost, and the finish came after
-# the loss was recorded (``shared.domain.late_finish``).
+# the loss was recorded (``spotline.shared.domain.late_finish``).
 _ENDS_WAITING = {S.COMPLETED, *_GIVE_UP}
 
 JOB_TRANSITIONS: dict[JobSubstatus, frozenset[JobSubstatus]] = {

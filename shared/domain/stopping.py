@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from shared.domain.cooling import segment_cost
-from shared.domain.documents import InstanceDoc
-from shared.domain.pricing import CoolingRule
-from shared.domain.states import InstanceStatus, InstanceSubstatus
-from shared.domain.transitions import move_instance
-from shared.domain.vms import Provisioning
+from spotline.shared.domain.cooling import segment_cost
+from spotline.shared.domain.documents import InstanceDoc
+from spotline.shared.domain.pricing import CoolingRule
+from spotline.shared.domain.states import InstanceStatus, InstanceSubstatus
+from spotline.shared.domain.transitions import move_instance
+from spotline.shared.domain.vms import Provisioning
 
 STOPPED = (InstanceStatus.CLOSED, InstanceSubstatus.STOPPED)
 # An instance in these is the stop path's: nothing else deletes its VM.

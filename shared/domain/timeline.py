@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-from shared.domain.documents import HistoryEntry
-from shared.domain.states import JobSubstatus
+from spotline.shared.domain.documents import HistoryEntry
+from spotline.shared.domain.states import JobSubstatus
 
 
 class Phase(StrEnum):

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from shared.domain.documents import HistoryEntry, InstanceDoc, JobDoc
-from shared.domain.errors import IllegalTransition
-from shared.domain.job_events import with_event
-from shared.domain.states import (
+from spotline.shared.domain.documents import HistoryEntry, InstanceDoc, JobDoc
+from spotline.shared.domain.errors import IllegalTransition
+from spotline.shared.domain.job_events import with_event
+from spotline.shared.domain.states import (
     INSTANCE_SUBSTATUSES,
     INSTANCE_TRANSITIONS,
     JOB_TRANSITIONS,
@@ -23,7 +23,7 @@ from shared.domain.states import (
     JobSubstatus,
     job_status_for,
 )
-from shared.domain.timeline import phase_seconds
+from spotline.shared.domain.timeline import phase_seconds
 
 
 def move_job(job: JobDoc, to: JobSubstatus, now: datetime, note: str = "") -> JobDoc:

@@ -10,7 +10,7 @@ here first: from Compute Engine's creationTimestamp to the delete, as a record
 in ``JobDoc.unrecorded_vms``. The record is keyed by VM name, so a second
 delete, a redelivery or a late sweep finds it charged and changes nothing.
 
-Pure: the callers (``functions.ops.teardown``) read and write.
+Pure: the callers (``spotline.functions.ops.teardown``) read and write.
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from shared.domain.catalog import Machine
-from shared.domain.documents import AttemptRecord, InstanceDoc, JobDoc
-from shared.domain.lifecycle import accrue
-from shared.domain.placement import option_of, vm_attempt
-from shared.domain.states import JobStatus
-from shared.domain.vms import Vm
+from spotline.shared.domain.catalog import Machine
+from spotline.shared.domain.documents import AttemptRecord, InstanceDoc, JobDoc
+from spotline.shared.domain.lifecycle import accrue
+from spotline.shared.domain.placement import option_of, vm_attempt
+from spotline.shared.domain.states import JobStatus
+from spotline.shared.domain.vms import Vm
 
-JOB_LABEL = "spotline-job"  # shared.domain.placement.vm_labels
+JOB_LABEL = "spotline-job"  # spotline.shared.domain.placement.vm_labels
 ATTEMPT_LABEL = "spotline-attempt"
 
 

@@ -1,8 +1,8 @@
 """What spotline asks of a VM provider and what it gets back: pure value types.
 
-Built by pure placement code (``shared.domain.placement``), sent by a compute
-adapter (``shared.adapters.gce_compute``) through the port
-(``shared.ports.compute``).
+Built by pure placement code (``spotline.shared.domain.placement``), sent by a compute
+adapter (``spotline.shared.adapters.gce_compute``) through the port
+(``spotline.shared.ports.compute``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from enum import StrEnum
 
 # Metadata key under which a VM finds its job (a JSON document).
 JOB_METADATA_KEY = "spotline-job"
-# Metadata key of the token the VM's events carry (``shared.domain.event_auth``):
+# Metadata key of the token the VM's events carry (``spotline.shared.domain.event_auth``):
 # apart from the assignment, which gets printed and logged.
 EVENT_TOKEN_METADATA_KEY = "spotline-event-token"
 # Labels every spotline VM carries, so the reaper can find orphans.

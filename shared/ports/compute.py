@@ -2,7 +2,7 @@
 
 One adapter implements it: ``GceCompute`` (Compute Engine through
 google-cloud-compute), against Compute Engine or, with ``api_endpoint``, the
-local cloud (``infra.localcloud``: local processes running the real VM agent
+local cloud (``spotline.infra.localcloud``: local processes running the real VM agent
 behind Compute Engine's REST routes). Callers depend only on this module.
 
 Contract:
@@ -43,7 +43,7 @@ import builtins
 from collections.abc import Sequence
 from typing import Protocol
 
-from shared.domain.vms import GangRequest, Quota, Vm, VmRequest
+from spotline.shared.domain.vms import GangRequest, Quota, Vm, VmRequest
 
 
 class Compute(Protocol):

@@ -6,7 +6,7 @@ orchestration). ``tests/test_store_contract.py`` runs one suite against both.
 
 Contract, for every adapter:
 
-* Documents are the pydantic models of ``shared.domain.documents``; their
+* Documents are the pydantic models of ``spotline.shared.domain.documents``; their
   timestamps come back in UTC (a naive one is taken as UTC). What a call
   returns is a copy: changing it changes nothing stored, and changing a model
   after handing it to the store does not change what was stored.
@@ -46,7 +46,7 @@ Contract, for every adapter:
   same way, without the documents (the reaper's tick, which hands pages of
   keys out). ``get_users(users)``: ``get_jobs`` for users.
 * ``unpublished_jobs(limit)``: the jobs whose outbox holds events not yet
-  published (``outbox == "pending"``, ``shared.domain.job_events``), at most
+  published (``outbox == "pending"``, ``spotline.shared.domain.job_events``), at most
   ``limit`` of them, in key order.
 * ``recent_jobs(limit, user, statuses)``: at most ``limit`` jobs, the newest
   (``created_at``) first, ties in descending key order; only the user's when
@@ -81,8 +81,15 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Protocol
 
-from shared.domain.catalog import Machine
-from shared.domain.documents import EpochDoc, InstanceDoc, JobDoc, QueueEntry, Rejection, UserDoc
+from spotline.shared.domain.catalog import Machine
+from spotline.shared.domain.documents import (
+    EpochDoc,
+    InstanceDoc,
+    JobDoc,
+    QueueEntry,
+    Rejection,
+    UserDoc,
+)
 
 
 class Store(Protocol):

@@ -1,5 +1,5 @@
 import sys
 
-from vm_image.agent.agent import main
+from spotline.vm_image.agent.agent import main
 
 sys.exit(main())

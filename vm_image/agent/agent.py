@@ -1,7 +1,7 @@
 """The VM agent: learns its job from metadata, runs the trainer, reports.
 
 1. read the instance's name, zone, ``spotline-job`` assignment and the
-   attempt's event token (every event carries it: ``shared.domain.event_auth``);
+   attempt's event token (every event carries it: ``spotline.shared.domain.event_auth``);
 2. publish VM booted, then heartbeats (with the current phase) until done;
 3. fetch code, data set and requirements (``trainer_launch.prepare``), then
    run the trainer, relaying each reported epoch;
@@ -26,22 +26,28 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from shared import logs
-from shared.adapters.pubsub_bus import PubsubBus
-from shared.contract.assignment import Assignment
-from shared.contract.events import EpochDone, Heartbeat, JobFinished, SpotPreempted, VmBooted
-from shared.contract.ranks import EXIT_STOPPED
-from shared.domain.states import JobSubstatus
-from shared.domain.vms import EVENT_TOKEN_METADATA_KEY, JOB_METADATA_KEY
-from shared.ports.bus import Bus
-from vm_image.agent.metadata import Metadata, MetadataError
-from vm_image.agent.privileges import AccountMissing, TrainerAccount, trainer_account
-from vm_image.agent.rank_group import RankGroup
-from vm_image.agent.recorded import job_sources
-from vm_image.agent.trainer_launch import launch_trainer, prepare
-from vm_image.agent.trainer_process import TENSORBOARD_DIR, CannotStart, TrainerProcess
-from vm_image.agent.transfers import download_folder, upload_folder
-from vm_image.agent.workspace import job_folder
+from spotline.shared import logs
+from spotline.shared.adapters.pubsub_bus import PubsubBus
+from spotline.shared.contract.assignment import Assignment
+from spotline.shared.contract.events import (
+    EpochDone,
+    Heartbeat,
+    JobFinished,
+    SpotPreempted,
+    VmBooted,
+)
+from spotline.shared.contract.ranks import EXIT_STOPPED
+from spotline.shared.domain.states import JobSubstatus
+from spotline.shared.domain.vms import EVENT_TOKEN_METADATA_KEY, JOB_METADATA_KEY
+from spotline.shared.ports.bus import Bus
+from spotline.vm_image.agent.metadata import Metadata, MetadataError
+from spotline.vm_image.agent.privileges import AccountMissing, TrainerAccount, trainer_account
+from spotline.vm_image.agent.rank_group import RankGroup
+from spotline.vm_image.agent.recorded import job_sources
+from spotline.vm_image.agent.trainer_launch import launch_trainer, prepare
+from spotline.vm_image.agent.trainer_process import TENSORBOARD_DIR, CannotStart, TrainerProcess
+from spotline.vm_image.agent.transfers import download_folder, upload_folder
+from spotline.vm_image.agent.workspace import job_folder
 
 JOB_ATTRIBUTE = f"instance/attributes/{JOB_METADATA_KEY}"
 
@@ -52,7 +58,7 @@ def preempted_run(exit_code: int, notice_at: float | None, exited_at: float) -> 
     was sent SIGTERM and its exit is the notice's, whatever its code. A notice
     after a trainer exited 0 is the VM's, not the run's: the job completed and
     must be said so (spotline takes a finish and a preemption in either order,
-    ``shared.domain.late_finish``); a failed run with a notice after it is left
+    ``spotline.shared.domain.late_finish``); a failed run with a notice after it is left
     to the next attempt, which resumes from the last save."""
     if notice_at is None:
         return False
@@ -65,7 +71,7 @@ def gang_stopped(exit_code: int, notice_at: float | None, nodes: int) -> bool:
     rank 0 saved it, and every rank exited 143 (what a shell reports for
     SIGTERM, the contract's "stopped to save"). Reported as such, not as a
     failed run: a JobFinished with 143 would fail (or restart) the job for a
-    preemption (``shared.contract.events.SpotPreempted``)."""
+    preemption (``spotline.shared.contract.events.SpotPreempted``)."""
     return nodes > 1 and notice_at is None and exit_code == EXIT_STOPPED
 
 

@@ -28,7 +28,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from shared import logs
+from spotline.shared import logs
 
 DATA_DIR_ENV = "SPOTLINE_DATA_DIR"
 CACHE_FOLDER = "cache"

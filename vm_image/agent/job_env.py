@@ -35,8 +35,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared import logs
-from vm_image.agent.privileges import TrainerAccount
+from spotline.shared import logs
+from spotline.vm_image.agent.privileges import TrainerAccount
 
 REQUIREMENTS = "requirements.txt"
 ENVS_FOLDER = "envs"

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shared import logs
+from spotline.shared import logs
 
 TRAINER_USER_ENV = "SPOTLINE_TRAINER_USER"
 # Empty: run the trainer as the agent's own user (the local stack's choice).

@@ -3,7 +3,7 @@
 The contract (README, "Multi-node jobs"):
 
 - Each rank is the job's command with its own RANK, LOCAL_RANK, WORLD_SIZE,
-  LOCAL_WORLD_SIZE, NODE_RANK (``shared.contract.ranks``).
+  LOCAL_WORLD_SIZE, NODE_RANK (``spotline.shared.contract.ranks``).
 - The agent relays the reports of local rank 0 only (``SPOTLINE_EVENTS`` as
   with one process); every other rank gets a file of its own, which the agent
   does not read, so that N ranks reporting the same epoch count it once. On
@@ -29,12 +29,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from shared import logs
-from shared.contract.assignment import Assignment
-from shared.contract.cluster import master_port
-from shared.contract.ranks import EXIT_STOPPED, rank_env
-from vm_image.agent.privileges import TrainerAccount
-from vm_image.agent.trainer_process import TAIL_CHARS, TrainerProcess
+from spotline.shared import logs
+from spotline.shared.contract.assignment import Assignment
+from spotline.shared.contract.cluster import master_port
+from spotline.shared.contract.ranks import EXIT_STOPPED, rank_env
+from spotline.vm_image.agent.privileges import TrainerAccount
+from spotline.vm_image.agent.trainer_process import TAIL_CHARS, TrainerProcess
 
 # How long the other ranks of a node have to exit after one failed: a rank
 # stuck in a collective with the dead one never gets back to its signal.

@@ -1,6 +1,6 @@
 """The Ray launcher: the seed's Ray-Operator on a gang of VMs.
 
-The agent runs ``python -m vm_image.agent.ray_operator -- COMMAND...`` as the
+The agent runs ``python -m spotline.vm_image.agent.ray_operator -- COMMAND...`` as the
 trainer of a ``framework: "ray"`` job, on every node:
 
 * node 0 (the head) runs ``ray start --head`` on the job's port, waits until
@@ -78,7 +78,7 @@ class RayNode:
 
     @classmethod
     def from_env(cls, env: dict[str, str]) -> RayNode:
-        """Read the variables ``shared.contract.cluster`` sets; a job of one
+        """Read the variables ``spotline.shared.contract.cluster`` sets; a job of one
         node has none of them, and is its own head on Ray's default port."""
         try:
             return cls(

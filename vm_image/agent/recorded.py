@@ -11,8 +11,8 @@ the job then runs its originals, and says so.
 
 from __future__ import annotations
 
-from shared import logs
-from shared.contract.assignment import Assignment
+from spotline.shared import logs
+from spotline.shared.contract.assignment import Assignment
 
 
 def job_sources(assignment: Assignment) -> tuple[str | None, str | None]:

@@ -23,8 +23,8 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping
 
-from shared.domain.secret_env import is_reference, parse_reference
-from vm_image.agent.metadata import Metadata, MetadataError
+from spotline.shared.domain.secret_env import is_reference, parse_reference
+from spotline.vm_image.agent.metadata import Metadata, MetadataError
 
 ENDPOINT_ENV = "SPOTLINE_SECRETMANAGER_ENDPOINT"
 DEFAULT_ENDPOINT = "https://secretmanager.googleapis.com"

@@ -7,7 +7,7 @@ is gone by then (crashed, OOM-killed). Compute Engine runs the shutdown script
 and publishes nothing. The spot-preempted handler ignores a second event of the
 same attempt, so publishing after the agent did is harmless.
 
-Run: ``python -m vm_image.agent.shutdown_notice``. Exit status 0: nothing to do,
+Run: ``python -m spotline.vm_image.agent.shutdown_notice``. Exit status 0: nothing to do,
 or the event was published; 1: it could not be (the reason is logged).
 """
 
@@ -22,13 +22,13 @@ from datetime import UTC, datetime
 
 from pydantic import ValidationError
 
-from shared import logs
-from shared.adapters.pubsub_bus import PubsubBus
-from shared.contract.assignment import Assignment
-from shared.contract.events import SpotPreempted
-from shared.domain.vms import EVENT_TOKEN_METADATA_KEY, JOB_METADATA_KEY
-from shared.ports.bus import Bus
-from vm_image.agent.metadata import Metadata, MetadataError
+from spotline.shared import logs
+from spotline.shared.adapters.pubsub_bus import PubsubBus
+from spotline.shared.contract.assignment import Assignment
+from spotline.shared.contract.events import SpotPreempted
+from spotline.shared.domain.vms import EVENT_TOKEN_METADATA_KEY, JOB_METADATA_KEY
+from spotline.shared.ports.bus import Bus
+from spotline.vm_image.agent.metadata import Metadata, MetadataError
 
 # The notice is 30 s and the shutdown script kills this after 20 s: everything
 # below fits in BUDGET_S, so the event goes out (perhaps without a checkpoint)
@@ -62,7 +62,7 @@ def is_preempted(metadata: Metadata) -> bool:
 
 def read_assignment(metadata: Metadata) -> tuple[str, Assignment, str]:
     """The instance name, its ``spotline-job`` assignment and the attempt's
-    event token (``shared.domain.event_auth``).
+    event token (``spotline.shared.domain.event_auth``).
 
     Raises:
         NoticeError: the metadata server did not answer, or the assignment or
@@ -87,7 +87,7 @@ def find_checkpoint(checkpoint_dir: str, timeout_s: float) -> Found:
     """
     # Imported only once preempted: an ordinary shutdown needs no fsspec.
     # Neither torch nor TensorFlow: their imports would eat the notice.
-    from vm_image.trainers.checkpoint_files import latest_saved_state, step_of
+    from spotline.vm_image.trainers.checkpoint_files import latest_saved_state, step_of
 
     answers: queue.Queue[str | Exception | None] = queue.Queue(maxsize=1)
 

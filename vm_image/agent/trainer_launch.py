@@ -11,23 +11,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shared import logs
-from shared.contract.assignment import Assignment
-from shared.contract.ranks import processes_per_node
-from vm_image.agent.container import container_command
-from vm_image.agent.job_data import DATA_DIR_ENV, DataUnavailable, fetch_data
-from vm_image.agent.job_env import InstallFailed, JobEnv, prepare_env, requirements_of
-from vm_image.agent.metadata import Metadata
-from vm_image.agent.privileges import AccountMissing, TrainerAccount
-from vm_image.agent.rank_group import RankGroup, rank_events_path, start_ranks
-from vm_image.agent.secret_access import SecretUnavailable, resolve_env
-from vm_image.agent.trainer_process import (
+from spotline.shared import logs
+from spotline.shared.contract.assignment import Assignment
+from spotline.shared.contract.ranks import processes_per_node
+from spotline.vm_image.agent.container import container_command
+from spotline.vm_image.agent.job_data import DATA_DIR_ENV, DataUnavailable, fetch_data
+from spotline.vm_image.agent.job_env import InstallFailed, JobEnv, prepare_env, requirements_of
+from spotline.vm_image.agent.metadata import Metadata
+from spotline.vm_image.agent.privileges import AccountMissing, TrainerAccount
+from spotline.vm_image.agent.rank_group import RankGroup, rank_events_path, start_ranks
+from spotline.vm_image.agent.secret_access import SecretUnavailable, resolve_env
+from spotline.vm_image.agent.trainer_process import (
     CannotStart,
     TrainerProcess,
     trainer_command,
     trainer_env,
 )
-from vm_image.agent.workspace import hand_over
+from spotline.vm_image.agent.workspace import hand_over
 
 EVENTS_FILE = "events.jsonl"
 CACHE_FOLDER = "cache"

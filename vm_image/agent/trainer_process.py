@@ -14,11 +14,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from shared import logs
-from shared.contract.assignment import Assignment
-from shared.contract.cluster import cluster_env
-from shared.domain.secret_env import scrub
-from vm_image.agent.privileges import TrainerAccount
+from spotline.shared import logs
+from spotline.shared.contract.assignment import Assignment
+from spotline.shared.contract.cluster import cluster_env
+from spotline.shared.domain.secret_env import scrub
+from spotline.vm_image.agent.privileges import TrainerAccount
 
 # The job's error shows the trainer's last lines: this many, each cut to
 # _TAIL_LINE_CHARS and all of them to TAIL_CHARS, so that a trainer printing
@@ -50,9 +50,9 @@ def trainer_command(assignment: Assignment) -> list[str]:
     if spec.command:
         command = list(spec.command)
     else:
-        command = [sys.executable, "-m", f"vm_image.trainers.{spec.trainer}"]
+        command = [sys.executable, "-m", f"spotline.vm_image.trainers.{spec.trainer}"]
     if spec.framework == "ray":
-        return [sys.executable, "-m", "vm_image.agent.ray_operator", "--", *command]
+        return [sys.executable, "-m", "spotline.vm_image.agent.ray_operator", "--", *command]
     return command
 
 

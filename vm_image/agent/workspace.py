@@ -27,8 +27,8 @@ import shutil
 import signal
 from pathlib import Path
 
-from shared import logs
-from vm_image.agent.privileges import AccountMissing, TrainerAccount
+from spotline.shared import logs
+from spotline.vm_image.agent.privileges import AccountMissing, TrainerAccount
 
 JOBS_FOLDER = "jobs"
 HOME_DIR = "home"

@@ -45,7 +45,7 @@ if grep -rqs spotline-trainer /etc/sudoers /etc/sudoers.d; then
 fi
 ls -l /dev/nvidia* || true
 runuser -u spotline-trainer -- nvidia-smi
-runuser -u spotline-trainer -- /opt/spotline/venv/bin/python -c "import vm_image.trainers"
+runuser -u spotline-trainer -- /opt/spotline/venv/bin/python -c "import spotline.vm_image.trainers"
 
 # 5. The service: enabled, so it starts on every boot of a VM from this image.
 #    Job folders live in /var/lib/spotline/jobs, each the trainer's, 0700.

@@ -4,7 +4,7 @@
 # gone, and does nothing on an ordinary shutdown. A shutdown must never wait on
 # it, so it is killed after 20 s and this script always succeeds.
 set -u
-timeout 20 /opt/spotline/venv/bin/python -m vm_image.agent.shutdown_notice 2>&1 \
+timeout 20 /opt/spotline/venv/bin/python -m spotline.vm_image.agent.shutdown_notice 2>&1 \
   | logger -t spotline-shutdown
 logger -t spotline-shutdown "shutdown notice exited with status ${PIPESTATUS[0]}"
 exit 0

@@ -1,6 +1,6 @@
 """The built-in trainer: an MLP on scikit-learn's 8x8 digits, resumable to the step.
 
-Run as ``python -m vm_image.trainers.digits_mlp`` with the ``SPOTLINE_*``
+Run as ``python -m spotline.vm_image.trainers.digits_mlp`` with the ``SPOTLINE_*``
 variables the agent sets. Every epoch visits the training set in an order drawn
 from ``(seed, epoch)`` alone, so a run resumed from a checkpoint taken in the
 middle of an epoch skips to the same batch and ends with the same weights as a
@@ -30,14 +30,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from vm_image.trainers.contract import (
+from spotline.vm_image.trainers.contract import (
     RunSettings,
     SettingsError,
     classes_of,
     training_split,
 )
-from vm_image.trainers.report import report_checkpoint, report_epoch, report_resumed
-from vm_image.trainers.torch_checkpoint import (
+from spotline.vm_image.trainers.report import report_checkpoint, report_epoch, report_resumed
+from spotline.vm_image.trainers.torch_checkpoint import (
     PreemptionFlag,
     load_latest_checkpoint,
     save_checkpoint,

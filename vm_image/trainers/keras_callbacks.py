@@ -4,7 +4,7 @@ Add them to ``fit`` and exit with the code they give::
 
     import sys
 
-    from vm_image.trainers.keras_callbacks import exit_code, spotline_callbacks
+    from spotline.vm_image.trainers.keras_callbacks import exit_code, spotline_callbacks
 
     callbacks = spotline_callbacks()  # reads SPOTLINE_CHECKPOINT_DIR, SPOTLINE_OUTPUT_DIR
     history = model.fit(x, y, epochs=epochs, callbacks=callbacks)
@@ -36,24 +36,25 @@ import tempfile
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from vm_image.trainers import state_mirror
-from vm_image.trainers.report import report_epoch
+from spotline.vm_image.trainers import state_mirror
+from spotline.vm_image.trainers.report import report_epoch
 
 try:
     import keras
 except ImportError as missing:
     raise ImportError(
-        "vm_image.trainers.keras_callbacks needs TensorFlow: pip install -e '.[tensorflow]' "
-        "in a clone (make tensorflow), pip install 'spotline[tensorflow]' from an index"
+        "spotline.vm_image.trainers.keras_callbacks needs TensorFlow: "
+        "pip install -e '.[tensorflow]' in a clone (make tensorflow), "
+        "pip install 'spotline[tensorflow]' from an index"
     ) from missing
 
-from vm_image.trainers.keras_backup import (
+from spotline.vm_image.trainers.keras_backup import (
     STATE_FILES,
     PreemptibleBackupAndRestore,
     SigtermFlag,
     global_step,
 )
-from vm_image.trainers.keras_resume import epoch_logs
+from spotline.vm_image.trainers.keras_resume import epoch_logs
 
 __all__ = [
     "EXIT_PREEMPTED",

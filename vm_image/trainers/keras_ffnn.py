@@ -1,10 +1,10 @@
 """The built-in Keras trainer: the seed's feed-forward network on scikit-learn's digits.
 
-Run as ``python -m vm_image.trainers.keras_ffnn`` with the ``SPOTLINE_*``
+Run as ``python -m spotline.vm_image.trainers.keras_ffnn`` with the ``SPOTLINE_*``
 variables the agent sets. The model is the seed example's (Dense 256 ReLU,
 Dense 256 ReLU, Dense 10 logits; Adam; sparse cross-entropy from logits;
 sparse categorical accuracy) on 8x8 digits scaled to [0, 1], and training is a
-plain ``model.fit`` with :func:`~vm_image.trainers.keras_callbacks.spotline_callbacks`.
+plain ``model.fit`` with :func:`~spotline.vm_image.trainers.keras_callbacks.spotline_callbacks`.
 On a machine with several GPUs the model is built under
 ``tf.distribute.MirroredStrategy``: each batch is split evenly across them.
 
@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from vm_image.trainers.contract import (
+from spotline.vm_image.trainers.contract import (
     DigitsSplit,
     RunSettings,
     SettingsError,
@@ -160,7 +160,11 @@ def train(settings: Settings) -> int:
     import keras
     import tensorflow as tf
 
-    from vm_image.trainers.keras_callbacks import exit_code, spotline_callbacks, stopped_by_sigterm
+    from spotline.vm_image.trainers.keras_callbacks import (
+        exit_code,
+        spotline_callbacks,
+        stopped_by_sigterm,
+    )
 
     # First: from here on a SIGTERM is a flag, served at a batch end.
     callbacks = spotline_callbacks(settings.checkpoint_dir, settings.output_dir, env=os.environ)

@@ -2,7 +2,7 @@
 
 Import these from your own training script::
 
-    from vm_image.trainers.torch_checkpoint import (
+    from spotline.vm_image.trainers.torch_checkpoint import (
         PreemptionFlag, load_latest_checkpoint, save_checkpoint)
 
     ckpt = load_latest_checkpoint(checkpoint_dir)
@@ -35,7 +35,7 @@ import torch
 from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
-from vm_image.trainers.checkpoint_files import (
+from spotline.vm_image.trainers.checkpoint_files import (
     CHECKPOINT_PATTERN,
     checkpoint_name,
     checkpoint_paths,
