@@ -4,7 +4,7 @@ For models of about 100 MB and 1 GB of float32 parameters (plus Adam's two
 moment buffers, so the checkpoint is about three times that), a timer thread
 sends SIGUSR1 at a random point of a training loop; the loop, polling a
 PreemptionFlag at each step boundary as the trainers do, then calls
-torch_checkpoint.save_checkpoint into a local folder (file://, same disk as the
+spotline.torch.save_checkpoint into a local folder (file://, same disk as the
 repo). Reported, 3 runs each, median and max: notice -> step boundary, the
 save split into torch.save (straight into the temporary file) / rename / the
 rest, notice ->
@@ -41,7 +41,7 @@ from fsspec.implementations.local import LocalFileSystem
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from spotline.vm_image.trainers.torch_checkpoint import (  # noqa: E402
+from spotline.torch import (  # noqa: E402
     PreemptionFlag,
     load_checkpoint,
     save_checkpoint,

@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from spotline.infra.localstack.storage import StorageEmulator, reload_fsspec_config  # noqa: E402
-from spotline.vm_image.trainers.torch_checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
+from spotline.torch import load_checkpoint, save_checkpoint  # noqa: E402
 
 MB = 10**6
 

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from spotline.vm_image.trainers.torch_checkpoint import (
+from spotline.torch import (
     PreemptionFlag,
     checkpoint_name,
     latest_checkpoint,

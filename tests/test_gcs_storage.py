@@ -16,14 +16,14 @@ import torch
 from fsspec.core import url_to_fs
 
 from spotline.infra.localstack.storage import StorageEmulator
-from spotline.vm_image.agent.transfers import download_folder, upload_folder
-from spotline.vm_image.trainers.checkpoint_files import latest_checkpoint, latest_saved_state
-from spotline.vm_image.trainers.state_mirror import MirroredFolder
-from spotline.vm_image.trainers.torch_checkpoint import (
+from spotline.torch import (
     list_checkpoints,
     load_latest_checkpoint,
     save_checkpoint,
 )
+from spotline.vm_image.agent.transfers import download_folder, upload_folder
+from spotline.vm_image.trainers.checkpoint_files import latest_checkpoint, latest_saved_state
+from spotline.vm_image.trainers.state_mirror import MirroredFolder
 
 
 def _save(checkpoint_dir: str, step: int, model: torch.nn.Module | None = None) -> str:

@@ -30,14 +30,11 @@ def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
 
 
 def copy_tree(repo_root: Path, target: Path) -> Path:
-    """The four folders, and ``spotline/`` linking them as in the repository."""
-    (target / "spotline").mkdir()
-    shutil.copy(repo_root / "spotline" / "__init__.py", target / "spotline" / "__init__.py")
+    """The four folders, and ``spotline/`` with its links to them, as in the repository."""
+    ignore = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(repo_root / "spotline", target / "spotline", symlinks=True, ignore=ignore)
     for package in PACKAGES:
-        shutil.copytree(
-            repo_root / package, target / package, ignore=shutil.ignore_patterns("__pycache__")
-        )
-        (target / "spotline" / package).symlink_to(Path("..") / package)
+        shutil.copytree(repo_root / package, target / package, ignore=ignore)
     shutil.copy(repo_root / ".importlinter", target / ".importlinter")
     return target
 

@@ -24,14 +24,15 @@ require_tensorflow("KERAS RESUME TESTS")
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from spotline.vm_image.trainers import keras_callbacks, keras_ffnn  # noqa: E402
-from spotline.vm_image.trainers.keras_callbacks import (  # noqa: E402
+from spotline.keras import (  # noqa: E402
     EXIT_PREEMPTED,
     PreemptibleBackupAndRestore,
     exit_code,
     global_step,
     spotline_callbacks,
 )
+from spotline.keras import callbacks as keras_callbacks  # noqa: E402
+from spotline.vm_image.trainers import keras_ffnn  # noqa: E402
 
 EPOCHS = 3
 BATCH = 64

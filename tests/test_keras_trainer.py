@@ -26,8 +26,7 @@ require_tensorflow("KERAS TRAINER TESTS")
 
 import keras  # noqa: E402
 
-from spotline.vm_image.trainers import keras_ffnn  # noqa: E402
-from spotline.vm_image.trainers.keras_callbacks import (  # noqa: E402
+from spotline.keras import (  # noqa: E402
     EXIT_PREEMPTED,
     PreemptibleBackupAndRestore,
     exit_code,
@@ -35,6 +34,7 @@ from spotline.vm_image.trainers.keras_callbacks import (  # noqa: E402
     local_path,
     spotline_callbacks,
 )
+from spotline.vm_image.trainers import keras_ffnn  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 # 1438 training samples in batches of 4: 360 steps, about a second an epoch,

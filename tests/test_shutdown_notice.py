@@ -56,7 +56,7 @@ def _metadata_server(assignment: Assignment) -> MetadataServer:
 def _save_checkpoints(checkpoint_dir: str, steps: list[int]) -> list[str]:
     import torch
 
-    from spotline.vm_image.trainers.torch_checkpoint import save_checkpoint
+    from spotline.torch import save_checkpoint
 
     model = torch.nn.Linear(4, 2)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -8,7 +8,7 @@ import fsspec
 import keras
 from sklearn.datasets import load_digits
 
-from spotline.vm_image.trainers.keras_callbacks import exit_code, spotline_callbacks
+from spotline.keras import exit_code, spotline_callbacks
 
 # The job spec's fields, with defaults for a run outside spotline.
 epochs = int(os.environ.get("SPOTLINE_EPOCHS", "3"))

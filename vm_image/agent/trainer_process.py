@@ -59,7 +59,7 @@ def trainer_command(assignment: Assignment) -> list[str]:
 def trainer_env(
     assignment: Assignment, events_path: Path, base: dict[str, str], instance: str = ""
 ) -> dict[str, str]:
-    """The environment contract every trainer gets (see vm_image/trainers/report.py),
+    """The environment contract every trainer gets (see spotline/report.py),
     with its framework's cluster variables on a node of a multi-node job."""
     spec = assignment.spec
     cluster: dict[str, str] = {}

@@ -1,6 +1,6 @@
 """Checkpoint file names and listings, without torch or TensorFlow.
 
-Kept apart from ``torch_checkpoint`` and ``keras_callbacks`` so that the
+Kept apart from ``spotline.torch`` and ``spotline.keras`` so that the
 shutdown script, which has seconds to report a preemption, does not pay
 torch's import (about 1.7 s) or TensorFlow's.
 PyTorch files are ``ckpt-<global step, 12 digits>.pt``, so names sort by step;

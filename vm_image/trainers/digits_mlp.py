@@ -30,17 +30,17 @@ import numpy as np
 import torch
 from torch import nn
 
+from spotline.report import report_checkpoint, report_epoch, report_resumed
+from spotline.torch import (
+    PreemptionFlag,
+    load_latest_checkpoint,
+    save_checkpoint,
+)
 from spotline.vm_image.trainers.contract import (
     RunSettings,
     SettingsError,
     classes_of,
     training_split,
-)
-from spotline.vm_image.trainers.report import report_checkpoint, report_epoch, report_resumed
-from spotline.vm_image.trainers.torch_checkpoint import (
-    PreemptionFlag,
-    load_latest_checkpoint,
-    save_checkpoint,
 )
 
 # What a shell reports for a process ended by SIGTERM; the agent reads it as

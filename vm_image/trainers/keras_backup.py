@@ -21,6 +21,7 @@ from typing import Any
 
 import keras
 
+from spotline.report import report_checkpoint, report_resumed
 from spotline.vm_image.trainers import state_mirror
 from spotline.vm_image.trainers.checkpoint_files import KERAS_STATE_FILE
 from spotline.vm_image.trainers.keras_resume import (
@@ -30,7 +31,6 @@ from spotline.vm_image.trainers.keras_resume import (
     merge_history,
     metric_totals,
 )
-from spotline.vm_image.trainers.report import report_checkpoint, report_resumed
 
 METADATA_FILE = "training_metadata.json"
 # What one state is, the file that says where it stands last: a copy cut

@@ -4,13 +4,13 @@ Run as ``python -m spotline.vm_image.trainers.keras_ffnn`` with the ``SPOTLINE_*
 variables the agent sets. The model is the seed example's (Dense 256 ReLU,
 Dense 256 ReLU, Dense 10 logits; Adam; sparse cross-entropy from logits;
 sparse categorical accuracy) on 8x8 digits scaled to [0, 1], and training is a
-plain ``model.fit`` with :func:`~spotline.vm_image.trainers.keras_callbacks.spotline_callbacks`.
+plain ``model.fit`` with :func:`~spotline.keras.spotline_callbacks`.
 On a machine with several GPUs the model is built under
 ``tf.distribute.MirroredStrategy``: each batch is split evenly across them.
 
 Resuming is the callbacks': from the last epoch end, or after a SIGTERM in the
 middle of an epoch, from the batch after the save, with the weights and
-optimizer state saved at the signal (see ``keras_callbacks``).
+optimizer state saved at the signal (see ``spotline.keras``).
 
 Exit status: 0 when all epochs are done, 143 after a SIGTERM save, 2 for
 settings it cannot run, 3 without the ``tensorflow`` extra.
@@ -160,7 +160,7 @@ def train(settings: Settings) -> int:
     import keras
     import tensorflow as tf
 
-    from spotline.vm_image.trainers.keras_callbacks import (
+    from spotline.keras import (
         exit_code,
         spotline_callbacks,
         stopped_by_sigterm,

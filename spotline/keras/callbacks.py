@@ -1,31 +1,4 @@
-"""Keras callbacks that make a user's own ``model.fit(...)`` a spotline trainer.
-
-Add them to ``fit`` and exit with the code they give::
-
-    import sys
-
-    from spotline.vm_image.trainers.keras_callbacks import exit_code, spotline_callbacks
-
-    callbacks = spotline_callbacks()  # reads SPOTLINE_CHECKPOINT_DIR, SPOTLINE_OUTPUT_DIR
-    history = model.fit(x, y, epochs=epochs, callbacks=callbacks)
-    sys.exit(exit_code(callbacks))  # 143 after a SIGTERM save, else 0
-
-They report every epoch to the agent, write TensorBoard logs, back the training
-state up after every epoch and on SIGTERM (the Spot preemption notice, served
-at the next batch end, which then stops training), and restore it when the job
-starts again: the weights and every optimizer variable (the global step
-included), then the rest of the interrupted epoch from the batch after the
-save, in the same order (``keras_resume`` says when the order is the same).
-An interrupted run ends with the weights of a run never stopped, within float
-tolerance, and ``history`` with one entry per epoch.
-
-Outside spotline (no ``SPOTLINE_CHECKPOINT_DIR``) the same script trains as
-it would without them: the state goes to a new temporary folder, the reports
-to standard output, and a line says so once.
-
-Needs the ``tensorflow`` extra: ``pip install -e '.[tensorflow]'`` in a clone
-(``make tensorflow``), ``pip install 'spotline[tensorflow]'`` from an index.
-"""
+"""The callbacks behind ``spotline.keras``: see that package for their use."""
 
 from __future__ import annotations
 
@@ -36,14 +9,14 @@ import tempfile
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from spotline.report import report_epoch
 from spotline.vm_image.trainers import state_mirror
-from spotline.vm_image.trainers.report import report_epoch
 
 try:
     import keras
 except ImportError as missing:
     raise ImportError(
-        "spotline.vm_image.trainers.keras_callbacks needs TensorFlow: "
+        "spotline.keras needs TensorFlow: "
         "pip install -e '.[tensorflow]' in a clone (make tensorflow), "
         "pip install 'spotline[tensorflow]' from an index"
     ) from missing

@@ -2,7 +2,7 @@
 
 Import these from your own training script::
 
-    from spotline.vm_image.trainers.torch_checkpoint import (
+    from spotline.torch import (
         PreemptionFlag, load_latest_checkpoint, save_checkpoint)
 
     ckpt = load_latest_checkpoint(checkpoint_dir)
