@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 FOLDERS = ("functions", "shared", "infra", "vm_image")
-# A module named by its folder alone: `shared.domain`, `-m vm_image.agent`.
+# A module named by its folder alone: the folder, a dot and a module in it.
 OLD_NAME = re.compile(r"(?<![\w./\-])(functions|shared|infra|vm_image)\.([A-Za-z_]\w*)")
 # Measurements recorded before the rename keep the names they were taken under.
 RECORDED = ("benchmarks/results/",)

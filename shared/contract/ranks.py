@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 
 from spotline.shared.contract.cluster import cluster_env
-from spotline.shared.domain.spec import JobSpec
+from spotline.shared.domain.spec import KERAS_TRAINERS, JobSpec
 
 # A trainer's exit after saving its state on request: what a shell reports for
 # a process ended by SIGTERM, and what the built-in trainers return. On a gang
@@ -35,7 +35,7 @@ def processes_per_node(spec: JobSpec, gpus: int) -> int:
         return spec.processes_per_node
     if spec.image is not None:
         return 1
-    if spec.trainer == "keras_ffnn" or spec.framework in ONE_PROCESS_FRAMEWORKS:
+    if spec.trainer in KERAS_TRAINERS or spec.framework in ONE_PROCESS_FRAMEWORKS:
         return 1
     return max(gpus, 1)
 

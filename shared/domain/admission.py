@@ -19,7 +19,7 @@ from spotline.shared.domain.catalog import Machine
 from spotline.shared.domain.lifecycle import DERIVED_JOB_ID
 from spotline.shared.domain.placement import parse_machine_id
 from spotline.shared.domain.secret_env import env_refusals
-from spotline.shared.domain.spec import JobSpec
+from spotline.shared.domain.spec import KERAS_TRAINERS, JobSpec
 from spotline.shared.domain.webhooks import url_problem
 
 
@@ -61,7 +61,7 @@ def mirrored_batch_refusals(spec: JobSpec, catalog: Mapping[str, Machine]) -> li
     on a machine with several GPUs, which splits each batch evenly across them
     (the seed: "batch size should be set as the multiple of the number of
     GPUs"). Any machine id of the list may be the one placed, so each is checked."""
-    if spec.trainer != "keras_ffnn":
+    if spec.trainer not in KERAS_TRAINERS:
         return []
     problems = []
     names = dict.fromkeys(parse_machine_id(machine_id)[0] for machine_id in spec.machine_ids)
@@ -73,7 +73,7 @@ def mirrored_batch_refusals(spec: JobSpec, catalog: Mapping[str, Machine]) -> li
             near = f"{below} or {below + gpus}" if below else str(gpus)
             problems.append(
                 f"batch_size: {spec.batch_size} is not a multiple of the {gpus} GPUs of {name}: "
-                "the keras_ffnn trainer's MirroredStrategy splits each batch evenly across "
+                f"the {spec.trainer} trainer's MirroredStrategy splits each batch evenly across "
                 f"them (try {near})"
             )
     return problems

@@ -48,7 +48,11 @@ MACHINE_ID_PATTERN = r"^[a-z0-9][-a-z0-9]*(\.od)?$"
 # A container image reference (registry/path:tag@digest): no spaces, and no
 # leading "-" that the container runtime would read as an option.
 IMAGE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$"
-BUILTIN_TRAINERS = ("digits_mlp", "keras_ffnn")
+BUILTIN_TRAINERS = ("digits_mlp", "keras_ffnn", "keras_model")
+# The built-in Keras trainers: one process per node drives every GPU
+# (tf.distribute.MirroredStrategy). keras_model trains the compiled model and
+# arrays that ``spotline.keras.fit`` puts in the job's data folder.
+KERAS_TRAINERS = frozenset({"keras_ffnn", "keras_model"})
 # More than any machine's GPUs (8), for CPU data-parallel jobs too.
 MAX_PROCESSES_PER_NODE = 16
 
@@ -136,7 +140,7 @@ class JobSpec(BaseModel):
         description=(
             "Trainer processes (ranks) on each node. Default: the machine's GPU count "
             "(1 on a CPU machine) for pytorch and command jobs; 1 for tensorflow, jax, "
-            "xgboost, ray and the keras_ffnn trainer, whose one process drives every GPU."
+            "xgboost, ray and the Keras trainers, whose one process drives every GPU."
         ),
     )
     ray_join_timeout_s: int = Field(
@@ -296,6 +300,11 @@ class JobSpec(BaseModel):
             raise ValueError("give exactly one of 'trainer' (built-in) or 'command'")
         if self.trainer is not None and self.trainer not in BUILTIN_TRAINERS:
             raise ValueError(f"trainer: {self.trainer!r} is not one of {BUILTIN_TRAINERS}")
+        if self.trainer == "keras_model" and self.data_uri is None:
+            raise ValueError(
+                "data_uri: the keras_model trainer trains the model.keras and data.npz of "
+                "the job's data folder; give data_uri (spotline.keras.fit sets it)"
+            )
         if self.image is not None and self.command is None:
             raise ValueError(
                 "image: a container runs a 'command'; the built-in trainers run in the VM image"
@@ -319,10 +328,10 @@ class JobSpec(BaseModel):
                 "processes_per_node: a container job runs one process per node; start the "
                 "ranks inside the image (torchrun --nproc-per-node)"
             )
-        if self.trainer == "keras_ffnn":
+        if self.trainer in KERAS_TRAINERS:
             raise ValueError(
-                "processes_per_node: the keras_ffnn trainer runs one process per node, which "
-                "trains on every GPU with tf.distribute.MirroredStrategy; leave it unset"
+                f"processes_per_node: the {self.trainer} trainer runs one process per node, "
+                "which trains on every GPU with tf.distribute.MirroredStrategy; leave it unset"
             )
         if self.framework == "xgboost":
             raise ValueError(
