@@ -160,7 +160,9 @@ def train(settings: Settings) -> int:
     import keras
     import tensorflow as tf
 
-    from spotline.keras import (
+    # The callbacks' own module: spotline.keras also holds fit, which runs beside a
+    # notebook, never on a VM.
+    from spotline.keras.callbacks import (
         exit_code,
         spotline_callbacks,
         stopped_by_sigterm,

@@ -99,7 +99,9 @@ def train(run: RunSettings, folder: Path) -> int:
     import keras
     import tensorflow as tf
 
-    from spotline.keras import exit_code, spotline_callbacks, stopped_by_sigterm
+    # The callbacks' own module: spotline.keras also holds fit, which runs beside a
+    # notebook, never on a VM.
+    from spotline.keras.callbacks import exit_code, spotline_callbacks, stopped_by_sigterm
 
     # First: from here on a SIGTERM is a flag, served at a batch end.
     callbacks = spotline_callbacks(run.checkpoint_dir, run.output_dir, env=os.environ)
