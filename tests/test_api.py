@@ -6,6 +6,7 @@ wait that runs out; the system found from another working folder."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from pathlib import Path
@@ -204,3 +205,19 @@ def test_wait_for_an_ended_job_is_its_final_state_at_once(project: str) -> None:
     state = spotline.Job("broken").wait(timeout=1)
 
     assert (state.status, state.error) == ("FAILED", "it broke")
+
+
+class _Interrupted(io.StringIO):
+    """A terminal where Ctrl-C lands while the first line is written."""
+
+    def write(self, text: str) -> int:
+        raise KeyboardInterrupt
+
+
+def test_an_interrupted_watch_raises_keyboard_interrupt(project: str) -> None:
+    FirestoreStore(project).create_job(a_job("long", "ada", 1, JobStatus.TRAINING))
+
+    with pytest.raises(KeyboardInterrupt):
+        spotline.Job("long").watch(out=_Interrupted(), live=False)
+
+    assert spotline.Job("long").status().status == "TRAINING"  # it goes on
