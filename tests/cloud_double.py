@@ -28,7 +28,7 @@ import zipfile
 from typing import Self
 from urllib.parse import unquote
 
-from spotline.infra.deploy.endpoints import Endpoints
+from spotline.infra.endpoints import Endpoints
 from spotline.infra.localcloud.wire import ApiError, HttpService, RecordedRequest, Recorder
 from tests.cloud_double_project import ProjectApis
 from tests.cloud_double_rules import RulesApi

@@ -16,8 +16,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from spotline.infra.cli.commands import main as cli
-from spotline.infra.cli.log_sources import CloudSource
 from spotline.infra.cli.logs import follow
+from spotline.infra.client.log_sources import CloudSource
 from spotline.infra.localcloud.wire import HttpService
 from spotline.shared.adapters.firestore_store import FirestoreStore
 from spotline.shared.domain.documents import AttemptRecord

@@ -18,8 +18,8 @@ import pytest
 
 from spotline.infra.cli.commands import main as cli
 from spotline.infra.cli.demo import wait_for_job
-from spotline.infra.cli.log_sources import LocalSource
 from spotline.infra.cli.logs import follow
+from spotline.infra.client.log_sources import LocalSource
 from spotline.infra.localstack.stack import LocalStack
 from spotline.shared.adapters.firestore_store import FirestoreStore
 from spotline.shared.domain.states import JobStatus

@@ -13,7 +13,7 @@ import pytest
 
 from spotline.infra.cli.commands import main as cli
 from spotline.infra.cli.demo import wait_for_job
-from spotline.infra.cli.recording import copy_folder
+from spotline.infra.client.recording import copy_folder
 from spotline.infra.localstack.stack import LocalStack
 from spotline.shared.adapters.firestore_store import FirestoreStore
 from spotline.shared.domain.documents import JobDoc

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from spotline.infra.cli.demo import wait_for_job
-from spotline.infra.cli.recording import copy_folder
+from spotline.infra.client.recording import copy_folder
 from spotline.infra.localstack.stack import LocalStack
 from spotline.shared.adapters.firestore_store import FirestoreStore
 from spotline.shared.domain.states import JobStatus

@@ -12,7 +12,7 @@ from pathlib import Path
 from spotline.functions.deps import Deps
 from spotline.functions.handlers.envelope import Message
 from spotline.functions.handlers.submit_job import submit_job
-from spotline.infra.cli.recording import copy_folder, snapshot_complete, take_snapshot
+from spotline.infra.client.recording import copy_folder, snapshot_complete, take_snapshot
 from spotline.infra.localcloud.cloud import LocalCloud
 from spotline.shared.adapters.memory_store import InMemoryStore
 from spotline.shared.domain.recording import record_for

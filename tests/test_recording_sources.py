@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from spotline.infra.cli.recording import take_snapshot
+from spotline.infra.client.recording import take_snapshot
 from spotline.shared.domain.recording import record_for
 from spotline.shared.domain.spec import JobSpec
 from tests.test_recording import BASE, folder

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from spotline.infra.cli.connect import where
+from spotline.infra.client.connection import where
 from spotline.infra.localstack.stack import LocalStack
 
 pytestmark = [pytest.mark.emulators, pytest.mark.e2e]

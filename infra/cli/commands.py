@@ -17,17 +17,26 @@ __all__ = ["_parser", "main"]
 
 
 def main(argv: list[str] | None = None) -> int:
+    from spotline.infra.client.connection import workdir_of
+    from spotline.infra.client.errors import JobNotFound, NotConnected
     from spotline.shared.settings import SettingsError
 
     parser = _parser()
     _complete(parser)
     args = parser.parse_args(argv)
+    args.workdir = workdir_of(args.workdir)
     try:
         return int(args.run(args) or 0)
     except SettingsError as err:
         # A bad variable or config value is the user's to fix: say which, no traceback.
         print(err, file=sys.stderr)
         return 2
+    except NotConnected as err:
+        # Nothing to talk to: what to run, as Python's own exit prints it (1).
+        raise SystemExit(str(err)) from None
+    except JobNotFound as err:
+        print(err, file=sys.stderr)
+        return 1
     except BrokenPipeError:
         # The reader went away (`spotline schema | head`): stop quietly, as a
         # shell's commands do (128 + SIGPIPE). Python would otherwise complain

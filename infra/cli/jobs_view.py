@@ -1,4 +1,5 @@
-"""The commands that read what spotline holds: ``status``, ``rejected``, ``machines``."""
+"""The commands that read what spotline holds: ``status``, ``rejected``,
+``machines``, ``timeline`` and ``watch``, over the API (``spotline.infra.client``)."""
 
 from __future__ import annotations
 
@@ -6,33 +7,27 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from spotline.infra.cli.connect import connect
+from spotline.infra.client.connection import connect
 
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from spotline.shared.adapters.firestore_store import FirestoreStore
-    from spotline.shared.domain.vms import Quota
-    from spotline.shared.settings import Settings
+    from spotline.infra.client.connection import Connection
 
 
 def status(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
-    from spotline.shared.adapters.firestore_store import FirestoreStore
-
-    settings = connect(args.workdir)
-    store = FirestoreStore(settings.project)
+    conn = connect(args.workdir)
     now = datetime.now(UTC)
     if args.job:
-        return _one_job(args, settings, store, now)
+        return _one_job(args, conn, now)
     from spotline.infra.cli.job_fields import summary
     from spotline.infra.cli.jobs_table import print_jobs
     from spotline.infra.cli.output import console, print_json
-    from spotline.shared.domain.states import JobStatus
+    from spotline.infra.client.listing import recent_jobs
 
-    statuses = JobStatus.active() if args.active else None
-    jobs = store.recent_jobs(args.limit, user=args.user, statuses=statuses)
+    jobs = recent_jobs(conn, args.limit, args.user, args.active)
     if args.json:
         print_json([summary(job, now) for job in jobs])
         return 0
@@ -46,18 +41,14 @@ def status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _one_job(
-    args: argparse.Namespace, settings: Settings, store: FirestoreStore, now: datetime
-) -> int:
+def _one_job(args: argparse.Namespace, conn: Connection, now: datetime) -> int:
     from spotline.infra.cli.job_detail import detail_text
     from spotline.infra.cli.job_fields import detail
     from spotline.infra.cli.output import print_json
 
-    job = store.get_job(args.job)
-    if job is None:
-        print(f"no job {args.job} (`spotline status` lists them)", file=sys.stderr)
-        return 1
-    epochs = store.list_epochs(job.job_id)
+    settings = conn.settings
+    job = conn.job_doc(args.job)
+    epochs = conn.store.list_epochs(job.job_id)
     checkpoints = f"{settings.job_prefix(job.job_id)}/checkpoints"
     if args.json:
         print_json(detail(job, epochs, checkpoints, now))
@@ -69,9 +60,8 @@ def _one_job(
 
 def rejected(args: argparse.Namespace) -> int:
     from spotline.infra.cli.report import table
-    from spotline.shared.adapters.firestore_store import FirestoreStore
 
-    rejections = FirestoreStore(connect(args.workdir).project).recent_rejections(args.limit)
+    rejections = connect(args.workdir).store.recent_rejections(args.limit)
     if args.json:
         from spotline.infra.cli.output import print_json
 
@@ -83,48 +73,21 @@ def rejected(args: argparse.Namespace) -> int:
 
 
 def machines(args: argparse.Namespace) -> int:
-    from datetime import UTC, datetime, timedelta
-
-    from spotline.infra.cli.report import MachineRow, machine_json, machines_table
-    from spotline.shared.adapters.firestore_store import FirestoreStore
-    from spotline.shared.domain.capacity import capacity
-    from spotline.shared.domain.catalog import load_catalog, shipped_prices
-    from spotline.shared.domain.states import InstanceStatus
-    from spotline.shared.domain.vms import Provisioning
+    from spotline.infra.cli.report import machine_json, machines_table
+    from spotline.infra.client.listing import machine_offers
+    from spotline.shared.domain.catalog import shipped_prices
 
     if args.refresh_prices:
         return refresh_prices(args)
-    settings = connect(args.workdir)
-    store = FirestoreStore(settings.project)
-    quotas = _region_quotas(settings)
-    since = datetime.now(UTC) - timedelta(hours=24)
-    live = [i.machine_id for i in store.list_instances(InstanceStatus.live())]
-    rows = []
-    for machine in load_catalog().values():
-        for machine_id, provisioning, price in (
-            (machine.machine_id, Provisioning.SPOT, machine.spot_usd_per_hour),
-            (f"{machine.machine_id}.od", Provisioning.STANDARD, machine.on_demand_usd_per_hour),
-        ):
-            room = None if quotas is None else capacity(machine, provisioning, quotas)
-            requests, successes = store.availability(machine_id, since)
-            rows.append(
-                MachineRow(
-                    machine_id,
-                    machine,
-                    price,
-                    room,
-                    live.count(machine_id),
-                    requests,
-                    successes,
-                    provisioning,
-                )
-            )
+    rows, unknown = machine_offers(connect(args.workdir))
+    if unknown:
+        print(f"CAPACITY unknown: {unknown}", file=sys.stderr)
     if args.json:
         from spotline.infra.cli.output import print_json
 
         print_json([machine_json(row) for row in rows])
     else:
-        print(machines_table(rows, quotas_read=quotas is not None))
+        print(machines_table(rows, quotas_read=unknown is None))
         book = shipped_prices()
         print(f"prices of {book.region} as of {book.priced_at} (source: {book.source})")
     return 0
@@ -155,38 +118,16 @@ def refresh_prices(args: argparse.Namespace) -> int:
     return 0
 
 
-def _region_quotas(settings: Settings) -> dict[str, Quota] | None:
-    """The region's quotas through the settings' compute adapter, or None (and
-    why, on stderr) when they cannot be read."""
-    from google.auth.exceptions import GoogleAuthError
-
-    from spotline.functions.deps import build_compute
-    from spotline.shared.domain.errors import SpotlineError
-
-    region = settings.region
-    try:
-        return build_compute(settings).region_quotas(region)
-    except (SpotlineError, GoogleAuthError) as err:  # no credentials, no permission, down
-        reason = " ".join(str(err).split())
-        print(f"CAPACITY unknown: cannot read the quotas of {region}: {reason}", file=sys.stderr)
-        return None
-
-
 def timeline(args: argparse.Namespace) -> int:
     """``spotline timeline JOB``: where its time went (``spotline.infra.cli.timeline``)."""
     from spotline.infra.cli import timeline as view
-    from spotline.shared.adapters.firestore_store import FirestoreStore
+    from spotline.infra.client.job import Job
 
-    job = FirestoreStore(connect(args.workdir).project).get_job(args.job)
-    if job is None:
-        print(f"no job {args.job} (`spotline status` lists them)", file=sys.stderr)
-        return 1
-    return view.show(args, job)
+    return view.show(args, Job(args.job, connection=connect(args.workdir)))
 
 
 def watch(args: argparse.Namespace) -> int:
     """``spotline watch [JOB ...]``: live, through Firestore listeners."""
     from spotline.infra.cli.watch import run_watch
-    from spotline.shared.adapters.firestore_store import FirestoreStore
 
-    return run_watch(args, FirestoreStore(connect(args.workdir).project))
+    return run_watch(args)

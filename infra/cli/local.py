@@ -9,7 +9,7 @@ import signal
 import sys
 import threading
 
-from spotline.infra.cli.connect import connect
+from spotline.infra.client.connection import connect
 
 
 def up(args: argparse.Namespace) -> int:
@@ -50,9 +50,9 @@ def demo(args: argparse.Namespace) -> int:
 
 def preempt(args: argparse.Namespace) -> int:
     from spotline.infra.localcloud.chaos_client import ChaosClient
-    from spotline.shared.adapters.firestore_store import FirestoreStore
 
-    settings = connect(args.workdir)
+    conn = connect(args.workdir)
+    settings = conn.settings
     if not settings.compute_endpoint:
         print(
             "preempt is a local chaos tool; on Compute Engine use "
@@ -60,7 +60,7 @@ def preempt(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    store = FirestoreStore(settings.project)
+    store = conn.store
     job = store.get_job(args.target)
     name = job.instance if job is not None else args.target
     if job is not None and args.node:

@@ -8,7 +8,6 @@ import contextlib
 from pathlib import Path
 
 from spotline.infra.cli import jobs_view, local, logs, outputs, reference, submit, timeline, watch
-from spotline.infra.cli.connect import DEFAULT_WORKDIR
 from spotline.infra.dashboard import command as dashboard_command
 from spotline.infra.deploy import command as deploy_command
 
@@ -41,8 +40,9 @@ def build() -> argparse.ArgumentParser:
     parser.add_argument(
         "--workdir",
         type=Path,
-        default=DEFAULT_WORKDIR,
-        help="where `spotline up` keeps logs, storage and its stack file",
+        default=None,
+        help="where `spotline up` keeps logs, storage and its stack file "
+        "(default: $SPOTLINE_WORKDIR, else .spotline)",
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -118,6 +118,15 @@ def build() -> argparse.ArgumentParser:
         "--dry-run",
         action="store_true",
         help="validate and print the spec as spotline reads it (defaults in); publish nothing",
+    )
+    submit_cmd.add_argument(
+        "--code-dir",
+        type=Path,
+        default=None,
+        help="upload this folder under the job's storage and run it as its code_uri",
+    )
+    submit_cmd.add_argument(
+        "--data-dir", type=Path, default=None, help="upload this folder as the job's data_uri"
     )
     submit_cmd.add_argument(
         "--follow",

@@ -16,8 +16,8 @@ def schema(args: argparse.Namespace) -> int:
 
 def settings(args: argparse.Namespace) -> int:
     """Print every setting as the other commands would read it here."""
-    from spotline.infra.cli.connect import where
     from spotline.infra.cli.report import settings_table
+    from spotline.infra.client.connection import where
     from spotline.shared.settings import load
 
     env, config_file, source = where(args.workdir)

@@ -3,28 +3,16 @@ the seed article's experiment summary)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from spotline.shared.domain.catalog import Machine
+from spotline.infra.client.records import MachineOffer
 from spotline.shared.domain.documents import EpochDoc, JobDoc
 from spotline.shared.domain.secret_env import masked_env
 
 if TYPE_CHECKING:
     from spotline.shared.settings import Loaded
-
-
-@dataclass(frozen=True)
-class MachineRow:
-    machine_id: str  # NAME (Spot) or NAME.od
-    machine: Machine
-    price: float
-    capacity: int | None  # more VMs the region's quotas allow; None: no known quota
-    in_use: int  # live instances of this machine id
-    requests: int  # VM requests in the window
-    successes: int
-    provisioning: str = "SPOT"  # SPOT or STANDARD (on demand)
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -84,7 +72,7 @@ def jobs_table(jobs: Sequence[JobDoc]) -> str:
     return table(headers, rows)
 
 
-def machines_table(rows: Sequence[MachineRow], quotas_read: bool = True) -> str:
+def machines_table(rows: Sequence[MachineOffer], quotas_read: bool = True) -> str:
     """The catalog as the seed's ``available_machines()`` prints it.
 
     CAPACITY is ``?`` when the quotas could not be read, ``-`` when none of a
@@ -102,34 +90,18 @@ def machines_table(rows: Sequence[MachineRow], quotas_read: bool = True) -> str:
     lines = []
     for row in rows:
         room = "?" if not quotas_read else "-" if row.capacity is None else row.capacity
-        gpus = f"{row.machine.gpu_count}x{row.machine.gpu_type}" if row.machine.gpu_type else "-"
-        rate = (
-            "-"
-            if not row.requests
-            else f"{100 * row.successes / row.requests:.0f}% of {row.requests}"
-        )
+        gpus = f"{row.gpu_count}x{row.gpu_type}" if row.gpu_type else "-"
+        tried = row.requests_24h
+        rate = "-" if not tried else f"{100 * row.successes_24h / tried:.0f}% of {tried}"
         lines.append(
-            [row.machine_id, gpus, row.machine.vcpus, f"{row.price:.3f}", room, row.in_use, rate]
+            [row.machine_id, gpus, row.vcpus, f"{row.usd_per_hour:.3f}", room, row.in_use, rate]
         )
     return table(headers, lines)
 
 
-def machine_json(row: MachineRow) -> dict[str, object]:
+def machine_json(row: MachineOffer) -> dict[str, object]:
     """One row of ``spotline machines --json``; ``capacity`` null: unknown."""
-    return {
-        "machine_id": row.machine_id,
-        "provisioning": str(row.provisioning),
-        "machine_type": row.machine.machine_type,
-        "gpu_type": row.machine.gpu_type,
-        "gpu_count": row.machine.gpu_count,
-        "vcpus": row.machine.vcpus,
-        "memory_gb": row.machine.memory_gb,
-        "usd_per_hour": row.price,
-        "capacity": row.capacity,
-        "in_use": row.in_use,
-        "requests_24h": row.requests,
-        "successes_24h": row.successes,
-    }
+    return dataclasses.asdict(row)
 
 
 def job_detail(job: JobDoc, epochs: Sequence[EpochDoc]) -> str:

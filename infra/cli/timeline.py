@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import argparse
 import json
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from spotline.infra.client.job import Job
     from spotline.shared.domain.documents import JobDoc
     from spotline.shared.domain.timeline import Timeline
 
@@ -28,21 +28,19 @@ def add_parser(sub: Any, run: Any) -> None:
     parser.set_defaults(run=run)
 
 
-def show(args: argparse.Namespace, job: JobDoc, now: datetime | None = None) -> int:
-    from spotline.infra.cli.timeline_chart import ChartsUnavailable, draw
-    from spotline.shared.domain.states import JobStatus
-    from spotline.shared.domain.timeline import timeline
+def show(args: argparse.Namespace, job: Job) -> int:
+    from spotline.infra.client.charts import ChartsUnavailable, draw
 
-    now = now or datetime.now(UTC)
-    ended = job.status in JobStatus.terminal()
-    found = timeline(job.history, None if ended else now)
+    found = job.timeline()
+    doc = job.doc
+    assert doc is not None
     if args.json:
-        print(json.dumps(as_json(job, found), indent=2))
+        print(json.dumps(as_json(doc, found), indent=2))
     else:
-        print(table(job, found))
+        print(table(doc, found))
     if args.chart:
-        path = args.output or Path(f"{job.job_id}-timeline-{args.chart}.png")
-        title = f"{job.job_id}: {job.status}, {len(found.by_attempt())} attempt(s)"
+        path = args.output or Path(f"{doc.job_id}-timeline-{args.chart}.png")
+        title = f"{doc.job_id}: {doc.status}, {len(found.by_attempt())} attempt(s)"
         try:
             draw(found, args.chart, title, path)
         except ChartsUnavailable as err:
@@ -55,7 +53,7 @@ def show(args: argparse.Namespace, job: JobDoc, now: datetime | None = None) -> 
 
 def table(job: JobDoc, found: Timeline) -> str:
     """One row per phase, a column per attempt, then the total and its share."""
-    from spotline.infra.cli.timeline_chart import duration
+    from spotline.infra.client.charts import duration
     from spotline.shared.domain.timeline import Phase
 
     attempts = found.by_attempt(grouped=True)

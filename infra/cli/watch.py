@@ -1,31 +1,23 @@
-"""``spotline watch [JOB ...]`` and ``submit --follow``: a live view of jobs,
-driven by Firestore listeners (``spotline.shared.adapters.firestore_listen``).
+"""``spotline watch [JOB ...]`` and ``submit --follow``: the jobs followed
+live (``spotline.infra.client.watching``), until they end or Ctrl-C.
 
-On a terminal: one row per job with a progress bar (epoch x/y), the ETA from
-the epochs' times, its status and its latest metrics, redrawn as changes
-arrive. To a pipe: one line per change (a new status or a new epoch), for logs
-and scripts. Watching named jobs ends when all of them have ended, with 0 if
-all COMPLETED, 1 if any FAILED, 3 if any was CANCELED (2 is a usage error);
+Watching named jobs ends when all of them have ended, with 0 if all
+COMPLETED, 1 if any FAILED, 3 if any was CANCELED (2 is a usage error);
 watching every active job goes on until Ctrl-C.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from rich.console import RenderableType
-
-    from spotline.shared.adapters.firestore_listen import Change, JobFeed
-    from spotline.shared.domain.documents import EpochDoc, JobDoc
+    from spotline.shared.adapters.firestore_listen import JobFeed
+    from spotline.shared.domain.documents import JobDoc
 
 EXIT_FAILED, EXIT_CANCELED = 1, 3
-_METRICS_SHOWN = 3
 
 
 def add_parser(sub: Any, run: Any) -> None:
@@ -36,14 +28,6 @@ def add_parser(sub: Any, run: Any) -> None:
         "jobs", nargs="*", metavar="JOB", help="the jobs to follow (none: every active job)"
     )
     parser.set_defaults(run=run)
-
-
-@dataclass
-class Watched:
-    """What the view knows of one job."""
-
-    job: JobDoc
-    epochs: list[EpochDoc] = field(default_factory=list)
 
 
 def exit_code(jobs: Sequence[JobDoc]) -> int:
@@ -66,162 +50,21 @@ def follow(
 ) -> int:
     """Show the feed's changes until every job of ``job_ids`` has ended (or,
     with none, until Ctrl-C). Returns the exit code."""
-    out = out or sys.stdout
-    live = out.isatty() if live is None else live
-    view = _LiveView(out, clock) if live else _LineView(out, clock)
+    from spotline.infra.client import watching
+
     try:
-        with view:
-            while True:
-                change = feed.next(timeout_s=1.0)
-                if change is not None:
-                    view.apply(change)
-                elif live:
-                    view.refresh()  # the ETA counts down between changes
-                if job_ids and view.ended(job_ids):
-                    return exit_code([view.jobs[j].job for j in job_ids])
+        return exit_code(watching.follow(feed, job_ids, out, live, clock))
     except KeyboardInterrupt:
         return 0
 
 
-class _View:
-    def __init__(self, out: IO[str], clock: Callable[[], datetime]) -> None:
-        self.out = out
-        self.clock = clock
-        self.jobs: dict[str, Watched] = {}
-
-    def __enter__(self) -> _View:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        return None
-
-    def apply(self, change: Change) -> None:
-        from spotline.shared.adapters.firestore_listen import JobChanged
-
-        if isinstance(change, JobChanged):
-            job = change.job
-            known = self.jobs.get(job.job_id)
-            self.jobs[job.job_id] = Watched(job, known.epochs if known else [])
-            self.job_changed(known.job if known else None, job)
-        else:
-            watched = self.jobs.get(change.job_id)
-            if watched is None:
-                return  # its document comes first; the epochs travel again with the next
-            before = {(e.attempt, e.epoch) for e in watched.epochs}
-            watched.epochs = change.epochs
-            new = [e for e in change.epochs if (e.attempt, e.epoch) not in before]
-            self.epochs_added(watched, new)
-
-    def ended(self, job_ids: Sequence[str]) -> bool:
-        from spotline.shared.domain.states import JobStatus
-
-        return all(
-            j in self.jobs and self.jobs[j].job.status in JobStatus.terminal() for j in job_ids
-        )
-
-    def refresh(self) -> None:
-        return None
-
-    def job_changed(self, before: JobDoc | None, job: JobDoc) -> None:
-        raise NotImplementedError
-
-    def epochs_added(self, watched: Watched, new: list[EpochDoc]) -> None:
-        raise NotImplementedError
-
-    def eta(self, watched: Watched) -> str:
-        from spotline.infra.cli.timeline_chart import duration
-        from spotline.shared.domain.progress import eta_s
-
-        left = eta_s(watched.job, watched.epochs, self.clock())
-        return "" if left is None else f"ETA {duration(left)}"
-
-
-class _LineView(_View):
-    """A line per change: status moves and new epochs."""
-
-    def job_changed(self, before: JobDoc | None, job: JobDoc) -> None:
-        if before is not None and (before.substatus, before.attempt) == (
-            job.substatus,
-            job.attempt,
-        ):
-            return
-        detail = f"  attempt {job.attempt}" if job.attempt > 1 else ""
-        if job.error and job.status == "FAILED":
-            detail += f"  {job.error.splitlines()[0][:120]}"
-        self._line(job.job_id, f"{job.status}/{job.substatus}{detail}")
-
-    def epochs_added(self, watched: Watched, new: list[EpochDoc]) -> None:
-        for epoch in new:
-            parts = [f"epoch {epoch.epoch}/{epoch.epochs}", self.eta(watched), _metrics(epoch)]
-            self._line(watched.job.job_id, "  ".join(p for p in parts if p))
-
-    def _line(self, job_id: str, text: str) -> None:
-        print(f"{self.clock():%H:%M:%S}  {job_id}  {text}", file=self.out, flush=True)
-
-
-class _LiveView(_View):
-    """A table redrawn in place (rich), a progress bar per job."""
-
-    def __enter__(self) -> _LiveView:
-        from rich.console import Console
-        from rich.live import Live
-
-        self._live = Live(console=Console(file=self.out), auto_refresh=False, transient=False)
-        self._live.__enter__()
-        return self
-
-    def __exit__(self, *args: object) -> None:
-        self.refresh()
-        self._live.__exit__(None, None, None)
-
-    def job_changed(self, before: JobDoc | None, job: JobDoc) -> None:
-        self.refresh()
-
-    def epochs_added(self, watched: Watched, new: list[EpochDoc]) -> None:
-        self.refresh()
-
-    def refresh(self) -> None:
-        self._live.update(self._table(), refresh=True)
-
-    def _table(self) -> RenderableType:
-        from rich.progress_bar import ProgressBar
-        from rich.table import Table
-
-        table = Table(box=None, pad_edge=False, expand=False)
-        for column in ("JOB", "STATUS", "PROGRESS", "EPOCH", "ETA", "METRICS"):
-            table.add_column(column, no_wrap=column != "METRICS")
-        for watched in self.jobs.values():
-            job = watched.job
-            epochs = job.spec.epochs or 1
-            bar = ProgressBar(total=epochs, completed=min(job.epoch, epochs), width=20)
-            latest = watched.epochs[-1] if watched.epochs else None
-            table.add_row(
-                job.job_id,
-                f"{job.status}/{job.substatus}",
-                bar,
-                f"{job.epoch}/{job.spec.epochs}",
-                self.eta(watched).removeprefix("ETA "),
-                _metrics(latest) if latest else _metrics_of(job.metrics),
-            )
-        return table
-
-
-def _metrics(epoch: EpochDoc) -> str:
-    return _metrics_of(epoch.metrics)
-
-
-def _metrics_of(metrics: dict[str, float | None]) -> str:
-    shown = list(metrics.items())[:_METRICS_SHOWN]
-    return " ".join(f"{k}={'nan' if v is None else f'{v:.4g}'}" for k, v in shown)
-
-
-def run_watch(args: argparse.Namespace, store: Any) -> int:
+def run_watch(args: argparse.Namespace) -> int:
     """``spotline watch``: the named jobs until they end, or every active job."""
+    from spotline.infra.client.connection import connect
     from spotline.shared.adapters.firestore_listen import JobFeed
 
-    missing = [job_id for job_id in args.jobs if store.get_job(job_id) is None]
-    if missing:
-        print(f"no job {', '.join(missing)} (`spotline status` lists them)", file=sys.stderr)
-        return 1
-    with JobFeed(store, args.jobs) as feed:
+    conn = connect(args.workdir)
+    for job_id in args.jobs:
+        conn.job_doc(job_id)  # JobNotFound: `main` says which
+    with JobFeed(conn.store, args.jobs) as feed:
         return follow(feed, args.jobs)

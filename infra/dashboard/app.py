@@ -161,8 +161,8 @@ def _stream(hub: Hub, topics: list[str]) -> Iterator[str]:
 
 
 def _timeline_png(job: JobDoc, now: datetime) -> bytes:
-    """The pie of ``spotline timeline --chart pie`` (``spotline.infra.cli.timeline_chart``)."""
-    from spotline.infra.cli.timeline_chart import ChartsUnavailable, draw
+    """The pie of ``spotline timeline --chart pie`` (``spotline.infra.client.charts``)."""
+    from spotline.infra.client.charts import ChartsUnavailable, draw
     from spotline.shared.domain.states import JobStatus
     from spotline.shared.domain.timeline import timeline
 

@@ -47,12 +47,11 @@ def count(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from spotline.infra.cli.connect import connect
+    from spotline.infra.client.connection import connect
     from spotline.infra.dashboard.server import DashboardServer
-    from spotline.shared.adapters.firestore_store import FirestoreStore
 
-    settings = connect(args.workdir)
-    store = FirestoreStore(settings.project)
+    conn = connect(args.workdir)
+    settings, store = conn.settings, conn.store
     if not _loopback(args.host):
         print(f"warning: listening on {args.host}: anyone who reaches it sees every job")
     try:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from spotline.infra.cli.job_fields import age, duration, failure_counts, short_span
-from spotline.infra.cli.timeline_chart import duration as phase_duration
+from spotline.infra.client.charts import duration as phase_duration
 from spotline.shared.domain import failure_policy
 from spotline.shared.domain.documents import (
     AttemptRecord,

@@ -28,9 +28,10 @@ from typing import TYPE_CHECKING, Any
 from google.api_core import exceptions as api_exceptions
 
 from spotline.infra.deploy import iam
+from spotline.infra.deploy.changes import Change
 from spotline.infra.deploy.clients import ProjectClients
-from spotline.infra.deploy.endpoints import Change, Endpoints
 from spotline.infra.deploy.rules import FirestoreRules
+from spotline.infra.endpoints import Endpoints
 
 if TYPE_CHECKING:
     from google.auth.credentials import Credentials

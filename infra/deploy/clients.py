@@ -14,7 +14,7 @@ from __future__ import annotations
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from spotline.infra.deploy.endpoints import Endpoints, client_options
+from spotline.infra.endpoints import Endpoints, client_options
 
 if TYPE_CHECKING:
     from google.auth.credentials import Credentials

@@ -8,7 +8,7 @@ config file a previous deploy wrote fills in what neither flags nor variables
 give. A deploy writes that file (``spotline.shared.settings_file``); a dry run does not.
 ``spotline destroy`` takes the same target flags. For tests,
 ``SPOTLINE_<API>_ENDPOINT`` variables point the clients at local doubles
-(``spotline.infra.deploy.endpoints``).
+(``spotline.infra.endpoints``).
 """
 
 from __future__ import annotations
@@ -251,7 +251,7 @@ def run_destroy(args: argparse.Namespace) -> int:
     from google.auth.exceptions import GoogleAuthError
 
     from spotline.infra.deploy.destroy import Destroyer
-    from spotline.infra.deploy.endpoints import Endpoints
+    from spotline.infra.endpoints import Endpoints
 
     config = config_from(args)
     if not (args.yes or args.dry_run):

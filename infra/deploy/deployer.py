@@ -32,8 +32,9 @@ from google.api_core import exceptions as api_exceptions
 
 from spotline.infra.deploy import iam, plan
 from spotline.infra.deploy.bootstrap import ProjectSetup
-from spotline.infra.deploy.endpoints import Change, Endpoints, client_options
+from spotline.infra.deploy.changes import Change
 from spotline.infra.deploy.source import SourceArchive, build_archive
+from spotline.infra.endpoints import Endpoints, client_options
 from spotline.infra.topology import FUNCTIONS, Function
 from spotline.shared.domain.catalog import load_catalog
 

@@ -29,7 +29,8 @@ from google.api_core import exceptions as api_exceptions
 
 from spotline.infra.deploy import iam, plan
 from spotline.infra.deploy.bootstrap import DATABASE, SINK, ProjectSetup
-from spotline.infra.deploy.endpoints import Change, Endpoints, client_options
+from spotline.infra.deploy.changes import Change
+from spotline.infra.endpoints import Endpoints, client_options
 from spotline.infra.topology import FUNCTIONS, REAPER_SCHEDULE
 
 if TYPE_CHECKING:

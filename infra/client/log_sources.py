@@ -201,7 +201,7 @@ class CloudSource:
         its credentials and connections)."""
         from google.cloud import logging
 
-        from spotline.infra.deploy.endpoints import Endpoints, client_options
+        from spotline.infra.endpoints import Endpoints, client_options
 
         return logging.Client(
             project=self.project,

@@ -1,5 +1,6 @@
-"""The seed's timeline charts (``plot_timeline(job_id, char_type="pie"|"funnel")``)
-as a PNG, with matplotlib's Agg backend (no display needed).
+"""The seed's timeline charts (``plot_timeline(job_id, char_type="pie"|"funnel")``):
+a matplotlib figure (``Job.plot_timeline``), or a PNG drawn with the Agg
+backend, no display needed (``spotline timeline --chart``).
 
 matplotlib is the optional ``viz`` extra: ``pip install -e '.[viz]'``.
 """
@@ -13,6 +14,7 @@ from spotline.shared.domain.timeline import Phase, Timeline
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 CHARTS = ("pie", "funnel")
 # One colour per phase, the same in both charts.
@@ -34,35 +36,45 @@ class ChartsUnavailable(RuntimeError):
     """matplotlib is not installed."""
 
 
-def draw(timeline: Timeline, chart: str, title: str, path: Path) -> Path:
-    """Draw ``chart`` (pie or funnel) of the timeline's totals into ``path``."""
-    try:
-        import matplotlib
+def figure(timeline: Timeline, chart: str, title: str) -> Figure:
+    """The ``chart`` (pie or funnel) of the timeline's totals, as a matplotlib
+    figure.
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+    Raises:
+        ChartsUnavailable: matplotlib is not installed.
+        ValueError: not a chart this draws.
+    """
+    try:
+        from matplotlib.figure import Figure
     except ImportError as err:
         raise ChartsUnavailable(
-            "charts need matplotlib: pip install -e '.[viz]' (or pip install matplotlib)"
+            "charts need matplotlib: pip install 'spotline[viz]' (or pip install matplotlib)"
         ) from err
     if chart not in CHARTS:
         raise ValueError(f"chart {chart!r}: expected one of {', '.join(CHARTS)}")
     totals = {phase: s for phase, s in timeline.totals().items() if s > 0}
-    figure, axes = plt.subplots(figsize=(8, 5), dpi=100)
-    try:
-        if not totals:
-            axes.text(0.5, 0.5, "no time recorded yet", ha="center", va="center")
-            axes.set_axis_off()
-        elif chart == "pie":
-            _pie(axes, totals)
-        else:
-            _funnel(axes, totals)
-        axes.set_title(title)
-        figure.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        figure.savefig(path, format="png")
-    finally:
-        plt.close(figure)
+    # A Figure of its own, not pyplot's: no global state to close or share
+    # between threads, no window; a notebook shows it as a cell's value, and
+    # savefig draws a PNG with Agg.
+    drawn = Figure(figsize=(8, 5), dpi=100)
+    axes = drawn.subplots()
+    if not totals:
+        axes.text(0.5, 0.5, "no time recorded yet", ha="center", va="center")
+        axes.set_axis_off()
+    elif chart == "pie":
+        _pie(axes, totals)
+    else:
+        _funnel(axes, totals)
+    axes.set_title(title)
+    drawn.tight_layout()
+    return drawn
+
+
+def draw(timeline: Timeline, chart: str, title: str, path: Path) -> Path:
+    """Draw ``chart`` (pie or funnel) of the timeline's totals into ``path`` (a PNG)."""
+    drawn = figure(timeline, chart, title)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    drawn.savefig(path, format="png")
     return path
 
 

@@ -1,5 +1,6 @@
-"""What the CLI copies before it publishes: a recorded job's snapshot
-(``spotline.shared.domain.recording`` says why here), and a replay's local folders.
+"""What is copied before a job is published: a recorded job's snapshot
+(``spotline.shared.domain.recording`` says why here), and the local folders
+of a submission or a replay.
 
 Copies go through fsspec, so ``gs://`` (or the storage emulator) and
 ``file://`` read and write alike; the user's own credentials do the reading.

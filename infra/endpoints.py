@@ -1,5 +1,5 @@
-"""Where each Google API is reached, the options a client is built with, and the
-one line a deploy or destroy reports per resource.
+"""Where each Google API is reached and the options a client is built with
+(deploy's clients, and the API's Cloud Logging reads).
 
 Every endpoint is Google's unless overridden (``SPOTLINE_<API>_ENDPOINT``):
 tests point the clients at local doubles, and ``http://`` endpoints are called
@@ -60,18 +60,3 @@ def client_options(endpoint: str | None, credentials: Credentials | None) -> dic
         "credentials": AnonymousCredentials() if local else credentials,
         "client_options": ClientOptions(api_endpoint=endpoint),
     }
-
-
-@dataclass(frozen=True)
-class Change:
-    """What a deploy or destroy did (or, in a dry run, would do) to one resource."""
-
-    kind: str  # service, database, bucket, account, iam, sink, topic, function, ...
-    name: str
-    action: str  # created, updated, unchanged, granted, deleted, would create, ...
-    detail: str = ""
-
-    def __str__(self) -> str:
-        return f"{self.kind:<12}  {self.name:<28}  {self.action}" + (
-            f": {self.detail}" if self.detail else ""
-        )

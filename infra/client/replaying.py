@@ -1,0 +1,95 @@
+"""A copy of a job, submitted again (``spotline replay``): a recorded job's
+copy runs its snapshot, not the originals; local folders may stand in for its
+code and data."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from spotline.infra.client.connection import Connection, connect
+from spotline.infra.client.errors import ReplayError, SpecError
+from spotline.infra.client.submission import Published, input_targets, upload_inputs
+
+if TYPE_CHECKING:
+    from spotline.infra.client.job import Job
+
+
+def publish_replay(
+    conn: Connection,
+    job_id: str,
+    description: str | None = None,
+    code_dir: str | os.PathLike[str] | None = None,
+    data_dir: str | os.PathLike[str] | None = None,
+    wait_request_s: int | None = None,
+) -> Published:
+    """Publish the copy (see ``replay``); what was uploaded and sent."""
+    from pydantic import ValidationError
+
+    from spotline.infra.client.recording import fresh_job_id, snapshot_complete
+    from spotline.shared.domain.lifecycle import job_id_for
+    from spotline.shared.domain.spec import JobSpec, describe_validation_error
+
+    job = conn.job_doc(job_id)
+    description = description or f"replay of {job.job_id}: {job.spec.description}"[:500]
+    # The copy records nothing again: it runs the snapshot, which stays where it is.
+    update: dict[str, object] = {"job_id": None, "description": description, "record": False}
+    if job.record is not None:
+        if not snapshot_complete(job.record):
+            raise ReplayError(
+                f"job {job.job_id} was recorded, but its snapshot is not whole "
+                f"(no {job.record.marker_uri}): `spotline submit` makes it before publishing"
+            )
+        update |= {"code_uri": job.record.code_uri, "data_uri": job.record.data_uri}
+    if wait_request_s is not None:
+        update["wait_request_s"] = wait_request_s
+    if code_dir is not None or data_dir is not None:
+        # Uploaded under the copy's own storage: its id is chosen now.
+        copy_id = fresh_job_id("replay")
+        update |= {"job_id": copy_id, **input_targets(conn.settings, copy_id, code_dir, data_dir)}
+    try:
+        spec = JobSpec.model_validate({**job.spec.model_dump(by_alias=True), **update})
+    except ValidationError as err:
+        raise SpecError(
+            describe_validation_error(err).split("; "), f"the replay of {job_id}"
+        ) from None
+    uploads = upload_inputs(conn.settings, spec, code_dir, data_dir)
+    data = spec.model_dump_json(exclude_none=True).encode()
+    bus, topics = conn.bus(spec.user)
+    message_id = bus.publish("submit", data)
+    return Published(job_id_for(spec, message_id), message_id, topics["submit"], uploads)
+
+
+def replay(
+    job_id: str,
+    *,
+    description: str | None = None,
+    code_dir: str | os.PathLike[str] | None = None,
+    data_dir: str | os.PathLike[str] | None = None,
+    wait_request_s: int | None = None,
+    workdir: str | os.PathLike[str] | None = None,
+) -> Job:
+    """Submit a copy of a job, as a new job (``spotline replay``).
+
+    A recorded job's copy runs its snapshot, not the originals (which may have
+    changed since); the copy records nothing again.
+
+    Args:
+        job_id: the job to copy.
+        description: the copy's (default: "replay of JOB: ...").
+        code_dir: a local folder uploaded under the copy's storage and run as its code.
+        data_dir: a local folder uploaded as the copy's ``data_uri``.
+        wait_request_s: seconds each machine option is asked for (default: the job's).
+        workdir: the local stack's folder (see ``spotline.submit``).
+
+    Raises:
+        JobNotFound: no such job.
+        ReplayError: a recorded job whose snapshot is not whole.
+        SpecError: the copy's spec is not valid.
+        InputsError: a folder has no file.
+    """
+    from spotline.infra.client.job import Job
+
+    conn = connect(workdir)
+    published = publish_replay(conn, job_id, description, code_dir, data_dir, wait_request_s)
+    return Job(published.job_id, connection=conn, published=published)
