@@ -94,8 +94,14 @@ _WHERE = {
 }
 
 
+# The trainer helpers, which ``spotline.keras.fit`` sits beside: a submodule too.
+_SUBMODULES = frozenset({"keras", "report", "torch"})
+
+
 def __getattr__(name: str) -> Any:
     """A public name, imported on first use (PEP 562)."""
+    if name in _SUBMODULES:
+        return importlib.import_module(f"spotline.{name}")
     if name not in _WHERE:
         raise AttributeError(f"module 'spotline' has no attribute {name!r}")
     module, attribute = _WHERE[name]

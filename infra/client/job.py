@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from spotline.infra.client.submission import Published
-    from spotline.shared.domain.documents import JobDoc
+    from spotline.shared.domain.documents import EpochDoc, JobDoc
     from spotline.shared.domain.timeline import Timeline
 
 # How long a job just published may take to get its document (the submit
@@ -149,6 +149,13 @@ class Job:
             copy = _Tee(out or sys.stdout)
             job_logs.follow(source, conn.store, self.id, attempt, node, copy)
             return copy.getvalue().rstrip("\n")
+
+    def epochs(self) -> list[EpochDoc]:
+        """The job's epoch records (``jobs/JOB/epochs``), one per attempt that
+        reported the epoch: a resumed attempt reports the epoch it went on
+        with again. Each has ``epoch``, ``attempt``, ``step`` and ``metrics``."""
+        self.refresh()  # JobNotFound for a job that is not
+        return self.connection.store.list_epochs(self.id)
 
     def timeline(self) -> Timeline:
         """Where the job's time went, phase by phase and attempt by attempt

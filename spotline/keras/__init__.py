@@ -39,16 +39,20 @@ from spotline.keras.callbacks import (
     spotline_callbacks,
     stopped_by_sigterm,
 )
+from spotline.keras.fit import FitResult, fit, result
 
 __all__ = [
     "EXIT_PREEMPTED",
     "STATE_FILES",
     "EpochReporter",
+    "FitResult",
     "PreemptibleBackupAndRestore",
     "SigtermFlag",
     "exit_code",
+    "fit",
     "global_step",
     "local_path",
+    "result",
     "spotline_callbacks",
     "stopped_by_sigterm",
 ]
