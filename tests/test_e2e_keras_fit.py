@@ -219,7 +219,12 @@ def test_ctrl_c_asks_and_cancels_the_job(
     space: dict[str, Any] = {}
     exec(SETUP, space)
     asked: list[str] = []
-    monkeypatch.setattr("builtins.input", lambda prompt: asked.append(prompt) or "y")
+
+    def answer_yes(prompt: str) -> str:
+        asked.append(prompt)
+        return "y"
+
+    monkeypatch.setattr("builtins.input", answer_yes)
     store = FirestoreStore(local_stack.options.project)
 
     def interrupt_once_training() -> None:
