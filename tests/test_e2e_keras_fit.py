@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -256,3 +257,29 @@ def test_ctrl_c_asks_and_cancels_the_job(
         time.sleep(0.5)
         job = store.get_job(job.job_id) or job
     assert job.status == "CANCELED", job
+
+
+def test_the_readme_example_runs(shared_stack: LocalStack, tmp_path: Path) -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    start = readme.index("### Keras in one call")
+    end = readme.index("\n### ", start + 1)
+    [example] = re.findall(r"^```python\n(.*?)^```$", readme[start:end], re.MULTILINE | re.DOTALL)
+    (tmp_path / "example.py").write_text(example)
+    stacks = set(shared_stack.client_env())
+    env = {name: value for name, value in os.environ.items() if name not in stacks}
+    env["SPOTLINE_WORKDIR"] = str(shared_stack.workdir)
+
+    done = subprocess.run(
+        [sys.executable, "example.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=420,
+    )
+
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    job_id, epochs, accuracy = done.stdout.strip().splitlines()[-1].split()
+    assert epochs == "3" and float(accuracy) > 0.8
+    assert list((tmp_path / "runs" / job_id / "checkpoints").iterdir())
+    assert list((tmp_path / "runs" / "logs" / job_id).rglob("*tfevents*"))
