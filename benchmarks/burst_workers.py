@@ -51,7 +51,7 @@ def serve(
     store = CountingStore(FirestoreStore(settings.project))
     process_deps._current = Deps(settings, store=store)
     app = functions_framework.create_app(
-        target="submit_job", source=str(REPO / "main.py"), signature_type="cloudevent"
+        target="submit_job", source=str(REPO / "functions" / "main.py"), signature_type="cloudevent"
     )
     # A cold instance's first request pays for the clients' imports and
     # channels (bench_scale_coldstart): not part of the burst.

@@ -27,7 +27,7 @@ class RetryPolicy:
 class Function:
     """One Cloud Function and the topic that triggers it."""
 
-    entry_point: str  # the name exported by main.py
+    entry_point: str  # the name exported by spotline.functions.main
     topic: str  # key in spotline.shared.topics.TOPICS
     timeout_s: int = 60
     memory: str = "512Mi"

@@ -245,7 +245,9 @@ def call(host: LocalCloud, project: str, repo_root: Path) -> Callable[..., Any]:
     ) -> Any:
         if target not in clients:
             app = functions_framework.create_app(
-                target=target, source=str(repo_root / "main.py"), signature_type="cloudevent"
+                target=target,
+                source=str(repo_root / "functions" / "main.py"),
+                signature_type="cloudevent",
             )
             clients[target] = app.test_client()
         if target == "reaper":
@@ -324,7 +326,9 @@ def submit_concurrently(
     """Deliver every spec to submit_job at once, a thread each, through the real
     functions framework; returns the most VMs the host held at any 10 ms sample."""
     app = functions_framework.create_app(
-        target="submit_job", source=str(repo_root / "main.py"), signature_type="cloudevent"
+        target="submit_job",
+        source=str(repo_root / "functions" / "main.py"),
+        signature_type="cloudevent",
     )
     most_vms, statuses, stop = [0], [], threading.Event()
 

@@ -97,7 +97,9 @@ class World:
         """POST a Pub/Sub push envelope holding ``message`` (its data as given)."""
         if target not in self.clients:
             app = functions_framework.create_app(
-                target=target, source=str(ROOT / "main.py"), signature_type="cloudevent"
+                target=target,
+                source=str(ROOT / "functions" / "main.py"),
+                signature_type="cloudevent",
             )
             self.clients[target] = app.test_client()
         topic = f"projects/{self.project}/topics/{TOPICS[TOPIC[target]]}"

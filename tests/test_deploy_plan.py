@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import io
 import re
+import tomllib
 import zipfile
 from dataclasses import replace
 from datetime import timedelta
+from pathlib import Path
 
 from google.cloud import functions_v2, scheduler_v1
 
-import main
+from spotline.functions import main
 from spotline.infra.deploy import plan
-from spotline.infra.deploy.source import build_archive
+from spotline.infra.deploy.source import NOT_IN_FUNCTIONS, build_archive, requirements
 from spotline.infra.topology import FUNCTIONS, Function
 from spotline.shared.settings import Settings
 
@@ -218,6 +220,9 @@ def test_the_source_archive_holds_what_the_functions_import_and_nothing_else() -
         n.startswith(("spotline/infra/", "spotline/vm_image/", "spotline/tests/")) for n in names
     )
     assert not any("__pycache__" in n or n.endswith(".pyc") for n in names)
+    # The root main.py Cloud Functions loads is the package's own entry points.
+    zipped = zipfile.ZipFile(io.BytesIO(archive.data))
+    assert zipped.read("main.py") == zipped.read("spotline/functions/main.py")
     # Reproducible: the digest says whether a function runs this source.
     assert build_archive().digest == archive.digest
 
@@ -231,6 +236,21 @@ def test_requirements_pin_the_runtime_dependencies_the_functions_import() -> Non
     assert "google-cloud-functions" not in names and "google-cloud-scheduler" not in names
     assert "gcsfs" not in names and "fsspec" not in names
     assert all("==" in line for line in lines)
+
+
+def test_requirements_are_the_declared_dependencies_less_the_cli_and_storage_ones(
+    repo_root: Path,
+) -> None:
+    # Read from the installed metadata (a wheel has no pyproject.toml): an
+    # install older than pyproject.toml would deploy stale requirements.
+    declared = tomllib.loads((repo_root / "pyproject.toml").read_text())["project"]
+    expected = [
+        spec
+        for spec in declared["dependencies"]
+        if re.split(r"[<>=!~\[ ;]", spec)[0].lower() not in NOT_IN_FUNCTIONS
+    ]
+
+    assert requirements(pin=False).splitlines() == sorted(expected, key=str.lower)
 
 
 def test_the_functions_never_touch_storage_so_they_need_no_gcsfs() -> None:

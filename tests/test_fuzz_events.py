@@ -31,8 +31,7 @@ from cloudevents.http import CloudEvent
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import main
-from spotline.functions import deps
+from spotline.functions import deps, main
 from spotline.shared.adapters.memory_store import InMemoryStore
 from spotline.shared.adapters.recording_bus import RecordingBus
 from spotline.shared.contract.events import (

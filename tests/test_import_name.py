@@ -90,3 +90,7 @@ def test_the_wheel_installs_one_top_level_package(wheel: Path) -> None:
     assert "spotline/shared/data/machines.json" in names
     assert "spotline/vm_image/systemd/spotline-agent.service" in names
     assert "spotline/infra/deploy/firestore.rules" in names
+    # What `spotline demo`, `up` and `deploy` read from the installed package.
+    assert "spotline/functions/main.py" in names and "main.py" not in names
+    assert "spotline/infra/cli/digits.json" in names
+    assert "spotline/vm_image/spotline.pkr.hcl" in names

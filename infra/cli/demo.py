@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from importlib import resources
 from pathlib import Path
 
 from spotline.infra.cli.report import job_detail
@@ -16,6 +17,10 @@ from spotline.shared.domain.lifecycle import job_id_for
 from spotline.shared.domain.spec import parse_spec
 from spotline.shared.domain.states import JobStatus
 from spotline.shared.settings import Settings
+
+# The job the demo runs unless given one: examples/digits.json, shipped in the
+# package (a link to it in a clone) so that `spotline demo` runs in any folder.
+DEMO_SPEC = "digits.json"
 
 
 def wait_for_job(
@@ -54,13 +59,14 @@ def wait_for_job(
 
 def run_demo(
     workdir: Path,
-    spec_path: Path,
+    spec_path: Path | None,
     timeout_s: float,
     preempt_after_epoch: int = 2,
     notice_s: float = 10.0,
 ) -> int:
     """Run one job on a fresh local stack; preempt its first VM after
-    ``preempt_after_epoch`` epochs (0: never) to show the recovery."""
+    ``preempt_after_epoch`` epochs (0: never) to show the recovery; with no
+    ``spec_path``, the digits job."""
     started = time.monotonic()
     options = StackOptions(tick_s=5.0, heartbeat_s=2.0)
     with LocalStack(workdir, options) as stack:
@@ -68,11 +74,12 @@ def run_demo(
             f"local stack ready in {stack.timings['ready_s']:.1f} s "
             f"(emulators {stack.timings['emulators_s']:.1f} s); logs in {workdir}/logs"
         )
-        data = spec_path.read_bytes()
+        shipped = resources.files("spotline.infra.cli").joinpath(DEMO_SPEC)
+        data = (spec_path or shipped).read_bytes()
         spec = parse_spec(data)
         message_id = PubsubBus(options.project).publish("submit", data)
         job_id = job_id_for(spec, message_id)
-        print(f"submitted {spec_path} as job {job_id}")
+        print(f"submitted {spec_path or 'the digits job'} as job {job_id}")
         store = FirestoreStore(options.project)
         preempted: list[str] = []
 

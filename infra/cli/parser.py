@@ -160,7 +160,7 @@ def build() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="start the local stack, run the digits job, stop")
     demo.add_argument(
-        "--spec", type=Path, default=Path("examples/digits.json"), help="the job to run"
+        "--spec", type=Path, default=None, help="the job to run (default: examples/digits.json)"
     )
     demo.add_argument(
         "--timeout-s", type=float, default=300.0, help="give up on the job after this long"

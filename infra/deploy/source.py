@@ -1,13 +1,16 @@
 """The functions' source archive: what Cloud Functions builds each function from.
 
 The Python runtime wants ``main.py`` at the root of the archive with a
-``requirements.txt`` beside it; the functions also import ``spotline.functions``
-and ``spotline.shared`` (with its machine catalog), laid out under ``spotline/``
-as they install. Nothing else goes in: no tests, no ``spotline.infra``, no VM
+``requirements.txt`` beside it: the root ``main.py`` is a copy of
+``spotline.functions.main``. The functions import ``spotline.functions`` and
+``spotline.shared`` (with its machine catalog), laid out under ``spotline/`` as
+they install. Nothing else goes in: no tests, no ``spotline.infra``, no VM
 image, no virtual environment or caches.
 
-The archive is byte-for-byte reproducible (sorted entries, fixed timestamps and
-modes), so its digest says whether a deployed function runs this source.
+Everything is read from the installed package, not from a clone: a wheel
+deploys as an editable install does. The archive is byte-for-byte reproducible
+(sorted entries, fixed timestamps and modes), the same from either, so its
+digest says whether a deployed function runs this source.
 """
 
 from __future__ import annotations
@@ -15,15 +18,15 @@ from __future__ import annotations
 import hashlib
 import io
 import re
-import tomllib
 import zipfile
 from dataclasses import dataclass
-from importlib import metadata
+from importlib import metadata, resources
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-# The folders the functions import, each installed as ``spotline.<folder>``.
+DISTRIBUTION = "spotline"
+# The subpackages the functions import, each under ``spotline/`` in the archive.
 PACKAGES = ("functions", "shared")
+ENTRY_POINTS = "main.py"  # in spotline.functions; Cloud Functions wants it at the root
 SUFFIXES = (".py", ".json")
 # Runtime dependencies the functions never import: the deploying CLI's, and
 # storage's (only the VMs and the CLI read or write the bucket; the functions
@@ -59,24 +62,28 @@ class SourceArchive:
         return hashlib.sha256(self.data).hexdigest()[:32]
 
 
-def requirements(pyproject: Path, pin: bool = True) -> str:
-    """``requirements.txt`` from pyproject's runtime dependencies.
+def requirements(pin: bool = True) -> str:
+    """``requirements.txt`` from spotline's installed runtime dependencies
+    (its metadata, as pyproject.toml declares them; no extra's).
 
     With ``pin``, each dependency installed here is pinned to the installed
     version: the functions then run the libraries the tests ran with, and
     Cloud Functions' pip (which takes the newest allowed version) cannot
-    surprise them. One not installed keeps pyproject's specifier.
+    surprise them. One not installed keeps the declared specifier.
     """
-    dependencies = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
     lines = []
-    for spec in dependencies:
+    for declared in metadata.requires(DISTRIBUTION) or []:
+        spec, _, marker = (part.strip() for part in declared.partition(";"))
+        if "extra" in marker:
+            continue
         match = _NAME.match(spec)
         if match is None:
-            raise ValueError(f"cannot read the dependency {spec!r} in {pyproject}")
+            raise ValueError(f"cannot read the dependency {declared!r} of {DISTRIBUTION}")
         name = match.group(0)
         if name.lower() in NOT_IN_FUNCTIONS:
             continue
-        lines.append(_pinned(name, spec) if pin else spec)
+        line = _pinned(name, spec) if pin else spec
+        lines.append(f"{line}; {marker}" if marker else line)
     return "\n".join(sorted(lines, key=str.lower)) + "\n"
 
 
@@ -87,20 +94,30 @@ def _pinned(name: str, spec: str) -> str:
         return spec
 
 
-def source_files(root: Path = REPO_ROOT) -> list[tuple[str, Path]]:
+def package_dir(name: str = "") -> Path:
+    """Where ``spotline`` (or ``spotline.NAME``) is installed: site-packages for
+    a wheel, the clone's folder for an editable install."""
+    return Path(str(resources.files(f"{DISTRIBUTION}.{name}" if name else DISTRIBUTION)))
+
+
+def source_files() -> list[tuple[str, Path]]:
     """(archive path, file) of everything the functions import, sorted."""
-    found = [("main.py", root / "main.py"), ("spotline/__init__.py", root / "spotline/__init__.py")]
+    found = [
+        (ENTRY_POINTS, package_dir("functions") / ENTRY_POINTS),
+        ("spotline/__init__.py", package_dir() / "__init__.py"),
+    ]
     for package in PACKAGES:
-        for path in (root / package).rglob("*"):
+        folder = package_dir(package)
+        for path in folder.rglob("*"):
             if path.is_file() and path.suffix in SUFFIXES and "__pycache__" not in path.parts:
-                found.append((f"spotline/{path.relative_to(root).as_posix()}", path))
+                found.append((f"spotline/{package}/{path.relative_to(folder).as_posix()}", path))
     return sorted(found)
 
 
-def build_archive(root: Path = REPO_ROOT, pin: bool = True) -> SourceArchive:
+def build_archive(pin: bool = True) -> SourceArchive:
     """The zip Cloud Functions builds every spotline function from."""
-    reqs = requirements(root / "pyproject.toml", pin)
-    entries = [(name, path.read_bytes()) for name, path in source_files(root)]
+    reqs = requirements(pin)
+    entries = [(name, path.read_bytes()) for name, path in source_files()]
     entries.append(("requirements.txt", reqs.encode()))
     entries.sort()
     buffer = io.BytesIO()

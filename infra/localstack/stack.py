@@ -19,6 +19,7 @@ import contextlib
 import functools
 import json
 import os
+import site
 import sys
 import threading
 import time
@@ -26,6 +27,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from importlib import resources
 from pathlib import Path
 
 from spotline.infra.localcloud.chaos_client import ChaosClient
@@ -43,7 +45,6 @@ from spotline.shared.adapters.pubsub_bus import PubsubBus
 from spotline.shared.contract.events import ReaperTick
 from spotline.shared.domain.catalog import load_catalog
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 STACK_FILE = "stack.json"
 
 
@@ -223,7 +224,7 @@ class LocalStack:
         return {
             "PUBSUB_EMULATOR_HOST": self.pubsub.host,
             **self.storage.client_env(),
-            "PYTHONPATH": str(REPO_ROOT),
+            **_source_path(),
             "PYTHONUNBUFFERED": "1",
             # Local VMs are processes of this machine: their trainers run as the
             # stack's user, even where that is root (no spotline-trainer here).
@@ -245,7 +246,7 @@ class LocalStack:
             command = [
                 sys.executable, "-m", "functions_framework",
                 "--target", function.entry_point,
-                "--source", str(REPO_ROOT / "main.py"),
+                "--source", str(resources.files("spotline.functions").joinpath("main.py")),
                 "--signature-type", "cloudevent",
                 "--host", "127.0.0.1", "--port", str(port),
             ]  # fmt: skip
@@ -254,7 +255,9 @@ class LocalStack:
                 command,
                 logs_dir / f"{function.entry_point}.log",
                 env=env,
-                cwd=REPO_ROOT,
+                # Not the caller's folder: `python -m` puts the cwd first on
+                # sys.path, where a user's own package could shadow one of ours.
+                cwd=self.workdir,
             )
             self.endpoints[function.entry_point] = f"http://127.0.0.1:{port}"
         for name, server in self.functions.items():
@@ -271,6 +274,16 @@ class LocalStack:
     def _write_stack_file(self) -> None:
         stack = {"env": self.client_env(), "workdir": str(self.workdir), "pid": os.getpid()}
         (self.workdir / STACK_FILE).write_text(json.dumps(stack, indent=2))
+
+
+def _source_path() -> dict[str, str]:
+    """PYTHONPATH for the VMs where spotline is not installed in site-packages
+    (a clone's editable install): a job's own venv reaches the agent's
+    site-packages through a .pth file (``spotline.vm_image.agent.job_env``),
+    which does not run the editable install's import hook."""
+    root = Path(str(resources.files("spotline"))).resolve().parent
+    sites = {Path(path).resolve() for path in [*site.getsitepackages(), site.getusersitepackages()]}
+    return {} if root in sites else {"PYTHONPATH": str(root)}
 
 
 def _point_at(env: dict[str, str]) -> dict[str, str | None]:

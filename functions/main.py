@@ -1,7 +1,10 @@
 """Cloud Functions entry points: each name here is one deployed function.
 
-Deployed with ``--entry-point NAME`` and a Pub/Sub trigger (see infra/topology.py);
-locally, ``spotline up`` serves each with ``functions-framework --target NAME``.
+Cloud Functions loads ``main.py`` from the root of the source archive: the
+archive writes this file there too (``spotline.infra.deploy.source``). Deployed
+with ``--entry-point NAME`` and a Pub/Sub trigger (``spotline.infra.topology``);
+locally, ``spotline up`` serves each with ``functions-framework --target NAME
+--source`` this file, wherever spotline is installed.
 """
 
 from spotline.functions.handlers.cancel_job import cancel_job
