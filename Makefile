@@ -113,4 +113,4 @@ bench-scale: $(INSTALLED)
 	$(BIN)/python benchmarks/bench_econ.py --seeds $(ECON_SEEDS) $(ECON_ARGS)
 
 clean:
-	rm -rf $(VENV) .spotline .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .spotline .pytest_cache .mypy_cache .ruff_cache build dist

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+
+from tests.wheels import build_wheel
 
 FOLDERS = ("functions", "shared", "infra", "vm_image")
 # A module named by its folder alone: the folder, a dot and a module in it.
@@ -61,19 +62,7 @@ def test_the_links_show_the_folders_under_the_import_name(repo_root: Path) -> No
 
 @pytest.fixture
 def wheel(tmp_path: Path, repo_root: Path) -> Path:
-    out = tmp_path / "wheel"
-    subprocess.run(
-        [
-            sys.executable,
-            *("-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation"),
-            *("--disable-pip-version-check", "--wheel-dir", str(out), str(repo_root)),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-    (found,) = out.glob("spotline-*.whl")
-    return found
+    return build_wheel(repo_root, tmp_path)
 
 
 def test_the_wheel_installs_one_top_level_package(wheel: Path) -> None:
@@ -90,6 +79,11 @@ def test_the_wheel_installs_one_top_level_package(wheel: Path) -> None:
     assert "spotline/shared/data/machines.json" in names
     assert "spotline/vm_image/systemd/spotline-agent.service" in names
     assert "spotline/infra/deploy/firestore.rules" in names
+    # The trainer helpers live under their public names alone.
+    for helper in ("spotline/report.py", "spotline/torch.py", "spotline/keras/callbacks.py"):
+        assert helper in names
+    for old in ("report.py", "torch_checkpoint.py", "keras_callbacks.py"):
+        assert f"spotline/vm_image/trainers/{old}" not in names
     # What `spotline demo`, `up` and `deploy` read from the installed package.
     assert "spotline/functions/main.py" in names and "main.py" not in names
     assert "spotline/infra/cli/digits.json" in names
