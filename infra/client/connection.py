@@ -23,6 +23,10 @@ if TYPE_CHECKING:
 # The local stack's folder, under the working folder, unless said otherwise.
 DEFAULT_WORKDIR = Path(".spotline")
 WORKDIR_VARIABLE = "SPOTLINE_WORKDIR"
+# The variables the last ``connect`` put into this process's environment, with
+# what they replaced: a notebook that connects again (to another stack, or to
+# its stack restarted on new ports) must not read them as the user's own.
+_applied: dict[str, tuple[str, str | None]] = {}
 
 
 def workdir_of(workdir: str | os.PathLike[str] | None = None) -> Path:
@@ -80,19 +84,38 @@ def connect(workdir: str | os.PathLike[str] | None = None) -> Connection:
     from spotline.shared.settings import Settings, SettingsError
 
     folder = workdir_of(workdir)
+    _take_back_applied()
     env, config_file, _ = where(folder)
     if env is None:
         raise NotConnected(
             f"no local stack in {folder} and no deployed project in a config file: "
             "run `spotline up`, or `spotline deploy` (or set SPOTLINE_PROJECT and credentials)"
         )
-    os.environ.update(env)
+    _apply(env)
     reload_fsspec_config()  # the storage emulator's defaults for gs://, if any
     try:
         settings = Settings.from_env(config_file=config_file)
     except SettingsError as err:
         raise ConfigError(err.problems) from None
     return Connection(settings, folder)
+
+
+def _apply(env: dict[str, str]) -> None:
+    for name, value in env.items():
+        _applied[name] = (value, os.environ.get(name))
+        os.environ[name] = value
+
+
+def _take_back_applied() -> None:
+    """Undo the last ``connect``'s variables that still hold what it set."""
+    for name, (value, before) in _applied.items():
+        if os.environ.get(name) != value:
+            continue  # changed since: the user's now
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
+    _applied.clear()
 
 
 def where(workdir: Path) -> tuple[dict[str, str] | None, bool, str]:
