@@ -129,7 +129,9 @@ def restore_rng_state(state: dict[str, Any]) -> None:
     np.random.set_state(state["numpy"])
     random.setstate(state["python"])
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        # A checkpoint from a machine with more GPUs (an earlier machine id of
+        # the job's list) holds a state per GPU: this machine's take theirs.
+        torch.cuda.set_rng_state_all(state["cuda"][: torch.cuda.device_count()])
 
 
 def save_checkpoint(
