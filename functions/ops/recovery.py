@@ -141,7 +141,7 @@ def preempted(deps: Deps, instance: InstanceDoc, notice: PreemptionNotice, now: 
             sink's report the VM kept through its notice goes (its state is saved).
     """
     if notice.gang_stop:
-        _saved(deps, instance, notice.step)
+        _saved(deps, instance, notice)
         return
     source = "the agent" if notice.source == "agent" else "the preemption log"
     try:
@@ -157,13 +157,13 @@ def preempted(deps: Deps, instance: InstanceDoc, notice: PreemptionNotice, now: 
             delete_vm=notice.source == "agent",
         )
     except lifecycle.StaleEvent:
-        _saved(deps, instance, notice.step)
+        _saved(deps, instance, notice)
         if notice.source == "agent":
             _end_notice(deps, instance.name)
         raise
 
 
-def _saved(deps: Deps, instance: InstanceDoc, step: int | None) -> None:
+def _saved(deps: Deps, instance: InstanceDoc, notice: PreemptionNotice) -> None:
     """Keep the step an attempt saved on its record (``lifecycle.saved_state``).
 
     A gang's node with no notice of its own that stopped with its gang says
@@ -172,11 +172,11 @@ def _saved(deps: Deps, instance: InstanceDoc, step: int | None) -> None:
     records the loss and lets every node go. Its delete is graceful, so node
     0, still saving when it comes, gets the agent unit's stop timeout to end.
     """
+    step, uri = notice.step, notice.checkpoint_uri
     if step is None:
         return
-    saved_at = step
     deps.store.update_job(
-        instance.job_id, lambda job: lifecycle.saved_state(job, instance.attempt, saved_at)
+        instance.job_id, lambda job: lifecycle.saved_state(job, instance.attempt, step, uri)
     )
 
 
