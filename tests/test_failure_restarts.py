@@ -160,6 +160,47 @@ def test_max_preemptions_ends_the_job_naming_it(
     assert host.list() == []
 
 
+@pytest.mark.parametrize(
+    ("limit", "report"),
+    [({"max_preemptions": 0}, "agent"), ({"max_attempts": 1}, "log-sink")],
+)
+def test_a_finish_of_exit_0_wins_over_the_limit_its_attempts_preemption_reached(
+    call: Callable[..., Any], host: LocalCloud, project: str, limit: dict[str, int], report: str
+) -> None:
+    """The trainer exited 0 as its VM was taken: the preemption's report came
+    first, reached the limit and FAILED the job, and the finish of the same
+    attempt, the run's whole training done, was then dropped as too late."""
+    training(call, spec={**SPEC, **limit})
+    preemption = event(SpotPreempted) if report == "agent" else log_sink_entry(host, "sl-job1-a1")
+    call("on_spot_preempted", "spot_preempted", preemption, message_id="p1")
+    assert job_of(project).status == JobStatus.FAILED
+    for _ in range(2):  # redelivered
+        exits(call, 0)
+        call("on_spot_preempted", "spot_preempted", preemption, message_id="p1")
+    job = job_of(project)
+    assert (job.status, job.attempt, job.preemptions) == (JobStatus.COMPLETED, 1, 0)
+    assert job.error is None
+    assert [(r.attempt, r.outcome) for r in job.attempts] == [(1, "completed")]
+    assert [h.substatus for h in job.history][-3:] == [
+        JobSubstatus.PREEMPTED,
+        JobSubstatus.FAILED,
+        JobSubstatus.COMPLETED,
+    ]
+    user = FirestoreStore(project).get_user("alice")
+    assert user is not None and user.active_jobs == []
+
+
+def test_a_non_zero_exit_after_a_limit_reached_leaves_the_job_failed(
+    call: Callable[..., Any], host: LocalCloud, project: str
+) -> None:
+    training(call, spec={**SPEC, "max_preemptions": 0})
+    call("on_spot_preempted", "spot_preempted", event(SpotPreempted), message_id="p1")
+    exits(call, 143)
+    job = job_of(project)
+    assert (job.status, job.preemptions) == (JobStatus.FAILED, 1)
+    assert job.error is not None and "max_preemptions=0" in job.error
+
+
 def test_a_workers_error_restarts_the_whole_gang(
     call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
