@@ -17,10 +17,11 @@ from spotline.shared.adapters.firestore_store import FirestoreStore
 from spotline.shared.contract.events import Heartbeat, JobFinished, ReaperTick, SpotPreempted
 from spotline.shared.domain import late_finish
 from spotline.shared.domain.documents import JobDoc
+from spotline.shared.domain.gang_finish import HOLD_S
 from spotline.shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
 from tests.conftest import SPEC
 from tests.conftest import vm_event as event
-from tests.test_gangs import deletes_and_inserts
+from tests.test_gangs import deletes_and_inserts, held_since
 from tests.test_recovery import log_sink_entry, names
 
 pytestmark = pytest.mark.emulators
@@ -208,6 +209,11 @@ def test_a_workers_error_restarts_the_whole_gang(
     assert names(host) == ["sl-job1-a1-n0", "sl-job1-a1-n1"]
     finished = event(JobFinished, instance="sl-job1-a1-n1", exit_code=3)
     call("on_job_finished", "job_finished", finished, message_id="f1")
+    # Held for the notice window (another node's preemption would explain it),
+    # then judged by the reaper.
+    assert job_of(project).attempt == 1
+    held_since(project, HOLD_S + 1)
+    call("reaper", "reaper_tick", ReaperTick(), message_id="t1")
     job = job_of(project)
     assert (job.attempt, job.restarts_on_errors) == (2, 1)
     assert names(host) == ["sl-job1-a2-n0", "sl-job1-a2-n1"]  # both old nodes gone
@@ -220,8 +226,10 @@ def test_a_restarted_gang_is_deleted_together_then_replaced(
     waited for, then the new gang; one after another, a gang of 3 waited for
     three 30 s deletes in a row before its restart was asked for."""
     call("submit_job", "submit", {**RESTARTS, "nodes": 3}, message_id="submit")
-    start = len(host.requests)
     finished = event(JobFinished, instance="sl-job1-a1-n0", exit_code=3)
+    call("on_job_finished", "job_finished", finished, message_id="f1")
+    held_since(project, HOLD_S + 1)  # held for the notice window, then judged
+    start = len(host.requests)
     call("on_job_finished", "job_finished", finished, message_id="f1")
     seen = deletes_and_inserts(host, start)
     assert seen[:7] == ["delete"] * 3 + ["wait"] * 3 + ["insert"], seen

@@ -19,6 +19,7 @@ from spotline.shared.contract.events import (
     ReaperTick,
     SpotPreempted,
 )
+from spotline.shared.domain.documents import JobDoc
 from spotline.shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
 from tests.conftest import SPEC, vm_event
 from tests.event_tokens import vm_token
@@ -39,6 +40,19 @@ def deletes_and_inserts(host: LocalCloud, start: int) -> list[str]:
         for r in host.requests[start:]
         if r.method == "DELETE" or r.path.endswith(("/wait", "/bulkInsert"))
     ]
+
+
+def held_since(project: str, seconds_ago: float) -> None:
+    """The job's held finish (``spotline.shared.domain.gang_finish``), heard
+    ``seconds_ago``: the reaper reads the real clock."""
+
+    def back(job: JobDoc) -> JobDoc:
+        assert job.held_finish is not None
+        since = datetime.now(UTC) - timedelta(seconds=seconds_ago)
+        held = job.held_finish.model_copy(update={"since": since})
+        return job.model_copy(update={"held_finish": held})
+
+    FirestoreStore(project).update_job("job1", back)
 
 
 def node(cls: type, name: str, **fields: Any) -> Any:
@@ -99,6 +113,10 @@ def test_the_job_ends_with_node_zero(
 def test_a_failed_worker_fails_the_job(call: Callable[..., Any], project: str) -> None:
     call("submit_job", "submit", GANG, message_id="s1")
     call("on_job_finished", "job_finished", node(JobFinished, N1, exit_code=1), message_id="f1")
+    # Held for the notice window (another node's preemption would explain it:
+    # tests/test_gang_finish.py), then judged by the reaper.
+    held_since(project, 300)
+    call("reaper", "reaper_tick", ReaperTick(), message_id="t1")
     job = FirestoreStore(project).get_job("job1")
     assert job is not None and job.status == JobStatus.FAILED
     assert job.error is not None and N1 in job.error

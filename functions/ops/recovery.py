@@ -16,11 +16,16 @@ from spotline.functions.ops.slots import free_instance_slot
 from spotline.functions.ops.teardown import Release, release_instance, release_instances
 from spotline.shared import logs
 from spotline.shared.contract.events import PreemptionNotice
-from spotline.shared.domain import late_finish, lifecycle
+from spotline.shared.domain import failure_policy, gang_finish, late_finish, lifecycle
 from spotline.shared.domain.documents import InstanceDoc, JobDoc, QueueReason
 from spotline.shared.domain.errors import PermanentError
 from spotline.shared.domain.liveness import Owner, belongs_to, if_owned
-from spotline.shared.domain.states import InstanceStatus, InstanceSubstatus, JobSubstatus
+from spotline.shared.domain.states import (
+    InstanceStatus,
+    InstanceSubstatus,
+    JobStatus,
+    JobSubstatus,
+)
 
 
 def recover(
@@ -122,6 +127,39 @@ def restart(deps: Deps, job: JobDoc, attempt: int, now: datetime) -> JobDoc:
     if job.substatus == JobSubstatus.REQUESTING_SERVER:
         return relaunch(deps, job, "errored", now)
     return job
+
+
+def judge_held_finish(deps: Deps, job_id: str, now: datetime) -> str | None:
+    """Judge a gang node's non-zero exit held past the notice window
+    (``spotline.shared.domain.gang_finish``), the job written first: restarted
+    by the failure policy (the attempt's nodes go, the next attempt is
+    placed), or FAILED (every node of the attempt goes). A crash in between
+    is finished as after any restart or end: the reaper releases VMs no live
+    attempt owns and places a job left requesting. None: nothing was held
+    past its window (a preemption of the attempt came, or another sweep
+    judged it)."""
+    store = deps.store
+    before = store.get_job(job_id)
+    if before is None or before.held_finish is None:
+        return None
+    attempt = before.held_finish.event.attempt
+    job = store.update_job(job_id, lambda current: gang_finish.judge(current, now))
+    if job is None:
+        return None
+    if failure_policy.restarted_after(job, attempt):
+        restart(deps, job, attempt, now)
+        return "gang_restarted"
+    if job.status != JobStatus.FAILED or job.attempt != attempt:
+        return None
+    note = f"job failed: {job.error or 'its trainer exited with an error'}"
+    releases = [
+        Release(node.name, note, owner=Owner.of(node))
+        for node in store.instances_of_job(job_id)
+        if node.attempt == attempt and node.status in InstanceStatus.live()
+    ]
+    release_instances(deps, releases, now)
+    settle(deps, job, now)
+    return "gang_failed"
 
 
 def relaunch(deps: Deps, job: JobDoc, reason: QueueReason, now: datetime) -> JobDoc:

@@ -46,7 +46,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from spotline.shared.contract.events import JobFinished
-from spotline.shared.domain import lifecycle
+from spotline.shared.domain import gang_finish, lifecycle
 from spotline.shared.domain.documents import AttemptRecord, HistoryEntry, JobDoc
 from spotline.shared.domain.placement import node_names
 from spotline.shared.domain.states import JobStatus, JobSubstatus
@@ -76,6 +76,8 @@ def job_finished(job: JobDoc, event: JobFinished, now: datetime) -> JobDoc:
         StaleEvent: an event of an older attempt that changes nothing (see the
             module's docstring), or from a VM the job no longer owns.
     """
+    if gang_finish.holds(job, event):
+        return gang_finish.hold(job, event, now)  # perhaps another node's preemption
     if event.attempt == job.attempt - 1 and event.exit_code == 0:
         lost = _lost_record(job, event)
         if lost is not None and job.status in JobStatus.active():

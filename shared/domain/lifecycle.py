@@ -371,9 +371,11 @@ def _avoid_after_preemptions(job: JobDoc) -> JobDoc:
 def end_attempt(
     job: JobDoc, now: datetime, outcome: str, checkpoint_step: int | None = None
 ) -> JobDoc:
-    """Close the current attempt's record: how it ended, and what it cost."""
+    """Close the current attempt's record: how it ended, and what it cost. A
+    gang node's finish held for the notice (``gang_finish``) goes with it:
+    the attempt ended otherwise (a preemption of another node, node 0's exit 0)."""
     job = _update_attempt(job, ended_at=now, outcome=outcome, checkpoint_step=checkpoint_step)
-    return accrue(job, now)
+    return accrue(job.model_copy(update={"held_finish": None}), now)
 
 
 def accrue(job: JobDoc, now: datetime) -> JobDoc:
