@@ -8,7 +8,8 @@ next one sees (a recovered job is placed again; a canceled job frees its
 slot), in the manner of dstack's background tasks, one per kind of resource:
 
 1. ``decide_vms``: live and stopped instances against the VM listing;
-2. ``decide_jobs``: active jobs (cost so far, max runtime, a dead placement);
+2. ``decide_jobs``: active jobs (cost so far, max runtime, a dead placement,
+   a gang node's exit held past the notice);
 3. ``decide_queue``: due queue entries (retry, give up, drop);
 4. ``decide_slots``: users' slots that a crash left taken (in
    ``spotline.shared.domain.slot_checks``, read here as ``reaping.decide_slots``).
