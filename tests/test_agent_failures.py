@@ -216,6 +216,20 @@ def test_a_missing_program_is_reported_as_the_jobs_failure(
     assert "cannot start the trainer 'no-such-trainer-binary'" in event.log_tail
 
 
+def test_a_trainer_killed_by_a_signal_is_reported_as_a_shell_reports_it(
+    topics: Topics, start_agent: Callable[..., RunningAgent]
+) -> None:
+    """An abort (a flaky NCCL error) kills the trainer with SIGABRT: Python's
+    return code is -6, which no ``restart_on_exit_codes`` (1-255) could name."""
+    for key in ("vm_booted", "epoch_done", "job_finished"):
+        topics.create(key)
+    agent = start_agent([sys.executable, "-c", "import os; os.abort()"])
+
+    assert agent.wait(60) == 0, agent.log.read_text(errors="replace")[-3000:]
+    event = finished(topics)
+    assert event.exit_code == 128 + signal.SIGABRT == 134
+
+
 def test_job_finished_is_retried_until_pubsub_takes_it(
     topics: Topics, start_agent: Callable[..., RunningAgent]
 ) -> None:

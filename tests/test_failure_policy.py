@@ -163,6 +163,8 @@ def test_no_limit_on_preemptions_by_default_but_max_attempts() -> None:
         ("max_restarts_on_errors", -1, "max_restarts_on_errors: .*greater than or equal to 0"),
         ("restart_on_exit_codes", [0], r"restart_on_exit_codes\.0: .*greater than or equal to 1"),
         ("restart_on_exit_codes", [256], r"restart_on_exit_codes\.0: .*less than or equal to 255"),
+        ("restart_on_exit_codes", ["SIGNOPE"], r"restart_on_exit_codes\.0: .*'SIGNOPE' is not"),
+        ("restart_on_exit_codes", [True], r"restart_on_exit_codes\.0: "),
         ("max_preemptions", -1, "max_preemptions: .*greater than or equal to 0"),
         ("avoid_preempted_zone_s", -5, "avoid_preempted_zone_s: .*greater than or equal to 0"),
     ],
@@ -184,3 +186,19 @@ def test_the_history_says_on_which_account_each_restart_was_made() -> None:
         "sl-job1-a1 exited with code 3; restart 1 of max_restarts_on_errors=2",
         "sl-job1-a2 exited with code 134; 134 is in restart_on_exit_codes",
     ]
+
+
+def test_a_signal_name_in_restart_on_exit_codes_is_the_code_of_a_death_by_it() -> None:
+    """The agent reports a trainer killed by signal N as 128+N, as a shell
+    does; the spec may name the signal (a flaky NCCL error aborts: SIGABRT)."""
+    spec = {
+        "user": "alice",
+        "machine_ids": ["g2-standard-4"],
+        "command": ["x"],
+        "restart_on_exit_codes": ["SIGABRT", "SIGKILL", 3, "SIGSEGV", 134],
+    }
+    parsed = parse_spec(json.dumps(spec).encode())
+    assert parsed.restart_on_exit_codes == [134, 137, 3, 139, 134]
+    job = training(submitted(restart_on_exit_codes=["SIGABRT"], max_attempts=3))
+    job = job_finished(job, finish(1, 134), at(60))
+    assert (job.attempt, job.restarts_on_exit_codes, job.status) == (2, 1, JobStatus.RECOVERING)

@@ -17,10 +17,11 @@ from spotline.shared.adapters.firestore_store import FirestoreStore
 from spotline.shared.contract.events import Heartbeat, JobFinished, ReaperTick, SpotPreempted
 from spotline.shared.domain import late_finish
 from spotline.shared.domain.documents import JobDoc
+from spotline.shared.domain.gang_finish import HOLD_S
 from spotline.shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
 from tests.conftest import SPEC
 from tests.conftest import vm_event as event
-from tests.test_gangs import deletes_and_inserts
+from tests.test_gangs import deletes_and_inserts, held_since
 from tests.test_recovery import log_sink_entry, names
 
 pytestmark = pytest.mark.emulators
@@ -160,6 +161,47 @@ def test_max_preemptions_ends_the_job_naming_it(
     assert host.list() == []
 
 
+@pytest.mark.parametrize(
+    ("limit", "report"),
+    [({"max_preemptions": 0}, "agent"), ({"max_attempts": 1}, "log-sink")],
+)
+def test_a_finish_of_exit_0_wins_over_the_limit_its_attempts_preemption_reached(
+    call: Callable[..., Any], host: LocalCloud, project: str, limit: dict[str, int], report: str
+) -> None:
+    """The trainer exited 0 as its VM was taken: the preemption's report came
+    first, reached the limit and FAILED the job, and the finish of the same
+    attempt, the run's whole training done, was then dropped as too late."""
+    training(call, spec={**SPEC, **limit})
+    preemption = event(SpotPreempted) if report == "agent" else log_sink_entry(host, "sl-job1-a1")
+    call("on_spot_preempted", "spot_preempted", preemption, message_id="p1")
+    assert job_of(project).status == JobStatus.FAILED
+    for _ in range(2):  # redelivered
+        exits(call, 0)
+        call("on_spot_preempted", "spot_preempted", preemption, message_id="p1")
+    job = job_of(project)
+    assert (job.status, job.attempt, job.preemptions) == (JobStatus.COMPLETED, 1, 0)
+    assert job.error is None
+    assert [(r.attempt, r.outcome) for r in job.attempts] == [(1, "completed")]
+    assert [h.substatus for h in job.history][-3:] == [
+        JobSubstatus.PREEMPTED,
+        JobSubstatus.FAILED,
+        JobSubstatus.COMPLETED,
+    ]
+    user = FirestoreStore(project).get_user("alice")
+    assert user is not None and user.active_jobs == []
+
+
+def test_a_non_zero_exit_after_a_limit_reached_leaves_the_job_failed(
+    call: Callable[..., Any], host: LocalCloud, project: str
+) -> None:
+    training(call, spec={**SPEC, "max_preemptions": 0})
+    call("on_spot_preempted", "spot_preempted", event(SpotPreempted), message_id="p1")
+    exits(call, 143)
+    job = job_of(project)
+    assert (job.status, job.preemptions) == (JobStatus.FAILED, 1)
+    assert job.error is not None and "max_preemptions=0" in job.error
+
+
 def test_a_workers_error_restarts_the_whole_gang(
     call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
@@ -167,6 +209,11 @@ def test_a_workers_error_restarts_the_whole_gang(
     assert names(host) == ["sl-job1-a1-n0", "sl-job1-a1-n1"]
     finished = event(JobFinished, instance="sl-job1-a1-n1", exit_code=3)
     call("on_job_finished", "job_finished", finished, message_id="f1")
+    # Held for the notice window (another node's preemption would explain it),
+    # then judged by the reaper.
+    assert job_of(project).attempt == 1
+    held_since(project, HOLD_S + 1)
+    call("reaper", "reaper_tick", ReaperTick(), message_id="t1")
     job = job_of(project)
     assert (job.attempt, job.restarts_on_errors) == (2, 1)
     assert names(host) == ["sl-job1-a2-n0", "sl-job1-a2-n1"]  # both old nodes gone
@@ -179,8 +226,10 @@ def test_a_restarted_gang_is_deleted_together_then_replaced(
     waited for, then the new gang; one after another, a gang of 3 waited for
     three 30 s deletes in a row before its restart was asked for."""
     call("submit_job", "submit", {**RESTARTS, "nodes": 3}, message_id="submit")
-    start = len(host.requests)
     finished = event(JobFinished, instance="sl-job1-a1-n0", exit_code=3)
+    call("on_job_finished", "job_finished", finished, message_id="f1")
+    held_since(project, HOLD_S + 1)  # held for the notice window, then judged
+    start = len(host.requests)
     call("on_job_finished", "job_finished", finished, message_id="f1")
     seen = deletes_and_inserts(host, start)
     assert seen[:7] == ["delete"] * 3 + ["wait"] * 3 + ["insert"], seen

@@ -105,9 +105,30 @@ def test_an_older_attempts_stop_leaves_the_current_attempt_alone(
     call("on_spot_preempted", "spot_preempted", node(SpotPreempted, N1, step=None), message_id="p1")
     call("on_spot_preempted", "spot_preempted", stop_of_node_0(step=30), message_id="g0")
     call("on_spot_preempted", "spot_preempted", stop_of_node_0(step=99), message_id="g1")
+    call("on_spot_preempted", "spot_preempted", stop_of_node_0(step=30), message_id="g0")
     job = job_of(project)
-    # The first saved step stands; attempt 2 gets none from attempt 1's node.
-    assert [(r.attempt, r.checkpoint_step) for r in job.attempts] == [(1, 30), (2, None)]
+    # The newest save stands (the next attempt resumes from it, whatever came
+    # last); attempt 2 gets none from attempt 1's node.
+    assert [(r.attempt, r.checkpoint_step) for r in job.attempts] == [(1, 99), (2, None)]
+
+
+@pytest.mark.parametrize("stop_first", [True, False])
+def test_the_record_keeps_the_step_the_next_attempt_resumes_from(
+    call: Callable[..., Any], host: LocalCloud, project: str, stop_first: bool
+) -> None:
+    """The noticed node's shutdown script reports the newest checkpoint it
+    finds, the last epoch's (step 40); node 0 saved the gang's stop at step
+    49, which the next attempt resumes from. The record kept whichever it was
+    told first (40 with node 0's report last), or node 1's (40) over node 0's."""
+    training_gang(call)
+    noticed = node(SpotPreempted, N1, step=40, checkpoint_uri="gs://b/ckpt/step-40")
+    reports = [(stop_of_node_0(step=49), "g0"), (noticed, "p1")]
+    for event, message_id in reports if stop_first else reversed(reports):
+        call("on_spot_preempted", "spot_preempted", event, message_id=message_id)
+    job = job_of(project)
+    assert (job.attempt, job.preemptions) == (2, 1)
+    assert [(r.attempt, r.checkpoint_step) for r in job.attempts] == [(1, 49), (2, None)]
+    assert job.checkpoint_uri == "gs://b/ckpt/step-49"
 
 
 def test_a_stop_with_another_attempts_token_is_refused(

@@ -5,14 +5,22 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from spotline.infra.localcloud.cloud import LocalCloud
 from spotline.shared.adapters.firestore_store import FirestoreStore
-from spotline.shared.contract.events import Heartbeat, JobFinished, SpotPreempted
-from spotline.shared.domain.states import JobStatus, JobSubstatus
+from spotline.shared.contract.events import (
+    CancelRequest,
+    Heartbeat,
+    JobFinished,
+    ReaperTick,
+    SpotPreempted,
+)
+from spotline.shared.domain.documents import JobDoc
+from spotline.shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
 from tests.conftest import SPEC, vm_event
 from tests.event_tokens import vm_token
 
@@ -32,6 +40,19 @@ def deletes_and_inserts(host: LocalCloud, start: int) -> list[str]:
         for r in host.requests[start:]
         if r.method == "DELETE" or r.path.endswith(("/wait", "/bulkInsert"))
     ]
+
+
+def held_since(project: str, seconds_ago: float) -> None:
+    """The job's held finish (``spotline.shared.domain.gang_finish``), heard
+    ``seconds_ago``: the reaper reads the real clock."""
+
+    def back(job: JobDoc) -> JobDoc:
+        assert job.held_finish is not None
+        since = datetime.now(UTC) - timedelta(seconds=seconds_ago)
+        held = job.held_finish.model_copy(update={"since": since})
+        return job.model_copy(update={"held_finish": held})
+
+    FirestoreStore(project).update_job("job1", back)
 
 
 def node(cls: type, name: str, **fields: Any) -> Any:
@@ -92,6 +113,10 @@ def test_the_job_ends_with_node_zero(
 def test_a_failed_worker_fails_the_job(call: Callable[..., Any], project: str) -> None:
     call("submit_job", "submit", GANG, message_id="s1")
     call("on_job_finished", "job_finished", node(JobFinished, N1, exit_code=1), message_id="f1")
+    # Held for the notice window (another node's preemption would explain it:
+    # tests/test_gang_finish.py), then judged by the reaper.
+    held_since(project, 300)
+    call("reaper", "reaper_tick", ReaperTick(), message_id="t1")
     job = FirestoreStore(project).get_job("job1")
     assert job is not None and job.status == JobStatus.FAILED
     assert job.error is not None and N1 in job.error
@@ -126,3 +151,42 @@ def test_a_lost_gang_is_deleted_together_then_replaced(
     # Every delete sent, then their operations waited for, then the new gang.
     assert seen[:7] == ["delete"] * 3 + ["wait"] * 3 + ["insert"], seen
     assert names(host) == [f"sl-job1-a2-n{i}" for i in range(3)]
+
+
+def deleted(host: LocalCloud, start: int) -> list[str]:
+    """The VMs whose delete went over the wire since request ``start``, in order."""
+    return [r.path.rsplit("/", 1)[-1] for r in host.requests[start:] if r.method == "DELETE"]
+
+
+def test_a_cancel_deletes_every_node_of_the_gang(
+    call: Callable[..., Any], host: LocalCloud, project: str
+) -> None:
+    """Only node 0's VM went: the other nodes trained on, billed, until the
+    reaper released them."""
+    call("submit_job", "submit", {**SPEC, "nodes": 3}, message_id="s1")
+    start = len(host.requests)
+    for _ in range(2):  # redelivered: deleted once
+        call("cancel_job", "cancel", CancelRequest(job_id="job1", reason="enough"), message_id="c1")
+    assert sorted(deleted(host, start)) == [f"sl-job1-a1-n{i}" for i in range(3)]
+    assert host.list() == []
+    job = FirestoreStore(project).get_job("job1")
+    assert job is not None and job.status == JobStatus.CANCELED
+    closed = {i.name: i.status for i in FirestoreStore(project).list_instances()}
+    assert set(closed.values()) == {InstanceStatus.CLOSED}, closed
+
+
+def test_max_runtime_deletes_every_node_of_the_gang(
+    call: Callable[..., Any], host: LocalCloud, project: str
+) -> None:
+    call("submit_job", "submit", {**GANG, "max_runtime_s": 1}, message_id="s1")
+    for name in (N0, N1):
+        beat = node(Heartbeat, name, phase="TRAINING")
+        call("on_epoch_done", "epoch_done", beat, message_id=f"h-{name}")
+    store = FirestoreStore(project)
+    past = datetime.now(UTC) - timedelta(seconds=5)
+    store.update_job("job1", lambda job: job.model_copy(update={"created_at": past}))
+    start = len(host.requests)
+    call("reaper", "reaper_tick", ReaperTick(), message_id="t1")
+    assert sorted(deleted(host, start)) == [N0, N1]
+    job = store.get_job("job1")
+    assert job is not None and job.status == JobStatus.CANCELED

@@ -6,9 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from spotline.shared.contract.events import JobFinished
 from spotline.shared.domain import reaping as r
 from spotline.shared.domain.cooling import claim, start_cooling
-from spotline.shared.domain.documents import AttemptRecord, InstanceDoc, JobDoc
+from spotline.shared.domain.documents import AttemptRecord, HeldFinish, InstanceDoc, JobDoc
+from spotline.shared.domain.gang_finish import HOLD_S
 from spotline.shared.domain.lifecycle import accrue
 from spotline.shared.domain.liveness import NOTICE_MARGIN_S, PREEMPTION_NOTICE_S
 from spotline.shared.domain.pricing import CoolingRule
@@ -367,3 +369,19 @@ def test_the_instance_slot_guard_sees_a_placement_that_finished_meanwhile() -> N
     assert r.instance_slot_stale("sl-job2-a1", placed, None)
     assert not r.instance_slot_stale("sl-job2-a1", placed, instance("sl-job2-a1", "job2"))
     assert r.job_of_vm("sl-job2-a1") == "job2" and r.job_of_vm("other") == ""
+
+
+def test_a_gang_nodes_exit_held_past_the_notice_is_judged() -> None:
+    """``spotline.shared.domain.gang_finish``: within its window the finish
+    waits for a preemption of another node of the attempt; past it, judged."""
+    nodes = ["sl-job1-a1-n0", "sl-job1-a1-n1"]
+    finished = JobFinished(job_id="job1", attempt=1, instance=nodes[0], sent_at=T0, exit_code=1)
+    held = job(
+        spec={"nodes": 2},
+        cost_as_of=at(0),
+        instance=nodes[0],
+        nodes=nodes,
+        held_finish=HeldFinish(event=finished, since=at(0)),
+    )
+    assert r.decide_jobs([held], LIMITS, at(HOLD_S - 1)) == []
+    assert r.decide_jobs([held], LIMITS, at(HOLD_S)) == [r.JudgeFinish(held)]

@@ -3,6 +3,9 @@
 A non-zero exit the failure policy restarts (``spotline.shared.domain.failure_policy``)
 lets the attempt's VMs go and places the next attempt, as a preemption does.
 
+A gang node's non-zero exit is held for the notice window first: another
+node's preemption may explain it (``spotline.shared.domain.gang_finish``).
+
 A finish that comes after its VM's loss was recorded (the finish-vs-preempt
 race) may still complete the job on that attempt: ``spotline.shared.domain.late_finish``
 decides, and the attempt started meanwhile is let go.
@@ -36,6 +39,11 @@ def on_job_finished(message: Message, deps: Deps) -> None:
         job_id=job.job_id,
         status=job.status,
     )
+    held = job.held_finish
+    if held is not None and held.event.attempt == event.attempt:
+        # Another node's preemption may explain it: the gang keeps its VMs till
+        # that comes, or the reaper judges the finish (``gang_finish``).
+        return
     if failure_policy.restarted_after(job, event.attempt):
         # The failure policy restarts it: the errored attempt's VMs go, a new one comes.
         restart(deps, job, event.attempt, now)

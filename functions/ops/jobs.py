@@ -13,13 +13,19 @@ from spotline.functions.deps import Deps
 from spotline.functions.ops.placement import launch
 from spotline.functions.ops.queue import drop, give_up, wait_for_quota
 from spotline.functions.ops.slots import free_job_slot, take_job_slot
-from spotline.functions.ops.teardown import release_instance
+from spotline.functions.ops.teardown import Release, release_instances
 from spotline.shared import logs
 from spotline.shared.domain.admission import refusals
 from spotline.shared.domain.catalog import load_catalog
 from spotline.shared.domain.documents import JobDoc, QueueEntry
 from spotline.shared.domain.errors import IllegalTransition, PermanentError
-from spotline.shared.domain.lifecycle import advance, end_attempt, job_id_for, new_job
+from spotline.shared.domain.lifecycle import (
+    advance,
+    current_vms,
+    end_attempt,
+    job_id_for,
+    new_job,
+)
 from spotline.shared.domain.liveness import Owner
 from spotline.shared.domain.queueing import give_up_reason
 from spotline.shared.domain.recording import record_for
@@ -118,11 +124,17 @@ def cancel(deps: Deps, job_id: str, reason: str, now: datetime) -> JobDoc:
         logs.info(f"job {job_id}: already {job.status}; cancel ignored", job_id=job_id)
         return job
     store.delete_queue(job_id)
-    instance = store.get_instance(job.instance) if job.instance else None
-    if instance and instance.job_id == job_id and instance.status in InstanceStatus.live():
-        # Guarded by that holder (the write checks it): not once another job has the VM.
-        note = f"job canceled: {reason}"
-        release_instance(deps, instance.name, now, note, owner=Owner.of(instance))
+    # Every node of the attempt goes, deleted together: with node 0 alone, a
+    # gang's other nodes trained on, and billed, until the reaper let them go.
+    # Each is guarded by its holder (the write checks it): not once another
+    # job has the VM.
+    note = f"job canceled: {reason}"
+    releases = [
+        Release(instance.name, note, owner=Owner.of(instance))
+        for instance in store.get_instances(current_vms(job)).values()
+        if instance.job_id == job_id and instance.status in InstanceStatus.live()
+    ]
+    release_instances(deps, releases, now)
     settle(deps, job, now)
     logs.info(f"job {job_id}: canceled ({reason})", job_id=job_id)
     return job

@@ -16,11 +16,16 @@ from spotline.functions.ops.slots import free_instance_slot
 from spotline.functions.ops.teardown import Release, release_instance, release_instances
 from spotline.shared import logs
 from spotline.shared.contract.events import PreemptionNotice
-from spotline.shared.domain import late_finish, lifecycle
+from spotline.shared.domain import failure_policy, gang_finish, late_finish, lifecycle
 from spotline.shared.domain.documents import InstanceDoc, JobDoc, QueueReason
 from spotline.shared.domain.errors import PermanentError
 from spotline.shared.domain.liveness import Owner, belongs_to, if_owned
-from spotline.shared.domain.states import InstanceStatus, InstanceSubstatus, JobSubstatus
+from spotline.shared.domain.states import (
+    InstanceStatus,
+    InstanceSubstatus,
+    JobStatus,
+    JobSubstatus,
+)
 
 
 def recover(
@@ -124,6 +129,39 @@ def restart(deps: Deps, job: JobDoc, attempt: int, now: datetime) -> JobDoc:
     return job
 
 
+def judge_held_finish(deps: Deps, job_id: str, now: datetime) -> str | None:
+    """Judge a gang node's non-zero exit held past the notice window
+    (``spotline.shared.domain.gang_finish``), the job written first: restarted
+    by the failure policy (the attempt's nodes go, the next attempt is
+    placed), or FAILED (every node of the attempt goes). A crash in between
+    is finished as after any restart or end: the reaper releases VMs no live
+    attempt owns and places a job left requesting. None: nothing was held
+    past its window (a preemption of the attempt came, or another sweep
+    judged it)."""
+    store = deps.store
+    before = store.get_job(job_id)
+    if before is None or before.held_finish is None:
+        return None
+    attempt = before.held_finish.event.attempt
+    job = store.update_job(job_id, lambda current: gang_finish.judge(current, now))
+    if job is None:
+        return None
+    if failure_policy.restarted_after(job, attempt):
+        restart(deps, job, attempt, now)
+        return "gang_restarted"
+    if job.status != JobStatus.FAILED or job.attempt != attempt:
+        return None
+    note = f"job failed: {job.error or 'its trainer exited with an error'}"
+    releases = [
+        Release(node.name, note, owner=Owner.of(node))
+        for node in store.instances_of_job(job_id)
+        if node.attempt == attempt and node.status in InstanceStatus.live()
+    ]
+    release_instances(deps, releases, now)
+    settle(deps, job, now)
+    return "gang_failed"
+
+
 def relaunch(deps: Deps, job: JobDoc, reason: QueueReason, now: datetime) -> JobDoc:
     """Queue the attempt first (if this process dies, the reaper places it),
     then place it now, within the user's active-jobs quota (``start``)."""
@@ -141,7 +179,7 @@ def preempted(deps: Deps, instance: InstanceDoc, notice: PreemptionNotice, now: 
             sink's report the VM kept through its notice goes (its state is saved).
     """
     if notice.gang_stop:
-        _saved(deps, instance, notice.step)
+        _saved(deps, instance, notice)
         return
     source = "the agent" if notice.source == "agent" else "the preemption log"
     try:
@@ -157,13 +195,13 @@ def preempted(deps: Deps, instance: InstanceDoc, notice: PreemptionNotice, now: 
             delete_vm=notice.source == "agent",
         )
     except lifecycle.StaleEvent:
-        _saved(deps, instance, notice.step)
+        _saved(deps, instance, notice)
         if notice.source == "agent":
             _end_notice(deps, instance.name)
         raise
 
 
-def _saved(deps: Deps, instance: InstanceDoc, step: int | None) -> None:
+def _saved(deps: Deps, instance: InstanceDoc, notice: PreemptionNotice) -> None:
     """Keep the step an attempt saved on its record (``lifecycle.saved_state``).
 
     A gang's node with no notice of its own that stopped with its gang says
@@ -172,11 +210,11 @@ def _saved(deps: Deps, instance: InstanceDoc, step: int | None) -> None:
     records the loss and lets every node go. Its delete is graceful, so node
     0, still saving when it comes, gets the agent unit's stop timeout to end.
     """
+    step, uri = notice.step, notice.checkpoint_uri
     if step is None:
         return
-    saved_at = step
     deps.store.update_job(
-        instance.job_id, lambda job: lifecycle.saved_state(job, instance.attempt, saved_at)
+        instance.job_id, lambda job: lifecycle.saved_state(job, instance.attempt, step, uri)
     )
 
 

@@ -20,7 +20,7 @@ from spotline.functions.ops.jobs import (
     settle,
 )
 from spotline.functions.ops.queue import drop, give_up
-from spotline.functions.ops.recovery import recover
+from spotline.functions.ops.recovery import judge_held_finish, recover
 from spotline.functions.ops.slots import free_instance_slot, free_stopped_slot
 from spotline.functions.ops.teardown import (
     delete_orphan,
@@ -149,6 +149,10 @@ def _cancel(deps: Deps, action: r.Cancel, now: datetime) -> str:
     return "over_max_runtime"
 
 
+def _judge_finish(deps: Deps, action: r.JudgeFinish, now: datetime) -> str | None:
+    return judge_held_finish(deps, action.job.job_id, now)
+
+
 def _place_again(deps: Deps, action: r.PlaceAgain, now: datetime) -> str | None:
     return place_again(deps, action.job, now)
 
@@ -214,6 +218,7 @@ _APPLY: dict[type, Callable[..., str | None]] = {
     r.DeleteOrphan: _delete_orphan,
     r.Accrue: _accrue,
     r.Cancel: _cancel,
+    r.JudgeFinish: _judge_finish,
     r.PlaceAgain: _place_again,
     r.RetryQuota: _retry_quota,
     r.RetryPlacement: _retry_placement,

@@ -132,7 +132,8 @@ progress_adapter: TypeAdapter[Heartbeat | EpochDone] = TypeAdapter(Progress)
 class JobFinished(VmEvent):
     """spotline-job-finished: the trainer exited; 0 means the job completed."""
 
-    exit_code: int = Field(ge=-255, le=255)  # negative: killed by that signal
+    # A death by signal N is 128+N (``exit_codes``); an older agent sent -N.
+    exit_code: int = Field(ge=-255, le=255)
     log_tail: str = ""
     checkpoint_uri: Uri | None = None
     # The last epoch reported, again: it travels on another subscription and

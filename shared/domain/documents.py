@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
+from spotline.shared.contract.events import JobFinished
 from spotline.shared.domain.job_events import JobEvent
 from spotline.shared.domain.recording import Record
 from spotline.shared.domain.spec import JobSpec
@@ -52,6 +53,14 @@ class AttemptRecord(_Doc):
     node_names: list[str] = Field(default_factory=list)  # a gang's VMs, by rank
     cost_usd: float = 0.0  # up to ended_at, or up to the last sweep while it runs
     on_demand_cost_usd: float = 0.0
+
+
+class HeldFinish(BaseModel):
+    """A gang node's JobFinished with a non-zero exit, held for the notice
+    window before it is judged (``spotline.shared.domain.gang_finish``)."""
+
+    event: JobFinished  # without its token: a token is never stored
+    since: datetime  # when it was heard: judged once the window has passed
 
 
 class JobDoc(_Doc):
@@ -103,6 +112,9 @@ class JobDoc(_Doc):
     # (``spotline.shared.domain.unrecorded_vms``); in cost_usd with the attempts.
     unrecorded_vms: list[AttemptRecord] = Field(default_factory=list)
     avoid_machine_ids: list[str] = Field(default_factory=list)  # after repeated preemptions
+    # A gang node's non-zero exit, not yet judged: it may be another node's
+    # preemption seen from here (``spotline.shared.domain.gang_finish``).
+    held_finish: HeldFinish | None = None
     record: Record | None = None  # a recorded job's snapshot (``spotline.shared.domain.recording``)
     # SHA-256 of the event tokens handed to the VMs of an attempt, by attempt
     # (a string: Firestore's map keys), the current and previous attempts

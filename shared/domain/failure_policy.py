@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from spotline.shared.contract.exit_codes import exit_status
 from spotline.shared.domain.documents import JobDoc
 from spotline.shared.domain.states import JobStatus, JobSubstatus
 
@@ -34,7 +35,7 @@ def restart_for(job: JobDoc, exit_code: int) -> Restart | None:
     """Whether the policy restarts a job whose trainer exited ``exit_code``
     (non-zero), and on what account; None: the job fails."""
     spec = job.spec
-    if exit_code in spec.restart_on_exit_codes:
+    if exit_status(exit_code) in spec.restart_on_exit_codes:  # -6 from an older agent: 134
         return Restart.ON_EXIT_CODE
     if job.restarts_on_errors < spec.max_restarts_on_errors:
         return Restart.ON_ERROR

@@ -28,6 +28,12 @@ of reports: the shutdown script's SpotPreempted (sent whenever the VM is
 preempted, also after a clean finish) recovers at once and can still overtake
 the JobFinished.
 
+The same holds when the loss reached a limit (``max_preemptions``,
+``max_attempts``) and FAILED the job on attempt N with no N+1: the finish of
+N, exit 0, completes it (FAILED -> COMPLETED, the one move out of an ending,
+``states.JOB_REVISIONS``); the loss is no longer counted and the error goes.
+A job whose trainer trained to the end is not failed for the cloud's timing.
+
 Only the attempt just before the current one, and only exit 0: a non-zero exit
 reported after the loss is stale, since the trainer may have died of the
 preemption's SIGTERM and the next attempt resumes and decides. (The agent
@@ -40,11 +46,11 @@ from __future__ import annotations
 from datetime import datetime
 
 from spotline.shared.contract.events import JobFinished
-from spotline.shared.domain import lifecycle
+from spotline.shared.domain import gang_finish, lifecycle
 from spotline.shared.domain.documents import AttemptRecord, HistoryEntry, JobDoc
 from spotline.shared.domain.placement import node_names
 from spotline.shared.domain.states import JobStatus, JobSubstatus
-from spotline.shared.domain.transitions import move_job
+from spotline.shared.domain.transitions import move_job, revise_ending
 
 S = JobSubstatus
 # The next attempt has not begun training in these: no trainer ran on its VM yet.
@@ -70,13 +76,54 @@ def job_finished(job: JobDoc, event: JobFinished, now: datetime) -> JobDoc:
         StaleEvent: an event of an older attempt that changes nothing (see the
             module's docstring), or from a VM the job no longer owns.
     """
+    if gang_finish.holds(job, event):
+        return gang_finish.hold(job, event, now)  # perhaps another node's preemption
     if event.attempt == job.attempt - 1 and event.exit_code == 0:
         lost = _lost_record(job, event)
         if lost is not None and job.status in JobStatus.active():
             if job.substatus in NOT_TRAINING:
                 return _completed_late(job, lost, event, now)
             return _noted(job, event, now)
+    if event.attempt == job.attempt and event.exit_code == 0 and _failed_by_loss(job):
+        lost = _lost_record(job, event)
+        if lost is not None:
+            return _completed_after_limit(job, lost, event, now)
     return lifecycle.finished(job, event, now)
+
+
+def _failed_by_loss(job: JobDoc) -> bool:
+    """The job FAILED as its current attempt's loss was recorded: a limit
+    (max_preemptions, max_attempts) ended it there, with no next attempt."""
+    if job.substatus != S.FAILED:
+        return False
+    # Its first ending line (late events may add notes after it) and the move before.
+    ends = [i for i, h in enumerate(job.history) if h.status in JobStatus.terminal()]
+    if not ends or ends[0] == 0:
+        return False
+    before = job.history[ends[0] - 1]
+    return before.attempt == job.attempt and before.substatus in (S.PREEMPTED, S.STALLED)
+
+
+def _completed_after_limit(
+    job: JobDoc, lost: AttemptRecord, event: JobFinished, now: datetime
+) -> JobDoc:
+    """COMPLETED on the attempt whose loss FAILED the job at a limit: its
+    trainer had trained to the end, and the loss's report overtook the
+    finish. The loss is no longer counted, as for a late finish above."""
+    records = [
+        r.model_copy(update={"outcome": "completed"}) if r.attempt == lost.attempt else r
+        for r in job.attempts
+    ]
+    revised = job.model_copy(
+        update={
+            "preemptions": job.preemptions - (lost.outcome == "preempted"),
+            "attempts": records,
+        }
+    )
+    if event.last_epoch is not None:
+        revised = lifecycle.record_progress(revised, event.last_epoch, now)
+    note = f"{event.instance} exited 0 before its loss was recorded; the limit no longer applies"
+    return lifecycle.accrue(revise_ending(revised, S.COMPLETED, now, note), now)
 
 
 def ended_after_loss(job: JobDoc) -> bool:

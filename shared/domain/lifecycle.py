@@ -315,8 +315,12 @@ def vm_lost(
             f"{job.status}/{job.substatus} on attempt {job.attempt} ({job.instance})"
         )
     outcome = cause.lower()
-    if step is None:  # a gang's node 0 may have said what it saved first (saved_state)
-        step = next((r.checkpoint_step for r in job.attempts if r.attempt == attempt), None)
+    # A gang's node 0 may have said what it saved first (saved_state): the
+    # newer save stands, since the next attempt resumes from the newest (the
+    # noticed node's shutdown script reports the last epoch's checkpoint).
+    saved = next((r.checkpoint_step for r in job.attempts if r.attempt == attempt), None)
+    if saved is not None and (step is None or saved > step):
+        step, checkpoint_uri = saved, None  # its checkpoint is on the job already
     job = end_attempt(job, now, outcome, checkpoint_step=step)
     if checkpoint_uri:
         job = job.model_copy(update={"checkpoint_uri": checkpoint_uri})
@@ -329,17 +333,25 @@ def vm_lost(
     return next_attempt(job, cause, now, note, job.spec.max_attempts, give_up)
 
 
-def saved_state(job: JobDoc, attempt: int, step: int) -> JobDoc:
+def saved_state(job: JobDoc, attempt: int, step: int, checkpoint_uri: str | None = None) -> JobDoc:
     """An agent's report of the state an attempt saved as it stopped, come
     apart from its loss: after it (the reaper saw the VM gone, or a gang's
     noticed node reported with no step: only rank 0 saves), or, from a gang's
     node with no notice of its own, before it. The attempt's record keeps the
-    step (``vm_lost`` keeps it too). Unchanged when it has one."""
+    newest step it was told (``vm_lost`` too), whatever order the reports
+    came in: the next attempt resumes from the newest checkpoint. The job's
+    ``checkpoint_uri`` follows, unless the job reported a later step since."""
     records = list(job.attempts)
     for i, record in enumerate(records):
-        if record.attempt == attempt and record.checkpoint_step is None:
-            records[i] = record.model_copy(update={"checkpoint_step": step})
-            return job.model_copy(update={"attempts": records})
+        if record.attempt != attempt:
+            continue
+        if record.checkpoint_step is not None and record.checkpoint_step >= step:
+            return job
+        records[i] = record.model_copy(update={"checkpoint_step": step})
+        update: dict[str, object] = {"attempts": records}
+        if checkpoint_uri and step >= job.step:
+            update["checkpoint_uri"] = checkpoint_uri
+        return job.model_copy(update=update)
     return job
 
 
@@ -359,9 +371,11 @@ def _avoid_after_preemptions(job: JobDoc) -> JobDoc:
 def end_attempt(
     job: JobDoc, now: datetime, outcome: str, checkpoint_step: int | None = None
 ) -> JobDoc:
-    """Close the current attempt's record: how it ended, and what it cost."""
+    """Close the current attempt's record: how it ended, and what it cost. A
+    gang node's finish held for the notice (``gang_finish``) goes with it:
+    the attempt ended otherwise (a preemption of another node, node 0's exit 0)."""
     job = _update_attempt(job, ended_at=now, outcome=outcome, checkpoint_step=checkpoint_step)
-    return accrue(job, now)
+    return accrue(job.model_copy(update={"held_finish": None}), now)
 
 
 def accrue(job: JobDoc, now: datetime) -> JobDoc:

@@ -100,6 +100,14 @@ class PlaceAgain:
     job: JobDoc
 
 
+@dataclass(frozen=True)
+class JudgeFinish:
+    """A gang node's non-zero exit held past the notice with no preemption of
+    its attempt: judged as a finish (``spotline.shared.domain.gang_finish``)."""
+
+    job: JobDoc
+
+
 # -- stage 3: the queue --
 
 
@@ -162,7 +170,7 @@ VmAction = (
     | ForgetStopped
     | DeleteOrphan
 )
-JobAction = Accrue | Cancel | PlaceAgain
+JobAction = Accrue | Cancel | PlaceAgain | JudgeFinish
 QueueAction = RetryQuota | RetryPlacement | GiveUp | DropEntry
 SlotAction = FreeJobSlot | FreeInstanceSlot | FreeStoppedSlot
 Action = VmAction | JobAction | QueueAction | SlotAction

@@ -8,7 +8,8 @@ next one sees (a recovered job is placed again; a canceled job frees its
 slot), in the manner of dstack's background tasks, one per kind of resource:
 
 1. ``decide_vms``: live and stopped instances against the VM listing;
-2. ``decide_jobs``: active jobs (cost so far, max runtime, a dead placement);
+2. ``decide_jobs``: active jobs (cost so far, max runtime, a dead placement,
+   a gang node's exit held past the notice);
 3. ``decide_queue``: due queue entries (retry, give up, drop);
 4. ``decide_slots``: users' slots that a crash left taken (in
    ``spotline.shared.domain.slot_checks``, read here as ``reaping.decide_slots``).
@@ -29,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Protocol
 
-from spotline.shared.domain import slot_checks
+from spotline.shared.domain import gang_finish, slot_checks
 from spotline.shared.domain.documents import InstanceDoc, JobDoc, QueueEntry
 from spotline.shared.domain.liveness import (
     being_placed,
@@ -51,6 +52,7 @@ from spotline.shared.domain.reaper_actions import (
     ForgetStopped,
     GiveUp,
     JobAction,
+    JudgeFinish,
     LoseCooling,
     PlaceAgain,
     PriceCooling,
@@ -222,6 +224,10 @@ def decide_jobs(jobs: Sequence[JobDoc], timeouts: Timeouts, now: datetime) -> li
         if limit is not None and (now - job.created_at).total_seconds() > limit:
             actions.append(Cancel(job, f"max_runtime_s={limit} s reached"))
             continue
+        if gang_finish.due(job, now):
+            # Stage 1 ran first: a node of its attempt gone from the listing was
+            # recovered as a preemption there, which dropped the hold.
+            actions.append(JudgeFinish(job))
         stuck_s = (now - job.updated_at).total_seconds()
         if job.substatus == JobSubstatus.REQUESTING_SERVER and stuck_s > timeouts.request_timeout_s:
             actions.append(PlaceAgain(job))

@@ -14,13 +14,16 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
 
+from spotline.shared.contract.exit_codes import SIGNAL_NUMBERS, code_of_signal
 from spotline.shared.domain.bounds import (
     JOB_ID_PATTERN,
     MAX_ATTEMPTS,
@@ -60,8 +63,34 @@ MachineId = Annotated[str, Field(max_length=64)]
 ZoneName = Annotated[str, Field(min_length=1, max_length=63, pattern=ZONE_PATTERN)]
 Seconds = Annotated[int, Field(ge=0, le=MAX_PERIOD_S)]
 EnvVars = Annotated[dict[str, str], AfterValidator(check_keys)]
+
+
+def _exit_code(value: object) -> object:
+    """A signal's name as the code of a death by it (``"SIGABRT"``: 134, as
+    the agent reports it); a number as it is. JSON's true is not 1."""
+    if isinstance(value, bool):
+        raise ValueError("an exit code is a number or a signal name, not true or false")
+    if isinstance(value, str) and not value.strip().isdigit():
+        return code_of_signal(value)
+    return value
+
+
 # A process's exit status is one byte; 0 is success, never a failure to restart.
-ExitCode = Annotated[int, Field(ge=1, le=255)]
+# A signal name stands for 128+N (``spotline.shared.contract.exit_codes``).
+ExitCode = Annotated[
+    int,
+    BeforeValidator(_exit_code),
+    Field(ge=1, le=255),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 1, "maximum": 255},
+                {"enum": list(SIGNAL_NUMBERS), "type": "string"},
+            ]
+        },
+        mode="validation",
+    ),
+]
 
 
 class JobSpec(BaseModel):
@@ -215,7 +244,9 @@ class JobSpec(BaseModel):
         max_length=32,
         description=(
             "Exit codes that always start a new attempt (a flaky NCCL error), not counted "
-            "against max_restarts_on_errors; max_attempts still caps them."
+            "against max_restarts_on_errors; max_attempts still caps them. A trainer killed "
+            "by signal N exits 128+N, as a shell reports it: name it by its number (134) or "
+            'by the signal\'s name ("SIGABRT").'
         ),
     )
     max_preemptions: int | None = Field(

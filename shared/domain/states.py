@@ -96,6 +96,15 @@ JOB_TRANSITIONS: dict[JobSubstatus, frozenset[JobSubstatus]] = {
     S.FAILED: frozenset(),
 }
 
+# The one way an ending is undone: a job FAILED by a limit that a loss of its
+# attempt reached (max_preemptions, max_attempts) COMPLETES when that same
+# attempt's trainer is then reported to have exited 0: the loss's report
+# overtook the finish (``spotline.shared.domain.late_finish``). Apart from
+# JOB_TRANSITIONS, where every ending stays final.
+JOB_REVISIONS: dict[JobSubstatus, frozenset[JobSubstatus]] = {
+    S.FAILED: frozenset({S.COMPLETED}),
+}
+
 
 def job_status_for(substatus: JobSubstatus, attempt: int) -> JobStatus:
     """The status a person reads for a substatus on a given attempt."""

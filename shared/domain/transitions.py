@@ -16,6 +16,7 @@ from spotline.shared.domain.job_events import with_event
 from spotline.shared.domain.states import (
     INSTANCE_SUBSTATUSES,
     INSTANCE_TRANSITIONS,
+    JOB_REVISIONS,
     JOB_TRANSITIONS,
     REOPENABLE,
     InstanceStatus,
@@ -52,6 +53,34 @@ def move_job(job: JobDoc, to: JobSubstatus, now: datetime, note: str = "") -> Jo
         }
     )
     # The notification goes out in the same write (the job's outbox).
+    return with_event(moved, job, now, note)
+
+
+def revise_ending(job: JobDoc, to: JobSubstatus, now: datetime, note: str) -> JobDoc:
+    """An ended job moved to another ending, as ``JOB_REVISIONS`` allows (a
+    FAILED job whose attempt turns out to have completed): stamped, recorded
+    and notified like any move; the error it ended with is dropped.
+
+    Raises:
+        IllegalTransition: the table does not allow it.
+    """
+    if to not in JOB_REVISIONS.get(job.substatus, frozenset()):
+        raise IllegalTransition(
+            f"job {job.job_id}: {job.status}/{job.substatus} -> {to} is not a revision allowed"
+        )
+    status = job_status_for(to, job.attempt)
+    entry = HistoryEntry(at=now, status=status, substatus=to, attempt=job.attempt, note=note)
+    history = [*job.history, entry]
+    moved = job.model_copy(
+        update={
+            "status": status,
+            "substatus": to,
+            "error": None,
+            "updated_at": now,
+            "history": history,
+            "phase_seconds": phase_seconds(history),
+        }
+    )
     return with_event(moved, job, now, note)
 
 

@@ -36,6 +36,7 @@ from spotline.shared.contract.events import (
     SpotPreempted,
     VmBooted,
 )
+from spotline.shared.contract.exit_codes import exit_status
 from spotline.shared.contract.ranks import EXIT_STOPPED
 from spotline.shared.domain.states import JobSubstatus
 from spotline.shared.domain.vms import EVENT_TOKEN_METADATA_KEY, JOB_METADATA_KEY
@@ -349,7 +350,9 @@ class Agent:
         except CannotStart as err:
             logs.error(str(err), job_id=self.assignment.job_id, attempt=self.assignment.attempt)
             return err.exit_code, f"{err}\n"
-        return self.trainer.wait(), self.trainer.log_tail()
+        # A death by a signal as a shell reports it (SIGABRT: 134, not -6), so
+        # restart_on_exit_codes can name it.
+        return exit_status(self.trainer.wait()), self.trainer.log_tail()
 
     def _publish_finished(self, event: JobFinished) -> bool:
         """Publish job finished, trying again with backoff for
