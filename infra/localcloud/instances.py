@@ -134,6 +134,9 @@ class Instance:
     removing: bool = False  # being deleted, preempted or killed: forget it once ended
     run: Run | None = None
     exit_code: int | None = None
+    # A status answered instead of ``status``: one the model does not play
+    # itself (DEPROVISIONING, REPAIRING, a status Compute Engine adds later).
+    shown_status: str | None = None
     # Answered as creationTimestamp: spotline charges an ended job for a VM
     # its attempts never recorded from this moment on.
     created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
@@ -159,7 +162,7 @@ class Instance:
             "id": self.id,
             "creationTimestamp": self.created_at.isoformat(timespec="milliseconds"),
             "name": self.name,
-            "status": self.status.value,
+            "status": self.shown_status or self.status.value,
             "zone": zone_url,
             "machineType": f"{zone_url}/machineTypes/{self.spec.machine_type}",
             "guestAccelerators": accelerators,

@@ -13,6 +13,7 @@ cold start would pay it, so the builders import it when first called.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping
 from datetime import datetime
@@ -23,6 +24,10 @@ from spotline.shared.domain.vms import Provisioning, Quota, Vm, VmRequest, VmSta
 
 if TYPE_CHECKING:
     from google.cloud import compute_v1
+
+log = logging.getLogger(__name__)
+# The unknown instance statuses logged already (one line each per process).
+_UNKNOWN_STATUSES: set[str] = set()
 
 # The VMs' OAuth scopes, narrowed to what the agent does: publish events, read and
 # write checkpoints, write logs. Scopes bound what the VM account's roles allow.
@@ -212,16 +217,21 @@ def short_name(url: str) -> str:
     return url.rsplit("/", 1)[-1]
 
 
-# Compute Engine states that the port does not name, as the nearest one it does.
-_STATE_ALIASES = {
-    "PENDING_STOP": VmState.STOPPING,
-    "SUSPENDING": VmState.STOPPING,
-    "REPAIRING": VmState.STAGING,  # the host failed; the VM comes back on another
-}
-
-
 def vm_state(status: str) -> VmState:
-    return _STATE_ALIASES.get(status) or VmState(status)
+    """The port's state for an ``Instance.status``. A status Compute Engine adds
+    after this was written is logged once and read as ``UNKNOWN`` (the VM
+    exists, not running), never an error: one odd VM must not fail a listing."""
+    try:
+        return VmState(status)
+    except ValueError:
+        if status not in _UNKNOWN_STATUSES:
+            _UNKNOWN_STATUSES.add(status)
+            log.warning(
+                "Compute Engine answered an instance status spotline does not know, "
+                "%r: such a VM is taken to exist, not running",
+                status,
+            )
+        return VmState.UNKNOWN
 
 
 def vm_from_instance(instance: compute_v1.Instance) -> Vm:
