@@ -31,6 +31,10 @@ class Invalid(ModelError):
     """The request itself is wrong."""
 
 
+class Unsupported(ModelError):
+    """The request asks for something Compute Engine does not do for such a VM."""
+
+
 class Refused(ModelError):
     """A configured refusal of an insert or a start (a capacity rule): ``reason``
     as Compute Engine names it, answered with ``status`` in the HTTP answer, or

@@ -20,6 +20,7 @@ from typing import Any
 from spotline.infra.localcloud.errors import Invalid
 from spotline.infra.localcloud.launchers import Run
 from spotline.infra.localcloud.quotas import Charge
+from spotline.infra.localcloud.scheduling import check_scheduling
 from spotline.shared.domain.vms import Provisioning, VmState
 
 JsonDict = dict[str, Any]
@@ -80,7 +81,9 @@ def spec_from_resource(body: Mapping[str, Any], zone: str, *, zonal_urls: bool =
             accelerators = [(zonal_type(t, zone, "acceleratorTypes"), n) for t, n in accelerators]
         elif any("/" in name for name in [machine, *(t for t, _ in accelerators)]):
             raise Invalid("bulkInsert's instanceProperties take short type names.")
-        model = str((body.get("scheduling") or {}).get("provisioningModel") or "STANDARD")
+        scheduling = body.get("scheduling") or {}
+        check_scheduling(scheduling, machine, accelerators)
+        model = str(scheduling.get("provisioningModel") or "STANDARD")
         items = (body.get("metadata") or {}).get("items") or []
         boot = [d for d in body.get("disks") or [] if d.get("boot")]
         image = (boot[0].get("initializeParams") or {}).get("sourceImage") if boot else None

@@ -16,7 +16,8 @@ POST starts an ``Outage`` (body: its fields in camelCase, ``delaySeconds``),
 DELETE ends it; both answer its counts.
 
 Model errors become Compute Engine's answers: 404 ``notFound``, 409
-``alreadyExists``, 400 ``resourceNotReady`` / ``invalid``, 412
+``alreadyExists``, 400 ``resourceNotReady`` / ``invalid`` /
+``UNSUPPORTED_OPERATION`` (live migration asked of a VM with GPUs), 412
 ``conditionNotMet``; a capacity refusal in the HTTP answer or in the
 operation's error, as its rule says; a quota refusal in the operation's error
 (``QUOTA_EXCEEDED``, 403).
@@ -320,6 +321,8 @@ def _api_error(error: errors.ModelError) -> ApiError:
             return ApiError(400, error.message, "resourceNotReady")
         case errors.Invalid():
             return ApiError(400, error.message, "invalid")
+        case errors.Unsupported():
+            return ApiError(400, error.message, "UNSUPPORTED_OPERATION")
         case errors.FingerprintMismatch():
             return ApiError(412, error.message, "conditionNotMet")
         case errors.Refused():

@@ -20,6 +20,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
+from spotline.shared.domain.catalog import built_in_gpus
 from spotline.shared.domain.vms import Provisioning, Quota, Vm, VmRequest, VmState
 
 if TYPE_CHECKING:
@@ -132,11 +133,13 @@ def scheduling(request: VmRequest) -> compute_v1.Scheduling:
             automatic_restart=False,
             on_host_maintenance="TERMINATE",
         )
-    # Compute Engine rejects MIGRATE for a VM with GPUs attached.
+    # Compute Engine refuses MIGRATE for a VM with GPUs, attached or built into
+    # its machine type (G2, A2, A3: no guestAccelerators on the request).
+    gpus = bool(request.accelerators) or built_in_gpus(request.machine_type) > 0
     return compute_v1.Scheduling(
         provisioning_model="STANDARD",
         automatic_restart=True,
-        on_host_maintenance="TERMINATE" if request.accelerators else "MIGRATE",
+        on_host_maintenance="TERMINATE" if gpus else "MIGRATE",
     )
 
 
