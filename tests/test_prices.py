@@ -12,7 +12,7 @@ import pytest
 
 from spotline.infra.cli.commands import main as cli
 from spotline.infra.localcloud.wire import ApiError, HttpService
-from spotline.shared.domain.capacity import GPU_METRICS
+from spotline.shared.domain.capacity import SPOT_GPU_METRICS
 from spotline.shared.domain.catalog import gpu_zones, load_catalog, priced, shapes, shipped_prices
 from spotline.shared.domain.prices import PriceBook, needed
 from spotline.shared.domain.sku_prices import PriceError, SkuRate, part_of, rates
@@ -33,7 +33,7 @@ def test_the_catalog_covers_every_gpu_family_with_zones_and_quota_metrics() -> N
         "nvidia-tesla-v100",
         "nvidia-tesla-p100",
     }
-    assert gpus <= set(GPU_METRICS) and gpus == set(gpu_zones())
+    assert gpus <= set(SPOT_GPU_METRICS) and gpus == set(gpu_zones())
     families = {m.machine_type.split("-")[0] for m in catalog.values() if m.gpu_type}
     assert families == {"n1", "g2", "a2", "a3"}
     a3 = catalog["a3-highgpu-8g"]

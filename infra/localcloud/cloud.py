@@ -107,8 +107,13 @@ class LocalCloud:
 
     @property
     def quota_limits(self) -> dict[str, float]:
-        """Every region's quota limits by metric; mutable."""
+        """Every region's quota limits by metric, and the project's
+        ``GPUS_ALL_REGIONS``; mutable."""
         return self.model.quota_limits
+
+    def project_quotas(self) -> list[JsonDict]:
+        """The project's global quotas, as ``projects.get`` lists them."""
+        return self.model.project_quotas()
 
     @property
     def operation_polls(self) -> int:

@@ -5,6 +5,7 @@ Served (``/compute/v1/projects/PROJECT/...``), as ``GceCompute`` sends them:
 ``setMetadata`` (fingerprint checked), ``stop``, ``start``;
 ``aggregated/instances`` with the ``(labels.K = "V") AND ...`` filter;
 ``regions/R/instances/bulkInsert`` (``minCount``, ``ANY_SINGLE_ZONE``, deduped);
+the project itself (``projects.get``, with its global quota ``GPUS_ALL_REGIONS``);
 ``zones/Z/operations/OP[/wait]``, ``regions/R/operations/OP[/wait]``; and
 ``regions/R`` with its quotas.
 
@@ -64,6 +65,7 @@ _ROUTES: list[Route] = [
         ("GET", "compute", _REGION + r"/operations/(?P<op>[^/]+)$", "_region_operation"),
         ("POST", "compute", _REGION + r"/operations/(?P<op>[^/]+)/wait$", "_region_operation"),
         ("GET", "compute", _REGION + r"$", "_region"),
+        ("GET", "compute", _PROJECT + r"$", "_project"),
         ("POST", "local", _VM + r"/preempt$", "_preempt"),
         ("POST", "local", _VM + r"/kill$", "_kill"),
         ("POST", "local", _VM + r"/freeze$", "_freeze"),
@@ -235,6 +237,16 @@ class ComputeApi:
             "quotas": quotas,
             "selfLink": f"{project_url}/regions/{region}",
             "supportsPzs": False,
+        }
+
+    def _project(self, request: RecordedRequest) -> JsonDict:
+        project = self.model.project
+        return {
+            "kind": "compute#project",
+            "id": self.model.numeric_project_id,
+            "name": project,
+            "quotas": self.model.project_quotas(),
+            "selfLink": f"{SELF_LINK_BASE}/projects/{project}",
         }
 
     def _zone_operation(self, request: RecordedRequest, zone: str, op: str) -> JsonDict:

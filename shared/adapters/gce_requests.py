@@ -100,6 +100,40 @@ def classify_error(reason: str, message: str = "") -> ErrorKind | None:
     return _KIND_BY_REASON.get(reason)
 
 
+# Compute Engine's words for a quota an insert would pass, e.g. "Quota
+# 'GPUS_ALL_REGIONS' exceeded.  Limit: 0.0 globally." or "... Limit: 0.0 in
+# region us-central1."
+_QUOTA_EXCEEDED = re.compile(
+    r"Quota '(?P<metric>[A-Z0-9_]+)' exceeded\.\s+Limit: (?P<limit>[0-9.]+)"
+    r" (?:globally|in region (?P<region>[a-z0-9-]+))"
+)
+
+
+def zero_quota(message: str, project: str) -> str | None:
+    """For a quota error on a quota whose limit is 0, which no VM's end can
+    ever free, the error and how to ask for an increase; None for any other.
+
+    Args:
+        message: the error's message, as Compute Engine words it.
+        project: the project, for the commands in the advice.
+    """
+    found = _QUOTA_EXCEEDED.search(message)
+    if found is None or float(found["limit"]) != 0:
+        return None
+    metric, region = found["metric"], found["region"]
+    shows = (
+        f"`gcloud compute regions describe {region} --project {project}`"
+        if region
+        else f"`gcloud compute project-info describe --project {project}`"
+    )
+    return (
+        f"{found[0]}. A limit of 0 is never freed by waiting: request an increase of "
+        f"{metric} on the Cloud console's quotas page "
+        f"(https://console.cloud.google.com/iam-admin/quotas?project={project}); "
+        f"{shows} lists the limits."
+    )
+
+
 def kind_for_status(status_code: int) -> ErrorKind:
     """The kind of an HTTP error whose reasons said nothing."""
     if status_code == 429 or status_code >= 500:
