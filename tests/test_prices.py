@@ -113,7 +113,8 @@ def test_a_partial_answer_names_what_is_missing_and_keeps_the_old_file(
     api.skus = [
         s
         for s in api.skus
-        if s["description"] != "Spot Preemptible Nvidia H100 80GB GPU running in Americas"
+        if s["description"]
+        != "Nvidia H100 80GB GPU attached to Spot Preemptible VMs running in Americas"
         and "A2 Instance Ram" not in s["description"]
     ]
     path = tmp_path / "prices.json"
@@ -157,6 +158,40 @@ def rate(description: str, usage: str = "OnDemand", unit: str = "h", usd: float 
         ),
         (rate("Nvidia H100 80GB GPU running in Americas"), ("gpu/nvidia-h100-80gb", "on_demand")),
         (rate("Nvidia Tesla A100 GPU running in Americas"), ("gpu/nvidia-tesla-a100", "on_demand")),
+        # The Cloud Billing Catalog's own wording of a Spot GPU: "attached to Spot
+        # Preemptible VMs", after the model (a few SKUs put "Spot Preemptible " first).
+        (
+            rate("Nvidia L4 GPU attached to Spot Preemptible VMs running in Iowa", "Preemptible"),
+            ("gpu/nvidia-l4", "spot"),
+        ),
+        (
+            rate(
+                "Nvidia Tesla T4 GPU attached to Spot Preemptible VMs running in Americas",
+                "Preemptible",
+            ),
+            ("gpu/nvidia-tesla-t4", "spot"),
+        ),
+        (
+            rate(
+                "Nvidia H100 80GB GPU attached to Spot Preemptible VMs running in Americas",
+                "Preemptible",
+            ),
+            ("gpu/nvidia-h100-80gb", "spot"),
+        ),
+        (
+            rate("Spot Preemptible Nvidia L4 GPU running in Americas", "Preemptible"),
+            ("gpu/nvidia-l4", "spot"),
+        ),
+        (rate("Nvidia L4 GPU running in Iowa"), ("gpu/nvidia-l4", "on_demand")),
+        # An A3 Mega's H100 is another part than an A3 High's.
+        (
+            rate(
+                "Nvidia H100 80GB Mega GPU attached to Spot Preemptible VMs running in Americas",
+                "Preemptible",
+            ),
+            None,
+        ),
+        (rate("Nvidia L4 GPU attached to Spot Preemptible VMs running in Iowa"), None),
         # Not rates spotline uses: a commitment, a Spot description sold on demand,
         # memory per hour (not per GiB hour), a workstation, a GPU not in the catalog.
         (rate("N1 Predefined Instance Core running in Americas", "Commit1Yr"), None),
