@@ -31,11 +31,14 @@ log = logging.getLogger(__name__)
 _UNKNOWN_STATUSES: set[str] = set()
 
 # The VMs' OAuth scopes, narrowed to what the agent does: publish events, read and
-# write checkpoints, write logs. Scopes bound what the VM account's roles allow.
+# write checkpoints, write logs; and the Ops Agent's metrics, which Cloud
+# Monitoring refuses without monitoring.write. Scopes bound what the VM
+# account's roles allow.
 VM_SCOPES = (
     "https://www.googleapis.com/auth/pubsub",
     "https://www.googleapis.com/auth/devstorage.read_write",
     "https://www.googleapis.com/auth/logging.write",
+    "https://www.googleapis.com/auth/monitoring.write",
 )
 # Only for a job with Secret Manager references, which has no scope of its own:
 # the VM account's IAM roles (secretAccessor on the named secrets, granted by
