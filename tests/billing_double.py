@@ -76,11 +76,18 @@ def skus_for(book: PriceBook, region: str, scale: float = 1.0) -> list[JsonDict]
             what = "Core" if name == "vcpu" else "Ram"
             resource = f"{_FAMILY_NAMES[group]} Instance {what}"
             unit = "h" if what == "Core" else "GiBy.h"
-        for usage, prefix, usd in (
-            ("OnDemand", "", rate.on_demand),
-            ("Preemptible", "Spot Preemptible ", rate.spot),
+        # The catalog's words: "Spot Preemptible G2 Instance Core ...", but
+        # "Nvidia L4 GPU attached to Spot Preemptible VMs ..." for a GPU.
+        spot = (
+            f"{resource} attached to Spot Preemptible VMs"
+            if group == "gpu"
+            else f"Spot Preemptible {resource}"
+        )
+        for usage, described, usd in (
+            ("OnDemand", resource, rate.on_demand),
+            ("Preemptible", spot, rate.spot),
         ):
-            text = f"{prefix}{resource} running in Americas"
+            text = f"{described} running in Americas"
             found.append(sku(text, usage, [region, "us-east1"], unit, round(usd * scale, 6)))
             # The same part elsewhere, and bought otherwise: not a rate to use.
             found.append(sku(text.replace("Americas", "EMEA"), usage, ["europe-west4"], unit, 9.0))

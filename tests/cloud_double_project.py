@@ -227,6 +227,16 @@ class ProjectApis:
         elif not self.pubsub.exists(resource):
             raise ApiError(404, f"Resource not found (resource={rid}).")
         if verb == "getIamPolicy":
+            if kind == "serviceAccounts" and request.content:
+                # IAM v1's serviceAccounts.getIamPolicy has no request body (its
+                # discovery document): options.requestedPolicyVersion is a query
+                # parameter, and a body is refused as Google's REST front end does.
+                name = next(iter(request.body or {"": None}), "")
+                raise ApiError(
+                    400,
+                    f'Invalid JSON payload received. Unknown name "{name}": Cannot bind '
+                    f"query parameter. Field '{name}' could not be found in request message.",
+                )
             version = request.query.get("options.requestedPolicyVersion")
             body = request.body or {"options": {"requestedPolicyVersion": version or 1}}
             return self._read_policy(resource, body)

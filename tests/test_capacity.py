@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from spotline.shared.domain.capacity import capacity, demand
+from spotline.shared.domain.capacity import capacity, charges
 from spotline.shared.domain.catalog import load_catalog
 from spotline.shared.domain.vms import Provisioning, Quota
 
@@ -88,8 +88,8 @@ def test_a_gpu_without_a_known_metric_is_unknown() -> None:
     assert capacity(b200, STANDARD, quotas(CPUS=(96.0, 0.0))) is None
 
 
-def test_demand_adds_gpus_of_one_metric_and_skips_unknown_types() -> None:
+def test_charges_add_gpus_of_one_metric_and_skip_unknown_types() -> None:
     gpus = [("nvidia-l4", 2), ("nvidia-l4", 2), ("nvidia-b200", 8)]
 
-    assert demand(48, gpus) == {"CPUS": 48, "NVIDIA_L4_GPUS": 4}
-    assert demand(0, []) == {}
+    assert charges("g2-standard-48", 48, gpus, STANDARD, {}) == {"CPUS": 48, "NVIDIA_L4_GPUS": 4}
+    assert charges("e2-standard-4", 0, [], STANDARD, {}) == {}

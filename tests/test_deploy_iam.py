@@ -118,7 +118,8 @@ def test_the_vm_account_publishes_vm_events_writes_jobs_files_and_logs_nothing_m
         in objects.condition.expression
     )
     project_roles = {b.role for b in mine if b.scope is iam.Scope.PROJECT}
-    assert project_roles == {iam.Role.LOG_WRITER}
+    # Logs and the Ops Agent's metrics, nothing else on the project.
+    assert project_roles == {iam.Role.LOG_WRITER, iam.Role.METRIC_WRITER}
     # The token on the VM is narrowed too.
     assert "https://www.googleapis.com/auth/cloud-platform" not in VM_SCOPES
 

@@ -98,11 +98,13 @@ def test_insert_sends_a_spot_gpu_instance(compute: GceCompute, cloud: LocalCloud
     assert body["serviceAccounts"] == [
         {
             "email": "spotline-vm@spotline-test.iam.gserviceaccount.com",
-            # Narrowed from cloud-platform: events, checkpoints, logs.
+            # Narrowed from cloud-platform: events, checkpoints, logs, and the
+            # Ops Agent's metrics (Cloud Monitoring refuses them without it).
             "scopes": [
                 "https://www.googleapis.com/auth/pubsub",
                 "https://www.googleapis.com/auth/devstorage.read_write",
                 "https://www.googleapis.com/auth/logging.write",
+                "https://www.googleapis.com/auth/monitoring.write",
             ],
         }
     ]

@@ -12,7 +12,7 @@ import pytest
 
 from spotline.infra.cli.commands import main as cli
 from spotline.infra.localcloud.wire import ApiError, HttpService
-from spotline.shared.domain.capacity import GPU_METRICS
+from spotline.shared.domain.capacity import SPOT_GPU_METRICS
 from spotline.shared.domain.catalog import gpu_zones, load_catalog, priced, shapes, shipped_prices
 from spotline.shared.domain.prices import PriceBook, needed
 from spotline.shared.domain.sku_prices import PriceError, SkuRate, part_of, rates
@@ -33,7 +33,7 @@ def test_the_catalog_covers_every_gpu_family_with_zones_and_quota_metrics() -> N
         "nvidia-tesla-v100",
         "nvidia-tesla-p100",
     }
-    assert gpus <= set(GPU_METRICS) and gpus == set(gpu_zones())
+    assert gpus <= set(SPOT_GPU_METRICS) and gpus == set(gpu_zones())
     families = {m.machine_type.split("-")[0] for m in catalog.values() if m.gpu_type}
     assert families == {"n1", "g2", "a2", "a3"}
     a3 = catalog["a3-highgpu-8g"]
@@ -113,7 +113,8 @@ def test_a_partial_answer_names_what_is_missing_and_keeps_the_old_file(
     api.skus = [
         s
         for s in api.skus
-        if s["description"] != "Spot Preemptible Nvidia H100 80GB GPU running in Americas"
+        if s["description"]
+        != "Nvidia H100 80GB GPU attached to Spot Preemptible VMs running in Americas"
         and "A2 Instance Ram" not in s["description"]
     ]
     path = tmp_path / "prices.json"
@@ -157,6 +158,40 @@ def rate(description: str, usage: str = "OnDemand", unit: str = "h", usd: float 
         ),
         (rate("Nvidia H100 80GB GPU running in Americas"), ("gpu/nvidia-h100-80gb", "on_demand")),
         (rate("Nvidia Tesla A100 GPU running in Americas"), ("gpu/nvidia-tesla-a100", "on_demand")),
+        # The Cloud Billing Catalog's own wording of a Spot GPU: "attached to Spot
+        # Preemptible VMs", after the model (a few SKUs put "Spot Preemptible " first).
+        (
+            rate("Nvidia L4 GPU attached to Spot Preemptible VMs running in Iowa", "Preemptible"),
+            ("gpu/nvidia-l4", "spot"),
+        ),
+        (
+            rate(
+                "Nvidia Tesla T4 GPU attached to Spot Preemptible VMs running in Americas",
+                "Preemptible",
+            ),
+            ("gpu/nvidia-tesla-t4", "spot"),
+        ),
+        (
+            rate(
+                "Nvidia H100 80GB GPU attached to Spot Preemptible VMs running in Americas",
+                "Preemptible",
+            ),
+            ("gpu/nvidia-h100-80gb", "spot"),
+        ),
+        (
+            rate("Spot Preemptible Nvidia L4 GPU running in Americas", "Preemptible"),
+            ("gpu/nvidia-l4", "spot"),
+        ),
+        (rate("Nvidia L4 GPU running in Iowa"), ("gpu/nvidia-l4", "on_demand")),
+        # An A3 Mega's H100 is another part than an A3 High's.
+        (
+            rate(
+                "Nvidia H100 80GB Mega GPU attached to Spot Preemptible VMs running in Americas",
+                "Preemptible",
+            ),
+            None,
+        ),
+        (rate("Nvidia L4 GPU attached to Spot Preemptible VMs running in Iowa"), None),
         # Not rates spotline uses: a commitment, a Spot description sold on demand,
         # memory per hour (not per GiB hour), a workstation, a GPU not in the catalog.
         (rate("N1 Predefined Instance Core running in Americas", "Commit1Yr"), None),

@@ -356,11 +356,14 @@ class ProjectSetup:
             elif scope in (iam.Scope.TOPIC, iam.Scope.SUBSCRIPTION):
                 policy = self.clients.pubsub_iam.get_iam_policy(request=request)
             elif scope is iam.Scope.SERVICE_ACCOUNT:
+                # A POST without a body: the policy version is a query
+                # parameter (IAM v1's discovery document), a body is refused.
                 return self.clients.iam_call(
                     "POST",
                     f"{resource}:getIamPolicy",
-                    {"options": {"requestedPolicyVersion": iam.POLICY_VERSION}},
+                    None,
                     missing_ok=True,
+                    params={"options.requestedPolicyVersion": str(iam.POLICY_VERSION)},
                 )
             else:
                 bucket = self.clients.storage.bucket(resource)

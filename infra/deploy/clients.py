@@ -40,11 +40,18 @@ class ProjectClients:
         return self.iam_call("GET", path, None, missing_ok=True)
 
     def iam_call(
-        self, method: str, path: str, body: dict[str, Any] | None, *, missing_ok: bool = False
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None,
+        *,
+        missing_ok: bool = False,
+        params: dict[str, str] | None = None,
     ) -> dict[str, Any] | None:
-        """One call to IAM's REST API; None for a 404 when ``missing_ok``."""
+        """One call to IAM's REST API, with ``params`` in the query; None for a
+        404 when ``missing_ok``."""
         base = self.endpoints.iam or IAM_API
-        return _call(self.iam_session, f"{base}/v1/{path}", method, body, missing_ok)
+        return _call(self.iam_session, f"{base}/v1/{path}", method, body, missing_ok, params)
 
     def rules_call(
         self, method: str, path: str, body: dict[str, Any] | None, *, missing_ok: bool = False
@@ -131,11 +138,16 @@ class ProjectClients:
 
 
 def _call(
-    session: Any, url: str, method: str, body: dict[str, Any] | None, missing_ok: bool
+    session: Any,
+    url: str,
+    method: str,
+    body: dict[str, Any] | None,
+    missing_ok: bool,
+    params: dict[str, str] | None = None,
 ) -> dict[str, Any] | None:
     from google.api_core.exceptions import from_http_response
 
-    answer = session.request(method, url, json=body, timeout=60)
+    answer = session.request(method, url, json=body, params=params, timeout=60)
     if answer.status_code == 404 and missing_ok:
         return None
     if not answer.ok:

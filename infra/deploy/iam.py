@@ -61,6 +61,8 @@ class Role(StrEnum):
     OBJECT_USER = "roles/storage.objectUser"
     # Write log entries.
     LOG_WRITER = "roles/logging.logWriter"
+    # Write metric points (the Ops Agent's, on the VMs).
+    METRIC_WRITER = "roles/monitoring.metricWriter"
 
 
 class Scope(StrEnum):
@@ -214,6 +216,7 @@ def bindings(config: IamConfig) -> list[Binding]:
             "gives VMs the VM account, and no other",
         ),
         Binding(Scope.PROJECT, project, Role.LOG_WRITER, vm, "the agent's logs"),
+        Binding(Scope.PROJECT, project, Role.METRIC_WRITER, vm, "the Ops Agent's metrics"),
         Binding(
             Scope.BUCKET,
             config.bucket,

@@ -107,8 +107,13 @@ class LocalCloud:
 
     @property
     def quota_limits(self) -> dict[str, float]:
-        """Every region's quota limits by metric; mutable."""
+        """Every region's quota limits by metric, and the project's
+        ``GPUS_ALL_REGIONS``; mutable."""
         return self.model.quota_limits
+
+    def project_quotas(self) -> list[JsonDict]:
+        """The project's global quotas, as ``projects.get`` lists them."""
+        return self.model.project_quotas()
 
     @property
     def operation_polls(self) -> int:
@@ -202,6 +207,15 @@ class LocalCloud:
 
     def kill(self, name: str, zone: str | None = None) -> None:
         self.model.kill(name, zone)
+
+    def show_status(self, zone: str, name: str, status: str) -> None:
+        """Answer the VM's ``status`` as ``status`` from now on, whatever the model
+        does with it: a state Compute Engine passes through that the model does
+        not play (DEPROVISIONING, REPAIRING), or one it may add later."""
+        vm = self.model.find(name, zone)
+        if vm is None:
+            raise KeyError(f"no VM {name} in {zone}")
+        vm.shown_status = status
 
     def freeze(self, name: str, zone: str | None = None) -> JsonDict:
         return self.model.freeze(name, zone).summary()

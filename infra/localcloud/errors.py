@@ -31,6 +31,10 @@ class Invalid(ModelError):
     """The request itself is wrong."""
 
 
+class Unsupported(ModelError):
+    """The request asks for something Compute Engine does not do for such a VM."""
+
+
 class Refused(ModelError):
     """A configured refusal of an insert or a start (a capacity rule): ``reason``
     as Compute Engine names it, answered with ``status`` in the HTTP answer, or
@@ -43,10 +47,12 @@ class Refused(ModelError):
 
 
 class QuotaExceeded(ModelError):
-    """The VMs would take a regional quota past its limit."""
+    """The VMs would take a quota past its limit: a region's, or the project's
+    (``region`` None), worded as Compute Engine words it."""
 
-    def __init__(self, metric: str, limit: float, region: str) -> None:
-        super().__init__(f"Quota '{metric}' exceeded.  Limit: {limit:.1f} in region {region}.")
+    def __init__(self, metric: str, limit: float, region: str | None) -> None:
+        where = f"in region {region}" if region else "globally"
+        super().__init__(f"Quota '{metric}' exceeded.  Limit: {limit:.1f} {where}.")
         self.metric = metric
 
 

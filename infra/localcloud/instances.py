@@ -20,6 +20,7 @@ from typing import Any
 from spotline.infra.localcloud.errors import Invalid
 from spotline.infra.localcloud.launchers import Run
 from spotline.infra.localcloud.quotas import Charge
+from spotline.infra.localcloud.scheduling import check_scheduling
 from spotline.shared.domain.vms import Provisioning, VmState
 
 JsonDict = dict[str, Any]
@@ -80,7 +81,9 @@ def spec_from_resource(body: Mapping[str, Any], zone: str, *, zonal_urls: bool =
             accelerators = [(zonal_type(t, zone, "acceleratorTypes"), n) for t, n in accelerators]
         elif any("/" in name for name in [machine, *(t for t, _ in accelerators)]):
             raise Invalid("bulkInsert's instanceProperties take short type names.")
-        model = str((body.get("scheduling") or {}).get("provisioningModel") or "STANDARD")
+        scheduling = body.get("scheduling") or {}
+        check_scheduling(scheduling, machine, accelerators)
+        model = str(scheduling.get("provisioningModel") or "STANDARD")
         items = (body.get("metadata") or {}).get("items") or []
         boot = [d for d in body.get("disks") or [] if d.get("boot")]
         image = (boot[0].get("initializeParams") or {}).get("sourceImage") if boot else None
@@ -134,6 +137,9 @@ class Instance:
     removing: bool = False  # being deleted, preempted or killed: forget it once ended
     run: Run | None = None
     exit_code: int | None = None
+    # A status answered instead of ``status``: one the model does not play
+    # itself (DEPROVISIONING, REPAIRING, a status Compute Engine adds later).
+    shown_status: str | None = None
     # Answered as creationTimestamp: spotline charges an ended job for a VM
     # its attempts never recorded from this moment on.
     created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
@@ -159,7 +165,7 @@ class Instance:
             "id": self.id,
             "creationTimestamp": self.created_at.isoformat(timespec="milliseconds"),
             "name": self.name,
-            "status": self.status.value,
+            "status": self.shown_status or self.status.value,
             "zone": zone_url,
             "machineType": f"{zone_url}/machineTypes/{self.spec.machine_type}",
             "guestAccelerators": accelerators,

@@ -86,7 +86,8 @@ class ComputeModel:
         capacity_errors: inserts and starts to refuse (see ``CapacityRule``).
         missing_images: boot images (``sourceImage`` as sent) that do not
             exist; every other image does (the local cloud bakes none).
-        quota_limits: regional quota limits by metric, over ``quotas.DEFAULT_LIMITS``.
+        quota_limits: quota limits by metric, over ``quotas.DEFAULT_LIMITS``: every
+            region's, and the project's ``GPUS_ALL_REGIONS``.
         stop_grace_s: SIGTERM to SIGKILL for a stop, a delete and ``close``.
         clock: when a VM is created (its ``creationTimestamp``); a test on a
             stepped clock passes its own, so VM times and its handlers' agree.
@@ -137,6 +138,11 @@ class ComputeModel:
         with self._lock:
             self._check_region(region)
             return quota_listing(self.quota_limits, self._live_charges(region))
+
+    def project_quotas(self) -> builtins.list[dict[str, Any]]:
+        """The project's global quotas (``GPUS_ALL_REGIONS``), with every live VM's usage."""
+        with self._lock:
+            return quota_listing(self.quota_limits, self._live_charges(None), project=True)
 
     def running_spot_vms(self) -> builtins.list[tuple[str, str]]:
         """(zone, name) of every running Spot VM: what a preemption may hit."""
@@ -189,11 +195,17 @@ class ComputeModel:
                     )
                 self._check_capacity(spec.machine_type, spec.zone)
             charges = [vm_charge(s.machine_type, s.provisioning, s.accelerators) for s in specs]
-            for region in {region_of(spec.zone) for spec in specs}:
-                new = [
-                    c for s, c in zip(specs, charges, strict=True) if region_of(s.zone) == region
-                ]
-                check_quota(region, self.quota_limits, self._live_charges(region), new)
+            regions = [region_of(spec.zone) for spec in specs]
+            for region in set(regions):
+                new = [c for r, c in zip(regions, charges, strict=True) if r == region]
+                elsewhere = [c for r, c in zip(regions, charges, strict=True) if r != region]
+                check_quota(
+                    region,
+                    self.quota_limits,
+                    self._live_charges(region),
+                    new,
+                    everywhere=[*self._live_charges(None), *elsewhere],
+                )
             created: builtins.list[Instance] = []
             for spec, charge in zip(specs, charges, strict=True):
                 instance_id = str(10**18 + secrets.randbelow(9 * 10**18))
@@ -265,7 +277,13 @@ class ComputeModel:
                 raise NotReady(f"The resource '{vm.name}' is {vm.status.value}.")
             self._check_capacity(vm.spec.machine_type, vm.zone)
             region = region_of(vm.zone)
-            check_quota(region, self.quota_limits, self._live_charges(region), [vm.charge])
+            check_quota(
+                region,
+                self.quota_limits,
+                self._live_charges(region),
+                [vm.charge],
+                everywhere=self._live_charges(None),
+            )
             self._boot(vm)
 
     # -- what happens to VMs (chaos) -------------------------------------------------
@@ -377,12 +395,13 @@ class ComputeModel:
         )
         raise Refused(rule.reason, message, rule.status)
 
-    def _live_charges(self, region: str) -> builtins.list[Charge]:
+    def _live_charges(self, region: str | None) -> builtins.list[Charge]:
+        """The charges of the live VMs of ``region``, or of every region."""
         # A stopped (TERMINATED) VM keeps only its disk, as on Compute Engine.
         return [
             vm.charge
             for vm in self._vms.values()
-            if vm.status != VmState.TERMINATED and region_of(vm.zone) == region
+            if vm.status != VmState.TERMINATED and region in (None, region_of(vm.zone))
         ]
 
     # -- outside the lock --------------------------------------------------------------

@@ -5,6 +5,7 @@ Served (``/compute/v1/projects/PROJECT/...``), as ``GceCompute`` sends them:
 ``setMetadata`` (fingerprint checked), ``stop``, ``start``;
 ``aggregated/instances`` with the ``(labels.K = "V") AND ...`` filter;
 ``regions/R/instances/bulkInsert`` (``minCount``, ``ANY_SINGLE_ZONE``, deduped);
+the project itself (``projects.get``, with its global quota ``GPUS_ALL_REGIONS``);
 ``zones/Z/operations/OP[/wait]``, ``regions/R/operations/OP[/wait]``; and
 ``regions/R`` with its quotas.
 
@@ -16,7 +17,8 @@ POST starts an ``Outage`` (body: its fields in camelCase, ``delaySeconds``),
 DELETE ends it; both answer its counts.
 
 Model errors become Compute Engine's answers: 404 ``notFound``, 409
-``alreadyExists``, 400 ``resourceNotReady`` / ``invalid``, 412
+``alreadyExists``, 400 ``resourceNotReady`` / ``invalid`` /
+``UNSUPPORTED_OPERATION`` (live migration asked of a VM with GPUs), 412
 ``conditionNotMet``; a capacity refusal in the HTTP answer or in the
 operation's error, as its rule says; a quota refusal in the operation's error
 (``QUOTA_EXCEEDED``, 403).
@@ -63,6 +65,7 @@ _ROUTES: list[Route] = [
         ("GET", "compute", _REGION + r"/operations/(?P<op>[^/]+)$", "_region_operation"),
         ("POST", "compute", _REGION + r"/operations/(?P<op>[^/]+)/wait$", "_region_operation"),
         ("GET", "compute", _REGION + r"$", "_region"),
+        ("GET", "compute", _PROJECT + r"$", "_project"),
         ("POST", "local", _VM + r"/preempt$", "_preempt"),
         ("POST", "local", _VM + r"/kill$", "_kill"),
         ("POST", "local", _VM + r"/freeze$", "_freeze"),
@@ -236,6 +239,16 @@ class ComputeApi:
             "supportsPzs": False,
         }
 
+    def _project(self, request: RecordedRequest) -> JsonDict:
+        project = self.model.project
+        return {
+            "kind": "compute#project",
+            "id": self.model.numeric_project_id,
+            "name": project,
+            "quotas": self.model.project_quotas(),
+            "selfLink": f"{SELF_LINK_BASE}/projects/{project}",
+        }
+
     def _zone_operation(self, request: RecordedRequest, zone: str, op: str) -> JsonDict:
         return self.operations.wait(f"zones/{zone}", op)
 
@@ -320,6 +333,8 @@ def _api_error(error: errors.ModelError) -> ApiError:
             return ApiError(400, error.message, "resourceNotReady")
         case errors.Invalid():
             return ApiError(400, error.message, "invalid")
+        case errors.Unsupported():
+            return ApiError(400, error.message, "UNSUPPORTED_OPERATION")
         case errors.FingerprintMismatch():
             return ApiError(412, error.message, "conditionNotMet")
         case errors.Refused():

@@ -124,7 +124,8 @@ class GceCompute:
             Unplaceable: Compute Engine will never accept this request (e.g. no
                 such image or zone).
         """
-        with _translated_errors(f"insert {request.name} in {request.zone}", unplaceable=True):
+        action = f"insert {request.name} in {request.zone}"
+        with _translated_errors(action, unplaceable=True, project=self._project):
             try:
                 operation = self._instances.insert_unary(
                     request=gce_requests.insert_request(self._project, request),
@@ -137,7 +138,7 @@ class GceCompute:
                 return existing
             operation = self._wait(request.zone, operation)
         if _error_codes(operation) != {_ALREADY_EXISTS}:
-            _raise_for_operation(operation, unplaceable=True)
+            _raise_for_operation(operation, unplaceable=True, project=self._project)
         try:
             vm = self.get(request.zone, request.name)
         except TransientError:
@@ -166,7 +167,7 @@ class GceCompute:
         """
         request = gce_gang.bulk_insert_request(self._project, gang)
         action = f"bulk insert {len(gang.nodes)} VMs in {gang.region}"
-        with _translated_errors(action, unplaceable=True):
+        with _translated_errors(action, unplaceable=True, project=self._project):
             try:
                 operation = self._region_instances.bulk_insert_unary(
                     request=request, timeout=self._request_timeout_s
@@ -175,7 +176,7 @@ class GceCompute:
                 return self._existing_gang(gang)
             operation = self._wait_region(gang.region, operation)
         if _error_codes(operation) != {_ALREADY_EXISTS}:
-            _raise_for_operation(operation, unplaceable=True)
+            _raise_for_operation(operation, unplaceable=True, project=self._project)
         return self._existing_gang(gang)
 
     def _existing_gang(self, gang: GangRequest) -> list[Vm]:
@@ -389,9 +390,9 @@ def is_loopback_http(endpoint: str) -> bool:
 
 
 @contextmanager
-def _translated_errors(action: str, unplaceable: bool = False) -> Iterator[None]:
+def _translated_errors(action: str, unplaceable: bool = False, project: str = "") -> Iterator[None]:
     """Turn the client's exceptions into the port's; with ``unplaceable`` (an
-    insert), a permanent one is ``Unplaceable``."""
+    insert in ``project``), a permanent one is ``Unplaceable``."""
     try:
         yield
     except api_exceptions.GoogleAPICallError as exc:
@@ -400,7 +401,7 @@ def _translated_errors(action: str, unplaceable: bool = False) -> Iterator[None]
         summary = "; ".join(dict.fromkeys(m for _, m in reasons if m)) or exc.message
         if exc.reason:
             reasons.append((exc.reason, exc.message))
-        raise _port_error(action, reasons, exc.code, summary, unplaceable) from exc
+        raise _port_error(action, reasons, exc.code, summary, unplaceable, project) from exc
     except (
         api_exceptions.RetryError,
         requests.RequestException,
@@ -413,14 +414,16 @@ def _error_codes(operation: compute_v1.Operation) -> set[str]:
     return {error.code for error in operation.error.errors}
 
 
-def _raise_for_operation(operation: compute_v1.Operation, unplaceable: bool = False) -> None:
+def _raise_for_operation(
+    operation: compute_v1.Operation, unplaceable: bool = False, project: str = ""
+) -> None:
     errors = operation.error.errors
     if not errors:
         return
     reasons = [(error.code, error.message) for error in errors]
     summary = "; ".join(f"{code}: {message}" for code, message in reasons)
     status = operation.http_error_status_code or None
-    raise _port_error(f"operation {operation.name}", reasons, status, summary, unplaceable)
+    raise _port_error(f"operation {operation.name}", reasons, status, summary, unplaceable, project)
 
 
 def _port_error(
@@ -429,11 +432,17 @@ def _port_error(
     status: int | None,
     summary: str,
     unplaceable: bool = False,
+    project: str = "",
 ) -> SpotlineError:
-    """The port's error for an API error's reasons, then its HTTP status."""
+    """The port's error for an API error's reasons, then its HTTP status. An
+    insert refused on a quota whose limit is 0 is ``Unplaceable``: nothing
+    that ends frees it."""
     kinds = [(gce_requests.classify_error(r, m), r, m) for r, m in reasons]
     for kind, reason, message in kinds:
         if kind is ErrorKind.CAPACITY:
+            never = gce_requests.zero_quota(message, project) if unplaceable else None
+            if never is not None:
+                return Unplaceable(f"{action}: {message}", detail=never)
             return CapacityError(reason, message)
     if any(kind is ErrorKind.TRANSIENT for kind, _, _ in kinds):
         return TransientError(f"{action}: {summary}")

@@ -13,23 +13,32 @@ cold start would pay it, so the builders import it when first called.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
+from spotline.shared.domain.catalog import built_in_gpus
 from spotline.shared.domain.vms import Provisioning, Quota, Vm, VmRequest, VmState
 
 if TYPE_CHECKING:
     from google.cloud import compute_v1
 
+log = logging.getLogger(__name__)
+# The unknown instance statuses logged already (one line each per process).
+_UNKNOWN_STATUSES: set[str] = set()
+
 # The VMs' OAuth scopes, narrowed to what the agent does: publish events, read and
-# write checkpoints, write logs. Scopes bound what the VM account's roles allow.
+# write checkpoints, write logs; and the Ops Agent's metrics, which Cloud
+# Monitoring refuses without monitoring.write. Scopes bound what the VM
+# account's roles allow.
 VM_SCOPES = (
     "https://www.googleapis.com/auth/pubsub",
     "https://www.googleapis.com/auth/devstorage.read_write",
     "https://www.googleapis.com/auth/logging.write",
+    "https://www.googleapis.com/auth/monitoring.write",
 )
 # Only for a job with Secret Manager references, which has no scope of its own:
 # the VM account's IAM roles (secretAccessor on the named secrets, granted by
@@ -94,6 +103,40 @@ def classify_error(reason: str, message: str = "") -> ErrorKind | None:
     return _KIND_BY_REASON.get(reason)
 
 
+# Compute Engine's words for a quota an insert would pass, e.g. "Quota
+# 'GPUS_ALL_REGIONS' exceeded.  Limit: 0.0 globally." or "... Limit: 0.0 in
+# region us-central1."
+_QUOTA_EXCEEDED = re.compile(
+    r"Quota '(?P<metric>[A-Z0-9_]+)' exceeded\.\s+Limit: (?P<limit>[0-9.]+)"
+    r" (?:globally|in region (?P<region>[a-z0-9-]+))"
+)
+
+
+def zero_quota(message: str, project: str) -> str | None:
+    """For a quota error on a quota whose limit is 0, which no VM's end can
+    ever free, the error and how to ask for an increase; None for any other.
+
+    Args:
+        message: the error's message, as Compute Engine words it.
+        project: the project, for the commands in the advice.
+    """
+    found = _QUOTA_EXCEEDED.search(message)
+    if found is None or float(found["limit"]) != 0:
+        return None
+    metric, region = found["metric"], found["region"]
+    shows = (
+        f"`gcloud compute regions describe {region} --project {project}`"
+        if region
+        else f"`gcloud compute project-info describe --project {project}`"
+    )
+    return (
+        f"{found[0]}. A limit of 0 is never freed by waiting: request an increase of "
+        f"{metric} on the Cloud console's quotas page "
+        f"(https://console.cloud.google.com/iam-admin/quotas?project={project}); "
+        f"{shows} lists the limits."
+    )
+
+
 def kind_for_status(status_code: int) -> ErrorKind:
     """The kind of an HTTP error whose reasons said nothing."""
     if status_code == 429 or status_code >= 500:
@@ -127,11 +170,13 @@ def scheduling(request: VmRequest) -> compute_v1.Scheduling:
             automatic_restart=False,
             on_host_maintenance="TERMINATE",
         )
-    # Compute Engine rejects MIGRATE for a VM with GPUs attached.
+    # Compute Engine refuses MIGRATE for a VM with GPUs, attached or built into
+    # its machine type (G2, A2, A3: no guestAccelerators on the request).
+    gpus = bool(request.accelerators) or built_in_gpus(request.machine_type) > 0
     return compute_v1.Scheduling(
         provisioning_model="STANDARD",
         automatic_restart=True,
-        on_host_maintenance="TERMINATE" if request.accelerators else "MIGRATE",
+        on_host_maintenance="TERMINATE" if gpus else "MIGRATE",
     )
 
 
@@ -212,16 +257,21 @@ def short_name(url: str) -> str:
     return url.rsplit("/", 1)[-1]
 
 
-# Compute Engine states that the port does not name, as the nearest one it does.
-_STATE_ALIASES = {
-    "PENDING_STOP": VmState.STOPPING,
-    "SUSPENDING": VmState.STOPPING,
-    "REPAIRING": VmState.STAGING,  # the host failed; the VM comes back on another
-}
-
-
 def vm_state(status: str) -> VmState:
-    return _STATE_ALIASES.get(status) or VmState(status)
+    """The port's state for an ``Instance.status``. A status Compute Engine adds
+    after this was written is logged once and read as ``UNKNOWN`` (the VM
+    exists, not running), never an error: one odd VM must not fail a listing."""
+    try:
+        return VmState(status)
+    except ValueError:
+        if status not in _UNKNOWN_STATUSES:
+            _UNKNOWN_STATUSES.add(status)
+            log.warning(
+                "Compute Engine answered an instance status spotline does not know, "
+                "%r: such a VM is taken to exist, not running",
+                status,
+            )
+        return VmState.UNKNOWN
 
 
 def vm_from_instance(instance: compute_v1.Instance) -> Vm:

@@ -85,3 +85,16 @@ def priced(prices: PriceBook) -> dict[str, Machine]:
 @cache
 def load_catalog() -> dict[str, Machine]:
     return priced(shipped_prices())
+
+
+def built_in_gpus(machine_type: str) -> int:
+    """The GPUs ``machine_type`` comes with (G2, A2, A3), as the catalog counts
+    them; 0 for a type whose GPUs are attached, or that has none.
+
+    A type of those families outside the catalog counts as one GPU: what it
+    has is unknown, but not that it has some.
+    """
+    for machine in load_catalog().values():
+        if machine.machine_type == machine_type:
+            return 0 if machine.attaches_gpus else machine.gpu_count
+    return 1 if machine_type.startswith(_BUILT_IN_GPU_FAMILIES) else 0

@@ -206,7 +206,7 @@ def orphaned(vm: Vm, instance: InstanceDoc | None, job: JobDoc | None, now: date
         return False
     if in_preemption_notice(vm.name, instance, job, now):
         return False
-    return vm.state != VmState.STOPPING
+    return vm.state not in VmState.going()
 
 
 def _cost_stale(job: JobDoc, timeouts: Timeouts, now: datetime) -> bool:

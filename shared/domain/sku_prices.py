@@ -8,8 +8,11 @@ SKU's description, its category's usage type and its service regions:
   ``n1/vcpu`` on demand; ``Spot Preemptible N1 Predefined Instance Core ...``,
   usage ``Preemptible``: its Spot rate. ``... Instance Ram ...`` is per GiB
   hour: ``n1/memory_gb``. G2, A2, A3 and E2 read ``G2 Instance Core`` and so on.
-* ``Nvidia Tesla T4 GPU running in Americas`` (and its ``Spot Preemptible``
-  twin): ``gpu/nvidia-tesla-t4``.
+* ``Nvidia Tesla T4 GPU running in Americas``: ``gpu/nvidia-tesla-t4`` on
+  demand; its Spot rate is ``Nvidia Tesla T4 GPU attached to Spot Preemptible
+  VMs running in Americas``, usage ``Preemptible`` (the catalog's wording for
+  nearly every Spot GPU; a few read ``Spot Preemptible Nvidia ... GPU``, also
+  taken).
 
 Anything else (commitments, reservations, virtual workstations, other
 regions) is not a rate spotline uses. A rate the catalog needs that no SKU
@@ -29,11 +32,14 @@ from spotline.shared.domain.prices import Rate
 
 COMPUTE_SERVICE = "services/6F81-5844-456A"
 
-# Description (without "Spot Preemptible ") -> part; the GPU's SKU name -> type.
+# Description -> part; the GPU's SKU name -> type. A Spot part says so before
+# ("Spot Preemptible ") or, for a GPU, after (" attached to Spot Preemptible VMs").
+_SPOT_PREFIX = "Spot Preemptible "
+_SPOT_GPU_SUFFIX = " attached to Spot Preemptible VMs"
 _RESOURCE = re.compile(
-    r"^(?:Spot Preemptible )?"
+    rf"^(?P<prefix>{_SPOT_PREFIX})?"
     r"(?:(?P<family>N1 Predefined|G2|A2|A3|E2) Instance (?P<what>Core|Ram)"
-    r"|Nvidia (?P<gpu>[A-Za-z0-9 ]+?) GPU)"
+    rf"|Nvidia (?P<gpu>[A-Za-z0-9 ]+?) GPU(?P<suffix>{_SPOT_GPU_SUFFIX})?)"
     r" running in "
 )
 _FAMILIES = {"N1 Predefined": "n1", "G2": "g2", "A2": "a2", "A3": "a3", "E2": "e2"}
@@ -73,7 +79,8 @@ def part_of(sku: SkuRate) -> tuple[str, str] | None:
     match = _RESOURCE.match(sku.description)
     if kind is None or match is None:
         return None
-    if (kind == "spot") != sku.description.startswith("Spot Preemptible "):
+    said_spot = bool(match["prefix"] or match["suffix"])
+    if (kind == "spot") != said_spot:
         return None
     what = match["what"]
     if sku.usage_unit != _UNITS[what]:

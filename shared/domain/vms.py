@@ -26,15 +26,29 @@ class Provisioning(StrEnum):
 
 
 class VmState(StrEnum):
-    """Compute Engine instance states, as the API spells them."""
+    """Compute Engine instance states, as the API spells them (``Instance.status``
+    in the compute v1 discovery document), and one for a status it adds later."""
 
-    PROVISIONING = "PROVISIONING"
-    STAGING = "STAGING"
+    PROVISIONING = "PROVISIONING"  # resources are being allocated
+    STAGING = "STAGING"  # being prepared for its first boot
+    PENDING = "PENDING"  # waiting for capacity or for a reservation to start
     RUNNING = "RUNNING"
-    STOPPING = "STOPPING"
+    REPAIRING = "REPAIRING"  # its host failed: it comes back on another
+    PENDING_STOP = "PENDING_STOP"  # a stop asked for, not yet begun
+    STOPPING = "STOPPING"  # being stopped, or deleted
+    SUSPENDING = "SUSPENDING"
+    SUSPENDED = "SUSPENDED"  # its memory saved: resumable, not running
+    DEPROVISIONING = "DEPROVISIONING"  # being torn down: stopped or deleted soon
     STOPPED = "STOPPED"
-    SUSPENDED = "SUSPENDED"
     TERMINATED = "TERMINATED"  # stopped, or preempted: the disk is still there
+    # A status this version of spotline does not know: the VM exists (it was
+    # listed or read), and is taken to be not running.
+    UNKNOWN = "UNKNOWN"
+
+    @classmethod
+    def going(cls) -> frozenset[VmState]:
+        """On its way down already: another delete or stop adds nothing."""
+        return frozenset({cls.PENDING_STOP, cls.STOPPING, cls.SUSPENDING, cls.DEPROVISIONING})
 
 
 @dataclass(frozen=True)
