@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spotline.infra.client.errors import InputsError, SecretInSpec, SpecError, SpecUnreadable
+from spotline.infra.client.locations import location_problems
 
 if TYPE_CHECKING:
     from spotline.infra.client.connection import Connection
@@ -96,17 +97,24 @@ def check_submission(data: bytes, settings: Settings) -> tuple[JobSpec | None, l
     return spec, problems + ([too_many] if too_many else [])
 
 
-def validated(conn: Connection, data: bytes, source: str) -> JobSpec:
-    """The spec, checked before anything is published.
+def validated(
+    conn: Connection, data: bytes, source: str, uploaded: frozenset[str] = frozenset()
+) -> JobSpec:
+    """The spec, checked before anything is published: as the submit function
+    checks it, and its code and data locations hold something
+    (``uploaded``: the fields whose folders go up with it, not there yet).
 
     Raises:
         SecretInSpec: a literal secret in env (checked before anything else).
-        SpecError: every reason the submit function would refuse it.
+        SpecError: every reason the submit function would refuse it, and
+            every location with nothing stored.
     """
     refused = secret_refusals(data)
     if refused:
         raise SecretInSpec(refused, source)
     spec, problems = check_submission(data, conn.settings)
+    if spec is not None:
+        problems += location_problems(spec, local=conn.local, uploaded=uploaded)
     if spec is None or problems:
         raise SpecError(problems, source)
     return spec
@@ -124,7 +132,10 @@ def submit(
     data, source = spec_bytes(spec)
     if code_dir is not None or data_dir is not None:
         data = _with_inputs(conn.settings, data, source, code_dir, data_dir)
-    checked = validated(conn, data, source)
+    uploaded = frozenset(
+        field for field, folder in (("code_uri", code_dir), ("data_uri", data_dir)) if folder
+    )
+    checked = validated(conn, data, source, uploaded)
     uploads = upload_inputs(conn.settings, checked, code_dir, data_dir)
     recorded, recorded_files = None, None
     if checked.record:

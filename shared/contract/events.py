@@ -140,6 +140,10 @@ class JobFinished(VmEvent):
     # may arrive after this event; with it here, a finished job always shows
     # its final progress and metrics.
     last_epoch: EpochDone | None = None
+    # The trainer never started for a cause no new VM fixes (its code or data
+    # location holds nothing, the data is larger than the disk): the job fails
+    # on this VM, whatever its restarts on errors allow. The cause is log_tail.
+    unrecoverable: bool = False
 
     @field_validator("log_tail", mode="after")
     @classmethod

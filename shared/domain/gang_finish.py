@@ -48,6 +48,8 @@ def holds(job: JobDoc, event: JobFinished) -> bool:
     current attempt of a gang that is still on its VMs."""
     return (
         event.exit_code != 0
+        # A trainer that never started did not die in a collective.
+        and not event.unrecoverable
         and len(job.nodes) > 1
         and event.attempt == job.attempt
         and event.instance in job.nodes

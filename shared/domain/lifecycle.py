@@ -214,7 +214,7 @@ def finished(job: JobDoc, event: JobFinished, now: datetime) -> JobDoc:
     if event.exit_code == 0:
         job = advance(job, JobSubstatus.RETURNING, now)
         return advance(job, JobSubstatus.COMPLETED, now, note=f"{event.instance} exited 0")
-    restart = failure_policy.restart_for(job, event.exit_code)
+    restart = None if event.unrecoverable else failure_policy.restart_for(job, event.exit_code)
     if restart is not None:
         note = failure_policy.restart_note(job, restart, event.exit_code, event.instance)
         restarted = next_attempt(job, JobSubstatus.ERRORED, now, note, job.spec.max_attempts)
@@ -223,6 +223,9 @@ def finished(job: JobDoc, event: JobFinished, now: datetime) -> JobDoc:
         return failure_policy.counted(restarted, restart)
     tail = event.log_tail[-_LOG_TAIL_CHARS:]
     reason = failure_policy.error_reason(job, event.exit_code, event.instance)
+    if event.unrecoverable:
+        reason = f"{tail.strip()} on {event.instance}; no new VM can fix that, so no restart"
+        tail = ""
     if tail:
         reason += f"; last output:\n{tail}"
     try:

@@ -18,6 +18,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     WithJsonSchema,
     field_validator,
     model_validator,
@@ -302,6 +303,19 @@ class JobSpec(BaseModel):
         if problem is not None:
             raise ValueError(problem)
         return url
+
+    @field_validator("code_uri", "data_uri")
+    @classmethod
+    def _located(cls, uri: str | None, info: ValidationInfo) -> str | None:
+        # A VM's working folder is its own: a relative path names nothing there.
+        if uri is not None and "://" not in uri and not uri.startswith("/"):
+            upload = "--code-dir" if info.field_name == "code_uri" else "--data-dir"
+            raise ValueError(
+                f"{info.field_name}: {uri!r} is a relative path, which names nothing on the "
+                f"VM; give a gs:// URL, or upload the folder with `spotline submit {upload}` "
+                f"(spotline.submit({upload[2:].replace('-', '_')}=...))"
+            )
+        return uri
 
     @field_validator("hyperparameters", "fit_kwargs")
     @classmethod

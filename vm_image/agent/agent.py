@@ -45,7 +45,7 @@ from spotline.vm_image.agent.metadata import Metadata, MetadataError
 from spotline.vm_image.agent.privileges import AccountMissing, TrainerAccount, trainer_account
 from spotline.vm_image.agent.rank_group import RankGroup
 from spotline.vm_image.agent.recorded import job_sources
-from spotline.vm_image.agent.trainer_launch import launch_trainer, prepare
+from spotline.vm_image.agent.trainer_launch import EXIT_PREPARE_FAILED, launch_trainer, prepare
 from spotline.vm_image.agent.trainer_process import TENSORBOARD_DIR, CannotStart, TrainerProcess
 from spotline.vm_image.agent.transfers import download_folder, upload_folder
 from spotline.vm_image.agent.workspace import job_folder
@@ -306,8 +306,7 @@ class Agent:
         try:
             self._enter(JobSubstatus.SENDING_MODEL_AND_DATA)
             code_uri, data_uri = job_sources(self.assignment)
-            code_dir = self._fetch_code(code_uri)
-            exit_code, log_tail = self._train(code_dir, data_uri)
+            exit_code, log_tail, unrecoverable = self._train(code_uri, data_uri)
             exited_at = time.monotonic()
             self._upload_tensorboard()
             if preempted_run(exit_code, self._notice_at, exited_at):
@@ -323,16 +322,19 @@ class Agent:
                 log_tail=log_tail,
                 checkpoint_uri=self.checkpoint_uri,
                 last_epoch=self.last_epoch,
+                unrecoverable=unrecoverable,
             )
             return self._publish_finished(event)
         finally:
             self.job_done.set()
 
-    def _train(self, code_dir: Path, data_uri: str | None) -> tuple[int, str]:
-        """Prepare the job (data set, requirements), then run the trainer; its
-        exit code and last output lines. A job that cannot be prepared, or a
-        trainer that cannot start, fails with the reason as its output."""
+    def _train(self, code_uri: str | None, data_uri: str | None) -> tuple[int, str, bool]:
+        """Prepare the job (code, data set, requirements), then run the trainer;
+        its exit code, last output lines, and whether no new VM could do better.
+        A job that cannot be prepared, or a trainer that cannot start, fails
+        with the reason as its output."""
         try:
+            code_dir = self._fetch_code(code_uri)
             prepared = prepare(
                 self.assignment, self.account, self.workdir, self.job_dir, code_dir, data_uri
             )
@@ -349,10 +351,10 @@ class Agent:
             )
         except CannotStart as err:
             logs.error(str(err), job_id=self.assignment.job_id, attempt=self.assignment.attempt)
-            return err.exit_code, f"{err}\n"
+            return err.exit_code, f"{err}\n", err.unrecoverable
         # A death by a signal as a shell reports it (SIGABRT: 134, not -6), so
         # restart_on_exit_codes can name it.
-        return exit_status(self.trainer.wait()), self.trainer.log_tail()
+        return exit_status(self.trainer.wait()), self.trainer.log_tail(), False
 
     def _publish_finished(self, event: JobFinished) -> bool:
         """Publish job finished, trying again with backoff for
@@ -420,11 +422,22 @@ class Agent:
             logs.warning(f"could not upload TensorBoard logs: {err}")
 
     def _fetch_code(self, uri: str | None) -> Path:
-        """Copy ``uri`` (any fsspec URL of a folder) into the workdir; run there."""
+        """Copy ``uri`` (any fsspec URL of a folder) into the workdir; run there.
+
+        Raises:
+            CannotStart: nothing is stored at ``uri`` (no VM would find more).
+        """
         code_dir = self.job_dir / "code"
         code_dir.mkdir(parents=True, exist_ok=True)
         if uri:
-            download_folder(uri, code_dir)
+            try:
+                download_folder(uri, code_dir)
+            except FileNotFoundError:
+                raise CannotStart(
+                    f"cannot start the trainer: code_uri {uri}: nothing is stored there",
+                    EXIT_PREPARE_FAILED,
+                    unrecoverable=True,
+                ) from None
         return code_dir
 
 

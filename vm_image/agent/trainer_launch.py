@@ -68,7 +68,9 @@ def prepare(
     try:
         data_dir = fetch_data(data_uri, workdir) if data_uri else None
     except DataUnavailable as err:
-        raise CannotStart(f"cannot start the trainer: {err}", EXIT_PREPARE_FAILED) from None
+        raise CannotStart(
+            f"cannot start the trainer: {err}", EXIT_PREPARE_FAILED, unrecoverable=True
+        ) from None
     requirements = requirements_of(code_dir)
     if requirements is None:
         return Prepared(data_dir)

@@ -36,11 +36,13 @@ TENSORBOARD_DIR = "tensorboard"
 
 class CannotStart(RuntimeError):
     """The trainer could not be started; ``exit_code`` is what a shell would
-    answer (127: no such program, 126: it cannot be run)."""
+    answer (127: no such program, 126: it cannot be run). ``unrecoverable``:
+    no new VM would fare better (the job's code or data is not there)."""
 
-    def __init__(self, message: str, exit_code: int) -> None:
+    def __init__(self, message: str, exit_code: int, unrecoverable: bool = False) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+        self.unrecoverable = unrecoverable
 
 
 def trainer_command(assignment: Assignment) -> list[str]:
