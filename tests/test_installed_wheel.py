@@ -42,6 +42,13 @@ _NOT_INHERITED = re.compile(
 )
 
 
+def as_from_a_terminal() -> None:
+    """Ctrl-C's SIGINT reaches the command, as from a terminal: a runner that
+    starts the tests in the background (a CI's shell) has them ignore it, and
+    the command would inherit that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @dataclass(frozen=True)
 class Installed:
     """spotline installed from its wheel in ``venv``; ``folder`` is the user's."""
@@ -62,14 +69,29 @@ class Installed:
     def run(
         self, *args: str, timeout_s: float, env: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(self.bin / "spotline"), *args],
+        command = [str(self.bin / "spotline"), *args]
+        process = subprocess.Popen(
+            command,
             cwd=self.folder,
             env=env or self.env(),
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=timeout_s,
+            preexec_fn=as_from_a_terminal,
         )
+        try:
+            out, err = process.communicate(timeout=timeout_s)
+        except BaseException:
+            # Ctrl-C first: `demo` and `up` then stop the servers they started,
+            # each in a process group of its own, which a kill would orphan.
+            process.send_signal(signal.SIGINT)
+            try:
+                process.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.communicate()
+            raise
+        return subprocess.CompletedProcess(command, process.returncode, out, err)
 
 
 def users_folder(folder: Path) -> Path:
@@ -127,6 +149,7 @@ def test_spotline_up_serves_until_interrupted_and_stops_everything(
             stdout=sink,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=as_from_a_terminal,
         )
     try:
         text = _wait_for(out, "Ctrl-C to stop.", up, timeout_s=120)
@@ -136,9 +159,7 @@ def test_spotline_up_serves_until_interrupted_and_stops_everything(
         up.send_signal(signal.SIGINT)  # what Ctrl-C sends
         assert up.wait(timeout=60) == 0, out.read_text()[-3000:]
     finally:
-        if up.poll() is None:
-            os.killpg(up.pid, signal.SIGKILL)
-            up.wait()
+        _stop(up)
 
     assert not (installed.folder / ".spotline" / "stack.json").exists()
     servers = [
@@ -188,6 +209,20 @@ def test_spotline_deploy_dry_run_reads_the_project_and_ships_the_same_source(
         timeout=60,
     )
     assert from_wheel.stdout.strip() == build_archive(pin=False).digest
+
+
+def _stop(up: subprocess.Popen[bytes]) -> None:
+    """Stop ``spotline up`` if the test did not: Ctrl-C first, so that it stops
+    its servers (each in a process group of its own, which a kill of its
+    group would leave running), then a kill."""
+    if up.poll() is not None:
+        return
+    up.send_signal(signal.SIGINT)
+    try:
+        up.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(up.pid, signal.SIGKILL)
+        up.wait()
 
 
 def _wait_for(path: Path, line: str, process: subprocess.Popen[bytes], timeout_s: float) -> str:
