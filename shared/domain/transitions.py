@@ -40,20 +40,7 @@ def move_job(job: JobDoc, to: JobSubstatus, now: datetime, note: str = "") -> Jo
         raise IllegalTransition(
             f"job {job.job_id}: {job.status}/{job.substatus} -> {to} is not allowed"
         )
-    status = job_status_for(to, job.attempt)
-    entry = HistoryEntry(at=now, status=status, substatus=to, attempt=job.attempt, note=note)
-    history = [*job.history, entry]
-    moved = job.model_copy(
-        update={
-            "status": status,
-            "substatus": to,
-            "updated_at": now,
-            "history": history,
-            "phase_seconds": phase_seconds(history),
-        }
-    )
-    # The notification goes out in the same write (the job's outbox).
-    return with_event(moved, job, now, note)
+    return _moved(job, to, now, note)
 
 
 def revise_ending(job: JobDoc, to: JobSubstatus, now: datetime, note: str) -> JobDoc:
@@ -68,6 +55,11 @@ def revise_ending(job: JobDoc, to: JobSubstatus, now: datetime, note: str) -> Jo
         raise IllegalTransition(
             f"job {job.job_id}: {job.status}/{job.substatus} -> {to} is not a revision allowed"
         )
+    return _moved(job.model_copy(update={"error": None}), to, now, note)
+
+
+def _moved(job: JobDoc, to: JobSubstatus, now: datetime, note: str) -> JobDoc:
+    """The move applied: status derived, time stamped, history appended."""
     status = job_status_for(to, job.attempt)
     entry = HistoryEntry(at=now, status=status, substatus=to, attempt=job.attempt, note=note)
     history = [*job.history, entry]
@@ -75,12 +67,12 @@ def revise_ending(job: JobDoc, to: JobSubstatus, now: datetime, note: str) -> Jo
         update={
             "status": status,
             "substatus": to,
-            "error": None,
             "updated_at": now,
             "history": history,
             "phase_seconds": phase_seconds(history),
         }
     )
+    # The notification goes out in the same write (the job's outbox).
     return with_event(moved, job, now, note)
 
 
