@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import textwrap
@@ -30,6 +29,7 @@ import pytest
 
 from spotline.infra.localstack.stack import LocalStack
 from spotline.shared.adapters.firestore_store import FirestoreStore
+from tests.readme_examples import blocks, run_python
 from tests.test_e2e_recovery import preempt_once
 
 try:
@@ -260,23 +260,9 @@ def test_ctrl_c_asks_and_cancels_the_job(
 
 
 def test_the_readme_example_runs(shared_stack: LocalStack, tmp_path: Path) -> None:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    start = readme.index("### Keras in one call")
-    end = readme.index("\n### ", start + 1)
-    [example] = re.findall(r"^```python\n(.*?)^```$", readme[start:end], re.MULTILINE | re.DOTALL)
-    (tmp_path / "example.py").write_text(example)
-    stacks = set(shared_stack.client_env())
-    env = {name: value for name, value in os.environ.items() if name not in stacks}
-    env["SPOTLINE_WORKDIR"] = str(shared_stack.workdir)
+    [example] = blocks("### Keras in one call: `spotline.keras.fit`", "python")
 
-    done = subprocess.run(
-        [sys.executable, "example.py"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=420,
-    )
+    done = run_python(shared_stack, example, tmp_path, timeout_s=420)
 
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     job_id, epochs, accuracy = done.stdout.strip().splitlines()[-1].split()

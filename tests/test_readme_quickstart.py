@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -19,22 +18,15 @@ import pytest
 from spotline.infra.localstack.stack import LocalStack
 from spotline.shared.adapters.firestore_store import FirestoreStore
 from spotline.shared.domain.documents import JobDoc
+from tests.readme_examples import blocks, run_python
 
 pytestmark = [pytest.mark.emulators, pytest.mark.e2e]
 
 REPO = Path(__file__).resolve().parents[1]
-FENCE = re.compile(r"^```(\w+)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
-
-
-def quick_start(lang: str) -> list[str]:
-    readme = (REPO / "README.md").read_text()
-    start = readme.index("## Quick start")
-    end = readme.index("\n## ", start + 1)
-    return [body for kind, body in FENCE.findall(readme[start:end]) if kind == lang]
 
 
 def command_line(starts: str) -> str:
-    lines = "".join(quick_start("sh")).splitlines()
+    lines = "".join(blocks("## Quick start", "sh")).splitlines()
     [line] = [line for line in lines if line.startswith(starts)]
     return line
 
@@ -99,20 +91,10 @@ def test_the_cli_line_submits_a_job(local_stack: LocalStack) -> None:
 def test_the_python_call_runs_the_job_to_completion(
     shared_stack: LocalStack, tmp_path: Path
 ) -> None:
-    [example] = quick_start("python")
-    (tmp_path / "quick_start.py").write_text(example)
-    stacks = set(shared_stack.client_env())
-    env = {name: value for name, value in os.environ.items() if name not in stacks}
-    env["SPOTLINE_WORKDIR"] = str(shared_stack.workdir)
+    [example] = blocks("## Quick start", "python")
 
-    done = subprocess.run(
-        [sys.executable, str(tmp_path / "quick_start.py")],
-        cwd=REPO,  # the example names examples/digits.json from the root
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    # From the root: the example names examples/digits.json.
+    done = run_python(shared_stack, example, tmp_path, cwd=REPO)
 
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split()[1] == "COMPLETED"

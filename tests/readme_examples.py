@@ -1,0 +1,47 @@
+"""The README's examples, copied out and run as a reader runs them: a script
+of its own, spotline found through ``SPOTLINE_WORKDIR`` (the local stack's
+folder) with none of the stack's variables set."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from spotline.infra.localstack.stack import LocalStack
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+FENCE = re.compile(r"^```(\w+)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+
+
+def blocks(heading: str, lang: str) -> list[str]:
+    """The ``lang`` code blocks of the README's section under ``heading``
+    (its whole line, e.g. ``## Quick start``), up to the next heading of its
+    level or above."""
+    readme = README.read_text()
+    start = readme.index(f"\n{heading}\n")
+    level = heading.split(" ", 1)[0]
+    ends = [readme.find(f"\n{'#' * n} ", start + 1) for n in range(1, len(level) + 1)]
+    end = min((at for at in ends if at != -1), default=len(readme))
+    return [body for kind, body in FENCE.findall(readme[start:end]) if kind == lang]
+
+
+def run_python(
+    stack: LocalStack, code: str, folder: Path, cwd: Path | None = None, timeout_s: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """``code`` as a script in ``folder``, run from ``cwd`` (default ``folder``)."""
+    script = folder / "example.py"
+    script.write_text(code)
+    stacks = set(stack.client_env())
+    env = {name: value for name, value in os.environ.items() if name not in stacks}
+    env["SPOTLINE_WORKDIR"] = str(stack.workdir)
+    return subprocess.run(
+        [sys.executable, str(script)],
+        cwd=cwd or folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
