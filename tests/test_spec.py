@@ -36,7 +36,10 @@ def test_a_minimal_spec_gets_the_seed_defaults() -> None:
         (spec_bytes(trainer=None), "exactly one of 'trainer'"),
         (spec_bytes(command=["python", "x.py"]), "exactly one of 'trainer'"),
         (spec_bytes(trainer="resnet"), "'resnet' is not one of"),
-        (spec_bytes(batchsize=3), "batchsize: Extra inputs are not permitted"),
+        (
+            spec_bytes(batchsize=3),
+            "batchsize: not a field of the job spec; did you mean 'batch_size'?",
+        ),
         (spec_bytes(job_id="Bad_Id"), "job_id: String should match pattern"),
         (spec_bytes(nodes=65), "nodes: Input should be less than or equal to 64"),
         (spec_bytes(stop_period_s=600), "stop_period_s: only on-demand VMs can be stopped"),

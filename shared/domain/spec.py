@@ -8,6 +8,7 @@ on the VM (a built-in trainer, or a command with code and data URIs).
 
 from __future__ import annotations
 
+import difflib
 import json
 from typing import Annotated, Any, Literal
 
@@ -336,13 +337,20 @@ class JobSpec(BaseModel):
             )
         return self
 
+    @field_validator("machine_ids")
+    @classmethod
+    def _machine_ids(cls, machine_ids: list[str]) -> list[str]:
+        # A field's own check: named beside every other field's problem.
+        bad = [repr(m) for m in machine_ids if not _matches(MACHINE_ID_PATTERN, m)]
+        if bad:
+            raise ValueError(f"{', '.join(bad)} is not a machine id (NAME or NAME.od)")
+        return machine_ids
+
     @model_validator(mode="after")
     def _one_entrypoint(self) -> JobSpec:
-        for machine_id in self.machine_ids:
-            if not _matches(MACHINE_ID_PATTERN, machine_id):
-                raise ValueError(f"machine_ids: {machine_id!r} is not a machine id")
-        if (self.trainer is None) == (self.command is None):
-            raise ValueError("give exactly one of 'trainer' (built-in) or 'command'")
+        problem = entry_point_problem(self.trainer, self.command)
+        if problem is not None:
+            raise ValueError(problem)
         if self.trainer is not None and self.trainer not in BUILTIN_TRAINERS:
             raise ValueError(f"trainer: {self.trainer!r} is not one of {BUILTIN_TRAINERS}")
         if self.trainer == "keras_model" and self.data_uri is None:
@@ -446,7 +454,20 @@ def parse_spec(payload: bytes) -> JobSpec:
     try:
         return JobSpec.model_validate(data)
     except ValidationError as err:
-        raise InvalidMessage(describe_validation_error(err)) from err
+        said = describe_validation_error(err)
+        # The spec's own checks run once its fields are valid; this one is
+        # read from the message, so that it is named beside a field's problem.
+        also = entry_point_problem(data.get("trainer"), data.get("command"))
+        if also is not None and also not in said:
+            said = f"{said}; {also}"
+        raise InvalidMessage(said) from err
+
+
+def entry_point_problem(trainer: object, command: object) -> str | None:
+    """Why a spec does not name exactly one thing to run, or None."""
+    if (trainer is None) == (command is None):
+        return "give exactly one of 'trainer' (built-in) or 'command'"
+    return None
 
 
 _PROBLEMS_NAMED = 10
@@ -459,12 +480,25 @@ def describe_validation_error(err: ValidationError) -> str:
     problems = err.errors(include_url=False)
     for problem in problems[:_PROBLEMS_NAMED]:
         where = ".".join(str(part)[:60] for part in problem["loc"]) or "message"
+        if problem["type"] == "extra_forbidden" and len(problem["loc"]) == 1:
+            lines.append(f"{where}: {_not_a_field(str(problem['loc'][0]))}")
+            continue
         shown = _masked_input(problem["loc"], problem.get("input"))
         got = "" if problem["type"] == "missing" else f" (got {_short(shown)})"
         lines.append(f"{where}: {problem['msg'][:300]}{got}")
     if len(problems) > _PROBLEMS_NAMED:
         lines.append(f"and {len(problems) - _PROBLEMS_NAMED} more problems")
     return "; ".join(lines)
+
+
+def _not_a_field(name: str) -> str:
+    """What to say of a key the spec does not have: the field it most likely
+    meant, when one is close (``epoch`` for ``epochs``)."""
+    fields = [field.alias or key for key, field in JobSpec.model_fields.items()]
+    close = difflib.get_close_matches(name, fields, n=1, cutoff=0.75)
+    if close:
+        return f"not a field of the job spec; did you mean {close[0]!r}?"
+    return "not a field of the job spec (`spotline schema` lists them)"
 
 
 def _masked_input(loc: tuple[int | str, ...], value: object) -> object:
