@@ -9,9 +9,10 @@ import sys
 import pytest
 
 from spotline.infra.cli.commands import main as cli
+from spotline.infra.localstack.stack import LocalStack
 from spotline.shared.adapters.firestore_store import FirestoreStore
-from spotline.shared.domain.states import JobStatus, JobSubstatus
-from tests.documents import job
+from spotline.shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
+from tests.documents import instance, job
 
 
 def test_version_names_the_installed_package(capsys: pytest.CaptureFixture[str]) -> None:
@@ -59,3 +60,31 @@ def test_cancel_of_an_unknown_job_fails_and_of_an_ended_one_publishes_nothing(
     assert cli(["cancel", "done1", "no-such-job"]) == 1
     captured = capsys.readouterr()
     assert "already ended: COMPLETED" in captured.out and "no job no-such-job" in captured.err
+
+
+@pytest.mark.e2e
+def test_preempt_of_an_ended_job_says_so_in_a_line(
+    local_stack: LocalStack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = FirestoreStore(local_stack.options.project)
+    ended = job("ended-a", status=JobStatus.COMPLETED, substatus=JobSubstatus.COMPLETED)
+    store.create_job(ended)
+    store.create_instance(instance(ended.instance or "", "ended-a", status=InstanceStatus.CLOSED))
+
+    assert cli(["--workdir", str(local_stack.workdir), "preempt", "ended-a"]) == 1
+
+    err = capsys.readouterr().err
+    assert "job ended-a has ended (COMPLETED): it has no VM to preempt" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.e2e
+def test_preempt_of_a_vm_that_is_gone_says_so_in_a_line(
+    local_stack: LocalStack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = FirestoreStore(local_stack.options.project)
+    store.create_instance(instance("sl-gone-a1", "gone", status=InstanceStatus.EXECUTING))
+
+    assert cli(["--workdir", str(local_stack.workdir), "preempt", "sl-gone-a1"]) == 1
+
+    assert "sl-gone-a1 cannot be preempted:" in capsys.readouterr().err

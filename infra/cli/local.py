@@ -49,7 +49,8 @@ def demo(args: argparse.Namespace) -> int:
 
 
 def preempt(args: argparse.Namespace) -> int:
-    from spotline.infra.localcloud.chaos_client import ChaosClient
+    from spotline.infra.localcloud.chaos_client import ChaosClient, ChaosError
+    from spotline.shared.domain.states import JobStatus
 
     conn = connect(args.workdir)
     settings = conn.settings
@@ -62,6 +63,12 @@ def preempt(args: argparse.Namespace) -> int:
         return 2
     store = conn.store
     job = store.get_job(args.target)
+    if job is not None and job.status in JobStatus.terminal():
+        print(
+            f"job {job.job_id} has ended ({job.status}): it has no VM to preempt",
+            file=sys.stderr,
+        )
+        return 1
     name = job.instance if job is not None else args.target
     if job is not None and args.node:
         if args.node >= len(job.nodes):
@@ -73,13 +80,17 @@ def preempt(args: argparse.Namespace) -> int:
         print(f"no job or VM named {args.target} (or it has no VM now)", file=sys.stderr)
         return 1
     compute = ChaosClient(settings.compute_endpoint, settings.project)
-    if args.hang:
-        compute.freeze(instance.zone, instance.name)
-        print(f"froze {instance.name}: no more heartbeats")
-    elif args.no_notice:
-        compute.kill(instance.zone, instance.name)
-        print(f"killed {instance.name} with no notice")
-    else:
-        compute.preempt(instance.zone, instance.name, args.notice_s)
-        print(f"preempting {instance.name} with a {args.notice_s:g} s notice")
+    try:
+        if args.hang:
+            compute.freeze(instance.zone, instance.name)
+            print(f"froze {instance.name}: no more heartbeats")
+        elif args.no_notice:
+            compute.kill(instance.zone, instance.name)
+            print(f"killed {instance.name} with no notice")
+        else:
+            compute.preempt(instance.zone, instance.name, args.notice_s)
+            print(f"preempting {instance.name} with a {args.notice_s:g} s notice")
+    except ChaosError as err:  # the VM went meanwhile (its job ended, or the reaper)
+        print(f"{instance.name} cannot be preempted: {err}", file=sys.stderr)
+        return 1
     return 0
