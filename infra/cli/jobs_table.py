@@ -59,7 +59,7 @@ COLUMNS = (
     Column("MACHINE", 6, lambda j, now: j.machine_id or "", right=False),
     Column("COST_USD", 5, lambda j, now: f"{j.cost_usd:.4f}", right=True),
     Column(
-        "SAVED",
+        "SPOT_SAVING",
         6,
         lambda j, now: "" if j.savings_percent is None else f"{j.savings_percent:.0f}%",
         right=True,

@@ -47,7 +47,7 @@ def jobs_table(jobs: Sequence[JobDoc]) -> str:
         "INSTANCE",
         "COST_USD",
         "ON_DEMAND_USD",
-        "SAVED",
+        "SPOT_SAVING",
         "METRICS",
         "DESCRIPTION",
     ]
