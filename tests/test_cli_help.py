@@ -70,3 +70,13 @@ def test_a_spec_may_name_its_schema_and_spotline_keeps_nothing_of_it() -> None:
     parsed = parse_spec(json.dumps(spec).encode())
     assert "$schema" not in parsed.model_dump_json()
     assert "$schema" in JobSpec.model_json_schema()["properties"]
+
+
+def test_workdir_is_taken_before_or_after_the_command() -> None:
+    parser = build()
+    assert parser.parse_args(["--workdir", "a", "status"]).workdir == Path("a")
+    assert parser.parse_args(["status", "--workdir", "b"]).workdir == Path("b")
+    assert parser.parse_args(["--workdir", "a", "status", "--workdir", "b"]).workdir == Path("b")
+    assert parser.parse_args(["status"]).workdir is None  # $SPOTLINE_WORKDIR, else .spotline
+    for name, command in commands().items():
+        assert "--workdir" in command.format_help(), name

@@ -34,16 +34,16 @@ class Help(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
+WORKDIR_HELP = (
+    "where `spotline up` keeps logs, storage and its stack file "
+    "(default: $SPOTLINE_WORKDIR, else .spotline)"
+)
+
+
 def build() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="spotline", description=DESCRIPTION, formatter_class=Help)
     parser.add_argument("--version", action="version", version=version())
-    parser.add_argument(
-        "--workdir",
-        type=Path,
-        default=None,
-        help="where `spotline up` keeps logs, storage and its stack file "
-        "(default: $SPOTLINE_WORKDIR, else .spotline)",
-    )
+    parser.add_argument("--workdir", type=Path, default=None, help=WORKDIR_HELP)
     sub = parser.add_subparsers(dest="command", required=True)
 
     up = sub.add_parser("up", help="run the whole system locally until Ctrl-C")
@@ -265,6 +265,9 @@ def build() -> argparse.ArgumentParser:
     destroy.set_defaults(run=deploy_command.run_destroy)
     for command in sub.choices.values():
         command.formatter_class = Help
+        # After the command too (`spotline status --workdir D`); absent there,
+        # the value given before it (or its default) stands.
+        command.add_argument("--workdir", type=Path, default=argparse.SUPPRESS, help=WORKDIR_HELP)
     return parser
 
 
