@@ -25,7 +25,7 @@ import itertools
 import re
 import threading
 import zipfile
-from typing import Self
+from typing import TYPE_CHECKING, Self
 from urllib.parse import unquote
 
 from spotline.infra.endpoints import Endpoints
@@ -42,6 +42,9 @@ from tests.cloud_double_wire import (
     mask_paths,
     set_path,
 )
+
+if TYPE_CHECKING:
+    from google.oauth2.credentials import Credentials as UserCredentials
 
 __all__ = ["ApiError", "CloudDouble", "RecordedRequest"]
 
@@ -93,7 +96,7 @@ class CloudDouble:
         self.scheduler = SchedulerApi(project, region, self.pubsub)
         self.jobs = self.scheduler.jobs
         self.project_apis = ProjectApis(project, self.pubsub)
-        self.rules = RulesApi(project)
+        self.rules = RulesApi(project, self.project_apis.enabled)
         self.functions: dict[str, JsonDict] = {}
         self.triggers: dict[str, JsonDict] = {}
         self.uploads: dict[str, bytes] = {}
@@ -141,6 +144,16 @@ class CloudDouble:
     def endpoints(self) -> Endpoints:
         """The same double for every API."""
         return Endpoints.everywhere(self.endpoint)
+
+    def user_credentials(self) -> UserCredentials:
+        """A person's Application Default Credentials as ``gcloud auth
+        application-default login`` writes them: no quota project. Every API of
+        the double takes their token; those that bill the caller know it as a user's."""
+        from google.oauth2.credentials import Credentials
+
+        token = f"ya29.user-{next(self._ids)}"
+        self.rules.user_tokens.add(token)
+        return Credentials(token=token)
 
     @property
     def requests(self) -> list[RecordedRequest]:
