@@ -3,7 +3,8 @@
 
 Every endpoint is Google's unless overridden (``SPOTLINE_<API>_ENDPOINT``):
 tests point the clients at local doubles, and ``http://`` endpoints are called
-with no credentials. Pub/Sub and Firestore data go to their emulators through
+with no credentials unless some are given (a double that tells a user's token
+from a service account's). Pub/Sub and Firestore data go to their emulators through
 the usual ``*_EMULATOR_HOST`` variables; ``pubsub`` here is Pub/Sub's REST API
 for topic and subscription IAM policies, which the emulator does not serve.
 """
@@ -57,6 +58,6 @@ def client_options(endpoint: str | None, credentials: Credentials | None) -> dic
         return {"credentials": credentials}
     local = endpoint.startswith("http://")
     return {
-        "credentials": AnonymousCredentials() if local else credentials,
+        "credentials": (credentials or AnonymousCredentials()) if local else credentials,
         "client_options": ClientOptions(api_endpoint=endpoint),
     }

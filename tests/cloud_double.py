@@ -10,7 +10,10 @@ then an unauthenticated PUT of the zip to the URL it returns), functions get,
 create and patch with their long-running operations, Eventarc's
 ``triggers.get``, and Scheduler jobs (``cloud_double_scheduler``). Like the real APIs
 it refuses a second create of a name, a patch without an update mask, a source
-never uploaded and an event function with a timeout over 540 s; like Eventarc,
+never uploaded and an event function with a timeout over 540 s, and fails the
+build of one whose build service account (``buildConfig.serviceAccount``; a new
+project's default when none is named) lacks what a build needs
+(``cloud_double_build``), leaving it ``FAILED``; like Eventarc,
 each function's trigger gets a Pub/Sub subscription of its own (in the Pub/Sub
 emulator, when given). It also holds spotline's own rules: the trigger's topic
 is a full resource name that exists, and failed events are retried. A bare
@@ -25,11 +28,12 @@ import itertools
 import re
 import threading
 import zipfile
-from typing import Self
+from typing import TYPE_CHECKING, Self
 from urllib.parse import unquote
 
 from spotline.infra.endpoints import Endpoints
 from spotline.infra.localcloud.wire import ApiError, HttpService, RecordedRequest, Recorder
+from tests.cloud_double_build import build_account, build_failure
 from tests.cloud_double_project import ProjectApis
 from tests.cloud_double_rules import RulesApi
 from tests.cloud_double_scheduler import SchedulerApi
@@ -43,6 +47,9 @@ from tests.cloud_double_wire import (
     set_path,
 )
 
+if TYPE_CHECKING:
+    from google.oauth2.credentials import Credentials as UserCredentials
+
 __all__ = ["ApiError", "CloudDouble", "RecordedRequest"]
 
 PUBLISHED = "google.cloud.pubsub.topic.v1.messagePublished"
@@ -53,6 +60,7 @@ _FUNCTION_MASK = {
     "buildConfig.source",
     "buildConfig.runtime",
     "buildConfig.entryPoint",
+    "buildConfig.serviceAccount",
     "serviceConfig.timeoutSeconds",
     "serviceConfig.availableMemory",
     "serviceConfig.environmentVariables",
@@ -93,7 +101,7 @@ class CloudDouble:
         self.scheduler = SchedulerApi(project, region, self.pubsub)
         self.jobs = self.scheduler.jobs
         self.project_apis = ProjectApis(project, self.pubsub)
-        self.rules = RulesApi(project)
+        self.rules = RulesApi(project, self.project_apis.enabled)
         self.functions: dict[str, JsonDict] = {}
         self.triggers: dict[str, JsonDict] = {}
         self.uploads: dict[str, bytes] = {}
@@ -141,6 +149,16 @@ class CloudDouble:
     def endpoints(self) -> Endpoints:
         """The same double for every API."""
         return Endpoints.everywhere(self.endpoint)
+
+    def user_credentials(self) -> UserCredentials:
+        """A person's Application Default Credentials as ``gcloud auth
+        application-default login`` writes them: no quota project. Every API of
+        the double takes their token; those that bill the caller know it as a user's."""
+        from google.oauth2.credentials import Credentials
+
+        token = f"ya29.user-{next(self._ids)}"
+        self.rules.user_tokens.add(token)
+        return Credentials(token=token)
 
     @property
     def requests(self) -> list[RecordedRequest]:
@@ -228,6 +246,7 @@ class CloudDouble:
         body = dict(request.body or {})
         body.pop("name", None)
         self._check_function(body, set(_FUNCTION_MASK))
+        builder = build_account(self.project_apis, get_path(body, "buildConfig.serviceAccount"))
         if name in self.functions:
             return self._new_operation(name, "create", error=("ALREADY_EXISTS", name))
         number = next(self._ids)
@@ -242,6 +261,10 @@ class CloudDouble:
         trigger["retryPolicy"] = enum_value(trigger.get("retryPolicy"), _RETRY)
         trigger["trigger"] = self._new_trigger(fid, number, trigger["pubsubTopic"])
         self.functions[name] = body
+        failure = build_failure(self.project_apis, self.region, fid, builder)
+        if failure is not None:
+            body["state"] = "FAILED"
+            return self._new_operation(name, "create", error=("INTERNAL", failure))
         return self._new_operation(name, "create")
 
     def _patch_function(self, request: RecordedRequest, fid: str) -> JsonDict:
@@ -251,6 +274,9 @@ class CloudDouble:
             raise ApiError(400, f"update mask {paths} is empty or names unknown fields")
         body = request.body or {}
         self._check_function(body, set(paths))
+        builds = any(path.startswith("buildConfig.") for path in paths)
+        named = body if "buildConfig.serviceAccount" in paths else current
+        builder = build_account(self.project_apis, get_path(named, "buildConfig.serviceAccount"))
         for path in paths:
             if path == "eventTrigger":
                 trigger = dict(body["eventTrigger"], trigger=current["eventTrigger"]["trigger"])
@@ -258,6 +284,11 @@ class CloudDouble:
                 current["eventTrigger"] = trigger
             else:
                 set_path(current, path, get_path(body, path))
+        if builds:
+            failure = build_failure(self.project_apis, self.region, fid, builder)
+            current["state"] = "ACTIVE" if failure is None else "FAILED"
+            if failure is not None:
+                return self._new_operation(current["name"], "update", error=("INTERNAL", failure))
         return self._new_operation(current["name"], "update")
 
     def _delete_function(self, request: RecordedRequest, fid: str) -> JsonDict:

@@ -7,24 +7,57 @@ with source that declares no service; a release whose ruleset does not exist, a
 second create of a release, a patch whose body is not ``{"release": {...}}`` or
 names another release, or that asks to change more than ``rulesetName``; and a
 ruleset deleted while a release still names it.
+
+It bills like the real API too. Firebase Rules is a client-based API: with a
+user's credentials (``gcloud auth application-default login``) the caller must
+name a quota project (``x-goog-user-project``), or it answers 403 with Google's
+words and an ``ErrorInfo`` naming the gcloud CLI's own project as consumer; the
+quota project named must be one the caller may use (here: the project) with the
+API enabled. A service account's calls are billed to its own project and need
+no header. Which tokens are a user's, the double knows from ``user_tokens``.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 from spotline.infra.localcloud.wire import ApiError, RecordedRequest
+from tests.cloud_double_project import PROJECT_NUMBER
 from tests.cloud_double_wire import JsonDict
 
 CREATED = "2026-11-23T00:00:00.000000Z"
+SERVICE = "firebaserules.googleapis.com"
+# The gcloud CLI's OAuth client belongs to this Google project, which Firebase
+# Rules will not bill (the consumer its 403 names).
+GCLOUD_PROJECT_NUMBER = "764086051850"
+# Google's answer, word for word as reported from real projects.
+NO_QUOTA_PROJECT = (
+    "Your application is authenticating by using local Application Default Credentials. "
+    f"The {SERVICE} API requires a quota project, which is not set by default. To learn how "
+    "to set your quota project, see "
+    "https://cloud.google.com/docs/authentication/adc-troubleshooting/user-creds ."
+)
+
+
+def error_info(reason: str, consumer: str) -> JsonDict:
+    return {
+        "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+        "reason": reason,
+        "domain": "googleapis.com",
+        "metadata": {"consumer": consumer, "service": SERVICE},
+    }
 
 
 class RulesApi:
     """``rulesets`` and ``releases``, by full name, as their JSON."""
 
-    def __init__(self, project: str) -> None:
+    def __init__(self, project: str, enabled: set[str]) -> None:
         self.project = project
+        self.enabled = enabled  # the project's enabled APIs (Service Usage's)
+        self.user_tokens: set[str] = set()  # bearer tokens of users' credentials
         self.rulesets: dict[str, JsonDict] = {}
         self.releases: dict[str, JsonDict] = {}
         self._ids = itertools.count(1)
@@ -34,7 +67,7 @@ class RulesApi:
         # A release's id may hold dots and slashes (``cloud.firestore``, ``prod/beta``).
         release = p + r"/releases/(?P<rid>[^:]+)$"
         ruleset = p + r"/rulesets/(?P<sid>[^/:]+)$"
-        return [
+        routes: list[tuple[str, str, Callable[..., JsonDict]]] = [
             ("POST", p + r"/rulesets$", self._create_ruleset),
             ("GET", ruleset, self._get_ruleset),
             ("DELETE", ruleset, self._delete_ruleset),
@@ -43,6 +76,44 @@ class RulesApi:
             ("PATCH", release, self._patch_release),
             ("DELETE", release, self._delete_release),
         ]
+        return [(method, path, self._billed(handler)) for method, path, handler in routes]
+
+    # -- who pays -------------------------------------------------------------------
+
+    def _billed(self, handler: Callable[..., JsonDict]) -> Callable[..., JsonDict]:
+        @functools.wraps(handler)
+        def answer(request: RecordedRequest, **params: str) -> JsonDict:
+            self.check_quota_project(request)
+            return handler(request, **params)
+
+        return answer
+
+    def check_quota_project(self, request: RecordedRequest) -> None:
+        """Refuse a user's call that names no quota project, or one it may not
+        use or where the API is off. Other callers (a service account; none, as
+        the doubles take unauthenticated calls) are billed to their own project."""
+        token = request.headers.get("authorization", "").removeprefix("Bearer ")
+        if token not in self.user_tokens:
+            return
+        quota = request.headers.get("x-goog-user-project")
+        if not quota:
+            gcloud = f"projects/{GCLOUD_PROJECT_NUMBER}"
+            raise ApiError(403, NO_QUOTA_PROJECT, details=[error_info("SERVICE_DISABLED", gcloud)])
+        if quota != self.project:
+            raise ApiError(
+                403,
+                f"Caller does not have required permission to use project {quota}. Grant the "
+                "caller the roles/serviceusage.serviceUsageConsumer role, or a custom role with "
+                "the serviceusage.services.use permission, and then retry.",
+                details=[error_info("USER_PROJECT_DENIED", f"projects/{quota}")],
+            )
+        if SERVICE not in self.enabled:
+            raise ApiError(
+                403,
+                f"Firebase Rules API has not been used in project {PROJECT_NUMBER} before or it "
+                "is disabled. Enable it, then retry.",
+                details=[error_info("SERVICE_DISABLED", f"projects/{PROJECT_NUMBER}")],
+            )
 
     # -- rulesets -------------------------------------------------------------------
 

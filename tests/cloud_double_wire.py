@@ -14,7 +14,7 @@ import requests
 from spotline.infra.localcloud.wire import JsonDict
 
 # google.rpc.Code numbers, for errors inside a finished operation.
-RPC_CODES = {"INVALID_ARGUMENT": 3, "NOT_FOUND": 5, "ALREADY_EXISTS": 6}
+RPC_CODES = {"INVALID_ARGUMENT": 3, "NOT_FOUND": 5, "ALREADY_EXISTS": 6, "INTERNAL": 13}
 
 
 def camel(path: str) -> str:

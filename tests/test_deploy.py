@@ -145,8 +145,8 @@ def test_a_first_deploy_makes_a_bare_projects_one_time_steps(
     assert rule["action"] == {"type": "Delete"}
     assert rule["condition"]["matchesPrefix"] == ["runs/jobs/"]
     assert ".pt" in rule["condition"]["matchesSuffix"]
-    # 4. The two accounts.
-    assert set(apis.accounts) == set(accounts(project))
+    # 4. The three accounts: the functions', the VMs', the functions' builds'.
+    assert set(apis.accounts) == {*accounts(project), iam.BUILD_ACCOUNT.email(project)}
     # 5. The sink: Compute Engine's preemption entries to the preempted topic.
     sink = apis.sinks["spotline-preemptions"]
     assert sink["destination"] == (

@@ -124,6 +124,20 @@ def test_the_vm_account_publishes_vm_events_writes_jobs_files_and_logs_nothing_m
     assert "https://www.googleapis.com/auth/cloud-platform" not in VM_SCOPES
 
 
+def test_the_build_account_builds_functions_and_holds_nothing_more() -> None:
+    build = f"serviceAccount:{CONFIG.build_account}"
+    mine = [b for b in every_binding() if b.member == build]
+
+    # Google's role for building functions from source (logs, the source, the
+    # image); no right over VMs, Firestore, topics or other accounts.
+    assert [(b.scope, b.resource, b.role) for b in mine] == [
+        (iam.Scope.PROJECT, "projects/acme-ml", iam.Role.RUN_BUILDER)
+    ]
+    assert CONFIG.build_account == "spotline-build@acme-ml.iam.gserviceaccount.com"
+    # Only the build account holds it.
+    assert {b.member for b in every_binding() if b.role is iam.Role.RUN_BUILDER} == {build}
+
+
 def test_only_the_listed_principals_publish_on_submit_and_cancel() -> None:
     for key in iam.USER_TOPICS:
         publishers = {b.member for b in every_binding() if b.resource == CONFIG.topic(key)}

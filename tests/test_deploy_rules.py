@@ -192,3 +192,75 @@ def test_destroy_dry_run_and_rules_spotline_did_not_write(cloud: CloudDouble, pr
     assert theirs in cloud.rules.rulesets
     [kept] = [c for c in changes if c.kind == "rules"]
     assert kept.action == "kept" and theirs in kept.detail
+
+
+def test_a_users_adc_names_the_project_as_quota_project_on_every_rules_call(
+    cloud: CloudDouble, project: str
+) -> None:
+    # As `gcloud auth application-default login` leaves them: no quota project.
+    # Firebase Rules bills the caller, and refuses a user who names none.
+    user = cloud.user_credentials()
+    assert user.quota_project_id is None
+
+    Deployer(
+        deploy_config(project),
+        endpoints=cloud.endpoints(),
+        credentials=user,
+        operation_timeout_s=30,
+    ).run()
+    Destroyer(deploy_config(project), endpoints=cloud.endpoints(), credentials=user).run()
+
+    calls = rules_requests(cloud)
+    assert {r.method for r in calls} == {"GET", "POST", "DELETE"}
+    assert all(r.headers["authorization"] == f"Bearer {user.token}" for r in calls)
+    assert {r.headers.get("x-goog-user-project") for r in calls} == {project}
+    # The resource-based APIs bill the project they act on: no header is sent there.
+    others = [r for r in cloud.requests if r not in calls and "authorization" in r.headers]
+    assert others and not [r for r in others if "x-goog-user-project" in r.headers]
+
+
+def test_the_rules_api_refuses_a_user_with_no_quota_project_as_google_does(
+    cloud: CloudDouble, project: str
+) -> None:
+    import requests
+
+    user = cloud.user_credentials()
+    url = f"{cloud.endpoint}/v1/{release_name(project)}"
+    bearer = {"authorization": f"Bearer {user.token}"}
+
+    refused = requests.get(url, headers=bearer, timeout=10)
+
+    assert refused.status_code == 403
+    error = refused.json()["error"]
+    assert error["status"] == "PERMISSION_DENIED"
+    assert "The firebaserules.googleapis.com API requires a quota project" in error["message"]
+    [info] = error["details"]
+    assert (info["reason"], info["metadata"]["service"]) == (
+        "SERVICE_DISABLED",
+        "firebaserules.googleapis.com",
+    )
+    # A quota project the caller may use, with the API on, is billed.
+    other = requests.get(url, headers={**bearer, "x-goog-user-project": "elsewhere"}, timeout=10)
+    assert other.status_code == 403 and "serviceusage.services.use" in other.text
+    off = requests.get(url, headers={**bearer, "x-goog-user-project": project}, timeout=10)
+    assert off.status_code == 403 and "disabled" in off.text
+    cloud.project_apis.enabled.add("firebaserules.googleapis.com")
+    billed = requests.get(url, headers={**bearer, "x-goog-user-project": project}, timeout=10)
+    assert billed.status_code == 404  # no release yet: past the billing check
+    # A service account's token is billed to its own project: no header needed.
+    assert requests.get(url, headers={"authorization": "Bearer sa"}, timeout=10).status_code == 404
+
+
+def test_only_a_persons_credentials_get_the_project_as_quota_project() -> None:
+    from google.auth import compute_engine
+    from google.oauth2.credentials import Credentials
+
+    from spotline.infra.deploy.clients import billed_to
+
+    for person in (Credentials(token="t"), Credentials(token="t", quota_project_id="other")):
+        headers: dict[str, str] = {}
+        billed_to(person, "acme").apply(headers)
+        assert headers["x-goog-user-project"] == "acme"
+    # A service account (here the metadata server's) bills its own project.
+    machine = compute_engine.Credentials()
+    assert billed_to(machine, "acme") is machine

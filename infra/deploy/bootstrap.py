@@ -9,7 +9,8 @@ In order:
    security rules: deny every client SDK request (``spotline.infra.deploy.rules``);
 3. the bucket of the storage root: uniform access, a lifecycle rule that
    deletes old checkpoints;
-4. the two service accounts (``spotline.infra.deploy.iam``);
+4. the three service accounts (``spotline.infra.deploy.iam``): the functions',
+   the VMs' and the one Cloud Build builds the functions as;
 5. the Cloud Logging sink that routes Compute Engine's preemption entries to the
    preempted topic;
 6. the IAM bindings ``spotline.infra.deploy.iam`` declares, per resource: one read, at
@@ -249,7 +250,8 @@ class ProjectSetup:
 
     def accounts(self) -> list[tuple[iam.Account | None, str]]:
         """(the declared account, or None where another was configured; its email)."""
-        configured = (self.iam_config.functions_account, self.iam_config.vm_account)
+        config = self.iam_config
+        configured = (config.functions_account, config.vm_account, config.build_account)
         return [
             (account if account.email(self.project) == email else None, email)
             for account, email in zip(iam.ACCOUNTS, configured, strict=True)

@@ -7,6 +7,14 @@ clients over HTTP/JSON. The IAM Admin library speaks gRPC only, so service
 accounts and their policies go through IAM's REST API with an authorized
 session; so do Firestore's security rules, through the Firebase Rules API, which
 has no Python client library.
+
+Who pays for a call: every API here but Firebase Rules is resource-based, and
+bills the project that holds the resource. Firebase Rules is client-based: it
+bills the caller's quota project, and refuses a person's Application Default
+Credentials that name none (what ``gcloud auth application-default login``
+writes). So its calls name the project being deployed, where deploy has just
+enabled the API (``billed_to``); a service account's are billed to its own
+project and left alone.
 """
 
 from __future__ import annotations
@@ -124,17 +132,36 @@ class ProjectClients:
 
     @cached_property
     def rules_session(self) -> Any:
-        return self._session(self.endpoints.firebase_rules)
+        return self._session(self.endpoints.firebase_rules, billed=True)
 
-    def _session(self, endpoint: str | None) -> Any:
-        """An authorized session: the deploying user's credentials, none for ``http://``."""
+    def _session(self, endpoint: str | None, *, billed: bool = False) -> Any:
+        """An authorized session: the deploying user's credentials (none for an
+        ``http://`` endpoint not given any); ``billed``: a client-based API's,
+        whose calls by a person name this project as their quota project."""
         import google.auth
         from google.auth.transport.requests import AuthorizedSession
 
         credentials = self._options(endpoint)["credentials"]
         if credentials is None:
             credentials, _ = google.auth.default(scopes=[CLOUD_PLATFORM])
+        if billed:
+            credentials = billed_to(credentials, self.project)
         return AuthorizedSession(credentials)
+
+
+def billed_to(credentials: Credentials, project: str) -> Credentials:
+    """A person's credentials with ``project`` as their quota project: each call
+    then carries ``x-goog-user-project: PROJECT``. Used even where ADC names
+    another quota project, since the API must be enabled there and deploy knows
+    it enabled it here; the deploying owner may use the project
+    (``serviceusage.services.use``). Anything else is returned as it is: a
+    service account's calls (a key, impersonation, the metadata server) bill
+    its own project, and naming one would need that permission too."""
+    from google.oauth2.credentials import Credentials as UserCredentials
+
+    if isinstance(credentials, UserCredentials):
+        return credentials.with_quota_project(project)
+    return credentials
 
 
 def _call(

@@ -5,7 +5,7 @@ missing, updated (with an update mask) when it differs, and left alone when it
 agrees, so a second run changes nothing. In order:
 
 1. the project's one-time steps (``spotline.infra.deploy.bootstrap``): APIs, the
-   Firestore database and its deny-all rules, the bucket, the two service accounts;
+   Firestore database and its deny-all rules, the bucket, the three service accounts;
 2. the Pub/Sub topics, and a subscription that keeps the dead letters;
 3. the preemption log sink, then the IAM bindings ``spotline.infra.deploy.iam`` declares;
 4. the machine catalog, seeded into Firestore;

@@ -9,7 +9,7 @@
 5. spotline's IAM bindings on the project (and on the bucket when it is kept);
    the bindings on topics and accounts go with those;
 6. the dead-letter subscription, the users' own subscriptions and the topics;
-7. the two service accounts spotline made (one the configuration named instead
+7. the three service accounts spotline made (one the configuration named instead
    is left alone);
 8. only with ``delete_data``: the bucket (with every object in it) and the
    Firestore database; otherwise they are kept and said so.

@@ -11,6 +11,14 @@ compute.admin, ...) appears in them or on the wire. Least privilege:
   Firestore (``datastore.user``), and is the identity its Pub/Sub triggers
   invoke the functions as (``run.invoker``). It publishes on the topics the
   functions publish on (``FUNCTION_TOPICS``) and no other.
+- the build account (``spotline-build``) is what Cloud Build builds the
+  functions as, named in each function's ``buildConfig.serviceAccount``:
+  Google's Cloud Run Builder role on the project (write build logs, fetch the
+  uploaded source, push the image) and nothing else. Since 2024 a new project's
+  default build account may be one with no roles, whose builds fail; and Google
+  recommends a build account of one's own over the functions' runtime account,
+  which would otherwise hold both sets of rights (a build runs the
+  requirements' installers, the runtime places VMs).
 - the VM account publishes on the VM event topics only, reads and writes objects
   under the storage root's ``jobs/`` prefix only (an IAM condition), and writes
   logs. No Compute, IAM or Firestore right.
@@ -63,6 +71,10 @@ class Role(StrEnum):
     LOG_WRITER = "roles/logging.logWriter"
     # Write metric points (the Ops Agent's, on the VMs).
     METRIC_WRITER = "roles/monitoring.metricWriter"
+    # Build a function from source: write build logs, read the uploaded source,
+    # push and clean up the image in Artifact Registry. Project-wide: the
+    # gcf-v2-sources bucket and gcf-artifacts repository appear with the first build.
+    RUN_BUILDER = "roles/run.builder"
 
 
 class Scope(StrEnum):
@@ -97,7 +109,12 @@ VM_ACCOUNT = Account(
     "spotline training VMs",
     "Runs on spotline's Spot VMs: publishes job events, saves checkpoints.",
 )
-ACCOUNTS = (FUNCTIONS_ACCOUNT, VM_ACCOUNT)
+BUILD_ACCOUNT = Account(
+    "spotline-build",
+    "spotline function builds",
+    "Builds spotline's Cloud Functions from source: reads the upload, pushes the image.",
+)
+ACCOUNTS = (FUNCTIONS_ACCOUNT, VM_ACCOUNT, BUILD_ACCOUNT)
 VM_EVENT_TOPICS = ("vm_booted", "epoch_done", "job_finished", "spot_preempted")
 USER_TOPICS = ("submit", "cancel")
 # What the functions publish: each job's state changes (``spotline.functions.ops.outbox``)
@@ -161,6 +178,11 @@ class IamConfig:
         return f"projects/{self.project}/topics/{TOPICS[key]}"
 
     @property
+    def build_account(self) -> str:
+        """The email of the account Cloud Build builds the functions as."""
+        return BUILD_ACCOUNT.email(self.project)
+
+    @property
     def jobs_prefix(self) -> str:
         """The object names the VMs may touch (``Settings.job_prefix``)."""
         return f"{self.prefix.strip('/')}/jobs/" if self.prefix.strip("/") else "jobs/"
@@ -204,6 +226,7 @@ def bindings(config: IamConfig) -> list[Binding]:
     project = f"projects/{config.project}"
     fn = f"serviceAccount:{config.functions_account}"
     vm = f"serviceAccount:{config.vm_account}"
+    build = f"serviceAccount:{config.build_account}"
     found = [
         Binding(Scope.PROJECT, project, Role.INSTANCE_ADMIN, fn, "places and removes VMs"),
         Binding(Scope.PROJECT, project, Role.DATASTORE_USER, fn, "keeps job status"),
@@ -217,6 +240,7 @@ def bindings(config: IamConfig) -> list[Binding]:
         ),
         Binding(Scope.PROJECT, project, Role.LOG_WRITER, vm, "the agent's logs"),
         Binding(Scope.PROJECT, project, Role.METRIC_WRITER, vm, "the Ops Agent's metrics"),
+        Binding(Scope.PROJECT, project, Role.RUN_BUILDER, build, "builds the functions"),
         Binding(
             Scope.BUCKET,
             config.bucket,

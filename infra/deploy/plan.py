@@ -222,6 +222,11 @@ def function_name(config: DeployConfig, function: Function) -> str:
     return f"{config.location}/functions/{function.function_id}"
 
 
+def build_account(config: DeployConfig) -> str:
+    """``buildConfig.serviceAccount``: the full name the API takes, not the email."""
+    return f"projects/{config.project}/serviceAccounts/{config.iam_config.build_account}"
+
+
 def upload_url_request(config: DeployConfig) -> functions_v2.GenerateUploadUrlRequest:
     return functions_v2.GenerateUploadUrlRequest(
         parent=config.location, environment=functions_v2.Environment.GEN_2
@@ -235,7 +240,12 @@ def desired_function(
     storage_source: functions_v2.StorageSource | None = None,
 ) -> functions_v2.Function:
     """The function as it should be; its source only when one was just uploaded."""
-    build = functions_v2.BuildConfig(runtime=config.runtime, entry_point=function.entry_point)
+    build = functions_v2.BuildConfig(
+        runtime=config.runtime,
+        entry_point=function.entry_point,
+        # Named, never the project's default: that may hold no role (iam.BUILD_ACCOUNT).
+        service_account=build_account(config),
+    )
     if storage_source is not None:
         build.source = functions_v2.Source(storage_source=storage_source)
     return functions_v2.Function(
@@ -296,6 +306,8 @@ def function_update(
         paths.append("build_config.runtime")
     if current.build_config.entry_point != desired.build_config.entry_point:
         paths.append("build_config.entry_point")
+    if current.build_config.service_account != desired.build_config.service_account:
+        paths.append("build_config.service_account")
     current_service, wanted_service = current.service_config, desired.service_config
     if current_service.timeout_seconds != wanted_service.timeout_seconds:
         paths.append("service_config.timeout_seconds")

@@ -48,9 +48,12 @@ class RecordedRequest:
     content: bytes = b""  # the raw body (an upload is not JSON)
 
 
-def error_body(status: int, message: str, reason: str | None = None) -> JsonDict:
+def error_body(
+    status: int, message: str, reason: str | None = None, details: list[JsonDict] | None = None
+) -> JsonDict:
     """Google's JSON error body: ``code``, ``message`` and ``status`` as every API
-    writes them, and ``errors[].reason`` as Compute Engine's clients read it."""
+    writes them, ``errors[].reason`` as Compute Engine's clients read it, and
+    ``details`` (``google.rpc.ErrorInfo`` and the like) where the API sends them."""
     error: JsonDict = {
         "code": status,
         "message": message,
@@ -58,21 +61,30 @@ def error_body(status: int, message: str, reason: str | None = None) -> JsonDict
     }
     if reason is not None:
         error["errors"] = [{"message": message, "domain": "global", "reason": reason}]
+    if details:
+        error["details"] = details
     return {"error": error}
 
 
 class ApiError(Exception):
     """An error answer: an HTTP status and Google's error body."""
 
-    def __init__(self, status: int, message: str, reason: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        reason: str | None = None,
+        details: list[JsonDict] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.reason = reason
         self.message = message
+        self.details = details
 
     @property
     def body(self) -> JsonDict:
-        return error_body(self.status, self.message, self.reason)
+        return error_body(self.status, self.message, self.reason, self.details)
 
 
 class Api(Protocol):
