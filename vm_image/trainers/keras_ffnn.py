@@ -214,17 +214,25 @@ def main(env: Mapping[str, str] | None = None) -> int:
     except SettingsError as error:
         print(f"keras_ffnn: {error}", file=sys.stderr)
         return EXIT_BAD_SETTINGS
+    if tensorflow_missing("keras_ffnn"):
+        return EXIT_MISSING_EXTRA
+    return train(settings)
+
+
+def tensorflow_missing(trainer: str) -> bool:
+    """Whether TensorFlow and Keras cannot be imported; if so, ``trainer`` says
+    which extra brings them."""
     try:
         import keras  # noqa: F401
         import tensorflow  # noqa: F401
     except ImportError as missing:
         print(
-            f"keras_ffnn: TensorFlow is not installed ({missing}): "
+            f"{trainer}: TensorFlow is not installed ({missing}): "
             "install the extra, pip install 'spotline[tensorflow]'",
             file=sys.stderr,
         )
-        return EXIT_MISSING_EXTRA
-    return train(settings)
+        return True
+    return False
 
 
 if __name__ == "__main__":

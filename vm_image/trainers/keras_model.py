@@ -36,6 +36,7 @@ from spotline.vm_image.trainers.keras_ffnn import (
     EXIT_MISSING_EXTRA,
     RESERVED_FIT_KWARGS,
     distribution_strategy,
+    tensorflow_missing,
     uneven_batch,
 )
 
@@ -143,15 +144,7 @@ def main(env: Mapping[str, str] | None = None) -> int:
     except SettingsError as error:
         print(f"keras_model: {error}", file=sys.stderr)
         return EXIT_BAD_SETTINGS
-    try:
-        import keras  # noqa: F401
-        import tensorflow  # noqa: F401
-    except ImportError as missing:
-        print(
-            f"keras_model: TensorFlow is not installed ({missing}): "
-            "install the extra, pip install 'spotline[tensorflow]'",
-            file=sys.stderr,
-        )
+    if tensorflow_missing("keras_model"):
         return EXIT_MISSING_EXTRA
     return train(run, folder)
 
