@@ -266,6 +266,6 @@ def test_the_readme_example_runs(shared_stack: LocalStack, tmp_path: Path) -> No
 
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     job_id, epochs, accuracy = done.stdout.strip().splitlines()[-1].split()
-    assert epochs == "3" and float(accuracy) > 0.8
+    assert epochs == "10" and float(accuracy) > 0.7  # it learnt (about 0.9)
     assert list((tmp_path / "runs" / job_id / "checkpoints").iterdir())
     assert list((tmp_path / "runs" / "logs" / job_id).rglob("*tfevents*"))
