@@ -1,5 +1,6 @@
-"""A job's timeline as a pie or a funnel of its phases: a matplotlib figure (``Job.plot_timeline``), or a PNG drawn with the Agg
-backend, no display needed (``spotline timeline --chart``).
+"""A job's timeline as a pie or a funnel of its phases: a matplotlib figure
+(``Job.plot_timeline``), or a PNG drawn with the Agg backend, no display
+needed (``spotline timeline --chart``).
 
 matplotlib is the optional ``viz`` extra: ``pip install -e '.[viz]'``.
 """
