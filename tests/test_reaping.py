@@ -385,3 +385,28 @@ def test_a_gang_nodes_exit_held_past_the_notice_is_judged() -> None:
     )
     assert r.decide_jobs([held], LIMITS, at(HOLD_S - 1)) == []
     assert r.decide_jobs([held], LIMITS, at(HOLD_S)) == [r.JudgeFinish(held)]
+
+
+def test_a_gang_node_silent_after_its_held_finish_is_not_stalled() -> None:
+    """Its agent reported the exit and stopped beating: the silence is the
+    finish, which stage 2 judges when its window ends (a stall timeout shorter
+    than the window restarted the gang again and again). A node gone from the
+    listing is still a preemption, which the hold waits for."""
+    nodes = ["sl-job1-a1-n0", "sl-job1-a1-n1"]
+    finished = JobFinished(job_id="job1", attempt=1, instance=nodes[0], sent_at=T0, exit_code=1)
+    held = job(
+        spec={"nodes": 2},
+        instance=nodes[0],
+        nodes=nodes,
+        held_finish=HeldFinish(event=finished, since=at(0)),
+    )
+    silent = [instance(name, **BOOTED) for name in nodes]
+    vms = [vm(name) for name in nodes]
+
+    assert vms_stage(silent, vms, [held], now_s=301) == []
+    [lost] = vms_stage(silent, vms[:1], [held], now_s=301)
+    assert isinstance(lost, r.Recover) and lost.cause == S.PREEMPTED
+    # Another attempt's hold masks nothing.
+    older = held.model_copy(update={"held_finish": HeldFinish(
+        event=finished.model_copy(update={"attempt": 0}), since=at(0))})  # fmt: skip
+    assert len(vms_stage(silent, vms, [older], now_s=301)) == 2

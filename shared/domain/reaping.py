@@ -155,6 +155,8 @@ def _instance_action(
     if serves_its_job(instance, job):
         if vm is None:
             return Recover(instance, JobSubstatus.PREEMPTED, missed_preemption_note(instance))
+        if _finish_held(job, instance.attempt):
+            return None  # its silence is the finish, judged at the window's end (stage 2)
         stalled = stall_note(instance, now, timeouts.stall_timeout_s, timeouts.boot_timeout_s)
         return None if stalled is None else Recover(instance, JobSubstatus.STALLED, stalled)
     if finishing(instance, job, now, timeouts.request_timeout_s):
@@ -207,6 +209,12 @@ def orphaned(vm: Vm, instance: InstanceDoc | None, job: JobDoc | None, now: date
     if in_preemption_notice(vm.name, instance, job, now):
         return False
     return vm.state not in VmState.going()
+
+
+def _finish_held(job: JobDoc | None, attempt: int) -> bool:
+    """Whether ``job`` holds a node's finish of ``attempt`` (``gang_finish``)."""
+    held = job.held_finish if job is not None else None
+    return held is not None and held.event.attempt == attempt
 
 
 def _cost_stale(job: JobDoc, timeouts: Timeouts, now: datetime) -> bool:
