@@ -91,8 +91,13 @@ def test_the_client_names_a_location_with_nothing_stored_and_publishes_nothing(
     local_stack: LocalStack, tmp_path: Path
 ) -> None:
     missing = f"{local_stack.client_env()['SPOTLINE_STORAGE_ROOT']}/nothing-here/code"
-    spec = {"user": "carol", "machine_ids": ["g2-standard-4"], "command": ["python", "t.py"],
-            "code_uri": missing, "data_uri": str(tmp_path / "no-data")}  # fmt: skip
+    spec = {
+        "user": "nothing-stored",
+        "machine_ids": ["g2-standard-4"],
+        "command": ["python", "t.py"],
+        "code_uri": missing,
+        "data_uri": str(tmp_path / "no-data"),
+    }
     (tmp_path / "job.json").write_text(json.dumps(spec))
     store = FirestoreStore(local_stack.options.project)
 
@@ -102,7 +107,7 @@ def test_the_client_names_a_location_with_nothing_stored_and_publishes_nothing(
     problems = refused.value.problems
     assert any(f"code_uri: nothing is stored at {missing}" in p for p in problems), problems
     assert any("data_uri: nothing is stored at" in p for p in problems), problems
-    assert store.recent_jobs(5, user="carol") == []
+    assert store.recent_jobs(5, user="nothing-stored") == []
 
 
 def test_a_gang_node_whose_trainer_never_started_fails_the_job_at_once() -> None:

@@ -62,7 +62,11 @@ def test_the_scripts_parse(script: str) -> None:
 
 
 # The extra each built-in trainer's framework comes in on a GPU VM (pyproject.toml).
-TRAINER_EXTRAS = {"digits_mlp": "torch", "keras_ffnn": "tensorflow-cuda"}
+TRAINER_EXTRAS = {
+    "digits_mlp": "torch",
+    "keras_ffnn": "tensorflow-cuda",
+    "keras_model": "tensorflow-cuda",
+}
 
 
 def test_the_image_installs_what_every_built_in_trainer_needs() -> None:

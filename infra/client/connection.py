@@ -23,10 +23,12 @@ if TYPE_CHECKING:
 # The local stack's folder, under the working folder, unless said otherwise.
 DEFAULT_WORKDIR = Path(".spotline")
 WORKDIR_VARIABLE = "SPOTLINE_WORKDIR"
-# The variables the last ``connect`` put into this process's environment, with
-# what they replaced: a notebook that connects again (to another stack, or to
-# its stack restarted on new ports) must not read them as the user's own.
-_applied: dict[str, tuple[str, str | None]] = {}
+# The variables ``connect`` put into this process's environment: a notebook
+# that connects again (to another stack, or to its stack restarted on new
+# ports) must not read them as the user's own, which would come first.
+_applied: dict[str, str] = {}
+# The variables that name a system when the user sets them.
+_NAMING = ("FIRESTORE_EMULATOR_HOST", "SPOTLINE_COMPUTE_ENDPOINT")
 
 
 def workdir_of(workdir: str | os.PathLike[str] | None = None) -> Path:
@@ -84,7 +86,6 @@ def connect(workdir: str | os.PathLike[str] | None = None) -> Connection:
     from spotline.shared.settings import Settings, SettingsError
 
     folder = workdir_of(workdir)
-    _take_back_applied()
     env, config_file, _ = where(folder)
     if env is None:
         raise NotConnected(
@@ -101,21 +102,14 @@ def connect(workdir: str | os.PathLike[str] | None = None) -> Connection:
 
 
 def _apply(env: dict[str, str]) -> None:
-    for name, value in env.items():
-        _applied[name] = (value, os.environ.get(name))
-        os.environ[name] = value
+    _applied.update(env)
+    os.environ.update(env)
 
 
-def _take_back_applied() -> None:
-    """Undo the last ``connect``'s variables that still hold what it set."""
-    for name, (value, before) in _applied.items():
-        if os.environ.get(name) != value:
-            continue  # changed since: the user's now
-        if before is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = before
-    _applied.clear()
+def _users(name: str) -> bool:
+    """Whether the variable is set, and not to what ``connect`` set it."""
+    value = os.environ.get(name)
+    return bool(value) and _applied.get(name) != value
 
 
 def where(workdir: Path) -> tuple[dict[str, str] | None, bool, str]:
@@ -134,12 +128,14 @@ def where(workdir: Path) -> tuple[dict[str, str] | None, bool, str]:
 
     path = config_path(os.environ)
     found = path is not None and path.exists()
-    if os.environ.get("FIRESTORE_EMULATOR_HOST") or os.environ.get("SPOTLINE_COMPUTE_ENDPOINT"):
-        state = "read" if found else "absent"
-        return {}, True, f"the environment, over the config file {path} ({state})"
+    environment = f"the environment, over the config file {path} ({'read' if found else 'absent'})"
+    if any(_users(name) for name in _NAMING):
+        return {}, True, environment
     stack = read_stack_env(workdir)
     if stack is not None:
         return stack, False, f"the local stack running in {workdir} (no config file)"
+    if any(os.environ.get(name) for name in _NAMING):
+        return {}, True, environment  # what an earlier connect found
     if found:
         return {}, True, f"the config file {path}, under the environment"
     return None, True, f"the defaults and the environment (no local stack in {workdir}, no {path})"
