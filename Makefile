@@ -60,7 +60,7 @@ tools:
 test: lint tools
 	$(BIN)/pytest
 
-# Issue 10's big replay: many jobs, every message 1-5 times in shuffled order,
+# The big replay: many jobs, every message 1-5 times in shuffled order,
 # a few seeds (override SOAK_JOBS / SOAK_SEEDS), and the crash suite at every
 # crash point. Prints the events replayed and the crash points injected.
 # Nothing depends on it; `make test` runs a small one of each.
@@ -70,7 +70,7 @@ soak-replay: $(INSTALLED)
 	SPOTLINE_REPLAY_JOBS=$(SOAK_JOBS) SPOTLINE_REPLAY_SEED=$(SOAK_SEEDS) SPOTLINE_CRASH_EVERY=1 \
 	  $(BIN)/pytest -q -p no:cacheprovider tests/test_replay.py tests/test_crash_points.py
 
-# Issue 10's dependencies failing, at length: more jobs and seeds while Compute
+# Dependencies failing, at length: more jobs and seeds while Compute
 # fails 90 % of its answers for 40 steps (deliveries dead-letter; the reaper
 # finishes their work), emulators frozen past the clients' 30 s deadlines, and
 # a Firestore restarted with its data. `make test` runs a short one of each.
@@ -90,7 +90,7 @@ soak: $(INSTALLED)
 bench: $(INSTALLED)
 	$(BIN)/python benchmarks/bench_skeleton.py
 
-# Issue 14's Spot economics (README: Spot economics): spotline's handlers on a
+# Spot economics (README: Spot economics): spotline's handlers on a
 # virtual clock under seeded preemption traces, against on-demand, restart
 # from scratch and a SkyPilot-like poller. ECON_ARGS: e.g. --trace FILE.
 ECON_SEEDS ?= 3
@@ -98,7 +98,7 @@ ECON_ARGS ?=
 bench-econ: $(INSTALLED)
 	$(BIN)/python benchmarks/bench_econ.py --seeds $(ECON_SEEDS) $(ECON_ARGS)
 
-# Issue 14: spotline at a team's scale, each benchmark on its own emulator (not
+# spotline at a team's scale, each benchmark on its own emulator (not
 # part of `make test`; about 30 min on 2 shared cores, and the Spot economics
 # about 25 more): cold starts, Firestore operations per job and their price, a
 # burst of 500 submissions from 20 users, the reaper over 10,000 active and

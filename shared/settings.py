@@ -156,9 +156,9 @@ class Settings(BaseSettings):
     max_active_jobs: int = Field(
         default=5,
         ge=1,
-        description="active jobs per user (the seed's 5)",
+        description="active jobs per user",
     )
-    # Cooling price escalation: the seed's BASELINE and UNIT_PERCENTAGE.
+    # Cooling price escalation: a baseline, then a unit per minute.
     cooling_baseline_min: int = Field(
         default=10,
         ge=0,
@@ -173,12 +173,12 @@ class Settings(BaseSettings):
     max_active_instances: int = Field(
         default=5,
         ge=1,
-        description="active VMs per user (the seed's 5)",
+        description="active VMs per user",
     )
     max_stopped_instances: int = Field(
         default=4,
         ge=0,
-        description="stopped VMs kept per user for reuse (the seed's 4)",
+        description="stopped VMs kept per user for reuse",
     )
     # SECURITY.md: the mode in which spotline knows who submits and cancels.
     user_topics: Annotated[tuple[str, ...], NoDecode] = Field(

@@ -1,4 +1,4 @@
-"""The seed's Keras network as your own script: on spotline, or with `python train.py`."""
+"""A Keras 256-256-10 network as your own script: on spotline, or with `python train.py`."""
 
 import json
 import os

@@ -12,7 +12,7 @@ from spotline.infra.client.job import Job
 
 
 def tensorboard(args: argparse.Namespace) -> int:
-    """The seed's get_tensorboard_logs: into DIRECTORY/logs/JOB/."""
+    """A job's TensorBoard logs into DIRECTORY/logs/JOB/."""
     job = Job(args.job, connection=connect(args.workdir))
     try:
         job.tensorboard(args.directory)
@@ -25,7 +25,7 @@ def tensorboard(args: argparse.Namespace) -> int:
 
 
 def checkpoints(args: argparse.Namespace) -> int:
-    """The seed's ``directory_to_save_ckpt``: a job's saved state and final
+    """A job's saved state and final
     outputs into DIRECTORY/JOB/checkpoints and DIRECTORY/JOB/outputs."""
     job = Job(args.job, connection=connect(args.workdir))
     downloads = {"checkpoints": job.checkpoints, "outputs": job.outputs}

@@ -1,5 +1,5 @@
-"""Plain-text tables of jobs, epochs, machines and settings (the jobs table like
-the seed article's experiment summary)."""
+"""Plain-text tables of jobs, epochs, machines and settings (the jobs table
+as an experiment summary)."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def jobs_table(jobs: Sequence[JobDoc]) -> str:
 
 
 def machines_table(rows: Sequence[MachineOffer], quotas_read: bool = True) -> str:
-    """The catalog as the seed's ``available_machines()`` prints it.
+    """The catalog with prices, capacity and quotas.
 
     CAPACITY is ``?`` when the quotas could not be read, ``-`` when none of a
     machine's quotas is known.

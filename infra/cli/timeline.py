@@ -1,5 +1,5 @@
 """``spotline timeline JOB``: where a job's time went, per attempt and in
-total, as a table, JSON, or the seed's pie and funnel charts (a PNG)."""
+total, as a table, JSON, or pie and funnel charts (a PNG)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def add_parser(sub: Any, run: Any) -> None:
     parser = sub.add_parser("timeline", help="where a job's time went, per phase and attempt")
     parser.add_argument("job", help="the job")
     parser.add_argument(
-        "--chart", choices=("pie", "funnel"), help="also draw the seed's chart (needs matplotlib)"
+        "--chart", choices=("pie", "funnel"), help="also draw a chart (needs matplotlib)"
     )
     parser.add_argument(
         "-o", "--output", type=Path, help="the chart's PNG (default: JOB-timeline-CHART.png)"

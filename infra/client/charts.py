@@ -95,7 +95,7 @@ def _pie(axes: Axes, totals: dict[Phase, float]) -> None:
 
 def _funnel(axes: Axes, totals: dict[Phase, float]) -> None:
     """The phases top to bottom in the order a job meets them, each bar as wide
-    as its time and centred, as the seed's funnel chart."""
+    as its time and centred, as a funnel."""
     phases = list(totals)
     widths = [totals[p] for p in phases]
     widest = max(widths)

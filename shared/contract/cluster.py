@@ -1,11 +1,11 @@
 """The environment each framework expects on each node of a multi-node job.
 
-The names follow what each framework reads (and the seed's AIchor operators):
+The names follow what each framework reads (and AIchor's operators):
 PyTorch's env:// rendezvous, TensorFlow's TF_CONFIG, XGBoost's tracker
-variables, JAX's coordinator (under JAX's names and the seed's Jax-Operator
+variables, JAX's coordinator (under JAX's names and AIchor's Jax-Operator
 ``JAXOPERATOR_*`` names), Ray's head address. One process per node: a node's
 rank is its index in the job's node list; node 0 is the master/coordinator
-(Ray's head). ``NODES`` is the seed's DIY recipe: the VM names, space
+(Ray's head). ``NODES`` is the do-it-yourself recipe's: the VM names, space
 separated, in which a script finds its rank by its own hostname.
 """
 
@@ -69,13 +69,13 @@ def cluster_env(
             "JAX_COORDINATOR_ADDRESS": f"{master}:{port}",
             "JAX_NUM_PROCESSES": world,
             "JAX_PROCESS_ID": str(rank),
-            # The seed's Jax-Operator names, for scripts written against it.
+            # AIchor's Jax-Operator names, for scripts written against it.
             "JAXOPERATOR_COORDINATOR_ADDRESS": f"{master}:{port}",
             "JAXOPERATOR_NUM_PROCESSES": world,
             "JAXOPERATOR_PROCESS_ID": str(rank),
         }
     elif framework == "ray":
         # ray.init() with no argument joins the cluster at RAY_ADDRESS; the
-        # seed's Ray-Operator calls the same address RAY_SERVER.
+        # AIchor's Ray-Operator calls the same address RAY_SERVER.
         env |= {"RAY_ADDRESS": f"{master}:{port}", "RAY_SERVER": f"{master}:{port}"}
     return env

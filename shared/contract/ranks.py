@@ -1,11 +1,12 @@
 """Several trainer processes on one node: how many, and what each is told.
 
-The seed (003) spawns one process per GPU on each node and computes a global
-rank as ``node_rank * gpus_per_node + local_rank``; torchrun does the same and
-tells each process in variables. The agent plays that launcher: with
-``processes_per_node`` (ppn) above 1 it starts ppn processes, each with the
-node's cluster variables (``cluster.cluster_env``) overlaid by its own rank.
-With ppn 1 nothing here applies and the node runs one process as before.
+A common multi-GPU recipe (``mp.spawn``) starts one process per GPU on each
+node and computes a global rank as ``node_rank * gpus_per_node +
+local_rank``; torchrun does the same and tells each process in variables.
+The agent plays that launcher: with ``processes_per_node`` (ppn) above 1 it
+starts ppn processes, each with the node's cluster variables
+(``cluster.cluster_env``) overlaid by its own rank. With ppn 1 nothing here
+applies and the node runs one process as before.
 """
 
 from __future__ import annotations

@@ -59,8 +59,8 @@ def refusals(
 def mirrored_batch_refusals(spec: JobSpec, catalog: Mapping[str, Machine]) -> list[str]:
     """The built-in Keras trainer trains with ``tf.distribute.MirroredStrategy``
     on a machine with several GPUs, which splits each batch evenly across them
-    (the seed: "batch size should be set as the multiple of the number of
-    GPUs"). Any machine id of the list may be the one placed, so each is checked."""
+    (so the batch size must be a multiple of the number of GPUs). Any machine id
+    of the list may be the one placed, so each is checked."""
     if spec.trainer not in KERAS_TRAINERS:
         return []
     problems = []

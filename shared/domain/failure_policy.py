@@ -1,4 +1,4 @@
-"""The failure policy (issue 13): what a non-zero exit or a preemption does to
+"""The failure policy: what a non-zero exit or a preemption does to
 a job, and which limit ended it. Pure.
 
 Errors and preemptions are counted apart, after SkyPilot's managed jobs: a

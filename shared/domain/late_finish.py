@@ -1,5 +1,5 @@
 """A JobFinished that comes after its attempt was closed as lost: the
-finish-vs-preempt race (issue 10), decided here, pure.
+finish-vs-preempt race, decided here, pure.
 
 The trainer exits 0, the agent publishes JobFinished, and at that moment the
 Spot VM is preempted. The preemption's reports (the log sink's entry at the

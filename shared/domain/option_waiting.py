@@ -1,7 +1,7 @@
-"""Which machine option a job waiting for capacity asks for now: the seed's
+"""Which machine option a job waiting for capacity asks for now:
 ``wait_request_s``.
 
-The seed (Aibro's ``online_fit``) requests ``machine_ids[0]`` and, if it has
+Aibro's ``online_fit`` requests ``machine_ids[0]`` and, if it has
 no capacity within ``wait_request_s``, ``machine_ids[1]`` next, and so on.
 Here the option is a pure function of when the attempt began to wait
 (``QueueEntry.waiting_since``) and the time now: a redelivered submission, a

@@ -1,4 +1,4 @@
-"""Zone order after a preemption (issue 13, ``avoid_preempted_zone_s``). Pure.
+"""Zone order after a preemption (``avoid_preempted_zone_s``). Pure.
 
 A Spot preemption says the zone is short of that capacity now; the next
 attempt is likelier to last elsewhere. So for ``avoid_preempted_zone_s``

@@ -3,7 +3,7 @@
 A cooling Spot instance (held idle for its user's next job) costs its Spot
 price for a BASELINE period; after that, each further minute adds
 UNIT_PERCENTAGE of the gap to the on-demand price, so it reaches the on-demand
-price 1/UNIT_PERCENTAGE minutes after the baseline and stays there (the seed's
+price 1/UNIT_PERCENTAGE minutes after the baseline and stays there (the
 rule: holding scarce Spot capacity idle is charged as what it costs others).
 Prices step once a minute, on whole minutes held.
 """

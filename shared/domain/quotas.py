@@ -1,4 +1,4 @@
-"""Per-user quotas (the seed's defaults: 5 active jobs, 5 active instances,
+"""Per-user quotas (by default 5 active jobs, 5 active instances,
 4 stopped instances; the limits are ``Settings``), as pure changes of a
 ``UserDoc``.
 

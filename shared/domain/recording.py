@@ -1,4 +1,4 @@
-"""The seed's ``record`` switch: a snapshot of a job's code and data, kept
+"""The ``record`` switch: a snapshot of a job's code and data, kept
 under the job's own storage prefix, that ``spotline replay`` runs instead of
 the (possibly changed) originals.
 

@@ -1,6 +1,6 @@
 """The job spec users publish to ``spotline-submit``.
 
-Modelled on the seed's ``online_fit``: the same names where the meaning is the
+Modelled on Aibro's ``online_fit``: the same names where the meaning is the
 same (machine_ids with ``.od`` for on demand, batch_size, epochs, fit_kwargs,
 cool_down_period_s, wait_request_s, wait_new_job_create_s...), plus what runs
 on the VM (a built-in trainer, or a command with code and data URIs).

@@ -1,6 +1,6 @@
 """Job and instance states, and the one table that says which moves are legal.
 
-The names follow the seed (Aibro) and add what spot recovery needs. A job's
+The names follow Aibro's and add what spot recovery needs. A job's
 *substatus* drives the machine; its *status* is derived: the steps before
 training read QUEUING on the first attempt and RECOVERING on later ones.
 """

@@ -3,7 +3,7 @@
 With ``stop_period_s > 0`` an on-demand VM whose job (and cooling period) is
 over is stopped rather than deleted: Compute Engine keeps its disk, with the
 driver, packages and caches on it, and charges no VM time. The same user's
-next job asking for the same machine id restarts it (the seed's 5-7 minute
+next job asking for the same machine id restarts it (a 5-7 minute
 gear-up falls to 0.5-1.5). The reaper deletes it when ``stopped_until`` passes.
 
 CLOSING/STOPPING -> CLOSED/STOPPED -> LAUNCHING (restarted for a job), or

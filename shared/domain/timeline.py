@@ -1,6 +1,6 @@
-"""Where a job's time went: the seed's timeline phases, per attempt and in total.
+"""Where a job's time went: timeline phases, per attempt and in total.
 
-The seed (Aibro's ``plot_timeline``) splits a job into requesting the server,
+Aibro's ``plot_timeline`` splits a job into requesting the server,
 connecting, gearing up, sending model and data, training and returning.
 spotline adds its own: waiting for capacity or quota, preempted (the VM lost,
 until the next request) and recovering (a later attempt's way back to training:

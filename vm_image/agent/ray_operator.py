@@ -1,10 +1,10 @@
-"""The Ray launcher: the seed's Ray-Operator on a gang of VMs.
+"""The Ray launcher: a Ray operator on a gang of VMs.
 
 The agent runs ``python -m spotline.vm_image.agent.ray_operator -- COMMAND...`` as the
 trainer of a ``framework: "ray"`` job, on every node:
 
 * node 0 (the head) runs ``ray start --head`` on the job's port, waits until
-  every node has joined (as the seed's job init-container does: "node_count=1,
+  every node has joined (as an operator's init-container does: "node_count=1,
   expected_node_count=2, retrying in 2s"), then runs COMMAND with
   ``RAY_ADDRESS`` set, so that its ``ray.init()`` joins the cluster; its exit
   code is the job's. Nodes that do not join within ``ray_join_timeout_s`` fail

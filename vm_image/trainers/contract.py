@@ -99,8 +99,8 @@ def training_split(seed: int, validation_split: float, env: Mapping[str, str]) -
 
     The data set format: one ``.npz`` file in the folder (``data.npz`` when
     there are several) with ``x`` (samples x features, numbers) and ``y``
-    (integer class labels 0..K-1), and optionally ``x_val``/``y_val`` (the
-    seed's train_X, train_Y and validation_data). Without ``x_val``,
+    (integer class labels 0..K-1), and optionally ``x_val``/``y_val`` (as
+    ``train_X``, ``train_Y`` and ``validation_data``). Without ``x_val``,
     ``validation_split`` of the samples, shuffled by ``seed``, validate.
 
     Raises:

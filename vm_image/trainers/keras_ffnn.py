@@ -1,7 +1,7 @@
-"""The built-in Keras trainer: the seed's feed-forward network on scikit-learn's digits.
+"""The built-in Keras trainer: a feed-forward network on scikit-learn's digits.
 
 Run as ``python -m spotline.vm_image.trainers.keras_ffnn`` with the ``SPOTLINE_*``
-variables the agent sets. The model is the seed example's (Dense 256 ReLU,
+variables the agent sets. The model is Aibro's example's (Dense 256 ReLU,
 Dense 256 ReLU, Dense 10 logits; Adam; sparse cross-entropy from logits;
 sparse categorical accuracy) on 8x8 digits scaled to [0, 1], and training is a
 plain ``model.fit`` with :func:`~spotline.keras.spotline_callbacks`.
@@ -38,7 +38,7 @@ EXIT_MISSING_EXTRA = 3
 
 DEFAULT_EPOCHS = 5
 DEFAULT_BATCH_SIZE = 32
-DEFAULT_LR = 1e-3  # Keras' Adam default, which the seed example uses
+DEFAULT_LR = 1e-3  # Keras' Adam default
 HIDDEN = 256
 # fit() arguments that the spec's own fields or the trainer set.
 RESERVED_FIT_KWARGS = frozenset(
@@ -114,7 +114,7 @@ def load_digits_split(
 
 
 def build_model(keras: Any, lr: float, features: int = 64, classes: int = 10) -> Any:
-    """The seed's network, compiled: ``features`` inputs (the digits' 64
+    """The network, compiled: ``features`` inputs (the digits' 64
     pixels) -> 256 -> 256 -> ``classes`` logits."""
     inputs = keras.Input(shape=(features,))
     hidden = keras.layers.Dense(HIDDEN, activation="relu")(inputs)
@@ -130,7 +130,7 @@ def build_model(keras: Any, lr: float, features: int = 64, classes: int = 10) ->
 
 def mirrors(gpus: int) -> bool:
     """Whether a machine with ``gpus`` GPUs trains with MirroredStrategy: with
-    several, as the seed's Aibro does, one replica on each, in this one
+    several, as Aibro does, one replica on each, in this one
     process (the agent starts one per node for this trainer)."""
     return gpus > 1
 
