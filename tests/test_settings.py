@@ -19,6 +19,7 @@ from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
 
 from spotline.functions import deps
 from spotline.infra.cli.commands import main
+from spotline.infra.cli.exit_codes import Exit
 from spotline.infra.localstack.emulators import Emulator
 from spotline.shared.adapters.firestore_store import FirestoreStore
 from spotline.shared.contract.events import CancelRequest
@@ -384,9 +385,9 @@ def test_a_function_with_a_bad_setting_logs_every_bad_one_and_asks_for_redeliver
 
 
 def test_with_no_stack_and_no_config_the_cli_says_what_to_run(
-    deployed_only: Path, tmp_path: Path
+    deployed_only: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert not deployed_only.exists()
 
-    with pytest.raises(SystemExit, match="run `spotline up`, or `spotline deploy`"):
-        main(["--workdir", str(tmp_path), "status"])
+    assert main(["--workdir", str(tmp_path), "status"]) == Exit.NOT_CONNECTED
+    assert "run `spotline up`, or `spotline deploy`" in capsys.readouterr().err

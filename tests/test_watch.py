@@ -13,7 +13,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from spotline.infra.cli.commands import main as cli
-from spotline.infra.cli.watch import EXIT_CANCELED, EXIT_FAILED, follow
+from spotline.infra.cli.exit_codes import Exit
+from spotline.infra.cli.watch import follow
 from spotline.shared.adapters.firestore_listen import JobFeed
 from spotline.shared.adapters.firestore_store import FirestoreStore
 from spotline.shared.domain.documents import EpochDoc, JobDoc
@@ -82,7 +83,7 @@ def watch_while(store: FirestoreStore, job: JobDoc, ending: S, live: bool) -> tu
 
 
 @pytest.mark.parametrize(
-    ("ending", "code"), [(S.COMPLETED, 0), (S.FAILED, EXIT_FAILED), (S.CANCELED, EXIT_CANCELED)]
+    ("ending", "code"), [(S.COMPLETED, 0), (S.FAILED, Exit.FAILED), (S.CANCELED, Exit.CANCELED)]
 )
 def test_watch_prints_each_change_and_ends_with_the_outcome(
     project: str, ending: S, code: int

@@ -11,15 +11,15 @@ import argparse
 import os
 import sys
 
+from spotline.infra.cli.exit_codes import Exit
 from spotline.infra.cli.parser import build as _parser
 
 __all__ = ["_parser", "main"]
 
 
 def main(argv: list[str] | None = None) -> int:
+    from spotline.infra.cli import failures
     from spotline.infra.client.connection import workdir_of
-    from spotline.infra.client.errors import JobNotFound, NotConnected
-    from spotline.shared.settings import SettingsError
 
     parser = _parser()
     _complete(parser)
@@ -27,23 +27,22 @@ def main(argv: list[str] | None = None) -> int:
     args.workdir = workdir_of(args.workdir)
     try:
         return int(args.run(args) or 0)
-    except SettingsError as err:
-        # A bad variable or config value is the user's to fix: say which, no traceback.
-        print(err, file=sys.stderr)
-        return 2
-    except NotConnected as err:
-        # Nothing to talk to: what to run, as Python's own exit prints it (1).
-        raise SystemExit(str(err)) from None
-    except JobNotFound as err:
-        print(err, file=sys.stderr)
-        return 1
     except BrokenPipeError:
         # The reader went away (`spotline schema | head`): stop quietly, as a
-        # shell's commands do (128 + SIGPIPE). Python would otherwise complain
-        # again when it flushes stdout at exit.
+        # shell's commands do. Python would otherwise complain again when it
+        # flushes stdout at exit.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
-        return 141
+        return Exit.BROKEN_PIPE
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return Exit.INTERRUPTED
+    except Exception as err:
+        if args.traceback:
+            raise
+        code, message = failures.describe(err)
+        print(f"spotline {args.command}: {message}", file=sys.stderr)
+        return code
 
 
 def _complete(parser: argparse.ArgumentParser) -> None:

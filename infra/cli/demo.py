@@ -7,6 +7,7 @@ from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
+from spotline.infra.cli.exit_codes import Exit
 from spotline.infra.cli.report import job_detail
 from spotline.infra.localcloud.chaos_client import ChaosClient
 from spotline.infra.localstack.stack import LocalStack, StackOptions
@@ -109,7 +110,7 @@ def run_demo(
         vms_left = _wait_vms_gone(stack, timeout_s=30)
         print(f"\nVM processes left: {vms_left}")
     print(f"demo finished in {time.monotonic() - started:.1f} s: {job.status}")
-    return 0 if job.status == JobStatus.COMPLETED and vms_left == 0 else 1
+    return Exit.OK if job.status == JobStatus.COMPLETED and vms_left == 0 else Exit.FAILED
 
 
 def stored_files(prefix: str) -> str:

@@ -7,6 +7,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
+from spotline.infra.cli.exit_codes import Exit
 from spotline.infra.client.connection import connect
 
 if TYPE_CHECKING:
@@ -110,7 +111,7 @@ def refresh_prices(args: argparse.Namespace) -> int:
         book = refresh(path, region, args.billing_endpoint, datetime.now(UTC).date())
     except (PriceError, GoogleAPIError) as err:
         print(f"spotline: prices not refreshed, {path} kept: {err}", file=sys.stderr)
-        return 1
+        return Exit.FAILED
     print(
         f"{path}: {len(book.components)} rates of {book.region} as of {book.priced_at}, "
         f"from {book.source}"

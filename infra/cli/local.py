@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 
+from spotline.infra.cli.exit_codes import Exit
 from spotline.infra.client.connection import connect
 
 
@@ -60,7 +61,7 @@ def preempt(args: argparse.Namespace) -> int:
             "`gcloud compute instances simulate-maintenance-event VM --zone Z`",
             file=sys.stderr,
         )
-        return 2
+        return Exit.USAGE
     store = conn.store
     job = store.get_job(args.target)
     if job is not None and job.status in JobStatus.terminal():
@@ -68,17 +69,17 @@ def preempt(args: argparse.Namespace) -> int:
             f"job {job.job_id} has ended ({job.status}): it has no VM to preempt",
             file=sys.stderr,
         )
-        return 1
+        return Exit.FAILED
     name = job.instance if job is not None else args.target
     if job is not None and args.node:
         if args.node >= len(job.nodes):
             print(f"job {job.job_id} has no node {args.node} now", file=sys.stderr)
-            return 1
+            return Exit.FAILED
         name = job.nodes[args.node]
     instance = store.get_instance(name or "")
     if instance is None:
         print(f"no job or VM named {args.target} (or it has no VM now)", file=sys.stderr)
-        return 1
+        return Exit.FAILED
     compute = ChaosClient(settings.compute_endpoint, settings.project)
     try:
         if args.hang:
@@ -92,5 +93,5 @@ def preempt(args: argparse.Namespace) -> int:
             print(f"preempting {instance.name} with a {args.notice_s:g} s notice")
     except ChaosError as err:  # the VM went meanwhile (its job ended, or the reaper)
         print(f"{instance.name} cannot be preempted: {err}", file=sys.stderr)
-        return 1
+        return Exit.FAILED
     return 0

@@ -7,6 +7,7 @@ import argparse
 import sys
 from typing import IO, TYPE_CHECKING
 
+from spotline.infra.cli.exit_codes import Exit
 from spotline.infra.cli.watch import exit_code
 from spotline.infra.client import logs as job_logs
 from spotline.infra.client.connection import connect
@@ -22,7 +23,7 @@ def logs(args: argparse.Namespace) -> int:
     job = conn.job_doc(args.job)
     if args.node is not None and not 0 <= args.node < job.spec.nodes:
         print(f"job {job.job_id} has no node {args.node}: nodes 0 to {job.spec.nodes - 1}")
-        return 2
+        return Exit.USAGE
     source = job_logs.source_of(conn)
     try:
         with job_logs.cloud_logging_errors(conn, job):
@@ -34,9 +35,9 @@ def logs(args: argparse.Namespace) -> int:
             f"{err}\n  try: gcloud logging read '{err.query}' --project {err.project}",
             file=sys.stderr,
         )
-        return 1
+        return Exit.FAILED
     except KeyboardInterrupt:
-        return 130
+        return Exit.INTERRUPTED
 
 
 def follow(
@@ -50,4 +51,4 @@ def follow(
     """``logs --follow``: the lines as they come until the job ends; the exit
     code is ``watch``'s (0 for COMPLETED), 1 for a job deleted while followed."""
     ended = job_logs.follow(source, jobs, job_id, attempt, node, out)
-    return 1 if ended is None else exit_code([ended])
+    return Exit.FAILED if ended is None else exit_code([ended])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from spotline.infra.cli.exit_codes import Exit
 from spotline.infra.client.connection import connect
 from spotline.infra.client.errors import NothingStored
 from spotline.infra.client.job import Job
@@ -18,15 +19,15 @@ def tensorboard(args: argparse.Namespace) -> int:
         job.tensorboard(args.directory)
     except NothingStored as err:
         print(err, file=sys.stderr)
-        return 1
+        return Exit.FAILED
     target = args.directory / "logs" / job.id
     print(f"TensorBoard logs of {job.id} in {target}: tensorboard --logdir {target}")
     return 0
 
 
 def checkpoints(args: argparse.Namespace) -> int:
-    """A job's saved state and final
-    outputs into DIRECTORY/JOB/checkpoints and DIRECTORY/JOB/outputs."""
+    """A job's saved state and final outputs into DIRECTORY/JOB/checkpoints
+    and DIRECTORY/JOB/outputs."""
     job = Job(args.job, connection=connect(args.workdir))
     downloads = {"checkpoints": job.checkpoints, "outputs": job.outputs}
     copied = 0
@@ -42,4 +43,4 @@ def checkpoints(args: argparse.Namespace) -> int:
         copied += len(files)
         target = args.directory / job.id / kind
         print(f"{kind} of {job.id}: {len(files)} file(s), {size / 1e6:.1f} MB in {target}")
-    return 0 if copied else 1
+    return Exit.OK if copied else Exit.FAILED

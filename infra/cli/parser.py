@@ -7,7 +7,17 @@ import argparse
 import contextlib
 from pathlib import Path
 
-from spotline.infra.cli import jobs_view, local, logs, outputs, reference, submit, timeline, watch
+from spotline.infra.cli import (
+    exit_codes,
+    jobs_view,
+    local,
+    logs,
+    outputs,
+    reference,
+    submit,
+    timeline,
+    watch,
+)
 from spotline.infra.dashboard import command as dashboard_command
 from spotline.infra.deploy import command as deploy_command
 
@@ -34,6 +44,11 @@ class Help(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
+class TopHelp(argparse.RawDescriptionHelpFormatter, Help):
+    """The top level's help: the exit codes' table as written."""
+
+
+TRACEBACK_HELP = "on an unexpected error, show Python's traceback instead of one line"
 WORKDIR_HELP = (
     "where `spotline up` keeps logs, storage and its stack file "
     "(default: $SPOTLINE_WORKDIR, else .spotline)"
@@ -41,9 +56,15 @@ WORKDIR_HELP = (
 
 
 def build() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="spotline", description=DESCRIPTION, formatter_class=Help)
+    parser = argparse.ArgumentParser(
+        prog="spotline",
+        description=DESCRIPTION,
+        formatter_class=TopHelp,
+        epilog="exit codes:\n" + exit_codes.table(),
+    )
     parser.add_argument("--version", action="version", version=version())
     parser.add_argument("--workdir", type=Path, default=None, help=WORKDIR_HELP)
+    parser.add_argument("--traceback", action="store_true", help=TRACEBACK_HELP)
     sub = parser.add_subparsers(dest="command", required=True)
 
     up = sub.add_parser("up", help="run the whole system locally until Ctrl-C")
@@ -268,6 +289,9 @@ def build() -> argparse.ArgumentParser:
         # After the command too (`spotline status --workdir D`); absent there,
         # the value given before it (or its default) stands.
         command.add_argument("--workdir", type=Path, default=argparse.SUPPRESS, help=WORKDIR_HELP)
+        command.add_argument(
+            "--traceback", action="store_true", default=argparse.SUPPRESS, help=TRACEBACK_HELP
+        )
     return parser
 
 

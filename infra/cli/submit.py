@@ -8,11 +8,9 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
+from spotline.infra.cli.exit_codes import Exit
 from spotline.infra.client.connection import connect
 from spotline.infra.client.errors import InputsError, ReplayError, SecretInSpec, SpecError
-
-# A spec spotline would refuse: a usage error, as argparse's own (2).
-EXIT_INVALID = 2
 
 if TYPE_CHECKING:
     from spotline.infra.client.connection import Connection
@@ -40,10 +38,10 @@ def submit(args: argparse.Namespace) -> int:
         published = submission.submit(conn, args.file, args.code_dir, args.data_dir)
     except SpecError as err:  # SecretInSpec and SpecUnreadable say it in a line
         print(err, file=sys.stderr)
-        return EXIT_INVALID
+        return Exit.USAGE
     except InputsError as err:
         print(f"{args.file} was not submitted: {err}", file=sys.stderr)
-        return EXIT_INVALID
+        return Exit.USAGE
     _say(published)
     print(f"published message {published.message_id} on {published.topic}")
     print(f"job id: {published.job_id}")
@@ -86,13 +84,13 @@ def replay(args: argparse.Namespace) -> int:
         )
     except ReplayError as err:
         print(err, file=sys.stderr)
-        return 1
+        return Exit.FAILED
     except SpecError as err:
         print(f"nothing replayed: {'; '.join(err.problems)}", file=sys.stderr)
-        return EXIT_INVALID
+        return Exit.USAGE
     except InputsError as err:
         print(f"nothing replayed: {err}", file=sys.stderr)
-        return EXIT_INVALID
+        return Exit.USAGE
     _say(published)
     print(f"replaying {args.job} as job {published.job_id} (message {published.message_id})")
     return 0
@@ -122,7 +120,7 @@ def cancel(args: argparse.Namespace) -> int:
         published.append(job_id)
     if args.wait and published:
         wait_for_end(conn, published)
-    return 1 if unknown else 0
+    return Exit.FAILED if unknown else Exit.OK
 
 
 def wait_for_end(conn: Connection, job_ids: list[str]) -> None:

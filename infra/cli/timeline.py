@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spotline.infra.cli.exit_codes import Exit
+
 if TYPE_CHECKING:
     from spotline.infra.client.job import Job
     from spotline.shared.domain.documents import JobDoc
@@ -45,7 +47,7 @@ def show(args: argparse.Namespace, job: Job) -> int:
             draw(found, args.chart, title, path)
         except ChartsUnavailable as err:
             print(f"spotline timeline: {err}")
-            return 2
+            return Exit.USAGE
         if not args.json:
             print(f"chart: {path}")
     return 0

@@ -13,11 +13,11 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import IO, TYPE_CHECKING, Any
 
+from spotline.infra.cli.exit_codes import Exit
+
 if TYPE_CHECKING:
     from spotline.shared.adapters.firestore_listen import JobFeed
     from spotline.shared.domain.documents import JobDoc
-
-EXIT_FAILED, EXIT_CANCELED = 1, 3
 
 
 def add_parser(sub: Any, run: Any) -> None:
@@ -35,10 +35,10 @@ def exit_code(jobs: Sequence[JobDoc]) -> int:
 
     statuses = {job.status for job in jobs}
     if JobStatus.FAILED in statuses:
-        return EXIT_FAILED
+        return Exit.FAILED
     if JobStatus.CANCELED in statuses:
-        return EXIT_CANCELED
-    return 0
+        return Exit.CANCELED
+    return Exit.OK
 
 
 def follow(

@@ -123,7 +123,7 @@ def where(workdir: Path) -> tuple[dict[str, str] | None, bool, str]:
     Returns the variables to add to the environment (None: no system found),
     whether to read the config file, and a line saying which it is.
     """
-    from spotline.infra.localstack.stack import read_stack_env
+    from spotline.infra.localstack.stack import STACK_FILE, read_stack_env
     from spotline.shared.settings_file import config_path
 
     path = config_path(os.environ)
@@ -131,7 +131,14 @@ def where(workdir: Path) -> tuple[dict[str, str] | None, bool, str]:
     environment = f"the environment, over the config file {path} ({'read' if found else 'absent'})"
     if any(_users(name) for name in _NAMING):
         return {}, True, environment
-    stack = read_stack_env(workdir)
+    try:
+        stack = read_stack_env(workdir)
+    except (OSError, ValueError, LookupError, TypeError) as err:
+        raise NotConnected(
+            f"the local stack's file {workdir / STACK_FILE} cannot be read ({err}): if "
+            f"`spotline up` is not running in {workdir}, delete the file; if it is, stop it "
+            "and run `spotline up` again"
+        ) from None
     if stack is not None:
         return stack, False, f"the local stack running in {workdir} (no config file)"
     if any(os.environ.get(name) for name in _NAMING):
