@@ -9,7 +9,7 @@ TENSORFLOW := $(VENV)/.tensorflow
 RAY := $(VENV)/.ray
 XGBOOST := $(VENV)/.xgboost
 
-.PHONY: demo test lint tools tensorflow ray xgboost bench bench-scale bench-econ soak soak-replay soak-deps clean
+.PHONY: demo test docs lint tools tensorflow ray xgboost bench bench-scale bench-econ soak soak-replay soak-deps clean
 
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,11 @@ $(XGBOOST): $(INSTALLED)
 
 demo: $(INSTALLED)
 	$(BIN)/spotline demo
+
+# The documentation site into site/ (the tests build it too, strictly);
+# `$(BIN)/mkdocs serve` shows it while you edit.
+docs: $(INSTALLED)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 lint: $(INSTALLED)
 	$(BIN)/ruff check .
