@@ -93,3 +93,16 @@ def test_charges_add_gpus_of_one_metric_and_skip_unknown_types() -> None:
 
     assert charges("g2-standard-48", 48, gpus, STANDARD, {}) == {"CPUS": 48, "NVIDIA_L4_GPUS": 4}
     assert charges("e2-standard-4", 0, [], STANDARD, {}) == {}
+
+
+def test_the_projects_global_gpu_quota_binds_every_gpu_machine() -> None:
+    """A new project's GPUS_ALL_REGIONS is 0: no GPU VM fits, whatever the
+    region's own GPU quotas say; a machine without GPUs is not charged to it."""
+    t4x4 = CATALOG["n1-standard-16-t4x4"]
+    e2 = CATALOG["e2-standard-4"]
+    region = quotas(CPUS=(96.0, 0.0), NVIDIA_T4_GPUS=(16.0, 0.0))
+
+    assert capacity(t4x4, STANDARD, {**region, **quotas(GPUS_ALL_REGIONS=(0.0, 0.0))}) == 0
+    assert capacity(t4x4, STANDARD, {**region, **quotas(GPUS_ALL_REGIONS=(10.0, 1.0))}) == 2
+    assert capacity(t4x4, SPOT, {**region, **quotas(GPUS_ALL_REGIONS=(10.0, 1.0))}) == 2
+    assert capacity(e2, STANDARD, {**region, **quotas(GPUS_ALL_REGIONS=(0.0, 0.0))}) == 24

@@ -416,6 +416,18 @@ def test_region_quotas_reads_the_region(compute: GceCompute, cloud: LocalCloud) 
     assert (sent.query, sent.body) == ({}, None)
 
 
+def test_project_quotas_read_the_global_gpu_quota(compute: GceCompute, cloud: LocalCloud) -> None:
+    cloud.quota_limits["GPUS_ALL_REGIONS"] = 0.0
+    sent_before = len(cloud.requests)
+
+    quotas = compute.project_quotas()
+
+    assert quotas["GPUS_ALL_REGIONS"] == Quota("GPUS_ALL_REGIONS", 0.0, 0.0)
+    [sent] = cloud.requests[sent_before:]
+    assert (sent.method, sent.path) == ("GET", "/compute/v1/projects/spotline-test")
+    assert (sent.query, sent.body) == ({}, None)
+
+
 def test_region_quotas_retry_a_503(compute: GceCompute, cloud: LocalCloud) -> None:
     cloud.quota_limits.clear()
     cloud.quota_limits["CPUS"] = 24.0

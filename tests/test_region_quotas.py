@@ -72,3 +72,16 @@ def test_machines_without_readable_quotas_shows_why(
     assert out.splitlines()[-1].startswith("prices of us-central1 as of 2025-06-01 (source: ")
     assert err.startswith("CAPACITY unknown: cannot read the quotas of us-central1: ")
     assert err.count("\n") == 1
+
+
+def test_machines_counts_the_projects_global_gpu_quota(
+    host: LocalCloud, project: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A new project: regional GPU quotas granted, GPUS_ALL_REGIONS still 0."""
+    host.quota_limits.update({"GPUS_ALL_REGIONS": 0})
+
+    assert cli(["machines"]) == 0
+
+    shown = capacities(capsys.readouterr().out)
+    assert shown["g2-standard-4"] == shown["n1-standard-8-t4.od"] == "0"
+    assert shown["e2-standard-4"] == "96"

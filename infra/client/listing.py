@@ -98,12 +98,16 @@ def _region_quotas(conn: Connection) -> tuple[dict[str, Quota] | None, str | Non
     from google.auth.exceptions import GoogleAuthError
 
     from spotline.shared.adapters.gce_compute import GceCompute
+    from spotline.shared.domain.capacity import GLOBAL_METRICS
     from spotline.shared.domain.errors import SpotlineError
 
     settings = conn.settings
     compute = GceCompute(settings.project, api_endpoint=settings.compute_endpoint)
     try:
-        return compute.region_quotas(settings.region), None
+        # The region's quotas, and the project's global one on GPUs.
+        found = compute.region_quotas(settings.region)
+        global_ = compute.project_quotas()
+        return found | {m: q for m, q in global_.items() if m in GLOBAL_METRICS}, None
     except (SpotlineError, GoogleAuthError) as err:
         reason = " ".join(str(err).split())
         return None, f"cannot read the quotas of {settings.region}: {reason}"

@@ -95,6 +95,7 @@ class GceCompute:
             credentials=credentials, client_options=options
         )
         self._regions = compute_v1.RegionsClient(credentials=credentials, client_options=options)
+        self._projects = compute_v1.ProjectsClient(credentials=credentials, client_options=options)
         # The operations clients must share the endpoint: ExtendedOperation's own
         # polling ignores api_endpoint, hence the *_unary calls plus wait().
         self._operations = compute_v1.ZoneOperationsClient(
@@ -225,6 +226,20 @@ class GceCompute:
                 timeout=self._request_timeout_s,
             )
         return gce_requests.quotas_from_region(found)
+
+    def project_quotas(self) -> dict[str, Quota]:
+        """The project's global quotas, by metric (``projects.get``): among
+        them ``GPUS_ALL_REGIONS``, 0 in a new project.
+
+        Raises:
+            PermanentError: e.g. no ``compute.projects.get`` permission.
+            TransientError: the call may pass later.
+        """
+        with _translated_errors("get the project's quotas"):
+            found = self._projects.get(
+                project=self._project, retry=self._read_retry, timeout=self._request_timeout_s
+            )
+        return {q.metric: Quota(q.metric, q.limit, q.usage) for q in found.quotas}
 
     def delete(self, zone: str, name: str) -> None:
         """Delete the VM and wait until it is gone; a missing VM is not an error."""

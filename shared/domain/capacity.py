@@ -111,10 +111,11 @@ def capacity(
         return None
     gpus = [(machine.gpu_type, machine.gpu_count)] if machine.gpu_type else []
     limits = {metric: quota.limit for metric, quota in quotas.items()}
+    needs = charges(machine.machine_type, machine.vcpus, gpus, provisioning, limits)
+    if machine.gpu_count:
+        needs[GLOBAL_GPU_METRIC] = machine.gpu_count  # every GPU, Spot or not
     fits = []
-    for metric, amount in charges(
-        machine.machine_type, machine.vcpus, gpus, provisioning, limits
-    ).items():
+    for metric, amount in needs.items():
         quota = quotas.get(metric)
         if quota is not None:
             fits.append(max(0, math.floor((quota.limit - quota.usage) / amount)))
