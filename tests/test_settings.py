@@ -246,6 +246,28 @@ def test_spotline_settings_prints_each_setting_and_where_it_came_from(
     assert " ".join(rows["heartbeat_s"][4:]) == "seconds between a VM's heartbeats"
 
 
+def test_spotline_settings_json_has_every_setting_and_its_origin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in [n for n in os.environ if n.startswith("SPOTLINE_") or "EMULATOR" in n]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("SPOTLINE_MAX_ACTIVE_JOBS", "3")
+
+    assert main(["--workdir", str(tmp_path), "settings", "--json"]) == 0
+
+    shown = json.loads(capsys.readouterr().out)
+    rows = {row["setting"]: row for row in shown["settings"]}
+    assert set(rows) == set(Settings.model_fields)
+    assert rows["max_active_jobs"] | {"description": ""} == {
+        "setting": "max_active_jobs",
+        "variable": "SPOTLINE_MAX_ACTIVE_JOBS",
+        "value": "3",
+        "from": "env",
+        "description": "",
+    }
+    assert shown["source"].startswith("the defaults and the environment")
+
+
 def test_a_bad_setting_ends_the_cli_with_status_2_and_no_traceback(tmp_path: Path) -> None:
     env = {
         **os.environ,

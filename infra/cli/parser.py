@@ -273,6 +273,7 @@ def build() -> argparse.ArgumentParser:
     settings = sub.add_parser(
         "settings", help="every setting: its variable, value, where it came from, what it does"
     )
+    settings.add_argument("--json", action="store_true", help=JSON_HELP)
     settings.set_defaults(run=reference.settings)
 
     deploy = sub.add_parser("deploy", help="deploy (or update) spotline in a Google Cloud project")

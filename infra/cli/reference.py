@@ -26,6 +26,14 @@ def settings(args: argparse.Namespace) -> int:
 
     env, config_file, source = where(args.workdir)
     loaded = load({**os.environ, **(env or {})}, config_file=config_file)
+    if args.json:
+        from spotline.infra.cli.output import print_json
+        from spotline.infra.cli.report import settings_rows
+
+        keys = ("setting", "variable", "value", "from", "description")
+        rows = [dict(zip(keys, row, strict=True)) for row in settings_rows(loaded)]
+        print_json({"source": source, "settings": rows})
+        return 0
     print(f"settings from {source}")
     print(settings_table(loaded))
     return 0

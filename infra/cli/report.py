@@ -168,6 +168,13 @@ def timeline(job: JobDoc, epochs: Sequence[EpochDoc]) -> str:
 
 def settings_table(loaded: Loaded) -> str:
     """Every setting: name, variable, value, where it came from, what it does."""
+    rows = [[*row[:2], row[2] or "-", *row[3:]] for row in settings_rows(loaded)]
+    return table(["SETTING", "VARIABLE", "VALUE", "FROM", "DESCRIPTION"], rows)
+
+
+def settings_rows(loaded: Loaded) -> list[list[str]]:
+    """Each setting's name, variable, value ("" when unset), where it came
+    from and what it does."""
     from spotline.shared.settings import Settings, variables
 
     env = loaded.settings.to_env()
@@ -178,5 +185,5 @@ def settings_table(loaded: Loaded) -> str:
         source = loaded.sources.get(name, "")
         if origin == "env" and source != variables(name)[0]:
             origin = f"env {source}"  # read under another name (GOOGLE_CLOUD_PROJECT)
-        rows.append([name, variables(name)[0], value or "-", origin, field.description])
-    return table(["SETTING", "VARIABLE", "VALUE", "FROM", "DESCRIPTION"], rows)
+        rows.append([name, variables(name)[0], value, origin, field.description or ""])
+    return rows
