@@ -59,6 +59,19 @@ def _problems(spec: dict[str, Any], value: Any, where: str) -> list[str]:
     return []
 
 
+def discovery_method(method: str, path: str) -> str | None:
+    """The compute v1 method (``firewalls.insert``...) a request is, by its HTTP
+    method and path as the discovery document spells them; None for none."""
+    doc = discovery.document("compute")
+    base = "/" + doc["servicePath"]
+    for resource, methods in doc["resources"].items():
+        for name, spec in methods.get("methods", {}).items():
+            pattern = re.sub(r"\\{[^}]+\\}", "[^/]+", re.escape(base + spec["path"]))
+            if spec["httpMethod"] == method and re.fullmatch(pattern, path):
+                return f"{resource}.{name}"
+    return None
+
+
 class NetworkApi:
     """One project's networks and firewall rules, as their JSON, by name."""
 

@@ -19,7 +19,7 @@ from spotline.infra.deploy.plan import DeployConfig
 from spotline.infra.localstack.emulators import Emulator
 from spotline.shared.domain import tenancy
 from tests.cloud_double import CloudDouble
-from tests.cloud_double_network import schema_problems
+from tests.cloud_double_network import discovery_method, schema_problems
 from tests.cloud_double_project import PROJECT_NUMBER
 from tests.test_deploy import deploy_config
 
@@ -171,6 +171,11 @@ def test_the_network_lets_a_user_s_vms_reach_their_own_only(
 
     again = run(cloud, config)
     assert {v for k, v in again.items() if k.startswith(("network", "firewall"))} == {"unchanged"}
+    # Every call is a method of the discovery document, by its verb and path.
+    calls = [r for r in cloud.requests if r.path.startswith("/compute/")]
+    methods = {discovery_method(r.method, r.path) for r in calls}
+    assert methods == {"networks.get", "networks.insert", "firewalls.get",
+                       "firewalls.insert", "firewalls.list"}  # fmt: skip
 
 
 def test_a_rule_changed_by_hand_is_put_back_and_a_removed_user_s_rule_goes(
@@ -184,6 +189,9 @@ def test_a_rule_changed_by_hand_is_put_back_and_a_removed_user_s_rule_goes(
     actions = run(cloud, config_for(project, users=("alice",)))
 
     assert actions[f"firewall {alice_rule}"] == "updated"
+    [put] = cloud.requests_to("PUT", f"/global/firewalls/{alice_rule}")
+    assert discovery_method(put.method, put.path) == "firewalls.update"
+    assert schema_problems("Firewall", put.body) == []
     assert "sourceRanges" not in cloud.network.firewalls[alice_rule]
     assert actions[f"firewall {bob_rule}"] == "deleted"
     assert set(cloud.network.firewalls) == {alice_rule}
@@ -219,3 +227,8 @@ def test_destroy_removes_the_users_accounts_their_grants_and_the_network(
     left: set[Any] = {g for g in on_wire(cloud) if g[2] in users and "/topics/" not in g[0]}
     assert left == set()
     assert cloud.network.networks == {} and cloud.network.firewalls == {}
+    deletes = [r for r in cloud.requests_to("DELETE", "") if r.path.startswith("/compute/")]
+    assert {discovery_method(r.method, r.path) for r in deletes} == {
+        "firewalls.delete",
+        "networks.delete",
+    }
