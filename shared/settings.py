@@ -31,8 +31,8 @@ from pydantic_settings import (
 )
 
 from spotline.shared.domain.bounds import JOB_ID_PATTERN as USER_PATTERN
-from spotline.shared.domain.tenancy import user_prefix
 from spotline.shared.domain.pricing import CoolingRule
+from spotline.shared.domain.tenancy import user_prefix
 from spotline.shared.settings_file import config_path
 from spotline.shared.topics import TOPICS
 

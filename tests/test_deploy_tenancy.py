@@ -50,7 +50,12 @@ def run(cloud: CloudDouble, config: DeployConfig) -> dict[str, str]:
 def on_wire(cloud: CloudDouble) -> set[tuple[str, str, str, str]]:
     """Every binding the project's policies hold now: (resource, role, member, condition)."""
     return {
-        (resource.removeprefix("b/"), b["role"], member, (b.get("condition") or {}).get("expression", ""))
+        (
+            resource.removeprefix("b/"),
+            b["role"],
+            member,
+            (b.get("condition") or {}).get("expression", ""),
+        )
         for resource, policy in cloud.project_apis.policies.items()
         for b in policy.get("bindings", [])
         for member in b.get("members", [])
@@ -63,8 +68,7 @@ def users_grants(cloud: CloudDouble, project: str) -> set[tuple[str, str, str, s
     return {
         g
         for g in on_wire(cloud)
-        if g[2].removeprefix("serviceAccount:") in emails
-        or g[0].rsplit("/", 1)[-1] in emails
+        if g[2].removeprefix("serviceAccount:") in emails or g[0].rsplit("/", 1)[-1] in emails
     }
 
 
@@ -97,8 +101,9 @@ def test_each_user_gets_a_vm_account_granted_exactly_the_narrowed_declaration(
         other = "bob" if user == "alice" else "alice"
         [objects] = [g for g in mine if g[1] == "roles/storage.objectUser"]
         assert objects[0] == "acme-spotline"
-        assert f'startsWith("projects/_/buckets/acme-spotline/objects/runs/users/{user}/")' in (
-            objects[3]
+        assert (
+            f'startsWith("projects/_/buckets/acme-spotline/objects/runs/users/{user}/")'
+            in (objects[3])
         )
         assert f"users/{other}/" not in objects[3] and "/jobs/" not in objects[3]
         [secrets] = [g for g in mine if g[1] == "roles/secretmanager.secretAccessor"]
@@ -116,9 +121,7 @@ def test_each_user_gets_a_vm_account_granted_exactly_the_narrowed_declaration(
             "roles/pubsub.publisher",
         }
         # Only the functions' account may attach it to a VM; no person may.
-        attach = {
-            g[2] for g in on_wire(cloud) if g[0].endswith(f"/serviceAccounts/{email}")
-        }
+        attach = {g[2] for g in on_wire(cloud) if g[0].endswith(f"/serviceAccounts/{email}")}
         assert attach == {f"serviceAccount:{access.functions_account}"}
 
 

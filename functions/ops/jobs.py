@@ -51,7 +51,9 @@ def admit(deps: Deps, spec: JobSpec, message_id: str, now: datetime) -> JobDoc:
         raise PermanentError("; ".join(problems))
     job_id = job_id_for(spec, message_id)
     job = new_job(spec, job_id, message_id, now)
-    job = job.model_copy(update={"record": record_for(deps.settings.job_prefix(job_id, spec.user), spec)})
+    job = job.model_copy(
+        update={"record": record_for(deps.settings.job_prefix(job_id, spec.user), spec)}
+    )
     if deps.store.create_job(job):
         return job
     existing = deps.store.get_job(job_id)

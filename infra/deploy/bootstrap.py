@@ -201,9 +201,7 @@ class ProjectSetup:
     def network(self) -> VmNetwork:
         """The VMs' network and firewall (``spotline.infra.deploy.network``):
         ``ensure()`` and ``delete()``."""
-        return VmNetwork(
-            self.clients, self.iam_config, dry_run=self.dry_run, record=self._record
-        )
+        return VmNetwork(self.clients, self.iam_config, dry_run=self.dry_run, record=self._record)
 
     @cached_property
     def rules(self) -> FirestoreRules:

@@ -117,17 +117,13 @@ class ProjectClients:
     def networks(self) -> Any:
         from google.cloud import compute_v1
 
-        return compute_v1.NetworksClient(
-            transport="rest", **self._options(self.endpoints.compute)
-        )
+        return compute_v1.NetworksClient(transport="rest", **self._options(self.endpoints.compute))
 
     @cached_property
     def firewalls(self) -> Any:
         from google.cloud import compute_v1
 
-        return compute_v1.FirewallsClient(
-            transport="rest", **self._options(self.endpoints.compute)
-        )
+        return compute_v1.FirewallsClient(transport="rest", **self._options(self.endpoints.compute))
 
     @cached_property
     def storage(self) -> Any:

@@ -255,12 +255,13 @@ def user_condition(config: IamConfig, user: str) -> Condition:
     ``objectListPrefix`` API attribute, which the client sends as ``prefix``)."""
     names = config.user_objects(user)
     objects = f"projects/_/buckets/{config.bucket}/objects/{names}"
+    listed = 'api.getAttribute("storage.googleapis.com/objectListPrefix", "")'
     return Condition(
         title=f"spotline {user} prefix",
         expression=(
             f'resource.name.startsWith("{objects}") || '
             '(resource.type == "storage.googleapis.com/Bucket" && '
-            f'api.getAttribute("storage.googleapis.com/objectListPrefix", "").startsWith("{names}"))'
+            f'{listed}.startsWith("{names}"))'
         ),
         description=f"{user}'s VMs read and write {user}'s files only",
     )
