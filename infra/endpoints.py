@@ -35,6 +35,8 @@ class Endpoints:
     firestore_admin: str | None = None
     pubsub: str | None = None
     firebase_rules: str | None = None
+    # Deploy's: the VMs' network and firewall (the functions' VMs: Settings.compute_endpoint).
+    compute: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Endpoints:

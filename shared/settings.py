@@ -32,6 +32,7 @@ from pydantic_settings import (
 
 from spotline.shared.domain.bounds import JOB_ID_PATTERN as USER_PATTERN
 from spotline.shared.domain.pricing import CoolingRule
+from spotline.shared.domain.tenancy import user_prefix
 from spotline.shared.settings_file import config_path
 from spotline.shared.topics import TOPICS
 
@@ -284,9 +285,14 @@ class Settings(BaseSettings):
         """The topic of each event (fixed names: the topology declares them)."""
         return dict(TOPICS)
 
-    def job_prefix(self, job_id: str) -> str:
-        """Where a job's checkpoints and outputs live (an fsspec URL)."""
-        return f"{self.storage_root.rstrip('/')}/jobs/{job_id}"
+    def job_prefix(self, job_id: str, user: str | None = None) -> str:
+        """Where a job's checkpoints and outputs live (an fsspec URL). In the
+        per-user mode, under its user's folder, the only one that user's VM
+        account may touch (``spotline.shared.domain.tenancy``)."""
+        root = self.storage_root.rstrip("/")
+        if user is not None and user in self.user_topics:
+            root = f"{root}/{user_prefix(user)}"
+        return f"{root}/jobs/{job_id}"
 
     @property
     def cooling_rule(self) -> CoolingRule:

@@ -34,6 +34,7 @@ from urllib.parse import unquote
 from spotline.infra.endpoints import Endpoints
 from spotline.infra.localcloud.wire import ApiError, HttpService, RecordedRequest, Recorder
 from tests.cloud_double_build import build_account, build_failure
+from tests.cloud_double_network import NetworkApi
 from tests.cloud_double_project import ProjectApis
 from tests.cloud_double_rules import RulesApi
 from tests.cloud_double_scheduler import SchedulerApi
@@ -102,6 +103,7 @@ class CloudDouble:
         self.jobs = self.scheduler.jobs
         self.project_apis = ProjectApis(project, self.pubsub)
         self.rules = RulesApi(project, self.project_apis.enabled)
+        self.network = NetworkApi(project, self.project_apis.accounts)
         self.functions: dict[str, JsonDict] = {}
         self.triggers: dict[str, JsonDict] = {}
         self.uploads: dict[str, bytes] = {}
@@ -124,6 +126,7 @@ class CloudDouble:
             *self.project_apis.routes(),
             *self.project_apis.storage_routes(),
             *self.rules.routes(),
+            *self.network.routes(),
         ]
         self._routes = [(method, re.compile(path), handler) for method, path, handler in routes]
 

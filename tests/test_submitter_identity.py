@@ -116,3 +116,23 @@ def test_a_cancel_of_an_unknown_job_on_a_users_topic_is_dropped(
     topic = user_topic("cancel", "bob")
     assert call("cancel_job", "cancel", cancel, topic_name=topic).status_code == 200
     assert FirestoreStore(project).get_job("nosuchjob") is None
+
+
+@pytest.mark.parametrize("mode", ["push", "binary"])
+def test_a_submit_naming_another_users_secret_is_rejected_and_creates_nothing(
+    call: Callable[..., Any], host: LocalCloud, project: str, mode: str
+) -> None:
+    # Bob, on his own topic, names alice's secret: his VMs could not read it
+    # (IAM), and spotline refuses it before a VM is paid for.
+    bobs = {**SPEC, "user": "bob", "env": {"HF_TOKEN": "sm://spotline-u-alice_HF_TOKEN"}}
+    topic = user_topic("submit", "bob")
+    response = call("submit_job", "submit", bobs, message_id="7", mode=mode, topic_name=topic)
+    assert response.status_code == 200
+    store = FirestoreStore(project)
+    assert store.get_job(JOB) is None and host.list() == []
+    rejection = store.get_rejection("7")
+    assert rejection is not None
+    assert "env.HF_TOKEN: sm://spotline-u-alice_HF_TOKEN is not one of bob's secrets" in (
+        rejection.reason
+    )
+    assert "spotline-u-bob_" in rejection.reason

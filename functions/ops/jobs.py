@@ -31,6 +31,7 @@ from spotline.shared.domain.queueing import give_up_reason
 from spotline.shared.domain.recording import record_for
 from spotline.shared.domain.spec import JobSpec
 from spotline.shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
+from spotline.shared.domain.tenancy import secret_refusals
 from spotline.shared.domain.transitions import fail_job
 
 
@@ -44,11 +45,15 @@ def admit(deps: Deps, spec: JobSpec, message_id: str, now: datetime) -> JobDoc:
     """
     settings = deps.settings
     problems = refusals(spec, load_catalog(), settings.region, settings.webhook_allowed_networks)
+    if spec.user in settings.user_topics:
+        problems += secret_refusals(spec.env, spec.user, settings.project)
     if problems:
         raise PermanentError("; ".join(problems))
     job_id = job_id_for(spec, message_id)
     job = new_job(spec, job_id, message_id, now)
-    job = job.model_copy(update={"record": record_for(deps.settings.job_prefix(job_id), spec)})
+    job = job.model_copy(
+        update={"record": record_for(deps.settings.job_prefix(job_id, spec.user), spec)}
+    )
     if deps.store.create_job(job):
         return job
     existing = deps.store.get_job(job_id)

@@ -56,6 +56,7 @@ from spotline.shared.domain.preempted_zones import zone_order
 from spotline.shared.domain.queueing import waiting_since
 from spotline.shared.domain.secret_env import reads_secrets
 from spotline.shared.domain.states import JobStatus
+from spotline.shared.domain.tenancy import vm_account
 from spotline.shared.domain.vms import Vm
 
 
@@ -142,6 +143,13 @@ def _find_vms(
     return ([single[0]], single[1]) if single else None
 
 
+def vm_account_of(deps: Deps, job: JobDoc) -> str | None:
+    """The service account the job's VMs run as: its user's own in the per-user
+    mode (``spotline.shared.domain.tenancy``), never one the spec names."""
+    settings = deps.settings
+    return vm_account(job.user, settings.project, settings.user_topics, settings.service_account)
+
+
 def _zones(deps: Deps, job: JobDoc, now: datetime) -> list[str]:
     """The allowed zones, those the job was just preempted in last
     (``avoid_preempted_zone_s``)."""
@@ -192,7 +200,7 @@ def _create_vm(
         for option in choices:
             # A new placement pass (the job's history grew) tries with new requestIds.
             request = build_vm_request(
-                option, assignment, settings.image, job.user, settings.service_account,
+                option, assignment, settings.image, job.user, vm_account_of(deps, job),
                 placement=len(job.history), event_token=token,
             )  # fmt: skip
             try:
@@ -243,7 +251,7 @@ def _create_gang(
             break  # no capacity for the option whose window this is: wait for it
         gang = build_gang_request(
             option, assignment, settings.image, job.user, settings.region, zones,
-            settings.service_account, placement=len(job.history), event_token=token,
+            vm_account_of(deps, job), placement=len(job.history), event_token=token,
         )  # fmt: skip
         where = f"{job.spec.nodes} x {option.machine_id} in {zones}"
         try:

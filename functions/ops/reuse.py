@@ -53,7 +53,7 @@ class OverInstanceQuota(SpotlineError):
 def assignment_for(deps: Deps, job: JobDoc) -> Assignment:
     """What a VM is told (its metadata): the job, where to save, how to reach its peers."""
     settings = deps.settings
-    prefix = settings.job_prefix(job.job_id)
+    prefix = settings.job_prefix(job.job_id, job.user)
     nodes = node_names(job.job_id, job.attempt, job.spec.nodes) if job.spec.nodes > 1 else []
     # Nodes reach each other by VM name (internal DNS); local "VMs" share loopback.
     hosts = ["127.0.0.1"] * len(nodes) if settings.compute_endpoint else list(nodes)

@@ -50,7 +50,7 @@ def _one_job(args: argparse.Namespace, conn: Connection, now: datetime) -> int:
     settings = conn.settings
     job = conn.job_doc(args.job)
     epochs = conn.store.list_epochs(job.job_id)
-    checkpoints = f"{settings.job_prefix(job.job_id)}/checkpoints"
+    checkpoints = f"{settings.job_prefix(job.job_id, job.user)}/checkpoints"
     if args.json:
         print_json(detail(job, epochs, checkpoints, now))
     else:

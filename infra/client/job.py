@@ -201,8 +201,8 @@ class Job:
     def _download(self, kind: str, target: Path) -> list[Path]:
         from spotline.infra.client.downloads import download
 
-        self.refresh()  # JobNotFound for a job that is not
-        return download(self.connection.settings.job_prefix(self.id), kind, target)
+        doc = self.refresh()  # JobNotFound for a job that is not
+        return download(self.connection.settings.job_prefix(self.id, doc.user), kind, target)
 
     # -- changing it -------------------------------------------------------------
 

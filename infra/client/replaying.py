@@ -46,7 +46,10 @@ def publish_replay(
     if code_dir is not None or data_dir is not None:
         # Uploaded under the copy's own storage: its id is chosen now.
         copy_id = fresh_job_id("replay")
-        update |= {"job_id": copy_id, **input_targets(conn.settings, copy_id, code_dir, data_dir)}
+        update |= {
+            "job_id": copy_id,
+            **input_targets(conn.settings, copy_id, code_dir, data_dir, job.user),
+        }
     try:
         spec = JobSpec.model_validate({**job.spec.model_dump(by_alias=True), **update})
     except ValidationError as err:

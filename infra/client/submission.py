@@ -180,7 +180,10 @@ def _with_inputs(
     if both:
         raise SpecError(both, source)
     job_id = fields.get("job_id") or fresh_job_id("job")
-    targets = input_targets(settings, job_id, code_dir, data_dir)
+    user = fields.get("user")
+    targets = input_targets(
+        settings, job_id, code_dir, data_dir, user if isinstance(user, str) else None
+    )
     return json.dumps({**fields, "job_id": job_id, **targets}).encode()
 
 
@@ -189,9 +192,11 @@ def input_targets(
     job_id: str,
     code_dir: str | os.PathLike[str] | None,
     data_dir: str | os.PathLike[str] | None,
+    user: str | None = None,
 ) -> dict[str, str]:
-    """Where a job's local folders go: ``jobs/JOB/inputs/code`` and ``inputs/data``."""
-    inputs = f"{settings.job_prefix(job_id)}/inputs"
+    """Where a job's local folders go: ``jobs/JOB/inputs/code`` and ``inputs/data``
+    (under the user's folder in the per-user mode: ``Settings.job_prefix``)."""
+    inputs = f"{settings.job_prefix(job_id, user)}/inputs"
     folders = {"code_uri": code_dir, "data_uri": data_dir}
     return {
         key: f"{inputs}/{key.removesuffix('_uri')}" for key, v in folders.items() if v is not None
@@ -212,7 +217,7 @@ def upload_inputs(
     from spotline.infra.client.recording import copy_folder
 
     assert spec.job_id is not None or (code_dir is None and data_dir is None)
-    targets = input_targets(settings, spec.job_id or "", code_dir, data_dir)
+    targets = input_targets(settings, spec.job_id or "", code_dir, data_dir, spec.user)
     uploads = []
     for key, folder in (("code_uri", code_dir), ("data_uri", data_dir)):
         if folder is None:
@@ -247,7 +252,7 @@ def record_inputs(
         data = json.dumps({**json.loads(data), "job_id": fresh_job_id("rec")}).encode()
         spec = parse_spec(data)
     assert spec.job_id is not None
-    record = record_for(settings.job_prefix(spec.job_id), spec)
+    record = record_for(settings.job_prefix(spec.job_id, spec.user), spec)
     assert record is not None
     try:
         copied = take_snapshot(record, spec)

@@ -10,10 +10,13 @@ In order:
 3. the bucket of the storage root: uniform access, a lifecycle rule that
    deletes old checkpoints;
 4. the three service accounts (``spotline.infra.deploy.iam``): the functions',
-   the VMs' and the one Cloud Build builds the functions as;
-5. the Cloud Logging sink that routes Compute Engine's preemption entries to the
+   the VMs' and the one Cloud Build builds the functions as; in the per-user
+   mode, one more per user, which that user's VMs run as;
+5. the VMs' network, where a VM is reached by VMs of its own account only
+   (``spotline.infra.deploy.network``);
+6. the Cloud Logging sink that routes Compute Engine's preemption entries to the
    preempted topic;
-6. the IAM bindings ``spotline.infra.deploy.iam`` declares, per resource: one read, at
+7. the IAM bindings ``spotline.infra.deploy.iam`` declares, per resource: one read, at
    most one write, every other binding kept.
 
 The clients are ``spotline.infra.deploy.clients``.
@@ -31,6 +34,7 @@ from google.api_core import exceptions as api_exceptions
 from spotline.infra.deploy import iam
 from spotline.infra.deploy.changes import Change
 from spotline.infra.deploy.clients import ProjectClients
+from spotline.infra.deploy.network_setup import VmNetwork
 from spotline.infra.deploy.rules import FirestoreRules
 from spotline.infra.endpoints import Endpoints
 
@@ -79,12 +83,14 @@ GRANT_ATTEMPTS = 6  # 2 + 4 + ... + 32 s: a new account is usually known within 
 
 
 def lifecycle_rule(config: iam.IamConfig) -> dict[str, Any]:
-    """Delete old attempts' checkpoints under ``jobs/``; outputs are kept."""
+    """Delete old attempts' checkpoints under ``jobs/`` (and each user's folder
+    in the per-user mode); outputs are kept."""
+    users = [config.user_objects(user) for user in config.users]
     return {
         "action": {"type": "Delete"},
         "condition": {
             "age": CHECKPOINT_AGE_DAYS,
-            "matchesPrefix": [config.jobs_prefix],
+            "matchesPrefix": [config.jobs_prefix, *users],
             "matchesSuffix": list(CHECKPOINT_SUFFIXES),
         },
     }
@@ -192,6 +198,12 @@ class ProjectSetup:
         self._record("database", DATABASE, "unchanged", current.location_id)
 
     @cached_property
+    def network(self) -> VmNetwork:
+        """The VMs' network and firewall (``spotline.infra.deploy.network``):
+        ``ensure()`` and ``delete()``."""
+        return VmNetwork(self.clients, self.iam_config, dry_run=self.dry_run, record=self._record)
+
+    @cached_property
     def rules(self) -> FirestoreRules:
         """Firestore's deny-all security rules: ``ensure()`` and ``delete()``."""
         return FirestoreRules(self.clients, dry_run=self.dry_run, record=self._record)
@@ -252,10 +264,12 @@ class ProjectSetup:
         """(the declared account, or None where another was configured; its email)."""
         config = self.iam_config
         configured = (config.functions_account, config.vm_account, config.build_account)
-        return [
+        found: list[tuple[iam.Account | None, str]] = [
             (account if account.email(self.project) == email else None, email)
             for account, email in zip(iam.ACCOUNTS, configured, strict=True)
         ]
+        users = [iam.user_vm_account(user) for user in config.users]
+        return found + [(account, account.email(self.project)) for account in users]
 
     # -- 5. the preemption sink ------------------------------------------------------------------
 

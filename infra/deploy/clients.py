@@ -1,8 +1,9 @@
 """The clients ``spotline deploy`` and ``destroy`` set a project up with, built
 on first use (each library costs a fraction of a second to import).
 
-Service Usage, Resource Manager, Firestore Admin and Pub/Sub (for IAM policies)
-are their client libraries over REST; Storage and Logging their handwritten
+Service Usage, Resource Manager, Firestore Admin, Compute Engine (the VMs'
+network and firewall) and Pub/Sub (for IAM policies) are their client libraries
+over REST; Storage and Logging their handwritten
 clients over HTTP/JSON. The IAM Admin library speaks gRPC only, so service
 accounts and their policies go through IAM's REST API with an authorized
 session; so do Firestore's security rules, through the Firebase Rules API, which
@@ -111,6 +112,18 @@ class ProjectClients:
             credentials=options["credentials"], host=endpoint or "pubsub.googleapis.com"
         )
         return PublisherClient(transport=transport)
+
+    @cached_property
+    def networks(self) -> Any:
+        from google.cloud import compute_v1
+
+        return compute_v1.NetworksClient(transport="rest", **self._options(self.endpoints.compute))
+
+    @cached_property
+    def firewalls(self) -> Any:
+        from google.cloud import compute_v1
+
+        return compute_v1.FirewallsClient(transport="rest", **self._options(self.endpoints.compute))
 
     @cached_property
     def storage(self) -> Any:

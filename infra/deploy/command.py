@@ -296,9 +296,10 @@ def dry_run(config: DeployConfig) -> int:
         setup.rules.ensure()
         setup.ensure_bucket()
         setup.ensure_accounts()
+        setup.network.ensure()
         writer = setup.ensure_sink()
         access = config.iam_config
-        wanted = iam.bindings(access) + iam.dead_letter_bindings(access, setup.project_number)
+        wanted = iam.project_bindings(access, setup.project_number)
         if writer:
             wanted.append(iam.sink_writer_binding(access, writer))
         setup.ensure_bindings(wanted)

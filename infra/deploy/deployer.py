@@ -5,7 +5,8 @@ missing, updated (with an update mask) when it differs, and left alone when it
 agrees, so a second run changes nothing. In order:
 
 1. the project's one-time steps (``spotline.infra.deploy.bootstrap``): APIs, the
-   Firestore database and its deny-all rules, the bucket, the three service accounts;
+   Firestore database and its deny-all rules, the bucket, the service accounts,
+   the VMs' network and its firewall;
 2. the Pub/Sub topics, and a subscription that keeps the dead letters;
 3. the preemption log sink, then the IAM bindings ``spotline.infra.deploy.iam`` declares;
 4. the machine catalog, seeded into Firestore;
@@ -86,10 +87,11 @@ class Deployer:
         setup.rules.ensure()
         setup.ensure_bucket()
         setup.ensure_accounts()
+        setup.network.ensure()
         self.ensure_topics()
         writer = setup.ensure_sink()
         access = self.config.iam_config
-        wanted = iam.bindings(access) + iam.dead_letter_bindings(access, setup.project_number)
+        wanted = iam.project_bindings(access, setup.project_number)
         if writer:
             wanted.append(iam.sink_writer_binding(access, writer))
         setup.ensure_bindings(wanted)

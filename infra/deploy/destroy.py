@@ -9,8 +9,9 @@
 5. spotline's IAM bindings on the project (and on the bucket when it is kept);
    the bindings on topics and accounts go with those;
 6. the dead-letter subscription, the users' own subscriptions and the topics;
-7. the three service accounts spotline made (one the configuration named instead
-   is left alone);
+   the VMs' firewall rules and network (kept, and said so, while a VM uses it);
+7. the service accounts spotline made, the users' VM accounts included (one
+   the configuration named instead is left alone);
 8. only with ``delete_data``: the bucket (with every object in it) and the
    Firestore database; otherwise they are kept and said so.
 
@@ -108,9 +109,13 @@ class Destroyer:
             revoke.add(iam.Scope.BUCKET)
         if any(account is None for account, _ in self.setup.accounts()):
             revoke.add(iam.Scope.SERVICE_ACCOUNT)
-        ours = [b for b in iam.bindings(access) if b.scope in revoke]
+        declared = iam.bindings(access)
+        if access.users:
+            declared += iam.user_bindings(access, self.setup.project_number)
+        ours = [b for b in declared if b.scope in revoke]
         self.setup.revoke_bindings(ours)
         self.delete_topics()
+        self.setup.network.delete()
         self.delete_accounts()
         self.delete_stored_data()
         return self.changes

@@ -22,6 +22,12 @@ compute.admin, ...) appears in them or on the wire. Least privilege:
 - the VM account publishes on the VM event topics only, reads and writes objects
   under the storage root's ``jobs/`` prefix only (an IAM condition), and writes
   logs. No Compute, IAM or Firestore right.
+- in the per-user mode, each user's VMs run as an account of that user's
+  (``user_bindings``; ``spotline.shared.domain.tenancy`` names it): the VM
+  account's rights narrowed to the user, objects under ``users/USER/`` only,
+  Secret Manager's ``spotline-u-USER_*`` secrets only, and the functions'
+  account may attach it (and no user may). The shared VM account keeps its
+  rights for the shared-topics mode.
 - the submit and cancel topics take messages from the principals the
   configuration lists, and no one else; in the per-user mode each person's
   principal publishes on that person's own two topics only.
@@ -42,6 +48,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from spotline.shared.domain import tenancy
 from spotline.shared.topics import TOPICS, user_topic
 
 Policy = dict[str, Any]
@@ -71,6 +78,8 @@ class Role(StrEnum):
     LOG_WRITER = "roles/logging.logWriter"
     # Write metric points (the Ops Agent's, on the VMs).
     METRIC_WRITER = "roles/monitoring.metricWriter"
+    # Read a secret's versions; granted on one user's secret names only.
+    SECRET_ACCESSOR = "roles/secretmanager.secretAccessor"
     # Build a function from source: write build logs, read the uploaded source,
     # push and clean up the image in Artifact Registry. Project-wide: the
     # gcf-v2-sources bucket and gcf-artifacts repository appear with the first build.
@@ -178,6 +187,16 @@ class IamConfig:
         return f"projects/{self.project}/topics/{TOPICS[key]}"
 
     @property
+    def users(self) -> tuple[str, ...]:
+        """The users of the per-user mode, each with VMs of their own account."""
+        return tuple(sorted({user for user, _ in self.user_principals}))
+
+    def user_objects(self, user: str) -> str:
+        """The object names ``user``'s VMs may touch (``Settings.job_prefix``)."""
+        base = f"{self.prefix.strip('/')}/" if self.prefix.strip("/") else ""
+        return f"{base}{tenancy.user_prefix(user)}/"
+
+    @property
     def build_account(self) -> str:
         """The email of the account Cloud Build builds the functions as."""
         return BUILD_ACCOUNT.email(self.project)
@@ -219,6 +238,92 @@ def jobs_condition(config: IamConfig) -> Condition:
         ),
         description="spotline's VMs read and write their jobs' files only",
     )
+
+
+def user_vm_account(user: str) -> Account:
+    """The account ``user``'s VMs run as (the per-user mode)."""
+    return Account(
+        tenancy.vm_account_id(user),
+        f"spotline VMs of {user}"[:100],
+        f"Runs {user}'s spotline VMs: publishes their events, saves {user}'s checkpoints.",
+    )
+
+
+def user_condition(config: IamConfig, user: str) -> Condition:
+    """Objects under ``users/USER/`` only. Listing is checked against the
+    bucket, so it is let through only for a listing of that prefix (the
+    ``objectListPrefix`` API attribute, which the client sends as ``prefix``)."""
+    names = config.user_objects(user)
+    objects = f"projects/_/buckets/{config.bucket}/objects/{names}"
+    listed = 'api.getAttribute("storage.googleapis.com/objectListPrefix", "")'
+    return Condition(
+        title=f"spotline {user} prefix",
+        expression=(
+            f'resource.name.startsWith("{objects}") || '
+            '(resource.type == "storage.googleapis.com/Bucket" && '
+            f'{listed}.startsWith("{names}"))'
+        ),
+        description=f"{user}'s VMs read and write {user}'s files only",
+    )
+
+
+def secret_condition(project_number: str, user: str) -> Condition:
+    """Secrets named ``spotline-u-USER_...`` only. Secret Manager names its
+    resources by the project's number, and a version's name starts with its
+    secret's, so the one test covers both."""
+    secrets = f"projects/{project_number}/secrets/{tenancy.secret_prefix(user)}"
+    return Condition(
+        title=f"spotline {user} secrets",
+        expression=f'resource.name.startsWith("{secrets}")',
+        description=f"{user}'s VMs read {user}'s secrets only",
+    )
+
+
+def user_bindings(config: IamConfig, project_number: str) -> list[Binding]:
+    """Each per-user mode user's VM account and what it may do: the shared VM
+    account's rights, each narrowed to the user (objects, secrets); the
+    functions' account may attach it to VMs."""
+    project = f"projects/{config.project}"
+    fn = f"serviceAccount:{config.functions_account}"
+    found = []
+    for user in config.users:
+        email = tenancy.vm_account_email(user, config.project)
+        vm = f"serviceAccount:{email}"
+        found += [
+            Binding(
+                Scope.SERVICE_ACCOUNT,
+                f"{project}/serviceAccounts/{email}",
+                Role.SERVICE_ACCOUNT_USER,
+                fn,
+                f"gives {user}'s VMs {user}'s account",
+            ),
+            Binding(Scope.PROJECT, project, Role.LOG_WRITER, vm, "the agent's logs"),
+            Binding(Scope.PROJECT, project, Role.METRIC_WRITER, vm, "the Ops Agent's metrics"),
+            Binding(
+                Scope.PROJECT,
+                project,
+                Role.SECRET_ACCESSOR,
+                vm,
+                f"{user}'s jobs' secrets",
+                secret_condition(project_number, user),
+            ),
+            Binding(
+                Scope.BUCKET,
+                config.bucket,
+                Role.OBJECT_USER,
+                vm,
+                f"{user}'s checkpoints and outputs",
+                user_condition(config, user),
+            ),
+        ]
+        # The VM event topics are shared: each event carries its job's token
+        # (``spotline.shared.domain.event_auth``), which one user's VM does not
+        # hold for another user's job.
+        found += [
+            Binding(Scope.TOPIC, config.topic(key), Role.PUBLISHER, vm, f"{user}'s VM events")
+            for key in VM_EVENT_TOPICS
+        ]
+    return found
 
 
 def bindings(config: IamConfig) -> list[Binding]:
@@ -275,6 +380,15 @@ def bindings(config: IamConfig) -> list[Binding]:
         for key in USER_TOPICS
     ]
     return found
+
+
+def project_bindings(config: IamConfig, project_number: str) -> list[Binding]:
+    """Every binding a deploy grants before the functions' triggers exist."""
+    return [
+        *bindings(config),
+        *user_bindings(config, project_number),
+        *dead_letter_bindings(config, project_number),
+    ]
 
 
 def dead_letter_bindings(

@@ -20,6 +20,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
+from spotline.shared.domain import tenancy
 from spotline.shared.domain.catalog import built_in_gpus
 from spotline.shared.domain.vms import Provisioning, Quota, Vm, VmRequest, VmState
 
@@ -44,7 +45,9 @@ VM_SCOPES = (
 # the VM account's IAM roles (secretAccessor on the named secrets, granted by
 # the user) still bound what the token can do.
 SECRETS_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
-DEFAULT_NETWORK = "global/networks/default"
+# The network ``spotline deploy`` makes, whose firewall lets a VM be reached by
+# VMs of its own user only (``spotline.infra.deploy.network``).
+NETWORK = f"global/networks/{tenancy.NETWORK}"
 
 
 class ErrorKind(StrEnum):
@@ -195,12 +198,12 @@ def boot_disk(request: VmRequest) -> compute_v1.AttachedDisk:
 
 
 def network_interfaces() -> list[compute_v1.NetworkInterface]:
-    """The default network, with an external IP to reach the buckets and the API."""
+    """spotline's network, with an external IP to reach the buckets and the API."""
     from google.cloud import compute_v1
 
     return [
         compute_v1.NetworkInterface(
-            network=DEFAULT_NETWORK,
+            network=NETWORK,
             access_configs=[compute_v1.AccessConfig(name="External NAT", type_="ONE_TO_ONE_NAT")],
         )
     ]

@@ -1,0 +1,237 @@
+"""``spotline deploy`` in the per-user mode against the wire doubles (Pub/Sub on
+its emulator): one VM account per user, each granted exactly what
+``spotline.infra.deploy.iam`` declares for it and nothing wider; a network where
+a user's VMs are reached by that user's VMs alone; destroy takes it all away."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from spotline.infra.deploy import iam, network
+from spotline.infra.deploy.deployer import Deployer
+from spotline.infra.deploy.destroy import Destroyer
+from spotline.infra.deploy.plan import DeployConfig
+from spotline.infra.localstack.emulators import Emulator
+from spotline.shared.domain import tenancy
+from tests.cloud_double import CloudDouble
+from tests.cloud_double_network import discovery_method, schema_problems
+from tests.cloud_double_project import PROJECT_NUMBER
+from tests.test_deploy import deploy_config
+
+pytestmark = pytest.mark.emulators
+REGION = "us-central1"
+ALICE, BOB = "user:alice@example.com", "group:bob-team@example.com"
+# Roles no user's VM account may hold, on any resource.
+WIDE = re.compile(r"roles/(owner|editor|viewer|compute\.|iam\.|datastore\.|storage\.admin)")
+
+
+@pytest.fixture
+def cloud(project: str, emulators: tuple[Emulator, Emulator]) -> Iterator[CloudDouble]:
+    with CloudDouble(project, REGION, pubsub_host=emulators[1].host) as double:
+        yield double
+
+
+def config_for(project: str, users: tuple[str, ...] = ("alice", "bob")) -> DeployConfig:
+    principals = {"alice": ALICE, "bob": BOB}
+    base = deploy_config(project, user_topics=users)
+    return dataclasses.replace(base, user_principals=tuple((u, principals[u]) for u in users))
+
+
+def run(cloud: CloudDouble, config: DeployConfig) -> dict[str, str]:
+    changes = Deployer(config, endpoints=cloud.endpoints(), operation_timeout_s=30).run()
+    return {f"{c.kind} {c.name}": c.action for c in changes}
+
+
+def on_wire(cloud: CloudDouble) -> set[tuple[str, str, str, str]]:
+    """Every binding the project's policies hold now: (resource, role, member, condition)."""
+    return {
+        (
+            resource.removeprefix("b/"),
+            b["role"],
+            member,
+            (b.get("condition") or {}).get("expression", ""),
+        )
+        for resource, policy in cloud.project_apis.policies.items()
+        for b in policy.get("bindings", [])
+        for member in b.get("members", [])
+    }
+
+
+def users_grants(cloud: CloudDouble, project: str) -> set[tuple[str, str, str, str]]:
+    """What the users' VM accounts hold, and who holds a role on those accounts."""
+    emails = [tenancy.vm_account_email(u, project) for u in ("alice", "bob")]
+    return {
+        g
+        for g in on_wire(cloud)
+        if g[2].removeprefix("serviceAccount:") in emails or g[0].rsplit("/", 1)[-1] in emails
+    }
+
+
+def declared(binding: iam.Binding) -> tuple[str, str, str, str]:
+    condition = binding.condition.expression if binding.condition else ""
+    return (binding.resource, str(binding.role), binding.member, condition)
+
+
+def test_each_user_gets_a_vm_account_granted_exactly_the_narrowed_declaration(
+    cloud: CloudDouble, project: str
+) -> None:
+    config = config_for(project)
+    actions = run(cloud, config)
+    access = config.iam_config
+
+    emails = {u: tenancy.vm_account_email(u, project) for u in ("alice", "bob")}
+    for user, email in emails.items():
+        assert actions[f"account {tenancy.vm_account_id(user)}"] == "created"
+        assert email in cloud.project_apis.accounts
+    granted = users_grants(cloud, project)
+    wanted = {declared(b) for b in iam.user_bindings(access, PROJECT_NUMBER)}
+    # Exactly the declaration: a role, a resource or a member more, or a
+    # condition missing or widened, is a grant the declaration does not hold.
+    assert granted == wanted
+    fn = f"serviceAccount:{access.functions_account}"
+    assert not [g for g in granted if g[2] != fn and WIDE.search(g[1])]
+    for user, email in emails.items():
+        mine = {g for g in granted if g[2] == f"serviceAccount:{email}"}
+        assert mine
+        other = "bob" if user == "alice" else "alice"
+        [objects] = [g for g in mine if g[1] == "roles/storage.objectUser"]
+        assert objects[0] == "acme-spotline"
+        assert (
+            f'startsWith("projects/_/buckets/acme-spotline/objects/runs/users/{user}/")'
+            in (objects[3])
+        )
+        assert f"users/{other}/" not in objects[3] and "/jobs/" not in objects[3]
+        [secrets] = [g for g in mine if g[1] == "roles/secretmanager.secretAccessor"]
+        assert secrets[0] == f"projects/{project}"
+        assert secrets[3] == (
+            f'resource.name.startsWith("projects/{PROJECT_NUMBER}/secrets/spotline-u-{user}_")'
+        )
+        topics = {g[0].rsplit("/", 1)[-1] for g in mine if g[1] == "roles/pubsub.publisher"}
+        assert topics == {"spotline-vm-booted", "spotline-epoch-done",
+                          "spotline-job-finished", "spotline-spot-preempted"}  # fmt: skip
+        # No condition-free grant beyond logs and metrics.
+        assert {g[1] for g in mine if not g[3]} == {
+            "roles/logging.logWriter",
+            "roles/monitoring.metricWriter",
+            "roles/pubsub.publisher",
+        }
+        # Only the functions' account may attach it to a VM; no person may.
+        attach = {g[2] for g in on_wire(cloud) if g[0].endswith(f"/serviceAccounts/{email}")}
+        assert attach == {f"serviceAccount:{access.functions_account}"}
+
+
+def test_the_iam_check_catches_a_grant_wider_than_the_declaration(
+    cloud: CloudDouble, project: str
+) -> None:
+    config = config_for(project)
+    run(cloud, config)
+    email = tenancy.vm_account_email("alice", project)
+    bucket = cloud.project_apis.policies["b/acme-spotline"]
+    # Someone drops the condition off alice's objects grant.
+    for binding in bucket["bindings"]:
+        if f"serviceAccount:{email}" in binding["members"] and binding.get("condition"):
+            binding.pop("condition")
+    granted = users_grants(cloud, project)
+    wanted = {declared(b) for b in iam.user_bindings(config.iam_config, PROJECT_NUMBER)}
+
+    assert granted - wanted == {
+        ("acme-spotline", "roles/storage.objectUser", f"serviceAccount:{email}", "")
+    }
+
+
+def test_the_network_lets_a_user_s_vms_reach_their_own_only(
+    cloud: CloudDouble, project: str
+) -> None:
+    config = config_for(project)
+    actions = run(cloud, config)
+
+    [made] = cloud.requests_to("POST", "/global/networks")
+    assert schema_problems("Network", made.body) == []
+    assert made.body == {
+        "name": "spotline",
+        "description": made.body["description"],
+        "autoCreateSubnetworks": True,
+    }
+    assert actions["network spotline"] == "created"
+    rules = {r.body["name"]: r.body for r in cloud.requests_to("POST", "/global/firewalls")}
+    for user in ("alice", "bob"):
+        email = tenancy.vm_account_email(user, project)
+        rule = rules.pop(f"spotline-peers-{tenancy.vm_account_id(user)}")
+        assert schema_problems("Firewall", rule) == []
+        assert rule["network"] == f"projects/{project}/global/networks/spotline"
+        assert rule["direction"] == "INGRESS"
+        # From the user's VMs, to the user's VMs; no address range, no tag.
+        assert rule["sourceServiceAccounts"] == rule["targetServiceAccounts"] == [email]
+        assert not {"sourceRanges", "sourceTags", "targetTags"} & set(rule)
+        assert {a["IPProtocol"] for a in rule["allowed"]} == set(network.PROTOCOLS)
+    # No other rule: nothing from elsewhere (the implied rule denies all ingress).
+    assert rules == {}
+
+    again = run(cloud, config)
+    assert {v for k, v in again.items() if k.startswith(("network", "firewall"))} == {"unchanged"}
+    # Every call is a method of the discovery document, by its verb and path.
+    calls = [r for r in cloud.requests if r.path.startswith("/compute/")]
+    methods = {discovery_method(r.method, r.path) for r in calls}
+    assert methods == {"networks.get", "networks.insert", "firewalls.get",
+                       "firewalls.insert", "firewalls.list"}  # fmt: skip
+
+
+def test_a_rule_changed_by_hand_is_put_back_and_a_removed_user_s_rule_goes(
+    cloud: CloudDouble, project: str
+) -> None:
+    run(cloud, config_for(project))
+    bob_rule = f"spotline-peers-{tenancy.vm_account_id('bob')}"
+    alice_rule = f"spotline-peers-{tenancy.vm_account_id('alice')}"
+    cloud.network.firewalls[alice_rule]["sourceRanges"] = ["0.0.0.0/0"]
+
+    actions = run(cloud, config_for(project, users=("alice",)))
+
+    assert actions[f"firewall {alice_rule}"] == "updated"
+    [put] = cloud.requests_to("PUT", f"/global/firewalls/{alice_rule}")
+    assert discovery_method(put.method, put.path) == "firewalls.update"
+    assert schema_problems("Firewall", put.body) == []
+    assert "sourceRanges" not in cloud.network.firewalls[alice_rule]
+    assert actions[f"firewall {bob_rule}"] == "deleted"
+    assert set(cloud.network.firewalls) == {alice_rule}
+
+
+def test_a_dry_run_on_a_bare_project_says_what_it_would_make(
+    cloud: CloudDouble, project: str
+) -> None:
+    from spotline.infra.deploy.bootstrap import ProjectSetup
+
+    setup = ProjectSetup(config_for(project), endpoints=cloud.endpoints(), dry_run=True)
+    setup.network.ensure()
+
+    assert [(c.kind, c.action) for c in setup.changes] == [
+        ("network", "would create"),
+        ("firewall", "would create"),
+        ("firewall", "would create"),
+    ]
+    assert cloud.network.networks == {} and cloud.network.firewalls == {}
+
+
+def test_destroy_removes_the_users_accounts_their_grants_and_the_network(
+    cloud: CloudDouble, project: str
+) -> None:
+    config = config_for(project)
+    run(cloud, config)
+
+    Destroyer(config, endpoints=cloud.endpoints()).run()
+
+    assert not [e for e in cloud.project_apis.accounts if e.startswith("slvm-")]
+    users = {f"serviceAccount:{tenancy.vm_account_email(u, project)}" for u in ("alice", "bob")}
+    # A topic's policy goes with the topic (in the emulator, not the double).
+    left: set[Any] = {g for g in on_wire(cloud) if g[2] in users and "/topics/" not in g[0]}
+    assert left == set()
+    assert cloud.network.networks == {} and cloud.network.firewalls == {}
+    deletes = [r for r in cloud.requests_to("DELETE", "") if r.path.startswith("/compute/")]
+    assert {discovery_method(r.method, r.path) for r in deletes} == {
+        "firewalls.delete",
+        "networks.delete",
+    }
