@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
+import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -117,7 +120,9 @@ class Receiver:
     """An HTTP server on 127.0.0.1 (or ``address``) that records POSTs and
     answers ``status``."""
 
-    def __init__(self, address: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self, address: str = "127.0.0.1", port: int = 0, tls: ssl.SSLContext | None = None
+    ) -> None:
         self.status = 200
         self.posts: list[tuple[dict[str, str], dict[str, Any]]] = []
         receiver = self
@@ -133,6 +138,8 @@ class Receiver:
                 pass
 
         self.server = ThreadingHTTPServer((address, port), Handler)
+        if tls is not None:
+            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
         self.port = self.server.server_address[1]
         self.url = f"http://{address}:{self.port}/hook"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
@@ -310,3 +317,57 @@ def test_a_rebinding_answer_does_not_reach_the_address_it_names(
         assert resolver.asked == 1, "the name was resolved more than once"
     finally:
         internal.close()
+
+
+@pytest.mark.emulators
+def test_https_to_the_checked_address_still_verifies_the_hosts_certificate(
+    call: Callable[..., Any],
+    project: str,
+    host: LocalCloud,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Connecting to the address, not the name, keeps TLS about the name: the
+    server is asked for it (SNI) and its certificate must be for it."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=hooks.example.test",
+         "-addext", "subjectAltName=DNS:hooks.example.test"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert, key)
+    asked: list[str | None] = []
+
+    def remember(_sock: ssl.SSLObject, name: str | None, _ctx: ssl.SSLContext) -> None:
+        asked.append(name)
+
+    tls.sni_callback = remember
+    receiver = Receiver(tls=tls)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # the only authority the POST trusts
+    monkeypatch.setenv("SPOTLINE_WEBHOOK_ALLOWED_NETWORKS", "127.0.0.1/32")
+    deps.reset()
+    # Both names answer 127.0.0.1; the certificate is for the first only.
+    real = socket.getaddrinfo
+    names = {"hooks.example.test", "other.example.test"}
+
+    def resolve(host_name: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        return real("127.0.0.1" if host_name in names else host_name, port, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    try:
+        url = f"https://hooks.example.test:{receiver.port}/hook"
+        call("submit_job", "submit", {**SPEC, "job_id": "tls1", "webhook_url": url})
+        assert call("notify_webhook", "job_events", an_event("tls1")).status_code == 200
+        [(headers, _)] = receiver.posts
+        assert headers["Host"] == f"hooks.example.test:{receiver.port}"
+        assert asked == ["hooks.example.test"]
+
+        # A name the certificate does not cover: verification fails, nothing is posted.
+        wrong = f"https://other.example.test:{receiver.port}/hook"
+        call("submit_job", "submit", {**SPEC, "job_id": "tls2", "webhook_url": wrong})
+        assert call("notify_webhook", "job_events", an_event("tls2")).status_code == 500
+        assert len(receiver.posts) == 1
+    finally:
+        receiver.close()
