@@ -54,7 +54,9 @@ def publish_replay(
         update |= {
             "code_uri": job.record.code_uri,
             "data_uri": job.record.data_uri,
-            "snapshot_digest": job.record.digest,
+            # What the VM checks the files it downloads against; not when a
+            # local folder stands in for the snapshot's code or data.
+            "snapshot_digest": job.record.digest if code_dir is None and data_dir is None else None,
         }
     if wait_request_s is not None:
         update["wait_request_s"] = wait_request_s
