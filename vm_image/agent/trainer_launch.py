@@ -179,7 +179,8 @@ def _in_container(
 ) -> tuple[list[str], dict[str, str]]:
     """The runtime's argv and the client's environment (the agent's own):
     the trainer's variables go into an env file beside the job's folder,
-    root's alone (the folder itself is the trainer's), removed with it.
+    root's alone (the folder itself is the trainer's), removed, as the folder is,
+    before the next job.
 
     Raises:
         CannotStart: no usable runtime, or a variable an env file cannot carry.

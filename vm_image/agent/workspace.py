@@ -92,7 +92,7 @@ def stop_leftovers(uid: int) -> list[int]:
     previous job (or of a dependency install) must not watch or change the
     next one's files. Found by account, which such a process cannot drop
     (only root changes its uid), not by anything it can clear (its
-    environment, its name). The pids found.
+    environment, its name). The pids killed.
 
     The kill is ``kill(-1, SIGKILL)`` sent by a process running as ``uid``:
     the kernel delivers it to every process of that account at once, so one
