@@ -14,11 +14,18 @@ plain path) and is shared by all attempts of a job. Files are named
 ``ckpt-<global step, 12 digits>.pt`` so that names sort by step; a file with
 that name is always complete, because it is written under a temporary name
 first and then moved into place.
+
+A checkpoint is loaded with ``torch.load(weights_only=True)``: tensors and
+plain values only, never an object whose unpickling runs code. Anyone who
+can write the folder could otherwise plant a file that runs inside the job
+that resumes from it. A file holding anything else is refused
+(``UnsafeCheckpoint``) and the next older one is used.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import pickle
 import random
@@ -47,6 +54,7 @@ __all__ = [
     "CHECKPOINT_PATTERN",
     "Checkpoint",
     "PreemptionFlag",
+    "UnsafeCheckpoint",
     "checkpoint_name",
     "latest_checkpoint",
     "list_checkpoints",
@@ -59,6 +67,26 @@ log = logging.getLogger(__name__)
 
 DEFAULT_KEEP = 2
 FORMAT_VERSION = 1
+# Checkpoints written before the RNG states were stored as tensors hold
+# numpy's state as an array: these rebuild an array of numbers, and nothing
+# else, so an older file still resumes.
+_RECONSTRUCT = importlib.import_module(
+    "numpy._core.multiarray" if hasattr(np, "_core") else "numpy.core.multiarray"
+)._reconstruct
+_NUMPY_ARRAY_GLOBALS: list[Any] = [
+    (_RECONSTRUCT, "numpy.core.multiarray._reconstruct"),
+    (_RECONSTRUCT, "numpy._core.multiarray._reconstruct"),
+    np.ndarray,
+    np.dtype,
+    type(np.dtype(np.uint32)),
+]
+# What ``extra`` may hold: what weights_only loads back.
+_PLAIN = (str, int, float, bool, type(None), torch.Tensor)
+
+
+class UnsafeCheckpoint(ValueError):
+    """A checkpoint file holds more than tensors and plain values: loading
+    it could run code, so it is not loaded."""
 
 
 class SchedulerLike(Protocol):
@@ -113,9 +141,17 @@ class Checkpoint:
 
 def capture_rng_state() -> dict[str, Any]:
     """The global torch (CPU and CUDA), numpy and Python RNG states."""
+    name, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
     state: dict[str, Any] = {
         "torch": torch.get_rng_state(),
-        "numpy": np.random.get_state(),
+        # Tensors and numbers, not numpy's array: what weights_only loads.
+        "numpy": {
+            "bit_generator": str(name),
+            "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached_gaussian),
+        },
         "python": random.getstate(),
     }
     if torch.cuda.is_available():
@@ -126,7 +162,13 @@ def capture_rng_state() -> dict[str, Any]:
 def restore_rng_state(state: dict[str, Any]) -> None:
     """Set the global RNGs to a state from :func:`capture_rng_state`."""
     torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
+    saved = state["numpy"]
+    if isinstance(saved, dict):
+        keys = saved["keys"].numpy().astype(np.uint32)
+        fields = (saved["pos"], saved["has_gauss"], saved["cached_gaussian"])
+        np.random.set_state((saved["bit_generator"], keys, *fields))
+    else:  # an older checkpoint: numpy's own tuple
+        np.random.set_state(saved)
     random.setstate(state["python"])
     if "cuda" in state and torch.cuda.is_available():
         # A checkpoint from a machine with more GPUs (an earlier machine id of
@@ -156,14 +198,21 @@ def save_checkpoint(
         epoch: epochs fully done.
         step: optimizer steps done since the start of training (all attempts).
         step_in_epoch: optimizer steps done in epoch ``epoch`` (0-based).
-        extra: anything else to keep; it is pickled.
+        extra: anything else to keep: dicts, lists and tuples of strings,
+            numbers, booleans, None and tensors (what loads back without
+            running code).
         keep: how many checkpoints to keep, this one included.
 
     Returns:
         The URL of the written file.
+
+    Raises:
+        ValueError: ``keep`` below 1.
+        TypeError: ``extra`` holds another type (named).
     """
     if keep < 1:
         raise ValueError("keep must be at least 1")
+    _check_plain(extra or {}, "extra")
     payload = {
         "format": FORMAT_VERSION,
         "step": step,
@@ -219,20 +268,46 @@ def _save_by_upload(fs: fsspec.AbstractFileSystem, final: str, payload: dict[str
         fs.put_file(local, final)
 
 
+def _check_plain(value: Any, where: str) -> None:
+    """Raise TypeError naming the first value weights_only would not load."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_plain(key, f"{where} key")
+            _check_plain(item, f"{where}[{key!r}]")
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            _check_plain(item, f"{where}[{index}]")
+    elif not isinstance(value, _PLAIN):
+        raise TypeError(
+            f"{where} is a {type(value).__name__}: a checkpoint keeps only dicts, lists, "
+            "tuples, strings, numbers, booleans, None and tensors (convert it to one of these)"
+        )
+
+
 def _load(uri: str) -> Any:
-    # weights_only=False: the numpy RNG state and ``extra`` are arbitrary pickles.
-    # Only files this module wrote into the job's own folder come here.
     fs, path = url_to_fs(uri)
     if isinstance(fs, LocalFileSystem):
         # Straight from the file: no second copy of the state in memory.
-        return torch.load(path, map_location="cpu", weights_only=False)
+        return _load_weights_only(uri, path)
     # From an object store, download first: torch.load seeks from record to
     # record, and through a gcsfs file each seek became a ranged GET of a block
     # beyond it (100 MB took ~15 s from the emulator, 0.3 s this way).
     with tempfile.TemporaryDirectory(prefix="spotline-ckpt-") as staging:
         local = f"{staging}/{path.rsplit('/', 1)[-1]}"
         fs.get_file(path, local)
-        return torch.load(local, map_location="cpu", weights_only=False)
+        return _load_weights_only(uri, local)
+
+
+def _load_weights_only(uri: str, local: str) -> Any:
+    try:
+        with torch.serialization.safe_globals(_NUMPY_ARRAY_GLOBALS):
+            return torch.load(local, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UnsafeCheckpoint(
+            f"{uri} was not loaded: it holds more than tensors and plain values, and loading "
+            f"it could run code ({reason}). Remove it if it is not a checkpoint of this job"
+        ) from None
 
 
 def load_checkpoint(uri: str) -> Checkpoint:
@@ -260,6 +335,8 @@ def load_latest_checkpoint(checkpoint_dir: str) -> Checkpoint | None:
     for uri in reversed(list_checkpoints(checkpoint_dir)):
         try:
             return load_checkpoint(uri)
+        except UnsafeCheckpoint as error:
+            log.error("skipping checkpoint %s: %s", uri, error)
         except (
             EOFError,
             KeyError,

@@ -113,6 +113,19 @@ def test_a_replay_runs_the_recorded_code_not_the_changed_original(
     assert (local.spec.code_uri, local.spec.data_uri) == (f"{inputs}/code", f"{inputs}/data")
     assert read(f"{inputs}/data/rows.csv") == "local\n"
 
+    # The snapshot rewritten in the bucket (which every VM of the shared
+    # account may write): its digest, kept in Firestore, no longer matches.
+    kept = original.record.digest
+    assert kept is not None and kept == original.spec.snapshot_digest
+    with fsspec.open(f"{prefix}/code/train.py", "w") as rewritten:
+        rewritten.write("print('not what ran')\n")
+    capsys.readouterr()
+    assert cli([*workdir, "replay", original.job_id]) != 0
+    said = capsys.readouterr().err
+    assert "snapshot was changed since it was recorded" in said and kept in said
+    now = said.split("the digest ")[1].split(",")[0]
+    assert len(now) == 64 and now != kept
+
 
 # Reports attempt and code version as its epoch; attempt 1 then waits to be
 # preempted.

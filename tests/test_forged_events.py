@@ -308,6 +308,36 @@ def test_a_preemption_log_entry_of_a_re_created_vm_of_the_same_name_changes_noth
     assert job is not None and (job.attempt, job.preemptions) == (2, 1)
 
 
+def test_a_forged_log_entry_for_a_vm_whose_id_is_not_recorded_changes_nothing(
+    call: Callable[..., Any], host: LocalCloud, project: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Anyone who may publish on the preemption topic can write a log entry.
+    Where spotline has no id on record for the VM (it was not read back when
+    made, and has not booted yet), Compute Engine is asked for it."""
+    training(call, A)
+    store = FirestoreStore(project)
+    recorded = store.get_instance(VM_A)
+    assert recorded is not None and recorded.instance_id
+    store.update_instance(VM_A, lambda doc: doc.model_copy(update={"instance_id": None}))
+    before = state_of(host, A)
+    capsys.readouterr()
+    forged = str(int(recorded.instance_id) + 7)
+    for message_id, entry in (("f1", log_entry(VM_A, forged)), ("f2", log_entry(VM_A, ""))):
+        assert (
+            call("on_spot_preempted", "spot_preempted", entry, message_id=message_id).status_code
+            == 200
+        )
+    assert state_of(host, A) == before
+    reasons = [r["message"] for r in log_records(capsys.readouterr().out) if r.get("error_type")]
+    assert len(reasons) == 2
+    assert all(f"is not {recorded.instance_id}, Compute Engine's id" in r for r in reasons)
+    # The entry Compute Engine's own id confirms acts.
+    entry = log_entry(VM_A, recorded.instance_id)
+    assert call("on_spot_preempted", "spot_preempted", entry, message_id="f3").status_code == 200
+    job = store.get_job(A)
+    assert job is not None and (job.attempt, job.preemptions) == (2, 1)
+
+
 def test_a_preemption_log_entry_of_an_earlier_attempts_vm_changes_nothing(
     call: Callable[..., Any], host: LocalCloud, project: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

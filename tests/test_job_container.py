@@ -4,10 +4,12 @@ notice as SIGTERM, heartbeats) is the same as without one.
 
 This machine runs no container daemon: the runtime is the setting
 ``SPOTLINE_CONTAINER_RUNTIME``, here a stand-in the test writes. It checks
-the argv it is given (image, GPUs, mounts, user, variables by name only) and
+the argv it is given (image, GPUs, mounts, user, variables only in an env
+file others cannot read), records the environment it was started with, and
 then does what ``docker run`` would: becomes the ``--user``, enters the
-``--workdir``, keeps only the variables passed, and execs the command (so
-the agent's SIGTERM reaches it). Real containers are not exercised here.
+``--workdir``, keeps only the variables of the env file, and execs the
+command (so the agent's SIGTERM reaches it). Real containers are not
+exercised here.
 """
 
 from __future__ import annotations
@@ -46,10 +48,17 @@ while argv[i].startswith("--"):
 image, command = argv[i], argv[i + 1:]
 assert image == {image!r}, image
 assert options["--gpus"] == ["all"], options
-for variable in options["--env"]:
-    assert "=" not in variable, "a value on the command line: " + variable
+assert "--env" not in options, "a variable on the command line: " + str(options["--env"])
+with open({record!r} + ".client-env", "w") as record:
+    json.dump(dict(os.environ), record)
 uid, gid = (int(part) for part in options["--user"][0].split(":"))
-env = {{name: os.environ[name] for name in options["--env"]}}
+env = {{}}
+for path in options["--env-file"]:
+    assert os.stat(path).st_mode & 0o077 == 0, "an env file others may read: " + path
+    with open(path) as lines:
+        for line in lines.read().splitlines():
+            name, _, value = line.partition("=")
+            env[name] = value
 env["PATH"] = "/usr/local/bin:/usr/bin:/bin"
 os.chdir(options["--workdir"][0])
 if os.geteuid() == 0:
@@ -111,9 +120,13 @@ def test_a_job_in_a_container_reports_and_is_stopped_by_the_notice(
     volumes = [argv[i + 1] for i, arg in enumerate(argv) if arg == "--volume"]
     assert f"{job_dir}:{job_dir}" in volumes
     assert any(volume.endswith(":ro") and "/cache/data/" in volume for volume in volumes)
-    names = {argv[i + 1] for i, arg in enumerate(argv) if arg == "--env"}
+    env_file = Path(argv[argv.index("--env-file") + 1])
+    assert env_file.stat().st_mode & 0o777 == 0o600 and env_file.stat().st_uid == os.geteuid()
+    names = {line.partition("=")[0] for line in env_file.read_text().splitlines()}
     assert {"SPOTLINE_EVENTS", "SPOTLINE_JOB_ID", "SPOTLINE_DATA_DIR", "GREETING"} <= names
-    assert "PATH" not in names and "hello" not in argv  # values travel in the environment
+    assert "PATH" not in names and "hello" not in argv  # values travel in the file
+    client_env = json.loads(Path(f"{record}.client-env").read_text())
+    assert "GREETING" not in client_env and "SPOTLINE_JOB_ID" not in client_env
     assert argv[argv.index("--name") + 1] == "spotline-jimg-a1"
     if trainer_user:
         import pwd
@@ -134,3 +147,63 @@ def test_a_container_that_exits_ends_the_job_with_its_code(
     event = next_finished(agent_topics)
     assert event.exit_code == 4 and "inside: jexit" in event.log_tail, event.log_tail
     assert json.loads(record.read_text())[-3:] == command
+
+
+# A program the job would like root to run: it leaves a mark.
+HOSTILE = """#!/bin/sh
+touch {mark}
+exit 0
+"""
+
+
+def test_the_jobs_path_does_not_choose_the_runtime(
+    vm: Vm, agent_topics: Topics, tmp_path: Path
+) -> None:
+    hostile = tmp_path / "hostile"
+    hostile.mkdir()
+    mark = tmp_path / "ran-as-the-agent"
+    (hostile / "docker").write_text(HOSTILE.format(mark=mark))
+    (hostile / "docker").chmod(0o755)
+    assignment = vm.assignment(
+        "jpath", ["/bin/true"], image=IMAGE, env={"PATH": f"{hostile}:/usr/bin:/bin"}
+    )
+    vm.boot(assignment)  # the runtime is the default: no stand-in
+
+    event = next_finished(agent_topics)
+    assert not mark.exists(), "the agent ran the job's docker"
+    assert event.exit_code != 0
+
+
+def test_the_runtime_starts_with_the_agents_environment(
+    vm: Vm, agent_topics: Topics, tmp_path: Path
+) -> None:
+    record = tmp_path / "argv.json"
+    runtime = tmp_path / "stand-in-docker"
+    runtime.write_text(STAND_IN.format(python=sys.executable, record=str(record), image=IMAGE))
+    runtime.chmod(0o755)
+    preload = tmp_path / "hostile.so"
+    preload.write_text("not a library, but the client would try to load it\n")
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "LD_PRELOAD": str(preload), "PYTHONPATH": "/x"}
+    command = ["/bin/sh", "-c", 'echo "inside LD_PRELOAD=$LD_PRELOAD"']
+    vm.boot(
+        vm.assignment("jenv", command, image=IMAGE, env=env),
+        SPOTLINE_CONTAINER_RUNTIME=str(runtime),
+    )
+
+    event = next_finished(agent_topics)
+    assert event.exit_code == 0, event.log_tail
+    client_env = json.loads(Path(f"{record}.client-env").read_text())
+    assert "LD_PRELOAD" not in client_env
+    assert client_env["PATH"] == os.environ["PATH"]
+    assert client_env.get("PYTHONPATH") != "/x"
+    # The container itself gets what the job asked for.
+    assert f"inside LD_PRELOAD={preload}" in event.log_tail
+
+
+def test_a_relative_runtime_is_refused_with_its_reason(
+    vm: Vm, agent_topics: Topics, tmp_path: Path
+) -> None:
+    vm.boot(vm.assignment("jrel", ["/bin/true"], image=IMAGE), SPOTLINE_CONTAINER_RUNTIME="docker")
+    event = next_finished(agent_topics)
+    assert event.exit_code == 126
+    assert "SPOTLINE_CONTAINER_RUNTIME='docker' is not an absolute path" in event.log_tail

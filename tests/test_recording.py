@@ -12,7 +12,12 @@ from pathlib import Path
 from spotline.functions.deps import Deps
 from spotline.functions.handlers.envelope import Message
 from spotline.functions.handlers.submit_job import submit_job
-from spotline.infra.client.recording import copy_folder, snapshot_complete, take_snapshot
+from spotline.infra.client.recording import (
+    copy_folder,
+    snapshot_complete,
+    snapshot_digest,
+    take_snapshot,
+)
 from spotline.infra.localcloud.cloud import LocalCloud
 from spotline.shared.adapters.memory_store import InMemoryStore
 from spotline.shared.domain.recording import record_for
@@ -97,3 +102,25 @@ def test_the_job_document_keeps_the_snapshots_place(cloud: LocalCloud, tmp_path:
     assert job is not None and job.record is not None
     assert job.record.code_uri == f"{settings.job_prefix('job1')}/record/code"
     assert job.record.data_uri is None
+
+
+def test_the_snapshots_digest_is_kept_with_the_record_and_changes_with_any_file(
+    tmp_path: Path,
+) -> None:
+    code = folder(tmp_path / "code", {"train.py": "print(1)\n", "lib/util.py": "X = 1\n"})
+    spec = JobSpec.model_validate({**BASE, "job_id": "j1", "record": True, "code_uri": code})
+    record = record_for((tmp_path / "store" / "jobs" / "j1").as_uri(), spec)
+    assert record is not None
+    take_snapshot(record, spec)
+    digest = snapshot_digest(record)
+    assert snapshot_digest(record) == digest  # the same files, the same digest
+
+    kept = record_for("gs://b/jobs/j1", spec.model_copy(update={"snapshot_digest": digest}))
+    assert kept is not None and kept.digest == digest
+    assert record.code_uri is not None
+    rewritten = Path(record.code_uri.removeprefix("file://")) / "lib" / "util.py"
+    rewritten.write_text("X = 2\n")
+    assert snapshot_digest(record) != digest
+    rewritten.write_text("X = 1\n")
+    (rewritten.parent / "added.py").write_text("")
+    assert snapshot_digest(record) != digest

@@ -5,10 +5,14 @@ functions framework, the job in the Firestore emulator."""
 from __future__ import annotations
 
 import json
+import socket
+import ssl
+import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -73,6 +77,33 @@ def test_a_private_address_a_name_resolves_to_is_refused_unless_allowed() -> Non
     assert address_problem("93.184.216.34", LOCAL, plain_http=True) is not None
 
 
+# Each IPv6 form that carries an IPv4 address, with 127.0.0.1, 10.0.0.1 and
+# the metadata server in it: Python's is_global passes several of them.
+EMBEDDED = {
+    "127.0.0.1": ["64:ff9b::7f00:1", "64:ff9b:1::7f00:1", "2002:7f00:1::1",
+                  "::ffff:127.0.0.1", "::127.0.0.1", "2001:0:7f00:1::1"],
+    "10.0.0.1": ["64:ff9b::a00:1", "64:ff9b:1::a00:1", "2002:a00:1::1",
+                 "::ffff:10.0.0.1", "::10.0.0.1", "2001:0:a00:1::1"],
+    "169.254.169.254": ["64:ff9b::a9fe:a9fe", "64:ff9b:1::a9fe:a9fe", "2002:a9fe:a9fe::1",
+                        "::ffff:169.254.169.254", "::169.254.169.254",
+                        "2001:0:a9fe:a9fe::1"],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("inner", "address"), [(inner, a) for inner, forms in EMBEDDED.items() for a in forms]
+)
+def test_an_ipv6_form_carrying_a_refused_ipv4_address_is_refused(inner: str, address: str) -> None:
+    problem = address_problem(address)
+    assert problem is not None and inner in problem, problem
+    assert url_problem(f"https://[{address}]/hook") is not None
+
+
+def test_the_ipv6_forms_of_a_public_ipv4_address_pass() -> None:
+    for address in ("64:ff9b::5db8:d822", "::ffff:93.184.216.34"):
+        assert address_problem(address) is None, address
+
+
 def test_the_spec_refuses_a_metadata_webhook_and_admission_a_private_one() -> None:
     with pytest.raises(InvalidMessage, match="metadata server"):
         parse_spec(json.dumps({**SPEC, "webhook_url": "http://169.254.169.254/"}).encode())
@@ -86,9 +117,12 @@ def test_the_spec_refuses_a_metadata_webhook_and_admission_a_private_one() -> No
 
 
 class Receiver:
-    """An HTTP server on 127.0.0.1 that records POSTs and answers ``status``."""
+    """An HTTP server on 127.0.0.1 (or ``address``) that records POSTs and
+    answers ``status``."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, address: str = "127.0.0.1", port: int = 0, tls: ssl.SSLContext | None = None
+    ) -> None:
         self.status = 200
         self.posts: list[tuple[dict[str, str], dict[str, Any]]] = []
         receiver = self
@@ -103,8 +137,11 @@ class Receiver:
             def log_message(self, *_: object) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        self.server = ThreadingHTTPServer((address, port), Handler)
+        if tls is not None:
+            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
+        self.port = self.server.server_address[1]
+        self.url = f"http://{address}:{self.port}/hook"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self) -> None:
@@ -228,3 +265,109 @@ def test_an_event_marked_without_a_webhook_reads_nothing_and_an_unmarked_one_rea
     call("notify_webhook", "job_events", an_event("job2"), attributes=hooked)
     call("notify_webhook", "job_events", an_event("job2", 3))  # unmarked: still posted
     assert [h["X-Spotline-Event-Id"] for h, _ in receiver.posts] == ["job2/2", "job2/3"]
+
+
+class Rebinding:
+    """A resolver for ``name`` whose answer changes after the first question
+    once armed: ``first``, then ``then`` (a DNS rebinding attack's server).
+    Other names go to the real resolver."""
+
+    def __init__(self, name: str, first: str, then: str) -> None:
+        self.name, self.first, self.then = name, first, then
+        self.armed = False
+        self.asked = 0
+        self._real = socket.getaddrinfo
+
+    def __call__(self, host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        if host != self.name:
+            return self._real(host, port, *args, **kwargs)
+        address = self.first
+        if self.armed:
+            self.asked += 1
+            address = self.first if self.asked == 1 else self.then
+        return self._real(address, port, *args, **kwargs)
+
+
+@pytest.mark.emulators
+def test_a_rebinding_answer_does_not_reach_the_address_it_names(
+    call: Callable[..., Any],
+    project: str,
+    receiver: Receiver,
+    host: LocalCloud,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The check sees 127.0.0.1 (allowed); asked again, the name says
+    127.0.0.2, an internal service the rules refuse. The POST goes to the
+    address that was checked, never to the one of the second answer."""
+    monkeypatch.setenv("SPOTLINE_WEBHOOK_ALLOWED_NETWORKS", "127.0.0.1/32")
+    deps.reset()
+    internal = Receiver("127.0.0.2", receiver.port)  # the same port, another address
+    try:
+        resolver = Rebinding("hooks.example.test", "127.0.0.1", "127.0.0.2")
+        monkeypatch.setattr(socket, "getaddrinfo", resolver)
+        url = f"http://hooks.example.test:{receiver.port}/hook"
+        assert call("submit_job", "submit", {**SPEC, "webhook_url": url}).status_code == 200
+        resolver.armed = True
+
+        assert call("notify_webhook", "job_events", an_event()).status_code == 200
+
+        assert internal.posts == [], "the POST went to the second answer's address"
+        [(headers, _)] = receiver.posts
+        assert headers["Host"] == f"hooks.example.test:{receiver.port}"
+        assert resolver.asked == 1, "the name was resolved more than once"
+    finally:
+        internal.close()
+
+
+@pytest.mark.emulators
+def test_https_to_the_checked_address_still_verifies_the_hosts_certificate(
+    call: Callable[..., Any],
+    project: str,
+    host: LocalCloud,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Connecting to the address, not the name, keeps TLS about the name: the
+    server is asked for it (SNI) and its certificate must be for it."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=hooks.example.test",
+         "-addext", "subjectAltName=DNS:hooks.example.test"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert, key)
+    asked: list[str | None] = []
+
+    def remember(_sock: ssl.SSLObject, name: str | None, _ctx: ssl.SSLContext) -> None:
+        asked.append(name)
+
+    tls.sni_callback = remember
+    receiver = Receiver(tls=tls)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # the only authority the POST trusts
+    monkeypatch.setenv("SPOTLINE_WEBHOOK_ALLOWED_NETWORKS", "127.0.0.1/32")
+    deps.reset()
+    # Both names answer 127.0.0.1; the certificate is for the first only.
+    real = socket.getaddrinfo
+    names = {"hooks.example.test", "other.example.test"}
+
+    def resolve(host_name: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        return real("127.0.0.1" if host_name in names else host_name, port, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    try:
+        url = f"https://hooks.example.test:{receiver.port}/hook"
+        call("submit_job", "submit", {**SPEC, "job_id": "tls1", "webhook_url": url})
+        assert call("notify_webhook", "job_events", an_event("tls1")).status_code == 200
+        [(headers, _)] = receiver.posts
+        assert headers["Host"] == f"hooks.example.test:{receiver.port}"
+        assert asked == ["hooks.example.test"]
+
+        # A name the certificate does not cover: verification fails, nothing is posted.
+        wrong = f"https://other.example.test:{receiver.port}/hook"
+        call("submit_job", "submit", {**SPEC, "job_id": "tls2", "webhook_url": wrong})
+        assert call("notify_webhook", "job_events", an_event("tls2")).status_code == 500
+        assert len(receiver.posts) == 1
+    finally:
+        receiver.close()

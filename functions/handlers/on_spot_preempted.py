@@ -9,10 +9,12 @@ just before the preemption still completes the job when its JobFinished comes
 after this (``spotline.shared.domain.late_finish``, in on_job_finished).
 
 The agent's report carries its attempt's token, like every VM event. The log
-sink's carries none (Cloud Logging writes it, not a VM), so it is taken only
-for a VM that is its job's current attempt's and, where spotline recorded the
-VM's numeric id, that has that id: a VM deleted and re-created under the same
-name is another VM.
+sink's carries none (Cloud Logging writes it, not a VM), and anyone who may
+publish on the topic can write one, so it is taken only for a VM that is its
+job's current attempt's and whose numeric id is the entry's: the id spotline
+recorded, or, where none is recorded yet (the VM was not read back when
+made, and has not booted), the id Compute Engine gives for the VM of that
+name and zone. A VM deleted and re-created under the same name is another VM.
 """
 
 from __future__ import annotations
@@ -71,17 +73,28 @@ def _check_agent(notice: PreemptionNotice, instance: InstanceDoc) -> None:
 
 def _check_log_entry(deps: Deps, notice: PreemptionNotice, instance: InstanceDoc) -> None:
     """A log entry names a VM only: act only for the VM of its job's current
-    attempt, with the numeric id on record.
+    attempt, with the numeric id on record (or Compute Engine's, asked when
+    none is recorded).
 
     Raises:
         UnmatchedPreemption: the entry is of another VM, or the instance is not
             the current attempt's.
     """
     where = f"preemption log entry for {notice.instance}"
-    if instance.instance_id and notice.instance_id != instance.instance_id:
+    if instance.instance_id:
+        known, whose = instance.instance_id, "the id on record"
+    else:
+        vm = deps.compute.get(instance.zone, instance.name)  # TransientError: retried
+        if vm is None or not vm.id:
+            raise UnmatchedPreemption(
+                f"{where} dropped: no id is on record and Compute Engine has no VM "
+                f"{instance.name} in {instance.zone} to ask"
+            )
+        known, whose = vm.id, f"Compute Engine's id of {instance.name} in {instance.zone}"
+    if notice.instance_id != known:
         raise UnmatchedPreemption(
             f"{where} dropped: its instance id {notice.instance_id or '(none)'} is not "
-            f"{instance.instance_id}, the id on record (another VM of the same name)"
+            f"{known}, {whose} (another VM of the same name, or a forged entry)"
         )
     job = deps.store.get_job(instance.job_id)
     if job is None or job.attempt != instance.attempt or instance.name not in current_vms(job):

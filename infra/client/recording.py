@@ -8,6 +8,7 @@ Copies go through fsspec, so ``gs://`` (or the storage emulator) and
 
 from __future__ import annotations
 
+import hashlib
 import json
 import secrets
 import shutil
@@ -93,6 +94,36 @@ def take_snapshot(record: Record, spec: JobSpec) -> dict[str, int] | None:
     with fs.open(marker, "w") as out:
         out.write(json.dumps(body, indent=2))
     return copied
+
+
+def snapshot_digest(record: Record) -> str:
+    """The digest of the snapshot as it is stored now (``manifest_digest``
+    over the code and data folders' files, the marker left out).
+
+    Raises:
+        FileNotFoundError: a folder of the record holds no file.
+    """
+    from fsspec.core import url_to_fs
+
+    from spotline.shared.domain.recording import manifest_digest
+
+    files: list[tuple[str, str]] = []
+    for label, uri in (("code", record.code_uri), ("data", record.data_uri)):
+        if uri is None:
+            continue
+        fs, root = url_to_fs(uri)
+        root = root.rstrip("/")
+        fs.invalidate_cache(root)
+        paths = [path for path in fs.find(root) if not path.endswith("/")]
+        if not paths:
+            raise FileNotFoundError(f"nothing stored under {uri}")
+        for path in paths:
+            digest = hashlib.sha256()
+            with fs.open(path, "rb") as read:
+                while chunk := read.read(_CHUNK):
+                    digest.update(chunk)
+            files.append((f"{label}/{path[len(root) :].lstrip('/')}", digest.hexdigest()))
+    return manifest_digest(files)
 
 
 def fresh_job_id(stem: str) -> str:

@@ -26,7 +26,7 @@ def publish_replay(
     """Publish the copy (see ``replay``); what was uploaded and sent."""
     from pydantic import ValidationError
 
-    from spotline.infra.client.recording import fresh_job_id, snapshot_complete
+    from spotline.infra.client.recording import fresh_job_id, snapshot_complete, snapshot_digest
     from spotline.shared.domain.lifecycle import job_id_for
     from spotline.shared.domain.spec import JobSpec, describe_validation_error
 
@@ -40,7 +40,24 @@ def publish_replay(
                 f"job {job.job_id} was recorded, but its snapshot is not whole "
                 f"(no {job.record.marker_uri}): `spotline submit` makes it before publishing"
             )
-        update |= {"code_uri": job.record.code_uri, "data_uri": job.record.data_uri}
+        if job.record.digest is not None:
+            try:
+                now = snapshot_digest(job.record)
+            except FileNotFoundError as err:
+                raise ReplayError(f"job {job.job_id}'s snapshot is gone: {err}") from None
+            if now != job.record.digest:
+                raise ReplayError(
+                    f"job {job.job_id}'s snapshot was changed since it was recorded: its files "
+                    f"now have the digest {now}, not {job.record.digest} (kept when it was "
+                    f"recorded), so the replay would not run what ran; nothing was submitted"
+                )
+        update |= {
+            "code_uri": job.record.code_uri,
+            "data_uri": job.record.data_uri,
+            # What the VM checks the files it downloads against; not when a
+            # local folder stands in for the snapshot's code or data.
+            "snapshot_digest": job.record.digest if code_dir is None and data_dir is None else None,
+        }
     if wait_request_s is not None:
         update["wait_request_s"] = wait_request_s
     if code_dir is not None or data_dir is not None:
@@ -87,7 +104,8 @@ def replay(
 
     Raises:
         JobNotFound: no such job.
-        ReplayError: a recorded job whose snapshot is not whole.
+        ReplayError: a recorded job whose snapshot is not whole, or was
+            changed since it was recorded (its digest is not the one kept).
         SpecError: the copy's spec is not valid.
         InputsError: a folder has no file.
     """

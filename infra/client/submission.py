@@ -244,7 +244,7 @@ def record_inputs(
         InputsError: nothing is stored under code_uri or data_uri, or the job
             id's snapshot is of other sources.
     """
-    from spotline.infra.client.recording import fresh_job_id, take_snapshot
+    from spotline.infra.client.recording import fresh_job_id, snapshot_digest, take_snapshot
     from spotline.shared.domain.recording import record_for
     from spotline.shared.domain.spec import parse_spec
 
@@ -256,8 +256,12 @@ def record_inputs(
     assert record is not None
     try:
         copied = take_snapshot(record, spec)
+        digest = snapshot_digest(record)
     except (FileNotFoundError, FileExistsError) as err:
         raise InputsError(f"cannot record it: {err}") from None
+    # Kept in Firestore with the record: what a replay checks the snapshot against.
+    data = json.dumps({**json.loads(data), "snapshot_digest": digest}).encode()
+    spec = parse_spec(data)
     where = record.marker_uri.rsplit("/", 1)[0]
     return data, spec, where, None if copied is None else sum(copied.values())
 

@@ -11,9 +11,19 @@ function only writes down where the snapshot is (``record_for``), from the
 job id and the storage root alone. A copy is complete once its marker
 exists: the marker is written last, so a copy cut short is made again and
 never taken for a whole one.
+
+The snapshot sits in the bucket, where more than the job's owner may write
+(every VM of the shared account). So the CLI sends the snapshot's digest
+(``snapshot_digest``: SHA-256 over each file's relative name and SHA-256)
+with the submission, the submit function keeps it in Firestore with the
+record (which no VM can write), and ``spotline replay`` computes it again
+before running the snapshot: a rewritten one is refused, naming both.
 """
 
 from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
 
 from pydantic import BaseModel, ConfigDict
 
@@ -31,6 +41,9 @@ class Record(BaseModel):
     code_uri: str | None = None
     data_uri: str | None = None
     marker_uri: str
+    # The snapshot's digest as its submitter computed it (manifest_digest);
+    # None for a job recorded before digests were kept.
+    digest: str | None = None
 
 
 def record_for(job_prefix: str, spec: JobSpec) -> Record | None:
@@ -42,4 +55,14 @@ def record_for(job_prefix: str, spec: JobSpec) -> Record | None:
         code_uri=f"{root}/code" if spec.code_uri else None,
         data_uri=f"{root}/data" if spec.data_uri else None,
         marker_uri=f"{root}/{MARKER}",
+        digest=spec.snapshot_digest,
     )
+
+
+def manifest_digest(files: Iterable[tuple[str, str]]) -> str:
+    """The digest of a snapshot from its files: (name relative to the
+    record's folder, e.g. ``code/train.py``; the file's SHA-256 hex). The
+    order does not matter; a name or a content changed, added or removed
+    changes it."""
+    lines = sorted(f"{name}\0{digest}\n" for name, digest in files)
+    return hashlib.sha256("".join(lines).encode()).hexdigest()

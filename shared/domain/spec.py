@@ -155,6 +155,14 @@ class JobSpec(BaseModel):
             "(made by `spotline submit`); `spotline replay` runs the snapshot."
         ),
     )
+    snapshot_digest: str | None = Field(
+        default=None,
+        pattern=r"^[0-9a-f]{64}$",
+        description=(
+            "The SHA-256 of a recorded snapshot's files, set by `spotline submit` and "
+            "`spotline replay`; kept with the job so a rewritten snapshot is refused."
+        ),
+    )
     batch_size: int = Field(default=32, ge=1, le=10_000_000)
     epochs: int = Field(default=1, ge=1, le=MAX_EPOCHS)
     hyperparameters: dict[str, Any] = Field(default_factory=dict)

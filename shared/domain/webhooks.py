@@ -11,7 +11,13 @@ the project's private network (server-side request forgery). So:
 * never the metadata server, by name or by address, allowed networks or not;
 * every address the host resolves to must be public (``is_global``), or in
   the allowed networks: a private, loopback, link-local or reserved address
-  is refused.
+  is refused;
+* an IPv6 address that carries an IPv4 one (IPv4-mapped ``::ffff:0:0/96``,
+  IPv4-compatible ``::/96``, NAT64 ``64:ff9b::/96`` and ``64:ff9b:1::/48``,
+  6to4 ``2002::/16``, Teredo ``2001::/32``) is judged by that IPv4 address
+  too: Python's ``is_global`` calls ``64:ff9b::a00:1`` (10.0.0.1 through a
+  NAT64 gateway) and ``2002:a9fe:a9fe::`` (the metadata server through 6to4)
+  global.
 
 Pure: the caller resolves the host and passes the addresses.
 """
@@ -75,6 +81,11 @@ def address_problem(
     ip = ipaddress.ip_address(address) if isinstance(address, str) else address
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped  # ::ffff:10.0.0.1 is 10.0.0.1
+    if isinstance(ip, ipaddress.IPv6Address):
+        for inner in embedded_ipv4(ip):
+            problem = address_problem(inner, allowed_networks, plain_http=plain_http)
+            if problem:
+                return f"{problem}; {ip} carries it"
     if ip in METADATA_ADDRESSES:
         return f"webhook_url: {ip} is the metadata server"
     allowed = any(ip in ipaddress.ip_network(net, strict=False) for net in allowed_networks)
@@ -86,6 +97,32 @@ def address_problem(
             "(allow its network with the webhook_allowed_networks setting)"
         )
     return None
+
+
+_COMPATIBLE = ipaddress.ip_network("::/96")
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
+
+
+def embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 transition form carries (none for others).
+
+    NAT64's local-use prefix (RFC 8215) may embed at any RFC 6052 length: its
+    last 32 bits are taken (the /96 form), and the prefix itself is never
+    global. A Teredo address carries its server's and its client's.
+    """
+    low32 = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    if ip.ipv4_mapped is not None:
+        return [ip.ipv4_mapped]
+    if ip in _COMPATIBLE and int(ip) > 1:  # not :: nor ::1, which are their own
+        return [low32]
+    if ip in _NAT64 or ip in _NAT64_LOCAL:
+        return [low32]
+    if ip.sixtofour is not None:
+        return [ip.sixtofour]
+    if ip.teredo is not None:
+        return list(ip.teredo)
+    return []
 
 
 def _address(host: str) -> Address | None:

@@ -44,7 +44,12 @@ from spotline.shared.ports.bus import Bus
 from spotline.vm_image.agent.metadata import Metadata, MetadataError
 from spotline.vm_image.agent.privileges import AccountMissing, TrainerAccount, trainer_account
 from spotline.vm_image.agent.rank_group import RankGroup
-from spotline.vm_image.agent.recorded import job_sources
+from spotline.vm_image.agent.recorded import (
+    SnapshotChanged,
+    check_snapshot,
+    expected_digest,
+    job_sources,
+)
 from spotline.vm_image.agent.trainer_launch import EXIT_PREPARE_FAILED, launch_trainer, prepare
 from spotline.vm_image.agent.trainer_process import TENSORBOARD_DIR, CannotStart, TrainerProcess
 from spotline.vm_image.agent.transfers import download_folder, upload_folder
@@ -338,6 +343,7 @@ class Agent:
             prepared = prepare(
                 self.assignment, self.account, self.workdir, self.job_dir, code_dir, data_uri
             )
+            self._check_snapshot(code_uri, data_uri, code_dir, prepared.data_dir)
             self._enter(JobSubstatus.TRAINING)
             self.trainer = launch_trainer(
                 self.assignment,
@@ -420,6 +426,22 @@ class Agent:
             upload_folder(local, remote)
         except Exception as err:  # logs must never stop a job
             logs.warning(f"could not upload TensorBoard logs: {err}")
+
+    def _check_snapshot(
+        self, code_uri: str | None, data_uri: str | None, code_dir: Path, data_dir: Path | None
+    ) -> None:
+        """A recorded job's (or a replay's) downloaded snapshot is what was recorded.
+
+        Raises:
+            CannotStart: it is not (no VM would download another).
+        """
+        expected = expected_digest(self.assignment, code_uri, data_uri)
+        try:
+            check_snapshot(expected, code_dir if code_uri else None, data_dir)
+        except SnapshotChanged as err:
+            raise CannotStart(
+                f"cannot start the trainer: {err}", EXIT_PREPARE_FAILED, unrecoverable=True
+            ) from None
 
     def _fetch_code(self, uri: str | None) -> Path:
         """Copy ``uri`` (any fsspec URL of a folder) into the workdir; run there.

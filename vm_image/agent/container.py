@@ -13,29 +13,59 @@ through (``--gpus all``, the Deep Learning VM image's NVIDIA container
 runtime), on the host's network (multi-node jobs reach each other as without
 a container).
 
-Variables are passed by name only (``--env NAME``: docker copies the value
-from its own environment): a secret's value never appears in a command line.
+The client runs as the agent (access to the runtime's socket is root's), so
+nothing of the job may reach it: the runtime is an absolute path the image
+provides (never looked up on a PATH), it starts with the agent's own
+environment, and the job's variables go to the container in an env file
+(``--env-file``) only root can read, never into the client's environment
+(where ``LD_PRELOAD`` or ``PATH`` would choose what root runs) nor onto its
+command line (where a secret's value would show).
 
 The runtime is a setting, ``SPOTLINE_CONTAINER_RUNTIME`` (default
-``docker``; podman takes the same arguments).
+``/usr/bin/docker``; podman takes the same arguments).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
 RUNTIME_ENV = "SPOTLINE_CONTAINER_RUNTIME"
-DEFAULT_RUNTIME = "docker"
+DEFAULT_RUNTIME = "/usr/bin/docker"
 # The host's variables that mean nothing inside the image (its own PATH,
 # Python and shell state), never passed even when the agent set them.
 _HOST_ONLY = frozenset({"PATH", "PYTHONPATH", "VIRTUAL_ENV", "PWD", "OLDPWD", "SHLVL", "_"})
 
 
+class BadContainerSetup(ValueError):
+    """The runtime setting or a variable cannot be used; the message says which."""
+
+
+def runtime_of(host_env: Mapping[str, str]) -> str:
+    """The runtime's absolute path, from the agent's own environment.
+
+    Raises:
+        BadContainerSetup: the setting is not an absolute path to a program.
+    """
+    runtime = host_env.get(RUNTIME_ENV) or DEFAULT_RUNTIME
+    if not os.path.isabs(runtime):
+        raise BadContainerSetup(
+            f"{RUNTIME_ENV}={runtime!r} is not an absolute path: name the runtime's program "
+            f"(e.g. {DEFAULT_RUNTIME}); it is never looked up on a PATH"
+        )
+    if not os.access(runtime, os.X_OK) or not os.path.isfile(runtime):
+        raise BadContainerSetup(
+            f"the container runtime {runtime} ({RUNTIME_ENV}) is not a program on this VM"
+        )
+    return runtime
+
+
 def container_command(
     image: str,
     command: list[str],
-    env: Mapping[str, str],
+    env_file: Path,
     host_env: Mapping[str, str],
     mounts: list[tuple[Path, bool]],
     workdir: Path,
@@ -45,21 +75,52 @@ def container_command(
     """The argv that runs ``command`` in ``image``.
 
     Args:
-        env: the trainer's environment; the variables spotline or the spec set
-            (those not inherited unchanged from ``host_env``) are passed.
+        env_file: the container's variables (``write_env_file``).
+        host_env: the agent's environment, where the runtime setting is read.
         mounts: folders to mount at the same path, each with read-only or not.
         workdir: the command's working folder (the job's code).
         user: uid and gid the command runs as.
         name: the container's name (one per job attempt).
+
+    Raises:
+        BadContainerSetup: no usable runtime (``runtime_of``).
     """
-    runtime = host_env.get(RUNTIME_ENV) or DEFAULT_RUNTIME
-    argv = [runtime, "run", "--rm", "--init", "--gpus", "all", "--network", "host"]
+    argv = [runtime_of(host_env), "run", "--rm", "--init", "--gpus", "all", "--network", "host"]
     argv += ["--name", name, "--user", f"{user[0]}:{user[1]}", "--workdir", str(workdir)]
     for folder, read_only in mounts:
         argv += ["--volume", f"{folder}:{folder}{':ro' if read_only else ''}"]
-    for variable in sorted(passed_names(env, host_env)):
-        argv += ["--env", variable]
+    argv += ["--env-file", str(env_file)]
     return [*argv, image, *command]
+
+
+def write_env_file(path: Path, env: Mapping[str, str], host_env: Mapping[str, str]) -> list[str]:
+    """Write the container's variables to ``path`` (mode 0600, made afresh,
+    never through a link), one ``NAME=VALUE`` a line as docker reads them:
+    what the trainer's environment adds to or changes from the agent's own.
+    The names written.
+
+    Raises:
+        BadContainerSetup: a value holds a line break (docker's env file
+            cannot carry one) or a name is not a plain variable name.
+    """
+    names = sorted(passed_names(env, host_env))
+    lines = []
+    for name in names:
+        value = env[name]
+        if "\n" in value or "\r" in value or "\0" in value:
+            raise BadContainerSetup(
+                f"the variable {name} has a line break or NUL in its value, which a container's "
+                "env file cannot carry: encode it (base64) or pass a file in the job's folder"
+            )
+        if not name or "=" in name or "\n" in name or name.startswith("#"):
+            raise BadContainerSetup(f"the variable name {name!r:.80} cannot go to a container")
+        lines.append(f"{name}={value}\n")
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write("".join(lines))
+    return names
 
 
 def passed_names(env: Mapping[str, str], host_env: Mapping[str, str]) -> set[str]:

@@ -8,8 +8,10 @@ file in the job's venv adds the agent's site-packages *after* its own, so a
 requirement pinned by the job wins and everything else the image has stays
 importable.
 
-pip runs as the trainer's account (a requirement's build runs code from the
-package index; never as root), with the job's environment: pip options go in
+The agent makes the venv and writes the ``.pth`` itself, at paths it knows
+(never at one the venv's python prints: the job's environment steers what
+that prints). pip runs as the trainer's account (a requirement's build runs
+code from the package index; never as root), with the job's environment: pip options go in
 the requirements file itself (``--no-index``, ``--find-links DIR``,
 ``--index-url URL``: pip reads them there) or in the spec's ``env`` as pip's
 own variables (``PIP_INDEX_URL``, ``PIP_FIND_LINKS``, ``PIP_NO_INDEX``).
@@ -18,7 +20,9 @@ Cache: a reused VM keeps the last environment under
 ``{workdir}/cache/envs/{hash}``, the hash of the requirements file (and of
 the interpreter); the same file again skips the install. A venv is marked
 complete only after pip succeeds: an install cut short is made again. One
-environment is kept at a time. Once pip is done the agent takes the venv
+environment is kept at a time. Once pip is done, every process of the
+trainer's account is killed (a daemon the install started could otherwise
+write a venv file after root owns it), and then the agent takes the venv
 over (its owner, read-only to everyone else): the trainer runs as the
 account pip ran as, and must not change (a ``pip install`` at run time, a
 ``.pth`` file) what the next job with the same file reuses.
@@ -26,6 +30,7 @@ account pip ran as, and must not change (a ``pip install`` at run time, a
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -37,6 +42,7 @@ from pathlib import Path
 
 from spotline.shared import logs
 from spotline.vm_image.agent.privileges import TrainerAccount
+from spotline.vm_image.agent.workspace import stop_leftovers
 
 REQUIREMENTS = "requirements.txt"
 ENVS_FOLDER = "envs"
@@ -100,33 +106,77 @@ def prepare_env(
     for entry in envs.iterdir():  # one environment at a time; a half-made one too
         shutil.rmtree(entry, ignore_errors=True)
     root.mkdir()
-    account.give(root)
-    # No pip of its own: the agent's, seen through the .pth, installs into it.
+    # 1. The agent makes the venv and links its own site-packages into it:
+    #    its interpreter, its environment, paths it knows. Nothing the job
+    #    brings (its env, a sitecustomize) runs while root writes.
     venv = [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(root)]
-    _run(venv, account, env, "python -m venv")
-    _link_agent_site(JobEnv(root), account, env)
+    _run(venv, None, _agent_env(), "python -m venv")
+    _write_agent_site(root)
+    # 2. pip (the agent's, seen through the .pth) installs as the account.
+    account.give(root)
     pip = [str(JobEnv(root).python), "-m", "pip", "install", "--disable-pip-version-check"]
-    _run([*pip, "-r", str(requirements)], account, env, f"pip install -r {REQUIREMENTS}")
+    try:
+        _run([*pip, "-r", str(requirements)], account, env, f"pip install -r {REQUIREMENTS}")
+    finally:
+        # 3. Whatever the install started has ended before root takes the
+        #    venv: a process still running could keep a file open and write
+        #    it after, or swap a file for a link while root walks the tree.
+        _end_processes(account)
     _take_over(root)
-    (root / _COMPLETE).write_text(digest)
+    _write_agent_site(root)  # what the account may have changed there
+    _write_new(root, root / _COMPLETE, digest)
     logs.info(f"{REQUIREMENTS} installed in {root}")
     return JobEnv(root)
 
 
-def _link_agent_site(job_env: JobEnv, account: TrainerAccount, env: dict[str, str]) -> None:
+def _purelib(root: Path) -> Path:
+    """The venv's site-packages, as ``venv`` lays it out for this interpreter
+    (never asked of the venv's python, whose answer its environment steers)."""
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    return root / "lib" / version / "site-packages"
+
+
+def _write_agent_site(root: Path) -> None:
     """Add the agent's site-packages (the image's torch, TF, spotline and
     pip itself) to the venv, after its own."""
-    query = [str(job_env.python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"]
-    purelib = Path(_run(query, account, env, "python -c sysconfig").strip().splitlines()[-1])
     agent_sites = [path for path in site.getsitepackages() if os.path.isdir(path)]
-    (purelib / _AGENT_SITE).write_text("".join(f"{path}\n" for path in agent_sites))
-    account.give(purelib / _AGENT_SITE)
+    text = "".join(f"{path}\n" for path in agent_sites)
+    _write_new(root, _purelib(root) / _AGENT_SITE, text)
+
+
+def _write_new(root: Path, path: Path, text: str) -> None:
+    """Write ``path`` (in the venv ``root``) afresh, refusing a link in its
+    place or on the way to it from ``root``: the account owned these
+    folders a moment ago, and root must not write where a link points."""
+    for folder in [*reversed(path.relative_to(root).parents)][1:]:
+        if (root / folder).is_symlink() or not (root / folder).is_dir():
+            raise InstallFailed(f"{root / folder} is not the folder venv made: refused")
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+
+
+def _end_processes(account: TrainerAccount) -> None:
+    """Kill every process of the account (the install's, and what it left).
+    Run as the agent's own user (locally), the install holds no privilege
+    to protect and its processes are the agent's own: nothing is killed."""
+    if account.dedicated:
+        stop_leftovers(account.uid)
+
+
+def _agent_env() -> dict[str, str]:
+    """The agent's own environment, without what steers a Python."""
+    return {name: value for name, value in os.environ.items() if not name.startswith("PYTHON")}
 
 
 def _take_over(root: Path) -> None:
     """Make the venv the agent's, readable and runnable by every account,
     writable by none other: what pip left is what the next job gets. Links
-    are changed, not followed (``bin/python`` points at the interpreter)."""
+    are changed, not followed (``bin/python`` points at the interpreter).
+    Every process of the account has ended: nothing changes the tree while
+    it is walked."""
     uid, gid = os.geteuid(), os.getegid()
     for folder, dirs, files in os.walk(root):
         os.chown(folder, uid, gid, follow_symlinks=False)
@@ -140,9 +190,9 @@ def _take_over(root: Path) -> None:
             os.chmod(path, 0o755 if executable else 0o644)
 
 
-def _run(command: list[str], account: TrainerAccount, env: dict[str, str], what: str) -> str:
-    # The venv is in PATH of nothing yet: pip and venv run with the job's
-    # environment otherwise (its PIP_* variables, its HOME for pip's cache).
+def _run(command: list[str], account: TrainerAccount | None, env: dict[str, str], what: str) -> str:
+    # pip runs as the account with the job's environment (its PIP_*
+    # variables, its HOME for pip's cache); ``account`` None: as the agent.
     try:
         done = subprocess.run(
             command,
@@ -151,7 +201,7 @@ def _run(command: list[str], account: TrainerAccount, env: dict[str, str], what:
             stderr=subprocess.STDOUT,
             timeout=PIP_TIMEOUT_S,
             check=False,
-            **account.popen_kwargs(),
+            **(account.popen_kwargs() if account else {}),
         )
     except subprocess.TimeoutExpired:
         raise InstallFailed(f"{what} did not finish in {PIP_TIMEOUT_S} s") from None

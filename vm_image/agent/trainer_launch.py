@@ -14,7 +14,11 @@ from typing import Any
 from spotline.shared import logs
 from spotline.shared.contract.assignment import Assignment
 from spotline.shared.contract.ranks import processes_per_node
-from spotline.vm_image.agent.container import container_command
+from spotline.vm_image.agent.container import (
+    BadContainerSetup,
+    container_command,
+    write_env_file,
+)
 from spotline.vm_image.agent.job_data import DATA_DIR_ENV, DataUnavailable, fetch_data
 from spotline.vm_image.agent.job_env import InstallFailed, JobEnv, prepare_env, requirements_of
 from spotline.vm_image.agent.metadata import Metadata
@@ -31,6 +35,9 @@ from spotline.vm_image.agent.workspace import hand_over
 
 EVENTS_FILE = "events.jsonl"
 CACHE_FOLDER = "cache"
+# Beside the job's folder (``jobs/KEY.container-env``): its variables for
+# the container runtime, mode 0600.
+CONTAINER_ENV_SUFFIX = ".container-env"
 # A job that cannot be prepared (its data set or its requirements) fails with
 # this exit code and the reason as its output: like a trainer's failure, it
 # is not retried on another VM, where it would fail the same way.
@@ -140,19 +147,7 @@ def launch_trainer(
         if command[0] == sys.executable:  # a built-in trainer: the job's python runs it
             command[0] = str(prepared.job_env.python)
     if assignment.spec.image:
-        mounts = [(job_dir, False)]
-        if prepared.data_dir is not None:
-            mounts.append((prepared.data_dir, True))
-        command = container_command(
-            assignment.spec.image,
-            command,
-            env,
-            os.environ,
-            mounts,
-            code_dir,
-            (account.uid, account.gid),
-            f"spotline-{assignment.job_id}-a{assignment.attempt}",
-        )
+        command, env = _in_container(assignment, command, env, job_dir, code_dir, account, prepared)
     if ppn > 1:
         return start_ranks(
             ppn, assignment, instance, command, env, code_dir,
@@ -166,7 +161,48 @@ def launch_trainer(
         on_report,
         labels={"job_id": assignment.job_id, "attempt": assignment.attempt},
         # The container runtime's client runs as the agent (access to its
-        # socket is root's); the container itself as the account (--user).
+        # socket is root's), with the agent's environment; the container
+        # itself as the account (--user).
         account=None if assignment.spec.image else account,
         secrets=list(secrets.values()),
     )
+
+
+def _in_container(
+    assignment: Assignment,
+    command: list[str],
+    env: dict[str, str],
+    job_dir: Path,
+    code_dir: Path,
+    account: TrainerAccount,
+    prepared: Prepared,
+) -> tuple[list[str], dict[str, str]]:
+    """The runtime's argv and the client's environment (the agent's own):
+    the trainer's variables go into an env file beside the job's folder,
+    root's alone (the folder itself is the trainer's), removed, as the folder is,
+    before the next job.
+
+    Raises:
+        CannotStart: no usable runtime, or a variable an env file cannot carry.
+    """
+    spec = assignment.spec
+    assert spec.image is not None
+    mounts = [(job_dir, False)]
+    if prepared.data_dir is not None:
+        mounts.append((prepared.data_dir, True))
+    env_file = job_dir.with_name(f"{job_dir.name}{CONTAINER_ENV_SUFFIX}")
+    try:
+        write_env_file(env_file, env, os.environ)
+        argv = container_command(
+            spec.image,
+            command,
+            env_file,
+            os.environ,
+            mounts,
+            code_dir,
+            (account.uid, account.gid),
+            f"spotline-{assignment.job_id}-a{assignment.attempt}",
+        )
+    except BadContainerSetup as err:
+        raise CannotStart(f"cannot start the trainer: {err}", 126) from None
+    return argv, dict(os.environ)

@@ -22,9 +22,12 @@ the trainer (``job_data``), and the last requirements venv (``job_env``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
+import subprocess
+import time
 from pathlib import Path
 
 from spotline.shared import logs
@@ -35,9 +38,12 @@ HOME_DIR = "home"
 TMP_DIR = "tmp"
 # The places outside its folder where an unprivileged account can leave files.
 SHARED_TMP = (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"))
-# Set in every trainer's environment (trainer_process.trainer_env), and so in
-# its children's: how a process left by a previous job is recognised.
-JOB_MARK = "SPOTLINE_JOB_ID"
+# Rounds of kill -1 before giving up on a process that will not die (one in
+# uninterruptible sleep on a dead disk): the next job starts anyway.
+_KILL_ROUNDS = 20
+_KILL = "/bin/kill"
+# The group the killing process runs as: one no file belongs to.
+_NOGROUP = 65534
 
 
 def job_folder(workdir: Path, job_key: str, account: TrainerAccount | AccountMissing) -> Path:
@@ -82,29 +88,76 @@ def hand_over(folder: Path, account: TrainerAccount, events_path: Path) -> dict[
 
 
 def stop_leftovers(uid: int) -> list[int]:
-    """SIGKILL every process of ``uid`` that a trainer started (it carries
-    ``JOB_MARK`` in its environment): a daemon of the previous job must not
-    watch the next one's files. The pids killed."""
-    mark = f"{JOB_MARK}=".encode()
-    killed = []
+    """SIGKILL every process of the trainer account ``uid``: a daemon of the
+    previous job (or of a dependency install) must not watch or change the
+    next one's files. Found by account, which such a process cannot drop
+    (only root changes its uid), not by anything it can clear (its
+    environment, its name). The pids killed.
+
+    The kill is ``kill(-1, SIGKILL)`` sent by a process running as ``uid``:
+    the kernel delivers it to every process of that account at once, so one
+    that forks meanwhile leaves no child behind.
+    """
+    if uid == 0:
+        raise ValueError("stop_leftovers(0) would kill every process on the machine")
+    found = processes_of(uid)
+    for _ in range(_KILL_ROUNDS):
+        if not found:
+            break
+        _kill_all_as(uid)
+        time.sleep(0.05)
+        found_now = processes_of(uid)
+        if not found_now:
+            break
+        found = sorted({*found, *found_now})
+    survivors = processes_of(uid)
+    if survivors:
+        logs.warning(f"processes of uid {uid} survived SIGKILL: {survivors}")
+    killed = sorted(set(found) - set(survivors))
+    if killed:
+        logs.warning(f"stopped {len(killed)} processes the trainer account left running: {killed}")
+    return killed
+
+
+def processes_of(uid: int) -> list[int]:
+    """The pids whose real user is ``uid`` (zombies excluded: they are dead)."""
+    pids = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
-            if proc.stat().st_uid != uid:
-                continue
-            environ = (proc / "environ").read_bytes()
+            status = (proc / "status").read_text()
         except OSError:
             continue  # it ended meanwhile
-        if any(item.startswith(mark) for item in environ.split(b"\0")):
-            try:
-                os.kill(int(proc.name), signal.SIGKILL)
-                killed.append(int(proc.name))
-            except ProcessLookupError:
-                pass
-    if killed:
-        logs.warning(f"stopped {len(killed)} processes a previous job left running: {killed}")
-    return killed
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        real_uid = fields.get("Uid", "").split()
+        zombie = fields.get("State", "").strip().startswith("Z")
+        if real_uid and int(real_uid[0]) == uid and not zombie:
+            pids.append(int(proc.name))
+    return pids
+
+
+def _kill_all_as(uid: int) -> None:
+    # kill -1 from a process of the account itself reaches exactly that
+    # account's processes (Linux spares the sender). /bin/kill: no Python
+    # the account may not be able to read.
+    try:
+        subprocess.run(
+            [_KILL, "-9", "-1"],
+            user=uid,
+            group=_NOGROUP,
+            extra_groups=[],
+            env={},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as err:
+        logs.warning(f"could not run {_KILL} as uid {uid}: {err}; killing one by one")
+        for pid in processes_of(uid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def remove_owned(place: Path, uid: int) -> list[str]:
