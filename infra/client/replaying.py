@@ -5,11 +5,13 @@ code and data."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spotline.infra.client.connection import Connection, connect
 from spotline.infra.client.errors import ReplayError, SpecError
-from spotline.infra.client.submission import Published, input_targets, upload_inputs
+from spotline.infra.client.packing import DEFAULT_LIMIT_MB
+from spotline.infra.client.submission import Published, pack_folders, pack_targets, upload_packs
 
 if TYPE_CHECKING:
     from spotline.infra.client.job import Job
@@ -22,11 +24,12 @@ def publish_replay(
     code_dir: str | os.PathLike[str] | None = None,
     data_dir: str | os.PathLike[str] | None = None,
     wait_request_s: int | None = None,
+    upload_limit_mb: float = DEFAULT_LIMIT_MB,
 ) -> Published:
     """Publish the copy (see ``replay``); what was uploaded and sent."""
     from pydantic import ValidationError
 
-    from spotline.infra.client.recording import fresh_job_id, snapshot_complete
+    from spotline.infra.client.recording import snapshot_complete
     from spotline.shared.domain.lifecycle import job_id_for
     from spotline.shared.domain.spec import JobSpec, describe_validation_error
 
@@ -43,17 +46,20 @@ def publish_replay(
         update |= {"code_uri": job.record.code_uri, "data_uri": job.record.data_uri}
     if wait_request_s is not None:
         update["wait_request_s"] = wait_request_s
-    if code_dir is not None or data_dir is not None:
-        # Uploaded under the copy's own storage: its id is chosen now.
-        copy_id = fresh_job_id("replay")
-        update |= {"job_id": copy_id, **input_targets(conn.settings, copy_id, code_dir, data_dir)}
+    folders = {
+        key: Path(folder)
+        for key, folder in (("code_uri", code_dir), ("data_uri", data_dir))
+        if folder is not None
+    }
+    packs = pack_folders(folders, upload_limit_mb)
+    update |= pack_targets(conn.settings, packs)
     try:
         spec = JobSpec.model_validate({**job.spec.model_dump(by_alias=True), **update})
     except ValidationError as err:
         raise SpecError(
             describe_validation_error(err).split("; "), f"the replay of {job_id}"
         ) from None
-    uploads = upload_inputs(conn.settings, spec, code_dir, data_dir)
+    uploads = upload_packs(conn.settings, packs)
     data = spec.model_dump_json(exclude_none=True).encode()
     bus, topics = conn.bus(spec.user)
     message_id = bus.publish("submit", data)
@@ -77,7 +83,8 @@ def replay(
     Args:
         job_id: the job to copy.
         description: the copy's (default: "replay of JOB: ...").
-        code_dir: a local folder uploaded under the copy's storage and run as its code.
+        code_dir: a local folder uploaded and run as the copy's code (as
+            ``spotline.submit``'s ``code_dir``).
         data_dir: a local folder uploaded as the copy's ``data_uri``.
         wait_request_s: seconds each machine option is asked for (default: the job's).
         workdir: the local stack's folder (see ``spotline.submit``).

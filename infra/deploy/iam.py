@@ -20,8 +20,9 @@ compute.admin, ...) appears in them or on the wire. Least privilege:
   which would otherwise hold both sets of rights (a build runs the
   requirements' installers, the runtime places VMs).
 - the VM account publishes on the VM event topics only, reads and writes objects
-  under the storage root's ``jobs/`` prefix only (an IAM condition), and writes
-  logs. No Compute, IAM or Firestore right.
+  under the storage root's ``jobs/`` prefix only (an IAM condition), reads those
+  under ``code/`` and ``data/`` (folders uploaded for jobs), and writes logs.
+  No Compute, IAM or Firestore right.
 - the submit and cancel topics take messages from the principals the
   configuration lists, and no one else; in the per-user mode each person's
   principal publishes on that person's own two topics only.
@@ -67,6 +68,8 @@ class Role(StrEnum):
     SUBSCRIBER = "roles/pubsub.subscriber"
     # Objects' read/write/delete, never the bucket's settings or IAM.
     OBJECT_USER = "roles/storage.objectUser"
+    # Objects' read and list only.
+    OBJECT_VIEWER = "roles/storage.objectViewer"
     # Write log entries.
     LOG_WRITER = "roles/logging.logWriter"
     # Write metric points (the Ops Agent's, on the VMs).
@@ -221,6 +224,23 @@ def jobs_condition(config: IamConfig) -> Condition:
     )
 
 
+def uploads_condition(config: IamConfig) -> Condition:
+    """Objects under ``code/`` and ``data/``: the folders ``spotline submit
+    --code-dir`` uploads by their content's address (infra/client/uploads.py),
+    which the VMs read and must not change (another job runs the same ones)."""
+    prefix = config.jobs_prefix.removesuffix("jobs/")
+    objects = f"projects/_/buckets/{config.bucket}/objects/{prefix}"
+    return Condition(
+        title="spotline uploaded folders",
+        expression=(
+            f'resource.name.startsWith("{objects}code/") || '
+            f'resource.name.startsWith("{objects}data/") || '
+            'resource.type == "storage.googleapis.com/Bucket"'
+        ),
+        description="spotline's VMs read the code and data folders uploaded for jobs",
+    )
+
+
 def bindings(config: IamConfig) -> list[Binding]:
     """Every binding known before anything is deployed."""
     project = f"projects/{config.project}"
@@ -248,6 +268,14 @@ def bindings(config: IamConfig) -> list[Binding]:
             vm,
             "checkpoints and outputs",
             jobs_condition(config),
+        ),
+        Binding(
+            Scope.BUCKET,
+            config.bucket,
+            Role.OBJECT_VIEWER,
+            vm,
+            "uploaded code and data",
+            uploads_condition(config),
         ),
     ]
     found += [
