@@ -52,10 +52,12 @@ def prepare(
     job_dir: Path,
     code_dir: Path,
     data_uri: str | None = None,
+    on_install: Callable[[], None] | None = None,
 ) -> Prepared:
     """Download the data set (``data_uri``: the spec's, or a recorded job's
     snapshot) and install the code's ``requirements.txt``, each reusing what
-    this VM already holds (``{workdir}/cache``).
+    this VM already holds (``{workdir}/cache``); ``on_install`` is called
+    before the install (the job's INSTALLING_REQUIREMENTS step).
 
     Raises:
         CannotStart: no trainer account, a data set that is missing or larger
@@ -78,10 +80,14 @@ def prepare(
         logs.warning(f"{requirements.name} not installed: the image {spec.image} brings its own")
         return Prepared(data_dir)
     env = {**os.environ, **spec.env, **_home(job_dir, account)}
+    if on_install is not None:
+        on_install()
     try:
         return Prepared(data_dir, prepare_env(requirements, cache, account, env))
     except InstallFailed as err:
-        raise CannotStart(f"cannot start the trainer: {err}", EXIT_PREPARE_FAILED) from None
+        raise CannotStart(
+            f"cannot start the trainer: {err}", EXIT_PREPARE_FAILED, unrecoverable=err.unrecoverable
+        ) from None
 
 
 def _home(job_dir: Path, account: TrainerAccount) -> dict[str, str]:
