@@ -336,7 +336,13 @@ class Agent:
         try:
             code_dir = self._fetch_code(code_uri)
             prepared = prepare(
-                self.assignment, self.account, self.workdir, self.job_dir, code_dir, data_uri
+                self.assignment,
+                self.account,
+                self.workdir,
+                self.job_dir,
+                code_dir,
+                data_uri,
+                lambda: self._enter(JobSubstatus.INSTALLING_REQUIREMENTS),
             )
             self._enter(JobSubstatus.TRAINING)
             self.trainer = launch_trainer(
