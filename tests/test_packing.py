@@ -12,6 +12,8 @@ import pytest
 
 from spotline.infra.client.errors import InputsError
 from spotline.infra.client.packing import pack
+from spotline.infra.client.uploads import ship
+from spotline.vm_image.agent.transfers import download_folder, restore_modes
 
 
 def a_project(root: Path) -> Path:
@@ -132,3 +134,23 @@ def test_a_missing_empty_or_unreadable_folder_is_refused(tmp_path: Path) -> None
         secret.chmod(0)
         with pytest.raises(InputsError, match="cannot read"):
             pack(tmp_path / "p")
+
+
+def test_an_uploaded_folder_comes_back_with_its_executable_files_executable(
+    tmp_path: Path,
+) -> None:
+    folder = a_project(tmp_path / "p")
+    packed = pack(folder)
+    storage = (tmp_path / "bucket").as_uri()
+
+    shipped = ship(storage, "code_uri", packed)
+    local = tmp_path / "vm" / "code"
+    download_folder(shipped.uri, local)
+    assert not os.access(local / "train.py", os.X_OK)  # storage keeps no mode
+
+    assert restore_modes(shipped.uri, local) == 1
+    assert os.access(local / "train.py", os.X_OK)
+    assert not os.access(local / "pkg" / "model.py", os.X_OK)
+    assert ship(storage, "code_uri", packed).written == 0  # there already
+    # A folder not uploaded by spotline: no manifest, nothing changed.
+    assert restore_modes(f"{storage}/elsewhere", local) == 0

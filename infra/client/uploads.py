@@ -4,7 +4,8 @@ its content (``packing``): ``{storage_root}/code/{sha256}/files/`` for code,
 ``data_uri`` names (the VM copies every object under it: agent.py
 ``_fetch_code``, job_data.py).
 
-Beside the files, ``manifest.json`` lists them; it is written last, so an
+Beside the files, ``manifest.json`` lists them (``shared/contract/uploads.py``:
+the agent gives executable files their mode back from it); it is written last, so an
 upload cut short is never taken for a whole one, and checked first, so an
 unchanged folder is not uploaded again. Objects are only ever written with the
 content their address names, so two uploads of one folder at once, or one
@@ -22,13 +23,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from spotline.infra.client.errors import InputsError
+from spotline.shared.contract.uploads import FILES, MANIFEST, PREFIXES
 
 if TYPE_CHECKING:
     from spotline.infra.client.packing import Pack
 
-PREFIXES = {"code_uri": "code", "data_uri": "data"}
-MANIFEST = "manifest.json"
-FILES = "files"
 _CHUNK = 1 << 20
 
 

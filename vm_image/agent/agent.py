@@ -47,7 +47,7 @@ from spotline.vm_image.agent.rank_group import RankGroup
 from spotline.vm_image.agent.recorded import job_sources
 from spotline.vm_image.agent.trainer_launch import EXIT_PREPARE_FAILED, launch_trainer, prepare
 from spotline.vm_image.agent.trainer_process import TENSORBOARD_DIR, CannotStart, TrainerProcess
-from spotline.vm_image.agent.transfers import download_folder, upload_folder
+from spotline.vm_image.agent.transfers import download_folder, restore_modes, upload_folder
 from spotline.vm_image.agent.workspace import job_folder
 
 JOB_ATTRIBUTE = f"instance/attributes/{JOB_METADATA_KEY}"
@@ -438,6 +438,7 @@ class Agent:
         if uri:
             try:
                 download_folder(uri, code_dir)
+                restore_modes(uri, code_dir)
             except FileNotFoundError:
                 raise CannotStart(
                     f"cannot start the trainer: code_uri {uri}: nothing is stored there",
