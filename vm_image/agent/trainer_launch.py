@@ -14,7 +14,7 @@ from typing import Any
 from spotline.shared import logs
 from spotline.shared.contract.assignment import Assignment
 from spotline.shared.contract.ranks import processes_per_node
-from spotline.vm_image.agent.container import container_command
+from spotline.vm_image.agent.container import PullFailed, container_command, pull_image
 from spotline.vm_image.agent.job_data import DATA_DIR_ENV, DataUnavailable, fetch_data
 from spotline.vm_image.agent.job_env import InstallFailed, JobEnv, prepare_env, requirements_of
 from spotline.vm_image.agent.metadata import Metadata
@@ -31,9 +31,10 @@ from spotline.vm_image.agent.workspace import hand_over
 
 EVENTS_FILE = "events.jsonl"
 CACHE_FOLDER = "cache"
-# A job that cannot be prepared (its data set or its requirements) fails with
-# this exit code and the reason as its output: like a trainer's failure, it
-# is not retried on another VM, where it would fail the same way.
+# A job that cannot be prepared (its data set, its image or its requirements)
+# ends the attempt with this exit code and the reason as its output: the job
+# fails at once where no other VM could do better (``unrecoverable``), else
+# the failure policy decides, as for a trainer's failure.
 EXIT_PREPARE_FAILED = 1
 
 
@@ -61,7 +62,8 @@ def prepare(
 
     Raises:
         CannotStart: no trainer account, a data set that is missing or larger
-            than the disk's free space, or a failed install (pip's last lines).
+            than the disk's free space, an image that cannot be pulled (the
+            runtime's last lines), or a failed install (pip's last lines).
     """
     if isinstance(account, AccountMissing):
         raise CannotStart(str(account), 126)
@@ -73,6 +75,15 @@ def prepare(
         raise CannotStart(
             f"cannot start the trainer: {err}", EXIT_PREPARE_FAILED, unrecoverable=True
         ) from None
+    if spec.image:
+        try:
+            pull_image(spec.image, os.environ)
+        except PullFailed as err:
+            raise CannotStart(
+                f"cannot start the trainer: {err}",
+                EXIT_PREPARE_FAILED,
+                unrecoverable=err.unrecoverable,
+            ) from None
     requirements = requirements_of(code_dir)
     if requirements is None:
         return Prepared(data_dir)
