@@ -85,6 +85,12 @@ def test_in_a_git_work_tree_git_decides_with_spotlineignore_on_top(tmp_path: Pat
         "pkg/__pycache__/forced.pyc",
         "untracked.py",
     }
+    # A folder git ignores whole: refused, saying git decided.
+    (repo / ".gitignore").write_text("big.bin\nscratch/\n")
+    (repo / "scratch").mkdir()
+    (repo / "scratch" / "try.py").write_text("x\n")
+    with pytest.raises(InputsError, match="git ignores every file in it"):
+        pack(repo / "scratch")
 
 
 def test_the_address_is_stable_and_one_byte_changes_it(tmp_path: Path) -> None:

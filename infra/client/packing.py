@@ -95,8 +95,8 @@ def pack(folder: str | os.PathLike[str], limit_mb: float = DEFAULT_LIMIT_MB) -> 
         raise InputsError(f"{folder}: no such folder")
     if not root.is_dir():
         raise InputsError(f"{folder}: not a folder (give the folder that holds the code)")
-    names = _listed(root)
-    names = _without_ignored(root, names)
+    in_git = _git_listed(root)
+    names = _without_ignored(root, in_git if in_git is not None else _walked(root))
     sizes: list[tuple[str, int, bool]] = []
     for name in names:
         try:
@@ -106,7 +106,13 @@ def pack(folder: str | os.PathLike[str], limit_mb: float = DEFAULT_LIMIT_MB) -> 
         if stat.S_ISREG(info.st_mode):
             sizes.append((name, info.st_size, bool(info.st_mode & stat.S_IXUSR)))
     if not sizes:
-        raise InputsError(f"{folder}: no file to upload (every file is ignored, or none exists)")
+        why = (
+            "git ignores every file in it, or the .spotlineignore does "
+            f"(`git -C {folder} status --ignored .` shows which)"
+            if in_git is not None
+            else f"no file, or the .gitignore and {IGNORE_FILE} files leave out every one"
+        )
+        raise InputsError(f"{folder}: no file to upload: {why}")
     _check_size(folder, sizes, limit_mb)
     files = tuple(
         PackedFile(name, executable, size, _sha256(root / name, folder))
@@ -139,14 +145,9 @@ def _sha256(path: Path, folder: object) -> str:
     return digest.hexdigest()
 
 
-def _listed(root: Path) -> list[str]:
-    """What git lists in a work tree; every file no ``.gitignore`` excludes elsewhere."""
-    found = _git_listed(root)
-    return found if found is not None else _walked(root)
-
-
 def _git_listed(root: Path) -> list[str] | None:
-    """None: not in a git work tree (or no git)."""
+    """What git shows under ``root``: tracked files, and untracked ones no
+    ``.gitignore`` excludes. None: not in a git work tree (or no git)."""
     command = ["git", "-C", str(root), "ls-files", "-z", "--cached", "--others"]
     try:
         done = subprocess.run(
