@@ -74,6 +74,7 @@ def replay(
     data_dir: str | os.PathLike[str] | None = None,
     wait_request_s: int | None = None,
     workdir: str | os.PathLike[str] | None = None,
+    upload_limit_mb: float = DEFAULT_LIMIT_MB,
 ) -> Job:
     """Submit a copy of a job, as a new job (``spotline replay``).
 
@@ -88,15 +89,18 @@ def replay(
         data_dir: a local folder uploaded as the copy's ``data_uri``.
         wait_request_s: seconds each machine option is asked for (default: the job's).
         workdir: the local stack's folder (see ``spotline.submit``).
+        upload_limit_mb: a folder holding more is refused, its biggest files named.
 
     Raises:
         JobNotFound: no such job.
         ReplayError: a recorded job whose snapshot is not whole.
         SpecError: the copy's spec is not valid.
-        InputsError: a folder has no file.
+        InputsError: a folder is missing, has no file or is over the limit.
     """
     from spotline.infra.client.job import Job
 
     conn = connect(workdir)
-    published = publish_replay(conn, job_id, description, code_dir, data_dir, wait_request_s)
+    published = publish_replay(
+        conn, job_id, description, code_dir, data_dir, wait_request_s, upload_limit_mb
+    )
     return Job(published.job_id, connection=conn, published=published)
