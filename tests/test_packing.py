@@ -160,3 +160,16 @@ def test_an_uploaded_folder_comes_back_with_its_executable_files_executable(
     assert ship(storage, "code_uri", packed).written == 0  # there already
     # A folder not uploaded by spotline: no manifest, nothing changed.
     assert restore_modes(f"{storage}/elsewhere", local) == 0
+
+
+def test_a_link_to_a_file_outside_the_folder_is_refused(tmp_path: Path) -> None:
+    folder = a_project(tmp_path / "p")
+    (folder / "same.py").symlink_to(folder / "pkg" / "model.py")  # inside: shipped as a file
+    assert "same.py" in names(folder)
+    (tmp_path / "id_rsa").write_text("secret")
+    (folder / "key").symlink_to(tmp_path / "id_rsa")
+
+    with pytest.raises(InputsError, match=r"links to files outside it: key -> .*id_rsa"):
+        pack(folder)
+    (folder / ".spotlineignore").write_text("runs/\nkey\n")
+    assert "key" not in names(folder)

@@ -6,7 +6,10 @@ Which files: in a git work tree, what git would show (``git ls-files --cached
 --others --exclude-standard``: tracked files and untracked ones no
 ``.gitignore`` excludes); elsewhere, every file that no ``.gitignore`` in the
 folder or under it excludes. Either way a ``.spotlineignore`` at the folder's
-root (gitignore syntax) leaves out more, and ``.git`` never travels.
+root (gitignore syntax) leaves out more, and ``.git`` never travels. A link
+to a file in the folder ships that file's content under the link's name; a
+link to a file outside it is refused (it could be anything: a key, a home
+folder's secrets).
 
 The address is the sha256 of the sorted list of (path, mode, content sha256):
 the same files give the same address on any machine and in any order; one
@@ -98,13 +101,23 @@ def pack(folder: str | os.PathLike[str], limit_mb: float = DEFAULT_LIMIT_MB) -> 
     in_git = _git_listed(root)
     names = _without_ignored(root, in_git if in_git is not None else _walked(root))
     sizes: list[tuple[str, int, bool]] = []
+    inside = root.resolve()
+    outside = []
     for name in names:
         try:
             info = (root / name).stat()
         except OSError:
             continue  # tracked but deleted, or a link to nothing: not in the folder
-        if stat.S_ISREG(info.st_mode):
-            sizes.append((name, info.st_size, bool(info.st_mode & stat.S_IXUSR)))
+        if not stat.S_ISREG(info.st_mode):
+            continue
+        if (root / name).is_symlink() and inside not in (root / name).resolve().parents:
+            outside.append(f"{name} -> {(root / name).resolve()}")
+        sizes.append((name, info.st_size, bool(info.st_mode & stat.S_IXUSR)))
+    if outside:  # a link would upload what it points at: never a file from elsewhere unasked
+        raise InputsError(
+            f"{folder} links to files outside it: {', '.join(outside[:_BIGGEST_NAMED])}; "
+            f"copy them in, or leave the links out with a {IGNORE_FILE}"
+        )
     if not sizes:
         why = (
             "git ignores every file in it, or the .spotlineignore does "
