@@ -289,10 +289,16 @@ class Settings(BaseSettings):
         """Where a job's checkpoints and outputs live (an fsspec URL). In the
         per-user mode, under its user's folder, the only one that user's VM
         account may touch (``spotline.shared.domain.tenancy``)."""
+        return f"{self.user_root(user)}/jobs/{job_id}"
+
+    def user_root(self, user: str | None = None) -> str:
+        """The storage root as ``user``'s jobs see it: in the per-user mode
+        the user's own folder (their jobs, the folders uploaded for them),
+        else the storage root itself."""
         root = self.storage_root.rstrip("/")
         if user is not None and user in self.user_topics:
             root = f"{root}/{user_prefix(user)}"
-        return f"{root}/jobs/{job_id}"
+        return root
 
     @property
     def cooling_rule(self) -> CoolingRule:

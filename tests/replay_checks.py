@@ -12,7 +12,7 @@ from spotline.shared.domain.job_events import JobEvent
 from spotline.shared.domain.late_finish import SUPERSEDED, ended_after_loss
 from spotline.shared.domain.lifecycle import VM_PHASES
 from spotline.shared.domain.pricing import vm_cost
-from spotline.shared.domain.states import InstanceStatus, JobStatus
+from spotline.shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
 from tests.replay import T0, World
 
 
@@ -132,6 +132,9 @@ def cost_problems(job: JobDoc) -> list[str]:
     return found
 
 
+_OPTIONAL = {JobSubstatus.GEARING_UP_ENV, JobSubstatus.INSTALLING_REQUIREMENTS}
+
+
 def phase_problems(job: JobDoc) -> list[str]:
     """Each attempt's VM steps in the history in order, each once; all of them
     (but gearing up) for the attempt a job completed on, unless its finish
@@ -146,9 +149,10 @@ def phase_problems(job: JobDoc) -> list[str]:
         seen = [h.substatus for h in moves if h.attempt == attempt and h.substatus in VM_PHASES]
         if seen != [p for p in VM_PHASES if p in seen]:
             found.append(f"{job.job_id}: attempt {attempt} went through {seen}")
-    # A claimed cooling VM needs no gear-up: the other steps it went through.
+    # A claimed cooling VM needs no gear-up, and code with no requirements.txt
+    # no install: the other steps it went through.
     completed = job.status == JobStatus.COMPLETED and not ended_after_loss(job)
-    if completed and not set(VM_PHASES[1:]) <= set(seen):
+    if completed and not set(VM_PHASES) - _OPTIONAL <= set(seen):
         found.append(f"{job.job_id}: completed through {seen}")
     return found
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,8 @@ from spotline.infra.cli.commands import main as cli
 from spotline.infra.localstack.stack import LocalStack
 from spotline.infra.localstack.storage import reload_fsspec_config
 from spotline.shared.adapters.firestore_store import FirestoreStore
-from spotline.shared.domain.spec import JobSpec
+from spotline.shared.domain.errors import InvalidMessage
+from spotline.shared.domain.spec import JobSpec, parse_spec
 from spotline.shared.domain.states import JobStatus
 from tests.test_cli_status import a_job
 
@@ -87,7 +89,7 @@ def test_a_spec_from_fields_a_file_or_a_model_is_published(
     assert len({job.id for job in jobs}) == 4  # each message its own job
 
 
-def test_code_and_data_folders_are_uploaded_under_the_job_first(
+def test_folders_are_uploaded_by_their_content_once(
     submissions: str, gcs: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SPOTLINE_STORAGE_ROOT", gcs)
@@ -95,6 +97,8 @@ def test_code_and_data_folders_are_uploaded_under_the_job_first(
     (code / "pkg").mkdir(parents=True)
     (code / "train.py").write_text("print('hi')\n")
     (code / "pkg" / "util.py").write_text("X = 1\n")
+    (code / ".spotlineignore").write_text("*.pt\n")
+    (code / "weights.pt").write_bytes(b"w" * 100)
     data.mkdir()
     (data / "rows.csv").write_text("a,b\n1,2\n")
     spec = {"user": "ada", "machine_ids": ["g2-standard-4"], "command": ["python", "train.py"]}
@@ -102,19 +106,74 @@ def test_code_and_data_folders_are_uploaded_under_the_job_first(
     job = spotline.submit(spec, code_dir=code, data_dir=data)
 
     [sent] = pulled(submissions)
-    assert sent["job_id"] == job.id
-    assert sent["code_uri"] == f"{gcs}/jobs/{job.id}/inputs/code"
-    assert sent["data_uri"] == f"{gcs}/jobs/{job.id}/inputs/data"
+    assert "code_dir" not in sent and job.id.startswith("j")
+    assert re.fullmatch(rf"{gcs}/code/[0-9a-f]{{64}}/files", sent["code_uri"])
+    assert re.fullmatch(rf"{gcs}/data/[0-9a-f]{{64}}/files", sent["data_uri"])
     assert job.published is not None
-    assert [u.files for u in job.published.uploads] == [2, 1]
+    assert [(u.files, u.written) for u in job.published.uploads] == [(3, 3), (1, 1)]
     fs, root = fsspec.core.url_to_fs(sent["code_uri"])
-    fs.invalidate_cache(root)
+    fs.invalidate_cache(root.rsplit("/", 1)[0])
     assert fs.cat(f"{root}/pkg/util.py") == b"X = 1\n"
-    # A folder with no file: nothing is published.
-    with pytest.raises(spotline.InputsError):
+    assert not fs.exists(f"{root}/weights.pt")  # .spotlineignore left it home
+    manifest = json.loads(fs.cat(f"{root.rsplit('/', 1)[0]}/manifest.json"))
+    assert sorted(f["path"] for f in manifest["files"]) == [
+        ".spotlineignore",
+        "pkg/util.py",
+        "train.py",
+    ]
+
+    # The same folder again: nothing written, the same address.
+    again = spotline.submit(spec, code_dir=code)
+    [resent] = pulled(submissions)
+    assert resent["code_uri"] == sent["code_uri"]
+    assert again.published is not None and [u.written for u in again.published.uploads] == [0]
+
+    # An upload cut short (its manifest never written) is made again, whole.
+    (code / "train.py").write_text("print('changed')\n")
+    first = spotline.submit(spec, code_dir=code)
+    assert first.published is not None
+    [cut] = first.published.uploads
+    cut_root = cut.target.removesuffix("/files")
+    fs.rm(f"{cut_root}/manifest.json")
+    fs.rm(f"{cut.target}/pkg/util.py")
+    redone = spotline.submit(spec, code_dir=code)
+    assert redone.published is not None
+    assert [u.written for u in redone.published.uploads] == [3]
+    fs.invalidate_cache(cut.target)
+    assert fs.cat(f"{cut.target}/pkg/util.py") == b"X = 1\n"
+    pulled(submissions)
+
+    # A folder that is not there, or holds nothing: nothing is published.
+    with pytest.raises(spotline.InputsError, match="no such folder"):
         spotline.submit(spec, code_dir=tmp_path / "empty-missing")
     with pytest.raises(spotline.SpecError, match="code_uri: given with code_dir"):
         spotline.submit({**spec, "code_uri": "gs://b/c"}, code_dir=code)
+    assert pulled(submissions) == []
+
+
+def test_a_spec_files_code_dir_is_relative_to_the_file_and_never_published(
+    submissions: str, gcs: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SPOTLINE_STORAGE_ROOT", gcs)
+    (tmp_path / "proj" / "src").mkdir(parents=True)
+    (tmp_path / "proj" / "src" / "train.py").write_text("print('hi')\n")
+    spec = {"user": "ada", "machine_ids": ["g2-standard-4"], "command": ["python", "train.py"]}
+    (tmp_path / "proj" / "job.json").write_text(json.dumps({**spec, "code_dir": "src"}))
+    monkeypatch.chdir(tmp_path)  # not the spec's folder: ./src is not here
+
+    job = spotline.submit(tmp_path / "proj" / "job.json")
+
+    [sent] = pulled(submissions)
+    assert "code_dir" not in sent and sent["code_uri"].startswith(f"{gcs}/code/")
+    assert job.published is not None
+    assert job.published.uploads[0].folder == tmp_path / "proj" / "src"
+    assert spotline.validate(tmp_path / "proj" / "job.json").code_uri == sent["code_uri"]
+    # A spec published straight through Pub/Sub with code_dir: the submit
+    # function refuses it, saying what to do.
+    with pytest.raises(InvalidMessage) as refused:
+        parse_spec(json.dumps({**spec, "code_dir": "src"}).encode())
+    assert str(refused.value).startswith("code_dir: a folder on the submitting machine")
+    assert "`spotline submit FILE`" in str(refused.value)
 
 
 def test_jobs_are_listed_as_records_newest_first(project: str) -> None:

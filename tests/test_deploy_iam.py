@@ -110,13 +110,21 @@ def test_the_vm_account_publishes_vm_events_writes_jobs_files_and_logs_nothing_m
         "spotline-job-finished",
         "spotline-spot-preempted",
     }
-    [objects] = [b for b in mine if b.scope is iam.Scope.BUCKET]
+    [objects, uploads] = [b for b in mine if b.scope is iam.Scope.BUCKET]
     assert objects.role is iam.Role.OBJECT_USER and objects.resource == "acme-spotline"
     assert objects.condition is not None
     assert (
         'resource.name.startsWith("projects/_/buckets/acme-spotline/objects/runs/jobs/")'
         in objects.condition.expression
     )
+    # Uploaded folders: read, never written (another job may run the same).
+    assert uploads.role is iam.Role.OBJECT_VIEWER and uploads.resource == "acme-spotline"
+    assert uploads.condition is not None
+    for prefix in ("code", "data"):
+        assert (
+            f'resource.name.startsWith("projects/_/buckets/acme-spotline/objects/runs/{prefix}/")'
+            in uploads.condition.expression
+        )
     project_roles = {b.role for b in mine if b.scope is iam.Scope.PROJECT}
     # Logs and the Ops Agent's metrics, nothing else on the project.
     assert project_roles == {iam.Role.LOG_WRITER, iam.Role.METRIC_WRITER}
@@ -210,8 +218,10 @@ def test_a_deploy_grants_exactly_the_declared_bindings_on_the_wire(
     ]
     on_wire = {(g.resource.removeprefix("b/"), g.role, g.member) for g in grants}
     assert on_wire == {(b.resource, str(b.role), b.member) for b in declared}
-    [conditional] = [g for g in grants if g.condition]
-    assert conditional.role == "roles/storage.objectUser" and "runs/jobs/" in conditional.condition
+    conditional = {g.role: g.condition for g in grants if g.condition}
+    assert conditional.keys() == {"roles/storage.objectUser", "roles/storage.objectViewer"}
+    assert "runs/jobs/" in conditional["roles/storage.objectUser"]
+    assert "runs/code/" in conditional["roles/storage.objectViewer"]
     # The project's owner is still its owner.
     project_policy = policies[f"projects/{project}"]["bindings"]
     assert {"role": "roles/owner", "members": ["user:owner@example.com"]} in project_policy

@@ -8,8 +8,10 @@ the argv it is given (image, GPUs, mounts, user, variables only in an env
 file others cannot read), records the environment it was started with, and
 then does what ``docker run`` would: becomes the ``--user``, enters the
 ``--workdir``, keeps only the variables of the env file, and execs the
-command (so the agent's SIGTERM reaches it). Real containers are not
-exercised here.
+command (so the agent's SIGTERM reaches it). ``pull`` answers as docker does:
+the test's image is there; another tag is not (docker's words for a missing
+manifest), and a ``:slow`` tag meets a registry out of reach. Real containers
+are not exercised here.
 """
 
 from __future__ import annotations
@@ -33,6 +35,16 @@ IMAGE = "us-docker.pkg.dev/my-project/train/job:1.2"
 STAND_IN = r"""#!{python}
 import json, os, sys
 argv = sys.argv[1:]
+if argv[0] == "pull":  # what docker answers (a daemon with its registries)
+    if argv[1] == {image!r}:
+        sys.exit(0)
+    if argv[1].endswith(":slow"):
+        print('Error response from daemon: Get "https://us-docker.pkg.dev/v2/": '
+              'dial tcp 142.250.1.82:443: i/o timeout')
+    else:
+        print(argv[1].rsplit(":", 1)[0].join(["Error response from daemon: manifest for ", ":"])
+              + argv[1].rsplit(":", 1)[1] + " not found: manifest unknown: manifest unknown")
+    sys.exit(1)
 with open({record!r}, "w") as record:
     json.dump(argv, record)
 assert argv[0] == "run", argv
@@ -207,3 +219,27 @@ def test_a_relative_runtime_is_refused_with_its_reason(
     event = next_finished(agent_topics)
     assert event.exit_code == 126
     assert "SPOTLINE_CONTAINER_RUNTIME='docker' is not an absolute path" in event.log_tail
+
+
+@pytest.mark.parametrize(
+    ("tag", "unrecoverable", "said"),
+    [("9", True, "manifest unknown"), ("slow", False, "i/o timeout")],
+)
+def test_an_image_that_cannot_be_pulled_ends_the_attempt_naming_why(
+    vm: Vm, agent_topics: Topics, tmp_path: Path, tag: str, unrecoverable: bool, said: str
+) -> None:
+    record = tmp_path / "argv.json"
+    runtime = tmp_path / "stand-in-docker"
+    runtime.write_text(STAND_IN.format(python=sys.executable, record=str(record), image=IMAGE))
+    runtime.chmod(0o755)
+    image = f"{IMAGE.rsplit(':', 1)[0]}:{tag}"
+    assignment = vm.assignment("jpull", ["/bin/sh", "-c", "echo ran"], image=image)
+
+    vm.boot(assignment, SPOTLINE_CONTAINER_RUNTIME=str(runtime))
+    event = next_finished(agent_topics)
+
+    assert event.exit_code == 1 and not record.exists()  # no `run`: the trainer never started
+    assert f"stand-in-docker pull {image} failed (exit code 1)" in event.log_tail, event.log_tail
+    assert said in event.log_tail
+    # No VM finds a tag that does not exist; a registry out of reach may answer the next one.
+    assert event.unrecoverable is unrecoverable

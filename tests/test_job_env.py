@@ -119,6 +119,7 @@ def test_a_failing_install_fails_the_job_with_pips_last_lines(
     assert event.exit_code != 0
     assert "pip install -r requirements.txt failed" in event.log_tail, event.log_tail
     assert "No matching distribution found for no-such-package-spotline==1.0" in event.log_tail
+    assert event.unrecoverable  # no VM has it: the job fails on this one
     assert not ran.exists()
     # Nothing half-made is kept for the next job to trust.
     assert not any((vm.workdir / "cache" / "envs").glob("*/.spotline-complete"))

@@ -28,3 +28,17 @@ def test_the_python_example_runs_on_the_local_stack(
     job_id = first[0]
     assert list((tmp_path / "runs" / job_id / "checkpoints").iterdir())
     assert list((tmp_path / "runs" / job_id / "outputs").rglob("*tfevents*"))
+
+
+def test_the_code_dir_example_ships_its_folder_once(
+    shared_stack: LocalStack, tmp_path: Path
+) -> None:
+    [example] = blocks("### Shipping a local folder: `--code-dir`", "python")
+
+    done = run_python(shared_stack, example, tmp_path)
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    first, second = done.stdout.splitlines()[:2]
+    # train.py and .gitignore: the ignored megabyte stayed home.
+    assert first.split(" ", 2)[1:] == ["COMPLETED", "[(2, 59, 2)]"], first
+    assert second.split(" ", 1)[1] == "[0]", second

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from spotline.functions.deps import Deps
 from spotline.functions.ops.jobs import admit, start
+from spotline.infra.client.submission import pack_folders, pack_targets
 from spotline.infra.deploy import iam
 from spotline.infra.localcloud.cloud import LocalCloud
 from spotline.shared.adapters.memory_store import InMemoryStore
@@ -123,3 +125,19 @@ def test_no_user_s_secret_names_are_within_another_s() -> None:
     alice, alice_x = tenancy.secret_prefix("alice"), tenancy.secret_prefix("alice-x")
     assert not alice_x.startswith(alice) and not alice.startswith(alice_x)
     assert tenancy.secret_refusals({"T": "sm://spotline-u-alice-x_T"}, "alice", PROJECT)
+
+
+def test_a_users_uploaded_folders_lie_under_the_users_folder(tmp_path: Path) -> None:
+    """`spotline submit --code-dir` in the per-user mode: the folder goes where
+    only that user's VMs may read it, not to the shared ``code/``."""
+    settings = Settings(storage_root="gs://b/runs", user_topics=("alice",))
+    (tmp_path / "train.py").write_text("print('hello')\n")
+    packs = pack_folders({"code_uri": tmp_path}, 500)
+
+    alice = pack_targets(settings, packs, "alice")["code_uri"]
+    shared = pack_targets(settings, packs, "carol")["code_uri"]
+
+    assert alice.startswith("gs://b/runs/users/alice/code/") and alice.endswith("/files")
+    assert shared.startswith("gs://b/runs/code/")
+    config = iam.IamConfig("p", "b", "runs", (), "fn@p", "vm@p", (("alice", "user:a@x"),))
+    assert alice.removeprefix("gs://b/").startswith(config.user_objects("alice"))

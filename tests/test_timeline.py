@@ -135,3 +135,55 @@ def test_spotline_timeline_of_an_unknown_job_fails(
 ) -> None:
     assert cli(["timeline", "nope"]) == 1
     assert "no job nope" in capsys.readouterr().err
+
+
+def test_installing_requirements_is_a_phase_of_its_own_and_part_of_the_way_back() -> None:
+    job = new_job(JobSpec.model_validate(SPEC), "tl2", "m1", T0)
+    for second, to in (
+        (1, S.CONNECTING_SERVER),
+        (2, S.GEARING_UP_ENV),
+        (3, S.SENDING_MODEL_AND_DATA),
+        (4, S.INSTALLING_REQUIREMENTS),
+        (34, S.TRAINING),
+    ):
+        job = move_job(job, to, at(second))
+    job = next_attempt(job, S.PREEMPTED, at(60), "preempted", max_attempts=5)
+    for second, to in (
+        (61, S.REQUESTING_SERVER),
+        (62, S.CONNECTING_SERVER),
+        (63, S.SENDING_MODEL_AND_DATA),
+        (64, S.INSTALLING_REQUIREMENTS),
+        (70, S.TRAINING),
+    ):
+        job = move_job(job, to, at(second))
+
+    found = timeline(job.history)
+
+    assert found.by_attempt()[1][Phase.INSTALLING] == 30  # not sending model and data
+    assert found.by_attempt()[1][Phase.SENDING] == 1
+    assert found.by_attempt()[2][Phase.INSTALLING] == 6
+    # A later attempt's install is part of its way back to training.
+    assert found.totals()[Phase.RECOVERING] == 70 - 60
+    assert found.totals()[Phase.INSTALLING] == 30
+
+
+def test_a_chart_without_o_goes_to_the_workdirs_charts_folder(
+    stored: JobDoc,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    pytest.importorskip("matplotlib")
+    (tmp_path / "here").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    monkeypatch.setenv("SPOTLINE_WORKDIR", str(tmp_path / "stackdir"))
+
+    assert cli(["timeline", stored.job_id, "--chart", "pie"]) == 0
+
+    path = tmp_path / "stackdir" / "charts" / f"{stored.job_id}-timeline-pie.png"
+    assert f"chart: {path}" in capsys.readouterr().out
+    assert path.read_bytes()[:4] == b"\x89PNG"
+    assert list((tmp_path / "here").iterdir()) == []  # nothing in the working folder
+    assert cli(["timeline", stored.job_id, "--chart", "pie", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["job_id"] == stored.job_id and f"chart: {path}" in err

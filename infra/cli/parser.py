@@ -18,6 +18,7 @@ from spotline.infra.cli import (
     timeline,
     watch,
 )
+from spotline.infra.client.packing import DEFAULT_LIMIT_MB
 from spotline.infra.dashboard import command as dashboard_command
 from spotline.infra.deploy import command as deploy_command
 
@@ -144,10 +145,17 @@ def build() -> argparse.ArgumentParser:
         "--code-dir",
         type=Path,
         default=None,
-        help="upload this folder under the job's storage and run it as its code_uri",
+        help="upload this folder (what .gitignore and .spotlineignore keep; unchanged: not "
+        "again) and run it as the job's code_uri; a spec's own code_dir is relative to its file",
     )
     submit_cmd.add_argument(
         "--data-dir", type=Path, default=None, help="upload this folder as the job's data_uri"
+    )
+    submit_cmd.add_argument(
+        "--upload-limit-mb",
+        type=float,
+        default=DEFAULT_LIMIT_MB,
+        help="refuse a folder holding more (its biggest files are named)",
     )
     submit_cmd.add_argument(
         "--follow",
@@ -241,6 +249,12 @@ def build() -> argparse.ArgumentParser:
     )
     replay.add_argument(
         "--data-dir", type=Path, default=None, help="upload this folder as the copy's data_uri"
+    )
+    replay.add_argument(
+        "--upload-limit-mb",
+        type=float,
+        default=DEFAULT_LIMIT_MB,
+        help="refuse a folder holding more (its biggest files are named)",
     )
     replay.add_argument(
         "--wait-request-s",

@@ -14,6 +14,7 @@ from spotline.infra.client.errors import InputsError, ReplayError, SecretInSpec,
 
 if TYPE_CHECKING:
     from spotline.infra.client.connection import Connection
+    from spotline.infra.client.packing import Pack
     from spotline.infra.client.submission import Published
 
 
@@ -31,11 +32,20 @@ def submit(args: argparse.Namespace) -> int:
             raise SecretInSpec(refused, source)
         conn = connect(args.workdir)
         if args.dry_run:
-            spec = submission.validated(conn, data, source)
+            _, spec, _ = submission.prepared(
+                conn, args.file, args.code_dir, args.data_dir, args.upload_limit_mb, _say_packed
+            )
             print(json.dumps(display_spec(spec), indent=2, ensure_ascii=False))
             print(f"{args.file} is valid; nothing published (--dry-run)", file=sys.stderr)
             return 0
-        published = submission.submit(conn, args.file, args.code_dir, args.data_dir)
+        published = submission.submit(
+            conn,
+            args.file,
+            args.code_dir,
+            args.data_dir,
+            upload_limit_mb=args.upload_limit_mb,
+            on_packed=_say_packed,
+        )
     except SpecError as err:  # SecretInSpec and SpecUnreadable say it in a line
         print(err, file=sys.stderr)
         return Exit.USAGE
@@ -50,10 +60,21 @@ def submit(args: argparse.Namespace) -> int:
     return 0
 
 
+def _say_packed(field: str, pack: Pack) -> None:
+    """A folder's size, before it is uploaded."""
+    from spotline.infra.client.packing import human
+
+    what = "code" if field == "code_uri" else "data"
+    print(f"{what}: {pack.folder}: {len(pack.files)} file(s), {human(pack.size)}")
+
+
 def _say(published: Published) -> None:
     """What was copied before the message: uploads, then the snapshot."""
     for upload in published.uploads:
-        print(f"uploaded {upload.files} file(s) from {upload.folder} to {upload.target}")
+        if upload.written:
+            print(f"uploaded {upload.written} file(s) from {upload.folder} to {upload.target}")
+        else:
+            print(f"{upload.folder} is unchanged since uploaded to {upload.target}")
     if published.recorded is None:
         return
     if published.recorded_files is None:
@@ -80,7 +101,13 @@ def replay(args: argparse.Namespace) -> int:
     conn = connect(args.workdir)
     try:
         published = publish_replay(
-            conn, args.job, args.description, args.code_dir, args.data_dir, args.wait_request_s
+            conn,
+            args.job,
+            args.description,
+            args.code_dir,
+            args.data_dir,
+            args.wait_request_s,
+            args.upload_limit_mb,
         )
     except ReplayError as err:
         print(err, file=sys.stderr)

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spotline.infra.cli.exit_codes import Exit
+
+# Under the workdir: charts drawn without -o.
+CHARTS_FOLDER = "charts"
 
 if TYPE_CHECKING:
     from spotline.infra.client.job import Job
@@ -24,7 +28,11 @@ def add_parser(sub: Any, run: Any) -> None:
         "--chart", choices=("pie", "funnel"), help="also draw a chart (needs matplotlib)"
     )
     parser.add_argument(
-        "-o", "--output", type=Path, help="the chart's PNG (default: JOB-timeline-CHART.png)"
+        "-o",
+        "--output",
+        type=Path,
+        help="the chart's PNG (default: charts/JOB-timeline-CHART.png under the workdir, "
+        "$SPOTLINE_WORKDIR or .spotline)",
     )
     parser.add_argument("--json", action="store_true", help="print JSON for scripts")
     parser.set_defaults(run=run)
@@ -41,16 +49,22 @@ def show(args: argparse.Namespace, job: Job) -> int:
     else:
         print(table(doc, found))
     if args.chart:
-        path = args.output or Path(f"{doc.job_id}-timeline-{args.chart}.png")
+        path = args.output or default_chart_path(job.connection.workdir, doc.job_id, args.chart)
+        path.parent.mkdir(parents=True, exist_ok=True)
         title = f"{doc.job_id}: {doc.status}, {len(found.by_attempt())} attempt(s)"
         try:
             draw(found, args.chart, title, path)
         except ChartsUnavailable as err:
             print(f"spotline timeline: {err}")
             return Exit.USAGE
-        if not args.json:
-            print(f"chart: {path}")
+        # On stderr under --json: the script reading stdout gets JSON only.
+        print(f"chart: {path}", file=sys.stderr if args.json else sys.stdout)
     return 0
+
+
+def default_chart_path(workdir: Path, job_id: str, chart: str) -> Path:
+    """Where a chart goes without ``-o``: the workdir's ``charts/``, not the working folder."""
+    return workdir / CHARTS_FOLDER / f"{job_id}-timeline-{chart}.png"
 
 
 def table(job: JobDoc, found: Timeline) -> str:

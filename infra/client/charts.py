@@ -25,6 +25,7 @@ _COLOURS = {
     Phase.CONNECTING: "#76b7b2",
     Phase.GEARING_UP: "#edc948",
     Phase.SENDING: "#b07aa1",
+    Phase.INSTALLING: "#d4a6c8",
     Phase.TRAINING: "#59a14f",
     Phase.RETURNING: "#f28e2b",
     Phase.PREEMPTED: "#e15759",

@@ -5,11 +5,13 @@ code and data."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spotline.infra.client.connection import Connection, connect
 from spotline.infra.client.errors import ReplayError, SpecError
-from spotline.infra.client.submission import Published, input_targets, upload_inputs
+from spotline.infra.client.packing import DEFAULT_LIMIT_MB
+from spotline.infra.client.submission import Published, pack_folders, pack_targets, upload_packs
 
 if TYPE_CHECKING:
     from spotline.infra.client.job import Job
@@ -22,11 +24,12 @@ def publish_replay(
     code_dir: str | os.PathLike[str] | None = None,
     data_dir: str | os.PathLike[str] | None = None,
     wait_request_s: int | None = None,
+    upload_limit_mb: float = DEFAULT_LIMIT_MB,
 ) -> Published:
     """Publish the copy (see ``replay``); what was uploaded and sent."""
     from pydantic import ValidationError
 
-    from spotline.infra.client.recording import fresh_job_id, snapshot_complete, snapshot_digest
+    from spotline.infra.client.recording import snapshot_complete, snapshot_digest
     from spotline.shared.domain.lifecycle import job_id_for
     from spotline.shared.domain.spec import JobSpec, describe_validation_error
 
@@ -60,20 +63,20 @@ def publish_replay(
         }
     if wait_request_s is not None:
         update["wait_request_s"] = wait_request_s
-    if code_dir is not None or data_dir is not None:
-        # Uploaded under the copy's own storage: its id is chosen now.
-        copy_id = fresh_job_id("replay")
-        update |= {
-            "job_id": copy_id,
-            **input_targets(conn.settings, copy_id, code_dir, data_dir, job.user),
-        }
+    folders = {
+        key: Path(folder)
+        for key, folder in (("code_uri", code_dir), ("data_uri", data_dir))
+        if folder is not None
+    }
+    packs = pack_folders(folders, upload_limit_mb)
+    update |= pack_targets(conn.settings, packs, job.user)
     try:
         spec = JobSpec.model_validate({**job.spec.model_dump(by_alias=True), **update})
     except ValidationError as err:
         raise SpecError(
             describe_validation_error(err).split("; "), f"the replay of {job_id}"
         ) from None
-    uploads = upload_inputs(conn.settings, spec, code_dir, data_dir)
+    uploads = upload_packs(conn.settings, packs, job.user)
     data = spec.model_dump_json(exclude_none=True).encode()
     bus, topics = conn.bus(spec.user)
     message_id = bus.publish("submit", data)
@@ -88,6 +91,7 @@ def replay(
     data_dir: str | os.PathLike[str] | None = None,
     wait_request_s: int | None = None,
     workdir: str | os.PathLike[str] | None = None,
+    upload_limit_mb: float = DEFAULT_LIMIT_MB,
 ) -> Job:
     """Submit a copy of a job, as a new job (``spotline replay``).
 
@@ -97,20 +101,24 @@ def replay(
     Args:
         job_id: the job to copy.
         description: the copy's (default: "replay of JOB: ...").
-        code_dir: a local folder uploaded under the copy's storage and run as its code.
+        code_dir: a local folder uploaded and run as the copy's code (as
+            ``spotline.submit``'s ``code_dir``).
         data_dir: a local folder uploaded as the copy's ``data_uri``.
         wait_request_s: seconds each machine option is asked for (default: the job's).
         workdir: the local stack's folder (see ``spotline.submit``).
+        upload_limit_mb: a folder holding more is refused, its biggest files named.
 
     Raises:
         JobNotFound: no such job.
         ReplayError: a recorded job whose snapshot is not whole, or was
             changed since it was recorded (its digest is not the one kept).
         SpecError: the copy's spec is not valid.
-        InputsError: a folder has no file.
+        InputsError: a folder is missing, has no file or is over the limit.
     """
     from spotline.infra.client.job import Job
 
     conn = connect(workdir)
-    published = publish_replay(conn, job_id, description, code_dir, data_dir, wait_request_s)
+    published = publish_replay(
+        conn, job_id, description, code_dir, data_dir, wait_request_s, upload_limit_mb
+    )
     return Job(published.job_id, connection=conn, published=published)

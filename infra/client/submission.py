@@ -12,21 +12,27 @@ from typing import TYPE_CHECKING, Any
 
 from spotline.infra.client.errors import InputsError, SecretInSpec, SpecError, SpecUnreadable
 from spotline.infra.client.locations import location_problems
+from spotline.infra.client.packing import DEFAULT_LIMIT_MB
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from spotline.infra.client.connection import Connection
     from spotline.infra.client.job import Job
+    from spotline.infra.client.packing import Pack
     from spotline.shared.domain.spec import JobSpec
     from spotline.shared.settings import Settings
 
 
 @dataclass(frozen=True)
 class Upload:
-    """A local folder copied under a job's storage."""
+    """A local folder shipped to storage by its content's address."""
 
     folder: Path
-    target: str  # fsspec URL
+    target: str  # fsspec URL: the job's code_uri or data_uri
     files: int
+    size: int  # bytes
+    written: int  # files this upload wrote; 0: the same content was there already
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,10 @@ class Published:
     uploads: list[Upload] = field(default_factory=list)
     recorded: str | None = None  # where the snapshot is
     recorded_files: int | None = None  # None: it was whole already, nothing copied
+
+
+# The spec's local folders (a spec file's, for ``spotline submit``): never published.
+LOCAL_FIELDS = {"code_dir": "code_uri", "data_dir": "data_uri"}
 
 
 def spec_bytes(spec: Any) -> tuple[bytes, str]:
@@ -125,18 +135,16 @@ def submit(
     spec: Any,
     code_dir: str | os.PathLike[str] | None = None,
     data_dir: str | os.PathLike[str] | None = None,
+    *,
+    upload_limit_mb: float = DEFAULT_LIMIT_MB,
+    on_packed: Callable[[str, Pack], None] | None = None,
 ) -> Published:
-    """Check, upload, record and publish (see ``spotline.submit``)."""
+    """Check, upload, record and publish (see ``spotline.submit``);
+    ``on_packed`` hears of each folder packed, before anything is uploaded."""
     from spotline.shared.domain.lifecycle import job_id_for
 
-    data, source = spec_bytes(spec)
-    if code_dir is not None or data_dir is not None:
-        data = _with_inputs(conn.settings, data, source, code_dir, data_dir)
-    uploaded = frozenset(
-        field for field, folder in (("code_uri", code_dir), ("data_uri", data_dir)) if folder
-    )
-    checked = validated(conn, data, source, uploaded)
-    uploads = upload_inputs(conn.settings, checked, code_dir, data_dir)
+    data, checked, packs = prepared(conn, spec, code_dir, data_dir, upload_limit_mb, on_packed)
+    uploads = upload_packs(conn.settings, packs, checked.user)
     recorded, recorded_files = None, None
     if checked.record:
         data, checked, recorded, recorded_files = record_inputs(conn.settings, data, checked)
@@ -154,80 +162,114 @@ def submit(
     )
 
 
-def _with_inputs(
-    settings: Settings,
+def prepared(
+    conn: Connection,
+    spec: Any,
+    code_dir: str | os.PathLike[str] | None = None,
+    data_dir: str | os.PathLike[str] | None = None,
+    upload_limit_mb: float = DEFAULT_LIMIT_MB,
+    on_packed: Callable[[str, Pack], None] | None = None,
+) -> tuple[bytes, JobSpec, dict[str, Pack]]:
+    """The message to publish, its spec checked, and its folders packed;
+    nothing uploaded yet (``spotline submit --dry-run`` stops here).
+
+    Raises:
+        InputsError: a folder is missing, unreadable, empty or over the limit.
+        SpecError: the spec would be refused.
+    """
+    data, source = spec_bytes(spec)
+    data, folders = local_folders(data, spec, code_dir, data_dir)
+    packs = pack_folders(folders, upload_limit_mb)
+    for key, packed in packs.items():
+        if on_packed is not None:
+            on_packed(key, packed)
+    if packs:
+        data = _pointed_at(conn.settings, data, source, packs)
+    return data, validated(conn, data, source, frozenset(packs)), packs
+
+
+def local_folders(
     data: bytes,
-    source: str,
+    spec: Any,
     code_dir: str | os.PathLike[str] | None,
     data_dir: str | os.PathLike[str] | None,
-) -> bytes:
-    """The spec pointed at where its local folders will be uploaded (under its
-    job id, chosen now when it has none), so it is checked as it will run."""
-    from spotline.infra.client.recording import fresh_job_id
+) -> tuple[bytes, dict[str, Path]]:
+    """The message without the spec's own ``code_dir``/``data_dir`` (local
+    paths never travel), and the folders to upload by the field they become.
+    The spec's folders are relative to its file (to the working folder for a
+    dict); an argument given here takes the place of the spec's."""
+    folders: dict[str, Path] = {}
+    try:
+        fields = json.loads(data)
+    except ValueError:
+        fields = None  # not JSON: refused with the rest
+    if isinstance(fields, dict) and any(key in fields for key in LOCAL_FIELDS):
+        base = Path(spec).parent if isinstance(spec, str | os.PathLike) else Path()
+        for key, field_name in LOCAL_FIELDS.items():
+            given = fields.pop(key, None)
+            if isinstance(given, str) and given:
+                folders[field_name] = base / Path(given).expanduser()
+        data = json.dumps(fields).encode()
+    for field_name, folder in (("code_uri", code_dir), ("data_uri", data_dir)):
+        if folder is not None:
+            folders[field_name] = Path(folder)
+    return data, folders
 
+
+def pack_folders(folders: dict[str, Path], limit_mb: float) -> dict[str, Pack]:
+    """Each folder's files to upload (``packing``).
+
+    Raises:
+        InputsError: a folder is missing, unreadable, empty or over the limit.
+    """
+    from spotline.infra.client.packing import pack
+
+    return {field_name: pack(folder, limit_mb) for field_name, folder in folders.items()}
+
+
+def _pointed_at(settings: Settings, data: bytes, source: str, packs: dict[str, Pack]) -> bytes:
+    """The spec pointed at where its folders go, so it is checked as it will run."""
     try:
         fields = json.loads(data)
     except ValueError:
         return data  # not JSON: refused with the rest
     if not isinstance(fields, dict):
         return data
-    given = {"code_uri": code_dir, "data_uri": data_dir}
-    both = [
-        f"{key}: given with {key[:4]}_dir; give one"
-        for key, v in given.items()
-        if v and fields.get(key)
-    ]
+    both = [f"{key}: given with {key[:4]}_dir; give one" for key in packs if fields.get(key)]
     if both:
         raise SpecError(both, source)
-    job_id = fields.get("job_id") or fresh_job_id("job")
     user = fields.get("user")
-    targets = input_targets(
-        settings, job_id, code_dir, data_dir, user if isinstance(user, str) else None
-    )
-    return json.dumps({**fields, "job_id": job_id, **targets}).encode()
+    targets = pack_targets(settings, packs, user if isinstance(user, str) else None)
+    return json.dumps({**fields, **targets}).encode()
 
 
-def input_targets(
-    settings: Settings,
-    job_id: str,
-    code_dir: str | os.PathLike[str] | None,
-    data_dir: str | os.PathLike[str] | None,
-    user: str | None = None,
-) -> dict[str, str]:
-    """Where a job's local folders go: ``jobs/JOB/inputs/code`` and ``inputs/data``
-    (under the user's folder in the per-user mode: ``Settings.job_prefix``)."""
-    inputs = f"{settings.job_prefix(job_id, user)}/inputs"
-    folders = {"code_uri": code_dir, "data_uri": data_dir}
-    return {
-        key: f"{inputs}/{key.removesuffix('_uri')}" for key, v in folders.items() if v is not None
-    }
+def pack_targets(settings: Settings, packs: dict[str, Pack], user: str | None) -> dict[str, str]:
+    """The URL each pack's field gets: ``{root}/code/{sha256}/files``, where
+    the root is the user's own folder in the per-user mode (the only one that
+    user's VMs may read: ``Settings.user_root``), else the storage root."""
+    from spotline.infra.client.uploads import pack_uri
+
+    root = settings.user_root(user)
+    return {key: pack_uri(root, key, packed) for key, packed in packs.items()}
 
 
-def upload_inputs(
-    settings: Settings,
-    spec: JobSpec,
-    code_dir: str | os.PathLike[str] | None,
-    data_dir: str | os.PathLike[str] | None,
-) -> list[Upload]:
-    """Copy the local folders to where the spec points (``input_targets``).
+def upload_packs(settings: Settings, packs: dict[str, Pack], user: str | None) -> list[Upload]:
+    """Upload each pack where ``pack_targets`` points, unless it is there already.
 
     Raises:
-        InputsError: a folder holds no file.
+        InputsError: a file changed while it was uploaded, or storage refused it.
     """
-    from spotline.infra.client.recording import copy_folder
+    from spotline.infra.client.uploads import ship
 
-    assert spec.job_id is not None or (code_dir is None and data_dir is None)
-    targets = input_targets(settings, spec.job_id or "", code_dir, data_dir, spec.user)
     uploads = []
-    for key, folder in (("code_uri", code_dir), ("data_uri", data_dir)):
-        if folder is None:
-            continue
-        local = Path(folder)
+    for key, packed in packs.items():
         try:
-            copied = copy_folder(local.resolve().as_uri(), targets[key])
-        except FileNotFoundError as err:
-            raise InputsError(str(err)) from None
-        uploads.append(Upload(local, targets[key], copied))
+            shipped = ship(settings.user_root(user), key, packed)
+        except OSError as err:
+            raise InputsError(f"{packed.folder} could not be uploaded: {err}") from None
+        uploads.append(
+            Upload(packed.folder, shipped.uri, len(packed.files), packed.size, shipped.written)
+        )
     return uploads
 
 
@@ -273,6 +315,7 @@ def submit_job(
     data_dir: str | os.PathLike[str] | None = None,
     follow: bool = False,
     workdir: str | os.PathLike[str] | None = None,
+    upload_limit_mb: float = DEFAULT_LIMIT_MB,
 ) -> Job:
     """Submit a training job, as ``spotline submit`` does.
 
@@ -284,26 +327,32 @@ def submit_job(
     Args:
         spec: the job spec: a dict of its fields, the path of a JSON file,
             or a ``JobSpec``.
-        code_dir: a local folder uploaded under the job's storage
-            (``jobs/JOB/inputs/code``) and run as its ``code_uri``.
-        data_dir: a local folder uploaded as its ``data_uri`` (``inputs/data``).
+        code_dir: a local folder uploaded and run as the job's ``code_uri``:
+            its files that ``.gitignore`` and ``.spotlineignore`` keep, stored
+            by the address of their content (``STORAGE_ROOT/code/SHA256/files``),
+            so an unchanged folder is not uploaded again. A spec's own
+            ``code_dir`` is relative to its file.
+        data_dir: a local folder uploaded the same way as its ``data_uri``
+            (``STORAGE_ROOT/data/SHA256/files``).
         follow: watch the job until it ends (``Job.watch``) before returning.
         workdir: the local stack's folder (default: ``$SPOTLINE_WORKDIR``,
             else ``.spotline`` under the working folder).
+        upload_limit_mb: a folder holding more is refused, its biggest files named.
 
     Returns:
         The job (``Job.id``; ``Job.published`` says what was uploaded and sent).
 
     Raises:
         SpecError: the spec would be refused; ``problems`` names every bad field.
-        InputsError: a folder has no file, or a recorded job's inputs cannot be copied.
+        InputsError: a folder is missing, has no file or is over the limit, or a
+            recorded job's inputs cannot be copied.
         NotConnected: no spotline found (``spotline up``, or ``spotline deploy``).
     """
     from spotline.infra.client.connection import connect
     from spotline.infra.client.job import Job
 
     conn = connect(workdir)
-    published = submit(conn, spec, code_dir, data_dir)
+    published = submit(conn, spec, code_dir, data_dir, upload_limit_mb=upload_limit_mb)
     job = Job(published.job_id, connection=conn, published=published)
     if follow:
         job.watch()
@@ -312,13 +361,14 @@ def submit_job(
 
 def validate(spec: Any, *, workdir: str | os.PathLike[str] | None = None) -> JobSpec:
     """The spec as spotline reads it (defaults filled in), checked as
-    ``submit`` checks it; nothing is published (``spotline submit --dry-run``).
+    ``submit`` checks it; nothing is uploaded or published (``spotline submit
+    --dry-run``). A spec's ``code_dir`` or ``data_dir`` is packed, not uploaded.
 
     Raises:
         SpecError: the spec would be refused; ``problems`` names every bad field.
+        InputsError: a folder is missing, unreadable, empty or over the limit.
     """
     from spotline.infra.client.connection import connect
 
     conn = connect(workdir)
-    data, source = spec_bytes(spec)
-    return validated(conn, data, source)
+    return prepared(conn, spec)[1]

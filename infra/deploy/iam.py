@@ -20,14 +20,16 @@ compute.admin, ...) appears in them or on the wire. Least privilege:
   which would otherwise hold both sets of rights (a build runs the
   requirements' installers, the runtime places VMs).
 - the VM account publishes on the VM event topics only, reads and writes objects
-  under the storage root's ``jobs/`` prefix only (an IAM condition), and writes
-  logs. No Compute, IAM or Firestore right.
+  under the storage root's ``jobs/`` prefix only (an IAM condition), reads those
+  under ``code/`` and ``data/`` (folders uploaded for jobs), and writes logs.
+  No Compute, IAM or Firestore right.
 - in the per-user mode, each user's VMs run as an account of that user's
   (``user_bindings``; ``spotline.shared.domain.tenancy`` names it): the VM
-  account's rights narrowed to the user, objects under ``users/USER/`` only,
-  Secret Manager's ``spotline-u-USER_*`` secrets only, and the functions'
-  account may attach it (and no user may). The shared VM account keeps its
-  rights for the shared-topics mode.
+  account's rights narrowed to the user, objects under ``users/USER/`` only
+  (its jobs, and the folders uploaded for them), Secret Manager's
+  ``spotline-u-USER_*`` secrets only, and the functions' account may attach
+  it (and no user may). The shared VM account keeps its rights for the
+  shared-topics mode.
 - the submit and cancel topics take messages from the principals the
   configuration lists, and no one else; in the per-user mode each person's
   principal publishes on that person's own two topics only.
@@ -74,6 +76,8 @@ class Role(StrEnum):
     SUBSCRIBER = "roles/pubsub.subscriber"
     # Objects' read/write/delete, never the bucket's settings or IAM.
     OBJECT_USER = "roles/storage.objectUser"
+    # Objects' read and list only.
+    OBJECT_VIEWER = "roles/storage.objectViewer"
     # Write log entries.
     LOG_WRITER = "roles/logging.logWriter"
     # Write metric points (the Ops Agent's, on the VMs).
@@ -326,6 +330,23 @@ def user_bindings(config: IamConfig, project_number: str) -> list[Binding]:
     return found
 
 
+def uploads_condition(config: IamConfig) -> Condition:
+    """Objects under ``code/`` and ``data/``: the folders ``spotline submit
+    --code-dir`` uploads by their content's address (infra/client/uploads.py),
+    which the VMs read and must not change (another job runs the same ones)."""
+    prefix = config.jobs_prefix.removesuffix("jobs/")
+    objects = f"projects/_/buckets/{config.bucket}/objects/{prefix}"
+    return Condition(
+        title="spotline uploaded folders",
+        expression=(
+            f'resource.name.startsWith("{objects}code/") || '
+            f'resource.name.startsWith("{objects}data/") || '
+            'resource.type == "storage.googleapis.com/Bucket"'
+        ),
+        description="spotline's VMs read the code and data folders uploaded for jobs",
+    )
+
+
 def bindings(config: IamConfig) -> list[Binding]:
     """Every binding known before anything is deployed."""
     project = f"projects/{config.project}"
@@ -353,6 +374,14 @@ def bindings(config: IamConfig) -> list[Binding]:
             vm,
             "checkpoints and outputs",
             jobs_condition(config),
+        ),
+        Binding(
+            Scope.BUCKET,
+            config.bucket,
+            Role.OBJECT_VIEWER,
+            vm,
+            "uploaded code and data",
+            uploads_condition(config),
         ),
     ]
     found += [

@@ -46,6 +46,7 @@ LOG_TAIL_CHARS = 8000
 AGENT_PHASES = (
     JobSubstatus.GEARING_UP_ENV,
     JobSubstatus.SENDING_MODEL_AND_DATA,
+    JobSubstatus.INSTALLING_REQUIREMENTS,
     JobSubstatus.TRAINING,
     JobSubstatus.RETURNING,
 )

@@ -62,6 +62,7 @@ NOT_TRAINING = frozenset(
         S.CONNECTING_SERVER,
         S.GEARING_UP_ENV,
         S.SENDING_MODEL_AND_DATA,
+        S.INSTALLING_REQUIREMENTS,
     }
 )
 LOST = frozenset({"preempted", "stalled"})  # the outcomes of an attempt whose VM was lost

@@ -120,6 +120,7 @@ def advance(job: JobDoc, to: JobSubstatus, now: datetime, note: str = "") -> Job
 VM_PHASES = (
     JobSubstatus.GEARING_UP_ENV,
     JobSubstatus.SENDING_MODEL_AND_DATA,
+    JobSubstatus.INSTALLING_REQUIREMENTS,
     JobSubstatus.TRAINING,
     JobSubstatus.RETURNING,
 )

@@ -479,6 +479,9 @@ def entry_point_problem(trainer: object, command: object) -> str | None:
 
 
 _PROBLEMS_NAMED = 10
+# A spec file's local folders, which only the CLI and the API upload and take
+# out of the message (infra/client/submission.py).
+_LOCAL_FOLDERS = {"code_dir": "code_uri", "data_dir": "data_uri"}
 
 
 def describe_validation_error(err: ValidationError) -> str:
@@ -502,6 +505,12 @@ def describe_validation_error(err: ValidationError) -> str:
 def _not_a_field(name: str) -> str:
     """What to say of a key the spec does not have: the field it most likely
     meant, when one is close (``epoch`` for ``epochs``)."""
+    if name in _LOCAL_FOLDERS:
+        return (
+            "a folder on the submitting machine, which no VM can read: submit the spec "
+            f"with `spotline submit FILE` (or spotline.submit), which uploads it and sets "
+            f"{_LOCAL_FOLDERS[name]}, or give {_LOCAL_FOLDERS[name]} yourself"
+        )
     fields = [field.alias or key for key, field in JobSpec.model_fields.items()]
     close = difflib.get_close_matches(name, fields, n=1, cutoff=0.75)
     if close:

@@ -34,6 +34,8 @@ class JobSubstatus(StrEnum):
     CONNECTING_SERVER = "CONNECTING_SERVER"  # VM created, agent not heard from yet
     GEARING_UP_ENV = "GEARING_UP_ENV"  # agent up, preparing drivers and framework
     SENDING_MODEL_AND_DATA = "SENDING_MODEL_AND_DATA"  # fetching code, data, checkpoint
+    # pip installing the code's requirements.txt into the job's own venv
+    INSTALLING_REQUIREMENTS = "INSTALLING_REQUIREMENTS"
     TRAINING = "TRAINING"  # trainer running
     RETURNING = "RETURNING"  # trainer done, outputs being uploaded
     PREEMPTED = "PREEMPTED"  # the Spot VM was taken away; a new attempt follows
@@ -55,6 +57,7 @@ class JobSubstatus(StrEnum):
                 cls.CONNECTING_SERVER,
                 cls.GEARING_UP_ENV,
                 cls.SENDING_MODEL_AND_DATA,
+                cls.INSTALLING_REQUIREMENTS,
                 cls.TRAINING,
                 cls.RETURNING,
             }
@@ -70,6 +73,9 @@ _RESTARTED = {*_VM_LOST, S.ERRORED}
 # order (an epoch before "booted"), and a job may finish from any step.
 _ON_VM_END = {S.COMPLETED, S.CANCELED, S.FAILED, *_RESTARTED}
 
+# After the code is fetched: its requirements installed (when it has any), then training.
+_FROM_SENDING = {S.INSTALLING_REQUIREMENTS, S.TRAINING, S.RETURNING, *_ON_VM_END}
+
 # Waiting for the next attempt's VM, a job may still complete: the attempt
 # before it finished just before its VM was lost, and the finish came after
 # the loss was recorded (``spotline.shared.domain.late_finish``).
@@ -81,11 +87,10 @@ JOB_TRANSITIONS: dict[JobSubstatus, frozenset[JobSubstatus]] = {
     ),
     S.WAITING_FOR_CAPACITY: frozenset({S.REQUESTING_SERVER, *_ENDS_WAITING}),
     S.WAITING_FOR_QUOTA: frozenset({S.REQUESTING_SERVER, *_ENDS_WAITING}),
-    S.CONNECTING_SERVER: frozenset(
-        {S.GEARING_UP_ENV, S.SENDING_MODEL_AND_DATA, S.TRAINING, S.RETURNING, *_ON_VM_END}
-    ),
-    S.GEARING_UP_ENV: frozenset({S.SENDING_MODEL_AND_DATA, S.TRAINING, S.RETURNING, *_ON_VM_END}),
-    S.SENDING_MODEL_AND_DATA: frozenset({S.TRAINING, S.RETURNING, *_ON_VM_END}),
+    S.CONNECTING_SERVER: frozenset({S.GEARING_UP_ENV, S.SENDING_MODEL_AND_DATA, *_FROM_SENDING}),
+    S.GEARING_UP_ENV: frozenset({S.SENDING_MODEL_AND_DATA, *_FROM_SENDING}),
+    S.SENDING_MODEL_AND_DATA: frozenset(_FROM_SENDING),
+    S.INSTALLING_REQUIREMENTS: frozenset({S.TRAINING, S.RETURNING, *_ON_VM_END}),
     S.TRAINING: frozenset({S.RETURNING, *_ON_VM_END}),
     S.RETURNING: frozenset(_ON_VM_END),
     S.PREEMPTED: frozenset({S.REQUESTING_SERVER, S.WAITING_FOR_CAPACITY, *_GIVE_UP}),

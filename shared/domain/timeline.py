@@ -34,6 +34,7 @@ class Phase(StrEnum):
     CONNECTING = "connecting"
     GEARING_UP = "gearing up"
     SENDING = "sending model and data"
+    INSTALLING = "installing requirements"
     TRAINING = "training"
     RETURNING = "returning"
     PREEMPTED = "preempted"
@@ -53,13 +54,16 @@ _OF_SUBSTATUS = {
     S.CONNECTING_SERVER: Phase.CONNECTING,
     S.GEARING_UP_ENV: Phase.GEARING_UP,
     S.SENDING_MODEL_AND_DATA: Phase.SENDING,
+    S.INSTALLING_REQUIREMENTS: Phase.INSTALLING,
     S.TRAINING: Phase.TRAINING,
     S.RETURNING: Phase.RETURNING,
     S.PREEMPTED: Phase.PREEMPTED,
     S.STALLED: Phase.PREEMPTED,
 }
 # The steps before training: on a later attempt they are the way back.
-_SETUP = frozenset({Phase.REQUESTING, Phase.CONNECTING, Phase.GEARING_UP, Phase.SENDING})
+_SETUP = frozenset(
+    {Phase.REQUESTING, Phase.CONNECTING, Phase.GEARING_UP, Phase.SENDING, Phase.INSTALLING}
+)
 
 
 @dataclass(frozen=True)

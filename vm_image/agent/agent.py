@@ -52,7 +52,7 @@ from spotline.vm_image.agent.recorded import (
 )
 from spotline.vm_image.agent.trainer_launch import EXIT_PREPARE_FAILED, launch_trainer, prepare
 from spotline.vm_image.agent.trainer_process import TENSORBOARD_DIR, CannotStart, TrainerProcess
-from spotline.vm_image.agent.transfers import download_folder, upload_folder
+from spotline.vm_image.agent.transfers import download_folder, restore_modes, upload_folder
 from spotline.vm_image.agent.workspace import job_folder
 
 JOB_ATTRIBUTE = f"instance/attributes/{JOB_METADATA_KEY}"
@@ -341,7 +341,13 @@ class Agent:
         try:
             code_dir = self._fetch_code(code_uri)
             prepared = prepare(
-                self.assignment, self.account, self.workdir, self.job_dir, code_dir, data_uri
+                self.assignment,
+                self.account,
+                self.workdir,
+                self.job_dir,
+                code_dir,
+                data_uri,
+                lambda: self._enter(JobSubstatus.INSTALLING_REQUIREMENTS),
             )
             self._check_snapshot(code_uri, data_uri, code_dir, prepared.data_dir)
             self._enter(JobSubstatus.TRAINING)
@@ -454,6 +460,7 @@ class Agent:
         if uri:
             try:
                 download_folder(uri, code_dir)
+                restore_modes(uri, code_dir)
             except FileNotFoundError:
                 raise CannotStart(
                     f"cannot start the trainer: code_uri {uri}: nothing is stored there",

@@ -23,17 +23,104 @@ command line (where a secret's value would show).
 
 The runtime is a setting, ``SPOTLINE_CONTAINER_RUNTIME`` (default
 ``/usr/bin/docker``; podman takes the same arguments).
+
+The image is pulled first, on its own (``pull_image``), so an image that
+cannot be pulled ends the attempt before the trainer, naming the runtime's
+message, instead of passing for the trainer's own failure (``docker run``
+exits 125 either way). The registry's answer decides what follows: an image
+or tag that does not exist, a name that is not one, or access refused to the
+VM's account is the same on every VM (the job fails at once); a registry or
+daemon out of reach may not be (the failure policy decides).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
 RUNTIME_ENV = "SPOTLINE_CONTAINER_RUNTIME"
 DEFAULT_RUNTIME = "/usr/bin/docker"
+# A large image over a slow link takes long; a hung registry must not hold the
+# VM for ever (the job's max_runtime_s also applies).
+PULL_TIMEOUT_S = 1800
+_PULL_TAIL_LINES = 10
+# The registry's answers that no other VM would get otherwise (docker's and
+# podman's words): checked after _PULL_TRANSIENT.
+_PULL_UNRECOVERABLE = (
+    "manifest unknown",
+    "not found",
+    "repository does not exist",
+    "invalid reference format",
+    "pull access denied",
+    "denied:",
+    "unauthorized",
+    "no matching manifest",
+)
+# Out of reach for now: the network, the registry's load, the daemon.
+_PULL_TRANSIENT = (
+    "i/o timeout",
+    "TLS handshake timeout",
+    "context deadline exceeded",
+    "connection refused",
+    "connection reset",
+    "no such host",
+    "toomanyrequests",
+    "Service Unavailable",
+    "Internal Server Error",
+    "Cannot connect to the Docker daemon",
+)
+
+
+class PullFailed(RuntimeError):
+    """The image could not be pulled; the message holds the runtime's last
+    lines, ``unrecoverable`` says no other VM would do better."""
+
+    def __init__(self, message: str, unrecoverable: bool) -> None:
+        super().__init__(message)
+        self.unrecoverable = unrecoverable
+
+
+def pull_image(image: str, host_env: Mapping[str, str]) -> None:
+    """``docker pull IMAGE`` as the agent (the runtime's socket is root's).
+
+    Raises:
+        BadContainerSetup: the runtime setting is not an absolute path to a program.
+        PullFailed: the runtime failed, did not start or did not finish in time.
+    """
+    runtime = runtime_of(host_env)
+    what = f"{runtime} pull {image}"
+    try:
+        done = subprocess.run(
+            [runtime, "pull", image],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=PULL_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise PullFailed(f"{what} did not finish in {PULL_TIMEOUT_S} s", False) from None
+    except OSError as err:
+        raise PullFailed(f"{what} could not start: {err}", False) from None
+    if done.returncode == 0:
+        return
+    output = done.stdout.decode("utf-8", errors="replace")
+    tail = "\n".join(output.rstrip().splitlines()[-_PULL_TAIL_LINES:])
+    raise PullFailed(
+        f"{what} failed (exit code {done.returncode}):\n{tail}", unrecoverable_pull(output)
+    )
+
+
+def unrecoverable_pull(output: str) -> bool:
+    """Whether the runtime's output says the image cannot be pulled from any VM."""
+    lowered = output.lower()
+    if any(sign.lower() in lowered for sign in _PULL_TRANSIENT):
+        return False
+    return any(sign.lower() in lowered for sign in _PULL_UNRECOVERABLE)
+
+
 # The host's variables that mean nothing inside the image (its own PATH,
 # Python and shell state), never passed even when the agent set them.
 _HOST_ONLY = frozenset({"PATH", "PYTHONPATH", "VIRTUAL_ENV", "PWD", "OLDPWD", "SHLVL", "_"})

@@ -55,8 +55,55 @@ _PIP_TAIL_LINES = 15
 PIP_TIMEOUT_S = 1800
 
 
+# What pip prints when the requirements themselves are wrong: a name or a
+# version no index has, versions that conflict, a line that is no requirement,
+# a package that does not build here. Another VM reads the same index with the
+# same interpreter and fails the same way.
+_UNRECOVERABLE = (
+    "No matching distribution found",
+    "ResolutionImpossible",
+    "conflicting dependencies",
+    "Invalid requirement",
+    "Could not open requirements file",
+    "Failed to build",
+    "requires a different Python",
+)
+# What pip prints when the index could not be reached (it then also says no
+# version was found: these decide). Another VM, later, may reach it. pip warns
+# of a connection error only as it retries (PIP_RETRIES, 5 by default): with
+# no retry, an index out of reach reads as a requirement it does not have.
+_TRANSIENT = (
+    "NewConnectionError",
+    "ConnectTimeoutError",
+    "ReadTimeoutError",
+    "Temporary failure in name resolution",
+    "Connection reset",
+    "Connection refused",
+    "ProxyError",
+    "SSLError",
+    "HTTP error 5",
+    "No space left on device",
+)
+
+
 class InstallFailed(RuntimeError):
-    """pip (or venv) failed; the message holds its last lines."""
+    """pip (or venv) failed; the message holds its last lines.
+    ``unrecoverable``: the requirements are wrong, not the moment (see
+    ``unrecoverable_output``)."""
+
+    def __init__(self, message: str, unrecoverable: bool = False) -> None:
+        super().__init__(message)
+        self.unrecoverable = unrecoverable
+
+
+def unrecoverable_output(output: str) -> bool:
+    """Whether pip's output says no VM can install these requirements: one of
+    its messages for wrong requirements, and no sign of a network or disk
+    trouble (which a new attempt may not meet). Anything else (a timeout, a
+    message not known here) is left to the job's failure policy."""
+    if any(sign in output for sign in _TRANSIENT):
+        return False
+    return any(sign in output for sign in _UNRECOVERABLE)
 
 
 @dataclass(frozen=True)
@@ -210,5 +257,7 @@ def _run(command: list[str], account: TrainerAccount | None, env: dict[str, str]
     output = done.stdout.decode("utf-8", errors="replace")
     if done.returncode != 0:
         tail = "\n".join(output.rstrip().splitlines()[-_PIP_TAIL_LINES:])
-        raise InstallFailed(f"{what} failed (exit code {done.returncode}):\n{tail}")
+        raise InstallFailed(
+            f"{what} failed (exit code {done.returncode}):\n{tail}", unrecoverable_output(output)
+        )
     return output

@@ -15,8 +15,10 @@ devices. What the agent keeps root for, and nothing else:
 The rest (metadata, Pub/Sub, storage, Secret Manager) needs no privilege; the
 VM's poweroff on failure is the unit's FailureAction, done by systemd.
 
-Where the agent is not root (the local stack, a laptop) it cannot switch
-users: the trainer runs as the agent's own user, and the agent says so once.
+Where the agent is not root (a laptop) it cannot switch users: the trainer
+runs as the agent's own user, and the agent says so. An empty
+``SPOTLINE_TRAINER_USER`` asks for that even as root, silently: the local
+stack's VMs are its own processes, run as the stack's user.
 """
 
 from __future__ import annotations
@@ -95,8 +97,10 @@ def trainer_account(env: Mapping[str, str] | None = None) -> TrainerAccount:
     uid = os.geteuid()
     own = pwd.getpwuid(uid).pw_name if _known(uid) else str(uid)
     if uid != 0 or not wanted:
-        why = "the agent is not root" if uid != 0 else f"{TRAINER_USER_ENV} is empty"
-        logs.info(f"the trainer runs as the agent's own user {own!r} ({why})")
+        # An empty setting is a choice made for this machine (the local stack
+        # makes it for every VM it starts, at every attempt): nothing to say.
+        if wanted:
+            logs.info(f"the trainer runs as the agent's own user {own!r} (the agent is not root)")
         return TrainerAccount(own, uid, os.getegid(), os.getgroups())
     try:
         entry = pwd.getpwnam(wanted)

@@ -16,7 +16,9 @@ from spotline.shared.contract.assignment import Assignment
 from spotline.shared.contract.ranks import processes_per_node
 from spotline.vm_image.agent.container import (
     BadContainerSetup,
+    PullFailed,
     container_command,
+    pull_image,
     write_env_file,
 )
 from spotline.vm_image.agent.job_data import DATA_DIR_ENV, DataUnavailable, fetch_data
@@ -38,9 +40,10 @@ CACHE_FOLDER = "cache"
 # Beside the job's folder (``jobs/KEY.container-env``): its variables for
 # the container runtime, mode 0600.
 CONTAINER_ENV_SUFFIX = ".container-env"
-# A job that cannot be prepared (its data set or its requirements) fails with
-# this exit code and the reason as its output: like a trainer's failure, it
-# is not retried on another VM, where it would fail the same way.
+# A job that cannot be prepared (its data set, its image or its requirements)
+# ends the attempt with this exit code and the reason as its output: the job
+# fails at once where no other VM could do better (``unrecoverable``), else
+# the failure policy decides, as for a trainer's failure.
 EXIT_PREPARE_FAILED = 1
 
 
@@ -59,14 +62,17 @@ def prepare(
     job_dir: Path,
     code_dir: Path,
     data_uri: str | None = None,
+    on_install: Callable[[], None] | None = None,
 ) -> Prepared:
     """Download the data set (``data_uri``: the spec's, or a recorded job's
     snapshot) and install the code's ``requirements.txt``, each reusing what
-    this VM already holds (``{workdir}/cache``).
+    this VM already holds (``{workdir}/cache``); ``on_install`` is called
+    before the install (the job's INSTALLING_REQUIREMENTS step).
 
     Raises:
         CannotStart: no trainer account, a data set that is missing or larger
-            than the disk's free space, or a failed install (pip's last lines).
+            than the disk's free space, an image that cannot be pulled (the
+            runtime's last lines), or a failed install (pip's last lines).
     """
     if isinstance(account, AccountMissing):
         raise CannotStart(str(account), 126)
@@ -78,6 +84,17 @@ def prepare(
         raise CannotStart(
             f"cannot start the trainer: {err}", EXIT_PREPARE_FAILED, unrecoverable=True
         ) from None
+    if spec.image:
+        try:
+            pull_image(spec.image, os.environ)
+        except BadContainerSetup as err:
+            raise CannotStart(f"cannot start the trainer: {err}", 126) from None
+        except PullFailed as err:
+            raise CannotStart(
+                f"cannot start the trainer: {err}",
+                EXIT_PREPARE_FAILED,
+                unrecoverable=err.unrecoverable,
+            ) from None
     requirements = requirements_of(code_dir)
     if requirements is None:
         return Prepared(data_dir)
@@ -85,10 +102,14 @@ def prepare(
         logs.warning(f"{requirements.name} not installed: the image {spec.image} brings its own")
         return Prepared(data_dir)
     env = {**os.environ, **spec.env, **_home(job_dir, account)}
+    if on_install is not None:
+        on_install()
     try:
         return Prepared(data_dir, prepare_env(requirements, cache, account, env))
     except InstallFailed as err:
-        raise CannotStart(f"cannot start the trainer: {err}", EXIT_PREPARE_FAILED) from None
+        raise CannotStart(
+            f"cannot start the trainer: {err}", EXIT_PREPARE_FAILED, unrecoverable=err.unrecoverable
+        ) from None
 
 
 def _home(job_dir: Path, account: TrainerAccount) -> dict[str, str]:

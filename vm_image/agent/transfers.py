@@ -13,6 +13,41 @@ from __future__ import annotations
 from pathlib import Path
 
 
+def restore_modes(remote: str, local: Path) -> int:
+    """Make executable the files an uploaded folder's manifest says are
+    (storage keeps no mode); the number changed. Nothing for a folder
+    uploaded another way, or a manifest that cannot be read.
+
+    Only files under ``local``, never through a link: the names come from
+    storage.
+    """
+    import json
+
+    from fsspec.core import url_to_fs
+
+    from spotline.shared.contract.uploads import EXECUTABLE, manifest_uri
+
+    manifest = manifest_uri(remote)
+    if manifest is None:
+        return 0
+    fs, path = url_to_fs(manifest)
+    try:
+        entries = json.loads(fs.cat(path))["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
+    root = local.resolve()
+    changed = 0
+    for entry in entries:
+        if not isinstance(entry, dict) or entry.get("mode") != EXECUTABLE:
+            continue
+        target = local / str(entry.get("path"))
+        if target.is_symlink() or not target.is_file() or root not in target.resolve().parents:
+            continue
+        target.chmod(target.stat().st_mode | 0o111)
+        changed += 1
+    return changed
+
+
 def upload_folder(local: Path, remote: str) -> int:
     """Copy every file under ``local`` to the same relative names under ``remote``,
     overwriting; the number of files copied (0 for a missing or empty folder).
