@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spotline.infra.localcloud import errors
+from spotline.infra.localcloud.discovery import Contract
 from spotline.infra.localcloud.instances import SELF_LINK_BASE, spec_from_resource
 from spotline.infra.localcloud.model import ComputeModel
 from spotline.infra.localcloud.operations import OperationError, Operations
@@ -91,7 +92,8 @@ class ComputeApi:
     def __init__(self, model: ComputeModel, operations: Operations) -> None:
         self.model = model
         self.operations = operations
-        self.recorder = Recorder()
+        # Compute Engine's own definition; the local routes are no Google API.
+        self.recorder = Recorder(Contract([("compute", "v1")], ignore=[LOCAL_PREFIX]))
         self._faults: list[_Fault] = []
         self._faults_lock = threading.Lock()
         self.outage: Outage | None = None
