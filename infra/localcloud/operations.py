@@ -72,6 +72,9 @@ class Operations:
         self.polls = polls
         self.delay_s = delay_s
         self.request_id_window_s = request_id_window_s
+        # What an unfinished operation reads: RUNNING, PENDING, or a status a
+        # test has Compute Engine add later.
+        self.unfinished_status = "RUNNING"
         self._entries: dict[str, _Entry] = {}
         self._by_request_id: OrderedDict[str, tuple[str, float]] = OrderedDict()
         self._ids = itertools.count(1000)
@@ -154,7 +157,7 @@ class Operations:
             or (entry.done is not None and not entry.done.is_set())
         )
         if running:
-            return {**entry.operation, "status": "RUNNING", "progress": 0}
+            return {**entry.operation, "status": self.unfinished_status, "progress": 0}
         return entry.operation
 
     def _forget_old_request_ids(self) -> None:
