@@ -227,3 +227,15 @@ for _ in range(2):
     [warning] = done.stderr.strip().splitlines()
     assert "not checked against Google's definitions" in warning
     assert "pip install google-api-python-client" in warning
+
+
+def test_a_missing_required_parameter_is_refused(wire_violations: Violations) -> None:
+    """Cloud Storage's buckets.insert requires the ``project`` query parameter."""
+    with CloudDouble("acme-ml", "us-central1") as double:
+        answer = requests.post(
+            f"{double.endpoint}/storage/v1/b", json={"name": "acme-bucket"}, timeout=10
+        )
+
+    assert refusal(answer) == "Required parameter 'project' is missing."
+    [violation] = wire_violations()
+    assert violation.api == "storage"
