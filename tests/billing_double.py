@@ -8,6 +8,7 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
+from spotline.infra.localcloud.discovery import Contract
 from spotline.infra.localcloud.wire import ApiError, JsonDict, RecordedRequest, Recorder
 from spotline.shared.domain.prices import PriceBook
 
@@ -103,7 +104,7 @@ class BillingCatalogApi:
     def __init__(self, skus: list[JsonDict], page_size: int = 40) -> None:
         self.skus = skus
         self.page_size = page_size
-        self.recorder = Recorder()
+        self.recorder = Recorder(Contract([("cloudbilling", "v1")]))
         self.fail: ApiError | None = None
 
     def handle(self, request: RecordedRequest) -> tuple[int, Any]:

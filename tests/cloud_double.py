@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Self
 from urllib.parse import unquote
 
 from spotline.infra.endpoints import Endpoints
+from spotline.infra.localcloud.discovery import Contract
 from spotline.infra.localcloud.wire import ApiError, HttpService, RecordedRequest, Recorder
 from tests.cloud_double_build import build_account, build_failure
 from tests.cloud_double_network import NetworkApi
@@ -70,6 +71,21 @@ _FUNCTION_MASK = {
     "labels",
     "description",
 }
+# The published definitions of every API the double serves (a signed upload
+# URL is none of them).
+API_DEFINITIONS = [
+    ("cloudfunctions", "v2"),
+    ("eventarc", "v1"),
+    ("cloudscheduler", "v1"),
+    ("serviceusage", "v1"),
+    ("cloudresourcemanager", "v3"),
+    ("firestore", "v1"),
+    ("iam", "v1"),
+    ("pubsub", "v1"),
+    ("logging", "v2"),
+    ("storage", "v1"),
+    ("firebaserules", "v1"),
+]
 _UPLOAD_BUCKET = "gcf-v2-uploads-000000000000.us-central1.cloudfunctions.appspot.com"
 
 
@@ -109,7 +125,7 @@ class CloudDouble:
         self.uploads: dict[str, bytes] = {}
         self._granted: set[str] = set()  # upload objects handed out, not yet PUT
         self._operations: dict[str, tuple[JsonDict, int]] = {}
-        self._recorder = Recorder()
+        self._recorder = Recorder(Contract(API_DEFINITIONS, ignore=["/upload/"]))
         self._service = HttpService(self)
         self._ids = itertools.count(1)
         self._lock = threading.Lock()

@@ -21,6 +21,7 @@ import pytest
 
 from spotline.functions import deps
 from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.infra.localcloud.discovery import Violation, clear_violations
 from spotline.infra.localcloud.launchers import RecordLauncher
 from spotline.infra.localstack.emulators import (
     Emulator,
@@ -37,6 +38,7 @@ from spotline.infra.localstack.storage import (
 from spotline.shared.topics import TOPICS
 from tests.event_tokens import token_for
 from tests.pubsub_events import post
+from tests.wire_contract import broken_contract
 
 # gcsfs reads this once, when first imported (whichever test module does it
 # first): without it, every gs:// call asks the gRPC Storage Control API about
@@ -185,6 +187,26 @@ def _no_user_config(
     home = tmp_path_factory.mktemp("config-home")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home))
     monkeypatch.setenv("SPOTLINE_CONFIG", str(home / "spotline" / "config.json"))
+
+
+@pytest.fixture(autouse=True)
+def _wire_contract(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail a test any of whose requests to a local Google API broke the API's
+    discovery document, unless it sent them on purpose (``wire_violations``)."""
+    clear_violations()
+    yield
+    seen = clear_violations()
+    failure = broken_contract(seen)
+    if failure is not None and "wire_violations" not in request.fixturenames:
+        pytest.fail(failure)
+
+
+@pytest.fixture
+def wire_violations() -> Callable[[], list[Violation]]:
+    """For a test that breaks the contract on purpose: the violations so far."""
+    from spotline.infra.localcloud.discovery import violations
+
+    return violations
 
 
 @pytest.fixture(autouse=True)

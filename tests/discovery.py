@@ -3,18 +3,14 @@
 
 from __future__ import annotations
 
-import json
-from functools import cache
-from importlib import resources
 from typing import Any
 
+from spotline.infra.localcloud import discovery
 
-@cache
+
 def document(api: str, version: str = "v1") -> dict[str, Any]:
     """The discovery document of ``api`` (``compute``, ``iam``...)."""
-    folder = resources.files("googleapiclient").joinpath("discovery_cache/documents")
-    loaded: dict[str, Any] = json.loads(folder.joinpath(f"{api}.{version}.json").read_text())
-    return loaded
+    return discovery.document(api, version)
 
 
 def enum(api: str, schema: str, field: str) -> list[str]:

@@ -17,6 +17,7 @@ import re
 from datetime import datetime
 from typing import Any
 
+from spotline.infra.localcloud.discovery import Contract
 from spotline.infra.localcloud.wire import ApiError, JsonDict, RecordedRequest, Recorder
 
 PAGE = 2
@@ -24,7 +25,7 @@ PAGE = 2
 
 class LoggingDouble(Recorder):
     def __init__(self, entries: list[JsonDict], denied: bool = False) -> None:
-        super().__init__()
+        super().__init__(Contract([("logging", "v2")]))
         self.entries = entries
         self.denied = denied  # answer as to a caller without logging.viewer
 

@@ -9,6 +9,11 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+from spotline.infra.localcloud.discovery import Contract
+
+CONTRACT = Contract([("secretmanager", "v1")])
 
 
 class SecretManagerDouble:
@@ -23,6 +28,14 @@ class SecretManagerDouble:
             def do_GET(self) -> None:
                 auth = self.headers.get("Authorization", "")
                 double.requests.append((self.path, auth))
+                url = urlsplit(self.path)
+                refusal = CONTRACT.record("GET", url.path, dict(parse_qsl(url.query)), None, False)
+                if refusal is not None:
+                    self._answer(
+                        refusal.status,
+                        {"error": {"code": refusal.status, "message": refusal.message}},
+                    )
+                    return
                 resource = self.path.removeprefix("/v1/").removesuffix(":access")
                 if not self.path.startswith("/v1/") or not self.path.endswith(":access"):
                     self._answer(404, {"error": {"code": 404, "message": "no such route"}})

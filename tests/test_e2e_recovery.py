@@ -245,3 +245,39 @@ def test_an_orphan_vm_is_deleted_within_a_sweep(local_stack: LocalStack) -> None
         time.sleep(0.1)
     assert host.get("sl-ghost-a1") is None
     assert time.monotonic() - started < 2 * local_stack.options.tick_s + 10
+
+
+def test_a_preempted_vm_deprovisions_while_the_reaper_sweeps(local_stack: LocalStack) -> None:
+    """Compute Engine's teardown of a preempted Spot VM (TERMINATED, then
+    DEPROVISIONING, then gone) read by the reaper, sweeping every second, and
+    by placement, with no crash: the job recovers on a second attempt."""
+    assert local_stack.cloud is not None and local_stack.options.tick_s <= 1.0
+    host = local_stack.cloud
+    logs = sorted((local_stack.workdir / "logs").glob("reaper*.log"))
+    assert logs  # reaper.log, reaper_page.log
+    sizes = {log: log.stat().st_size for log in logs}
+    job_id = submit(local_stack, epochs=3)
+    chaos = ChaosClient(host.endpoint, local_stack.options.project)
+    seen: list[str] = []  # the preempted VM's states, as they change
+    doomed: list[str] = []
+
+    def watch(job: JobDoc) -> None:
+        if job.attempt == 1 and job.epoch >= 1 and job.zone and job.instance and not doomed:
+            doomed.append(job.instance)
+            chaos.preempt(job.zone, job.instance, 1.0)
+            seen.append("RUNNING")
+        for vm in vms_of(local_stack, job_id):
+            if doomed and vm["name"] == doomed[0] and vm["state"] != seen[-1]:
+                seen.append(vm["state"])
+
+    job = wait_for_job(FirestoreStore(local_stack.options.project), job_id, 180, False, watch)
+
+    assert job.status == JobStatus.COMPLETED, job.error
+    assert (job.attempt, job.preemptions) == (2, 1)
+    assert "DEPROVISIONING" in seen, seen
+    assert seen.index("TERMINATED") < seen.index("DEPROVISIONING"), seen
+    for log in logs:
+        with log.open("rb") as read:
+            read.seek(sizes[log])
+            written = read.read().decode(errors="replace")
+        assert "Traceback" not in written, written[-3000:]

@@ -163,7 +163,7 @@ def test_inserting_the_same_request_twice_makes_one_vm(
 def test_inserting_an_existing_name_returns_that_vm(compute: GceCompute, cloud: LocalCloud) -> None:
     existing = add_instance(cloud, ZONE, "spotline-j-42-a1", labels={"spotline": "true"})
 
-    vm = compute.insert(vm_request(request_id="another-attempt-of-the-same-step"))
+    vm = compute.insert(vm_request(request_id="5e0c9a2b-7d41-4f63-8a9e-1b2c3d4e5f60"))
 
     assert vm.id == existing["id"]
     assert len(cloud.list()) == 1

@@ -173,7 +173,7 @@ def test_existing_nodes_are_returned(compute: GceCompute, cloud: LocalCloud) -> 
         for rank, name in enumerate(NAMES)
     ]
 
-    vms = compute.insert_gang(gang(request_id="a-later-attempt-of-the-same-step"))
+    vms = compute.insert_gang(gang(request_id="6f1d0b3c-8e52-4a74-9baf-2c3d4e5f6071"))
 
     assert [vm.id for vm in vms] == [instance["id"] for instance in existing]
     assert len(cloud.list()) == 3

@@ -9,6 +9,7 @@ import json
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -96,7 +97,7 @@ def _request(name: str, mode: str = "watch", zone: str = ZONE, **labels: str) ->
         zone=zone,
         machine_type="n1-standard-4",
         provisioning=Provisioning.SPOT,
-        request_id=f"req-{name}",
+        request_id=str(uuid.uuid5(uuid.NAMESPACE_DNS, name)),
         image="projects/demo/global/images/family/spotline",
         labels={"spotline": "1", **labels},
         metadata={JOB_METADATA_KEY: json.dumps({"job_id": name}), "agent-mode": mode},
@@ -341,7 +342,11 @@ def test_a_gang_past_a_quota_limit_creates_no_node(compute: GceCompute, host: Lo
     )
 
     with pytest.raises(CapacityError) as refused:
-        compute.insert_gang(GangRequest(nodes, "us-central1", (ZONE,), "gang-22"))
+        compute.insert_gang(
+            GangRequest(
+                nodes, "us-central1", (ZONE,), str(uuid.uuid5(uuid.NAMESPACE_DNS, "gang-22"))
+            )
+        )
 
     assert refused.value.reason == "QUOTA_EXCEEDED"
     assert [vm.name for vm in compute.list({})] == ["job-22-a0"]

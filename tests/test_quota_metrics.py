@@ -32,6 +32,9 @@ from tests.test_placement_errors import SPEC, message, submit, world
 
 METRICS = set(enum("compute", "Quota", "metric"))
 CATALOG = load_catalog()
+# Two requestIds (Compute Engine takes UUIDs only).
+ID_1 = "11111111-1111-4111-8111-111111111111"
+ID_2 = "22222222-2222-4222-8222-222222222222"
 SPOT, STANDARD = Provisioning.SPOT, Provisioning.STANDARD
 
 
@@ -79,10 +82,10 @@ def test_the_local_cloud_charges_an_a2_vm_to_a2_cpus(cloud: LocalCloud) -> None:
     cloud.quota_limits["A2_CPUS"] = 12.0
     compute = client(cloud)
     a2 = dict(machine_type="a2-highgpu-1g", accelerators=(), provisioning=STANDARD)
-    compute.insert(vm_request(name="a2-one", request_id="1" * 8, **a2))  # type: ignore[arg-type]
+    compute.insert(vm_request(name="a2-one", request_id=ID_1, **a2))  # type: ignore[arg-type]
 
     with pytest.raises(CapacityError, match="A2_CPUS"):
-        compute.insert(vm_request(name="a2-two", request_id="2" * 8, **a2))  # type: ignore[arg-type]
+        compute.insert(vm_request(name="a2-two", request_id=ID_2, **a2))  # type: ignore[arg-type]
     listed = {q.metric: q for q in compute.region_quotas("us-central1").values()}
     assert (listed["A2_CPUS"].usage, listed["CPUS"].usage) == (12.0, 0.0)
     assert "GPUS_ALL_REGIONS" not in listed  # a project's quota, not a region's
@@ -93,10 +96,10 @@ def test_gpus_all_regions_counts_every_gpu_of_every_region() -> None:
     with LocalCloud("p", RecordLauncher(), zones=zones) as cloud:
         cloud.quota_limits["GPUS_ALL_REGIONS"] = 1.0
         compute = client(cloud)
-        compute.insert(vm_request(name="here", request_id="1" * 8))  # a Spot T4
+        compute.insert(vm_request(name="here", request_id=ID_1))  # a Spot T4
 
         with pytest.raises(CapacityError, match="GPUS_ALL_REGIONS"):
-            compute.insert(vm_request(name="there", zone="europe-west4-a", request_id="2" * 8))
+            compute.insert(vm_request(name="there", zone="europe-west4-a", request_id=ID_2))
         [quota] = [q for q in cloud.project_quotas() if q["metric"] == "GPUS_ALL_REGIONS"]
         assert (quota["limit"], quota["usage"]) == (1.0, 1.0)
 
@@ -142,10 +145,10 @@ def test_a_quota_used_up_but_above_0_is_still_waited_for(cloud: LocalCloud) -> N
     cloud.quota_limits["PREEMPTIBLE_NVIDIA_T4_GPUS"] = 0.0
     cloud.quota_limits["NVIDIA_T4_GPUS"] = 1.0
     compute: GceCompute = client(cloud)
-    compute.insert(vm_request(name="first", request_id="1" * 8))
+    compute.insert(vm_request(name="first", request_id=ID_1))
 
     with pytest.raises(CapacityError, match="NVIDIA_T4_GPUS"):
-        compute.insert(vm_request(name="second", request_id="2" * 8))
+        compute.insert(vm_request(name="second", request_id=ID_2))
 
 
 def test_an_h100_on_demand_vm_has_no_regional_gpu_metric() -> None:

@@ -15,6 +15,7 @@ local cloud (VMs are records) stand in for Firestore and Compute Engine.
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -65,7 +66,9 @@ class World:
 @contextmanager
 def training(name: str, **spec: object) -> Iterator[World]:
     """job1 TRAINING on its first VM, which last beat at T0."""
-    with LocalCloud(f"crash-{name}", RecordLauncher(), clock=lambda: T0) as cloud:
+    # A project id is lowercase letters, digits and hyphens (Compute Engine's pattern).
+    project = re.sub(r"[^a-z0-9-]", "-", f"crash-{name}".lower())
+    with LocalCloud(project, RecordLauncher(), clock=lambda: T0) as cloud:
         budget = Budget()
         store = CrashingStore(budget)
         settings = Settings(

@@ -37,8 +37,9 @@ class LocalCloud:
         project: the only project it knows.
         launcher: what a booted VM is (``ProcessLauncher`` or ``RecordLauncher``).
         zones, capacity_errors, missing_images, quota_limits, stop_grace_s,
-            clock: as ``ComputeModel``.
+            teardown_s, clock: as ``ComputeModel``.
         operation_polls: ``wait`` calls before an operation reads DONE.
+        operation_delay_s: how long every operation takes at least.
     """
 
     def __init__(
@@ -51,7 +52,9 @@ class LocalCloud:
         missing_images: Iterable[str] = (),
         quota_limits: Mapping[str, float] | None = None,
         stop_grace_s: float = 3.0,
+        teardown_s: float = 0.0,
         operation_polls: int = 1,
+        operation_delay_s: float = 0.0,
         clock: Callable[[], datetime] | None = None,
     ) -> None:
         self.project = project
@@ -64,9 +67,10 @@ class LocalCloud:
             missing_images=missing_images,
             quota_limits=quota_limits,
             stop_grace_s=stop_grace_s,
+            teardown_s=teardown_s,
             clock=clock,
         )
-        self.operations = Operations(project, operation_polls)
+        self.operations = Operations(project, operation_polls, delay_s=operation_delay_s)
         self.api = ComputeApi(self.model, self.operations)
         self._service = HttpService(self.api)
 

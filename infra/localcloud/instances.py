@@ -12,6 +12,7 @@ import base64
 import hashlib
 import json
 import re
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -20,6 +21,7 @@ from typing import Any
 from spotline.infra.localcloud.errors import Invalid
 from spotline.infra.localcloud.launchers import Run
 from spotline.infra.localcloud.quotas import Charge
+from spotline.infra.localcloud.resource_rules import check_labels, check_metadata
 from spotline.infra.localcloud.scheduling import check_scheduling
 from spotline.shared.domain.vms import Provisioning, VmState
 
@@ -85,6 +87,9 @@ def spec_from_resource(body: Mapping[str, Any], zone: str, *, zonal_urls: bool =
         check_scheduling(scheduling, machine, accelerators)
         model = str(scheduling.get("provisioningModel") or "STANDARD")
         items = (body.get("metadata") or {}).get("items") or []
+        labels = {str(k): str(v) for k, v in (body.get("labels") or {}).items()}
+        check_labels(labels)
+        check_metadata((str(item["key"]), str(item.get("value", ""))) for item in items)
         boot = [d for d in body.get("disks") or [] if d.get("boot")]
         image = (boot[0].get("initializeParams") or {}).get("sourceImage") if boot else None
         return Spec(
@@ -92,7 +97,7 @@ def spec_from_resource(body: Mapping[str, Any], zone: str, *, zonal_urls: bool =
             zone=zone,
             machine_type=machine,
             provisioning=Provisioning(model),
-            labels={str(k): str(v) for k, v in (body.get("labels") or {}).items()},
+            labels=labels,
             metadata={str(item["key"]): str(item.get("value", "")) for item in items},
             accelerators=tuple(accelerators),
             image=str(image or ""),
@@ -140,6 +145,8 @@ class Instance:
     # A status answered instead of ``status``: one the model does not play
     # itself (DEPROVISIONING, REPAIRING, a status Compute Engine adds later).
     shown_status: str | None = None
+    # Set once the VM is gone (deleted, preempted, killed): its delete's operation is done.
+    gone: threading.Event = field(default_factory=threading.Event)
     # Answered as creationTimestamp: spotline charges an ended job for a VM
     # its attempts never recorded from this moment on.
     created_at: datetime = field(default_factory=lambda: datetime.now(UTC))

@@ -11,8 +11,11 @@ SIGTERM, SIGKILL when the notice ends, and deletes the VM
 launcher (``launchers``): a process running the agent, or a record.
 
 Every mutating call does its work before it returns; a VM's end (its process
-exited) is reported by the launcher and turns it TERMINATED, or forgets it when
-it was being removed.
+exited) is reported by the launcher and turns it TERMINATED. A VM being removed
+then passes through Compute Engine's teardown states, each for ``teardown_s``,
+before it is gone: a deleted one STOPPING -> DEPROVISIONING -> gone, a
+preempted one STOPPING -> TERMINATED -> DEPROVISIONING -> gone (Compute
+Engine's sequence for a Spot VM whose termination action is DELETE).
 """
 
 from __future__ import annotations
@@ -89,6 +92,8 @@ class ComputeModel:
         quota_limits: quota limits by metric, over ``quotas.DEFAULT_LIMITS``: every
             region's, and the project's ``GPUS_ALL_REGIONS``.
         stop_grace_s: SIGTERM to SIGKILL for a stop, a delete and ``close``.
+        teardown_s: how long a VM being removed stays in each teardown state
+            once its process has ended (0: gone at once).
         clock: when a VM is created (its ``creationTimestamp``); a test on a
             stepped clock passes its own, so VM times and its handlers' agree.
     """
@@ -103,6 +108,7 @@ class ComputeModel:
         missing_images: Iterable[str] = (),
         quota_limits: Mapping[str, float] | None = None,
         stop_grace_s: float = 3.0,
+        teardown_s: float = 0.0,
         clock: Callable[[], datetime] | None = None,
     ) -> None:
         self.project = project
@@ -113,6 +119,7 @@ class ComputeModel:
         self.missing_images: set[str] = set(missing_images)
         self.quota_limits: dict[str, float] = {**DEFAULT_LIMITS, **(quota_limits or {})}
         self.stop_grace_s = stop_grace_s
+        self.teardown_s = teardown_s
         self.numeric_project_id = str(int(hashlib.sha256(project.encode()).hexdigest(), 16))[:12]
         self._vms: dict[tuple[str, str], Instance] = {}
         self._lock = threading.Lock()
@@ -238,16 +245,26 @@ class ComputeModel:
             if vm.run is not None:
                 vm.run.set_attributes(vm.metadata)
 
-    def delete(self, name: str, zone: str | None = None) -> None:
-        """Stop the VM (SIGTERM, SIGKILL after the grace) and forget it."""
+    def delete(self, name: str, zone: str | None = None) -> Instance:
+        """Stop the VM (SIGTERM, SIGKILL after the grace) and tear it down; the
+        VM's ``gone`` is set once it is no longer listed. A VM already being
+        removed is left to finish."""
         with self._lock:
             vm = self._get(name, zone)
+            if vm.removing:
+                return vm
             vm.removing = True
-            if vm.status == VmState.TERMINATED:  # already ended: nothing to stop
-                del self._vms[(vm.zone, vm.name)]
-                return
-            vm.status = VmState.STOPPING
-        self._stop([vm])
+            ended = vm.status == VmState.TERMINATED or vm.run is None
+            steps = self._teardown_steps(vm) if ended else []
+            if steps:
+                vm.status = steps[0]
+            elif not ended:
+                vm.status = VmState.STOPPING
+        if ended:  # nothing to stop
+            self._tear_down(vm, steps)
+        else:
+            self._stop([vm])
+        return vm
 
     def stop(self, name: str, zone: str | None = None) -> None:
         """Shut the VM down as an ACPI shutdown does (SIGTERM, SIGKILL after the
@@ -350,9 +367,43 @@ class ComputeModel:
         with self._lock:
             vm.exit_code = code
             vm.status = VmState.TERMINATED
-            key = (vm.zone, vm.name)
-            if vm.removing and self._vms.get(key) is vm:
-                del self._vms[key]
+            if not vm.removing or self._vms.get((vm.zone, vm.name)) is not vm:
+                return
+            steps = self._teardown_steps(vm)
+            if steps:
+                vm.status = steps[0]
+        self._tear_down(vm, steps)
+
+    def _teardown_steps(self, vm: Instance) -> builtins.list[VmState]:
+        """The states a VM whose process has ended passes through before it is
+        gone, each for ``teardown_s`` (none when 0 or closing)."""
+        if self.teardown_s <= 0 or self._closed:
+            return []
+        if vm.preempted:
+            return [VmState.TERMINATED, VmState.DEPROVISIONING]
+        return [VmState.DEPROVISIONING]
+
+    def _tear_down(self, vm: Instance, steps: Sequence[VmState]) -> None:
+        """Play ``steps`` (the first already shown) on a thread, then forget the VM."""
+
+        def forget() -> None:
+            with self._lock:
+                if self._vms.get((vm.zone, vm.name)) is vm:
+                    del self._vms[(vm.zone, vm.name)]
+            vm.gone.set()
+
+        def play() -> None:
+            for state in steps[1:]:
+                time.sleep(self.teardown_s)
+                with self._lock:
+                    vm.status = state
+            time.sleep(self.teardown_s)
+            forget()
+
+        if steps:
+            threading.Thread(target=play, name=f"teardown-{vm.name}", daemon=True).start()
+        else:
+            forget()
 
     def _find(self, name: str, zone: str | None) -> Instance | None:
         if zone is not None:

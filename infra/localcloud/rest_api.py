@@ -34,10 +34,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from spotline.infra.localcloud import errors
+from spotline.infra.localcloud.discovery import Contract
 from spotline.infra.localcloud.instances import SELF_LINK_BASE, spec_from_resource
 from spotline.infra.localcloud.model import ComputeModel
 from spotline.infra.localcloud.operations import OperationError, Operations
 from spotline.infra.localcloud.outage import Outage
+from spotline.infra.localcloud.paging import aggregated_page
+from spotline.infra.localcloud.resource_rules import check_metadata, check_request_id
 from spotline.infra.localcloud.wire import ApiError, JsonDict, RecordedRequest, Recorder
 
 COMPUTE_PREFIX = "/compute/v1/projects/"
@@ -91,10 +94,14 @@ class ComputeApi:
     def __init__(self, model: ComputeModel, operations: Operations) -> None:
         self.model = model
         self.operations = operations
-        self.recorder = Recorder()
+        # Compute Engine's own definition; the local routes are no Google API.
+        self.recorder = Recorder(Contract([("compute", "v1")], ignore=[LOCAL_PREFIX]))
         self._faults: list[_Fault] = []
         self._faults_lock = threading.Lock()
         self.outage: Outage | None = None
+        # An aggregated list's page when the caller names no maxResults
+        # (Compute Engine's: 500); a test makes it small to see pages.
+        self.list_page_size = 500
 
     def fail_next(
         self,
@@ -131,10 +138,19 @@ class ComputeApi:
             if match["project"] != self.model.project:
                 raise ApiError(404, f"The project {match['project']} was not found", "notFound")
             answer: Callable[..., JsonDict] = getattr(self, handler)
+            request_id = request.query.get("requestId") if api == "compute" else None
             try:
-                return 200, answer(request, **params)
+                if request_id is not None:
+                    check_request_id(request_id)
+                    earlier = self.operations.by_request_id(request_id)
+                    if earlier is not None:
+                        return 200, earlier
+                result = answer(request, **params)
             except errors.ModelError as error:
                 raise _api_error(error) from error
+            if request_id is not None and result.get("kind") == "compute#operation":
+                self.operations.remember(request_id, result)
+            return 200, result
         raise ApiError(404, f"No route for {request.method} {request.path}", "notFound")
 
     def _inject_fault(self, request: RecordedRequest) -> None:
@@ -149,24 +165,22 @@ class ComputeApi:
     # -- instances -----------------------------------------------------------------
 
     def _insert(self, request: RecordedRequest, zone: str) -> JsonDict:
-        request_id = request.query.get("requestId")
-        earlier = self.operations.by_request_id(request_id)
-        if earlier is not None:
-            return earlier
         spec = spec_from_resource(request.body or {}, zone)
         error = self._refusal(lambda: self.model.create([spec]))
-        return self.operations.start(f"zones/{zone}", "insert", spec.name, error, request_id)
+        return self.operations.start(f"zones/{zone}", "insert", spec.name, error)
 
     def _get(self, request: RecordedRequest, zone: str, name: str) -> JsonDict:
         return self._instance_json(zone, name)
 
     def _delete(self, request: RecordedRequest, zone: str, name: str) -> JsonDict:
-        self.model.delete(name, zone)
-        return self.operations.start(f"zones/{zone}", "delete", name)
+        vm = self.model.delete(name, zone)
+        return self.operations.start(f"zones/{zone}", "delete", name, done=vm.gone)
 
     def _set_metadata(self, request: RecordedRequest, zone: str, name: str) -> JsonDict:
         body = request.body or {}
-        items = {str(i["key"]): str(i.get("value", "")) for i in body.get("items") or []}
+        pairs = [(str(i["key"]), str(i.get("value", ""))) for i in body.get("items") or []]
+        check_metadata(pairs)
+        items = dict(pairs)
         self.model.set_metadata(name, zone, items, str(body.get("fingerprint") or ""))
         return self.operations.start(f"zones/{zone}", "setMetadata", name)
 
@@ -181,21 +195,21 @@ class ComputeApi:
     def _aggregated_list(self, request: RecordedRequest) -> JsonDict:
         wanted = parse_label_filter(request.query.get("filter", ""))
         project = self.model.project
-        by_zone: dict[str, list[JsonDict]] = {}
-        for vm in self.model.list(wanted):
-            by_zone.setdefault(f"zones/{vm.zone}", []).append(vm.to_json(project))
+        found = [(f"zones/{vm.zone}", vm.to_json(project)) for vm in self.model.list(wanted)]
+        scopes = [f"zones/{zone}" for zones in self.model.zones.values() for zone in zones]
+        try:
+            query = {"maxResults": str(self.list_page_size), **request.query}
+            page = aggregated_page(found, scopes, query, "instances")
+        except ValueError as err:
+            raise ApiError(400, str(err), "invalid") from err
         return {
             "kind": "compute#instanceAggregatedList",
             "id": f"projects/{project}/aggregated/instances",
-            "items": {scope: {"instances": found} for scope, found in by_zone.items()},
+            **page,
             "selfLink": f"{SELF_LINK_BASE}/projects/{project}/aggregated/instances",
         }
 
     def _bulk_insert(self, request: RecordedRequest, region: str) -> JsonDict:
-        request_id = request.query.get("requestId")
-        earlier = self.operations.by_request_id(request_id)
-        if earlier is not None:
-            return earlier
         body = request.body or {}
         names = list(body.get("perInstanceProperties") or {})
         properties = body.get("instanceProperties") or {}
@@ -221,7 +235,7 @@ class ComputeApi:
             self.model.create(specs)
 
         error = self._refusal(create)
-        return self.operations.start(f"regions/{region}", "bulkInsert", None, error, request_id)
+        return self.operations.start(f"regions/{region}", "bulkInsert", None, error)
 
     def _region(self, request: RecordedRequest, region: str) -> JsonDict:
         quotas = self.model.region_quotas(region)

@@ -18,6 +18,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol, Self
 from urllib.parse import parse_qs, urlsplit
 
+from spotline.infra.localcloud.discovery import Contract
+
 JsonDict = dict[str, Any]
 
 # google.rpc.Code names by HTTP status, as Google's JSON error bodies spell them.
@@ -158,15 +160,42 @@ class HttpService:
 
 
 class Recorder:
-    """The requests an API has seen, in order, for tests to assert on."""
+    """The requests an API has seen, in order, for tests to assert on.
 
-    def __init__(self) -> None:
+    Args:
+        contract: the Google APIs the server stands in for: each request
+            recorded is checked against their discovery documents, and one that
+            breaks them is refused (``record`` raises Google's 400 or 404).
+    """
+
+    def __init__(self, contract: Contract | None = None) -> None:
         self._requests: list[RecordedRequest] = []
         self._lock = threading.Lock()
+        self.contract = contract
 
     def record(self, request: RecordedRequest) -> None:
+        """Keep ``request``.
+
+        Raises:
+            ApiError: it breaks the contract's published definitions.
+        """
         with self._lock:
             self._requests.append(request)
+        if self.contract is None:
+            return
+        has_body = bool(request.content)
+        refusal = self.contract.record(
+            request.method, request.path, request.query, request.body, has_body
+        )
+        if refusal is None:
+            return
+        details = None
+        if refusal.status == 400:
+            violation = {"field": refusal.field, "description": refusal.message}
+            bad_request = "type.googleapis.com/google.rpc.BadRequest"
+            details = [{"@type": bad_request, "fieldViolations": [violation]}]
+        reason = "invalid" if refusal.status == 400 else "notFound"
+        raise ApiError(refusal.status, refusal.message, reason, details)
 
     @property
     def requests(self) -> list[RecordedRequest]:

@@ -66,6 +66,10 @@ class StackOptions:
     preempt_rate_per_vm_hour: float = 0.0
     chaos_seed: int | None = None
     notice_s: float = 30.0
+    # How long a VM being deleted or preempted stays in each teardown state
+    # (TERMINATED, DEPROVISIONING) once its process has ended; Compute Engine
+    # takes tens of seconds, locally shorter.
+    teardown_s: float = 2.0
     # The per-user mode (SECURITY.md): these users submit and cancel on their own topics.
     user_topics: tuple[str, ...] = ()
     # Job webhooks may call receivers on this machine, over plain http too
@@ -122,6 +126,7 @@ class LocalStack:
                 zones={self.options.region: self.options.zones},
                 capacity_errors=self.options.capacity_errors or None,
                 quota_limits=self.options.quota_limits,
+                teardown_s=self.options.teardown_s,
             ).start()
             self.chaos = RandomPreemptions(
                 self.cloud.model.running_spot_vms,

@@ -9,6 +9,7 @@ turns every failure into the port's ``CapacityError``, ``TransientError`` or
 from __future__ import annotations
 
 import ipaddress
+import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -33,6 +34,8 @@ from spotline.shared.domain.vms import GangRequest, Quota, Vm, VmRequest, VmStat
 if TYPE_CHECKING:
     from google.auth.credentials import Credentials
     from google.cloud import compute_v1
+
+log = logging.getLogger(__name__)
 
 # A poll of an operation that fails in these ways is polled again (backing
 # off from _POLL_PAUSE_S to _POLL_PAUSE_MAX_S) until the operation's deadline.
@@ -356,6 +359,8 @@ class GceCompute:
         deadline = time.monotonic() + self._operation_timeout_s
         pause_s = _POLL_PAUSE_S
         while operation.status != operation.Status.DONE:
+            if operation.status == operation.Status.UNDEFINED_STATUS:
+                _unknown_operation_status(operation.name)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise self._not_done(where, operation)
@@ -377,6 +382,22 @@ class GceCompute:
         return TransientError(
             f"operation {operation.name} in {where} not done after "
             f"{self._operation_timeout_s:g} s; it carries on, and a retry finds its result"
+        )
+
+
+_UNKNOWN_OPERATION_STATUS_LOGGED: list[bool] = []
+
+
+def _unknown_operation_status(name: str) -> None:
+    """An operation status the client library does not know (it reads it as
+    UNDEFINED_STATUS) is taken as not done: the wait goes on to its deadline.
+    Logged once a process."""
+    if not _UNKNOWN_OPERATION_STATUS_LOGGED:
+        _UNKNOWN_OPERATION_STATUS_LOGGED.append(True)
+        log.warning(
+            "Compute Engine answered an operation status spotline does not know "
+            "(operation %s): taken as not done yet",
+            name,
         )
 
 
