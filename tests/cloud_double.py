@@ -85,6 +85,7 @@ API_DEFINITIONS = [
     ("logging", "v2"),
     ("storage", "v1"),
     ("firebaserules", "v1"),
+    ("compute", "v1"),  # the spotline network and its firewall rules
 ]
 _UPLOAD_BUCKET = "gcf-v2-uploads-000000000000.us-central1.cloudfunctions.appspot.com"
 
