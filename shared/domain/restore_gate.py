@@ -1,0 +1,63 @@
+"""The next attempt restores only once the lost attempt's save is complete.
+
+A lost attempt's VMs are deleted while the next attempt's VMs boot (its
+insert never waits for their deletes). A node of the lost attempt may still
+be saving then: the built-in trainers write straight to storage during the
+30 s notice, and a local-folder mirror uploads only after the trainer has
+exited. A new attempt that restored meanwhile would resume from the save
+before, and lose the work of the late one.
+
+So a VM made while a VM of an earlier attempt may still run carries a gate
+in its metadata (``spotline.shared.domain.vms.RESTORE_METADATA_KEY``); its agent gears up
+(code, data set, requirements) but starts the trainer only once the gate
+reads ``RESTORE_GO``. The gate opens when every VM of the earlier attempts is gone:
+each delete returned (the recovery that made the VMs, or the reaper that
+finished its deletes), or its agent reported its save and its VM was deleted.
+
+Why every old VM gone rather than a marker written last: a marker must be
+written after the last byte of every save, by whatever saves (a trainer's
+own writes, the mirror's upload after the trainer); a VM that is gone writes
+nothing more, whoever was writing. The agent also gives up waiting after
+``RESTORE_WAIT_S`` (a function that died before opening the gate, a VM
+Compute Engine took at the notice's end that no one saw go): by then no
+save of a lost VM can still be under way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from spotline.shared.domain.documents import InstanceDoc, JobDoc
+from spotline.shared.domain.liveness import in_preemption_notice
+from spotline.shared.domain.placement import vm_attempt
+from spotline.shared.domain.states import InstanceStatus
+
+
+def earlier_vms(job: JobDoc, instances: Iterable[InstanceDoc], now: datetime) -> list[str]:
+    """The VMs of the job's earlier attempts that may still be saving: their
+    instance is live (CLOSING included: the delete has not returned), or was
+    closed PREEMPTED within the notice (the VM is kept through it to save)."""
+    return [
+        instance.name
+        for instance in instances
+        if instance.job_id == job.job_id
+        and instance.attempt < job.attempt
+        and (
+            instance.status in InstanceStatus.live()
+            or in_preemption_notice(instance.name, instance, None, now)
+        )
+    ]
+
+
+def earlier_slots(job: JobDoc, held: Iterable[str]) -> list[str]:
+    """The active-instance slots (VM names) held for the job's earlier
+    attempts: VMs being deleted while the next attempt's VMs are made. Both
+    count in the user's list for that overlap; the next attempt is allowed
+    over the quota by these, as the same job's VMs, never another job's."""
+    names = []
+    for name in held:
+        made_for = vm_attempt(name)
+        if made_for is not None and made_for[0] == job.job_id and made_for[1] < job.attempt:
+            names.append(name)
+    return names
