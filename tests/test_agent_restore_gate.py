@@ -10,7 +10,12 @@ from collections.abc import Iterator
 import pytest
 
 from spotline.infra.localcloud.metadata_server import Identity, MetadataServer
-from spotline.shared.domain.vms import RESTORE_GO, RESTORE_METADATA_KEY, RESTORE_WAIT
+from spotline.shared.domain.vms import (
+    RESTORE_GO,
+    RESTORE_METADATA_KEY,
+    RESTORE_UNTIL,
+    RESTORE_WAIT,
+)
 from spotline.vm_image.agent.metadata import Metadata
 from spotline.vm_image.agent.restore_gate import await_restore
 
@@ -58,3 +63,13 @@ def test_another_items_change_does_not_open_it(server: MetadataServer) -> None:
     finally:
         changer.cancel()
     assert time.monotonic() - started >= 2.0
+
+
+def test_a_gate_naming_the_notices_end_waits_no_later(server: MetadataServer) -> None:
+    """The VMs it waits for were kept through their notice: Compute Engine
+    takes them at its end, and no one may be there to see it."""
+    until = f"{RESTORE_WAIT}{RESTORE_UNTIL}{int(time.time()) + 2}"
+    server.set_attributes({RESTORE_METADATA_KEY: until})
+    started = time.monotonic()
+    assert not await_restore(Metadata(server.host), wait_s=30)
+    assert 1.0 <= time.monotonic() - started < 4.0

@@ -11,6 +11,7 @@ VM of the same user, a gang.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -28,6 +29,7 @@ from spotline.shared.contract.events import (
 )
 from spotline.shared.domain.vms import RESTORE_METADATA_KEY
 from tests.conftest import SPEC, vm_event
+from tests.test_recovery import log_sink_entry
 
 pytestmark = pytest.mark.emulators
 SLOW_DELETE_S = 1.5
@@ -191,3 +193,23 @@ def test_a_gangs_replacement_is_inserted_before_its_nodes_are_deleted(
     assert sorted(seen[1:3]) == ["delete sl-job1-a1-n0", "delete sl-job1-a1-n1"], seen
     assert names(host) == ["sl-job1-a2-n0", "sl-job1-a2-n1"]
     assert [gate(host, f"sl-job1-a2-n{n}") for n in (0, 1)] == ["go", "go"]
+
+
+def test_a_vm_kept_through_its_notice_gates_until_its_agent_reports_or_the_notice_ends(
+    call: Callable[..., Any], host: LocalCloud, project: str
+) -> None:
+    """The log sink's report comes at the notice's start: the VM is kept to
+    save, and the next attempt is placed at once, told to wait no later than
+    the notice's end; the old VM's agent reports its save, its VM goes, and
+    the gate opens then."""
+    running(call)
+    entry = log_sink_entry(host, "sl-job1-a1")
+    call("on_spot_preempted", "spot_preempted", entry, message_id="l1")
+    assert names(host) == ["sl-job1-a1", "sl-job1-a2"]
+    shut = gate(host, "sl-job1-a2")
+    assert shut is not None and shut.startswith("wait-until-")
+    assert 0 < int(shut.removeprefix("wait-until-")) - time.time() <= 46
+    notice = vm_event(SpotPreempted, step=7)
+    call("on_spot_preempted", "spot_preempted", notice, message_id="p1")
+    assert names(host) == ["sl-job1-a2"]
+    assert gate(host, "sl-job1-a2") == "go"

@@ -54,7 +54,7 @@ from spotline.shared.domain.placement import (
 )
 from spotline.shared.domain.preempted_zones import zone_order
 from spotline.shared.domain.queueing import waiting_since
-from spotline.shared.domain.restore_gate import earlier_vms
+from spotline.shared.domain.restore_gate import gate_value
 from spotline.shared.domain.secret_env import reads_secrets
 from spotline.shared.domain.states import JobStatus
 from spotline.shared.domain.vms import Vm
@@ -268,11 +268,11 @@ def _create_gang(
     return None
 
 
-def _restore_gate(deps: Deps, job: JobDoc, now: datetime) -> bool:
-    """Whether the new VMs wait before restoring: a VM of an earlier attempt
-    may still be saving (``spotline.shared.domain.restore_gate``). Its delete is
-    not waited for; the recovery that deletes it opens the gate."""
-    return bool(earlier_vms(job, deps.store.instances_of_job(job.job_id), now))
+def _restore_gate(deps: Deps, job: JobDoc, now: datetime) -> str | None:
+    """The new VMs' restore gate, when a VM of an earlier attempt may still be
+    saving (``spotline.shared.domain.restore_gate``). Its delete is not waited
+    for; the recovery that deletes it opens the gate."""
+    return gate_value(job, deps.store.instances_of_job(job.job_id), now)
 
 
 def _wait_or_give_up(tried: list[str], refused: list[tuple[str, str]]) -> None:

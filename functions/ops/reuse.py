@@ -37,7 +37,7 @@ from spotline.shared.domain.placement import (
     vm_name,
 )
 from spotline.shared.domain.quotas import holds, take_slots
-from spotline.shared.domain.restore_gate import earlier_vms
+from spotline.shared.domain.restore_gate import gate_value
 from spotline.shared.domain.secret_env import reads_secrets
 from spotline.shared.domain.states import InstanceStatus
 from spotline.shared.domain.stopping import restartable, restarted, restarted_for
@@ -46,7 +46,6 @@ from spotline.shared.domain.vms import (
     JOB_METADATA_KEY,
     RESTORE_GO,
     RESTORE_METADATA_KEY,
-    RESTORE_WAIT,
     Vm,
 )
 
@@ -278,10 +277,10 @@ def _assign(deps: Deps, job: JobDoc, instance: InstanceDoc) -> None:
     assignment = assignment_for(deps, job).model_copy(update={"gpus": gpus}).model_dump_json()
     token = issue_event_token(deps, job)
     # A reused VM restores as a new one does: after the lost attempt's save.
-    saving = earlier_vms(job, deps.store.instances_of_job(job.job_id), deps.clock())
+    gate = gate_value(job, deps.store.instances_of_job(job.job_id), deps.clock())
     items = {
         JOB_METADATA_KEY: assignment,
         EVENT_TOKEN_METADATA_KEY: token,
-        RESTORE_METADATA_KEY: RESTORE_WAIT if saving else RESTORE_GO,
+        RESTORE_METADATA_KEY: gate or RESTORE_GO,
     }
     deps.compute.set_metadata(instance.zone, instance.name, items)

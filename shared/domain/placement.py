@@ -21,7 +21,6 @@ from spotline.shared.domain.vms import (
     JOB_METADATA_KEY,
     MANAGED_LABEL,
     RESTORE_METADATA_KEY,
-    RESTORE_WAIT,
     Accelerator,
     GangRequest,
     Provisioning,
@@ -185,7 +184,7 @@ def build_gang_request(
     service_account: str | None = None,
     placement: int = 0,
     event_token: str = "",
-    restore_gate: bool = False,
+    restore_gate: str | None = None,
 ) -> GangRequest:
     """The nodes of a multi-node attempt: one bulk insert, all in one zone.
 
@@ -219,7 +218,7 @@ def build_vm_request(
     service_account: str | None = None,
     placement: int = 0,
     event_token: str = "",
-    restore_gate: bool = False,
+    restore_gate: str | None = None,
 ) -> VmRequest:
     """The VM request for one attempt of a job on one option; ``placement``
     tells the job's placement passes apart (see ``request_id``).
@@ -227,7 +226,8 @@ def build_vm_request(
     ``event_token`` goes in a metadata item of its own, not in the assignment
     (which is printed and logged): see ``spotline.shared.domain.event_auth``.
     ``restore_gate``: a VM of an earlier attempt may still be saving, so the
-    trainer waits for the gate to open (``spotline.shared.domain.restore_gate``)."""
+    trainer waits for the gate to open (its value:
+    ``spotline.shared.domain.restore_gate.gate_value``)."""
     machine = option.machine
     accelerators: tuple[Accelerator, ...] = ()
     if machine.attaches_gpus and machine.gpu_type:
@@ -250,7 +250,7 @@ def build_vm_request(
                 update={"gpus": machine.gpu_count}
             ).model_dump_json(),
             **({EVENT_TOKEN_METADATA_KEY: event_token} if event_token else {}),
-            **({RESTORE_METADATA_KEY: RESTORE_WAIT} if restore_gate else {}),
+            **({RESTORE_METADATA_KEY: restore_gate} if restore_gate else {}),
         },
         accelerators=accelerators,
         service_account=service_account,

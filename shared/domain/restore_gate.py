@@ -25,13 +25,19 @@ save of a lost VM can still be under way.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from spotline.shared.domain.documents import InstanceDoc, JobDoc
-from spotline.shared.domain.liveness import in_preemption_notice
+from spotline.shared.domain.liveness import (
+    NOTICE_MARGIN_S,
+    PREEMPTION_NOTICE_S,
+    in_preemption_notice,
+)
 from spotline.shared.domain.placement import vm_attempt
 from spotline.shared.domain.states import InstanceStatus
+from spotline.shared.domain.vms import RESTORE_UNTIL, RESTORE_WAIT
 
 
 def earlier_vms(job: JobDoc, instances: Iterable[InstanceDoc], now: datetime) -> list[str]:
@@ -48,6 +54,36 @@ def earlier_vms(job: JobDoc, instances: Iterable[InstanceDoc], now: datetime) ->
             or in_preemption_notice(instance.name, instance, None, now)
         )
     ]
+
+
+def gate_value(job: JobDoc, instances: Iterable[InstanceDoc], now: datetime) -> str | None:
+    """The restore gate a VM of the job's current attempt is made with. None:
+    no earlier VM may still save. ``RESTORE_WAIT``: one is being deleted, and
+    whoever sees its delete return opens the gate. Only VMs kept through their
+    notice (closed PREEMPTED, no delete of ours to return): the gate also
+    names the notice's end (``RESTORE_WAIT``-until-UNIX_TIME), when Compute
+    Engine has taken them whoever saw it, so the agent waits no longer."""
+    earlier = [
+        instance
+        for instance in instances
+        if instance.job_id == job.job_id and instance.attempt < job.attempt
+    ]
+    if any(instance.status in InstanceStatus.live() for instance in earlier):
+        return RESTORE_WAIT
+    kept = [
+        instance.closed_at
+        for instance in earlier
+        if instance.closed_at is not None
+        and in_preemption_notice(instance.name, instance, None, now)
+    ]
+    if not kept:
+        return None
+    until = max(kept) + timedelta(seconds=PREEMPTION_NOTICE_S + NOTICE_MARGIN_S)
+    return restore_until(until)
+
+
+def restore_until(until: datetime) -> str:
+    return f"{RESTORE_WAIT}{RESTORE_UNTIL}{math.ceil(until.timestamp())}"
 
 
 def earlier_slots(job: JobDoc, held: Iterable[str]) -> list[str]:

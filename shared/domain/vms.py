@@ -23,6 +23,7 @@ EVENT_TOKEN_METADATA_KEY = "spotline-event-token"
 # the delete to be sent, retried and seen.
 RESTORE_METADATA_KEY = "spotline-restore"
 RESTORE_WAIT = "wait"
+RESTORE_UNTIL = "-until-"  # "wait-until-UNIX_TIME": the agent waits no later
 RESTORE_GO = "go"
 RESTORE_WAIT_S = 180.0
 # Labels every spotline VM carries, so the reaper can find orphans.

@@ -5,10 +5,16 @@ start waits."""
 
 from __future__ import annotations
 
+import math
 import time
 
 from spotline.shared import logs
-from spotline.shared.domain.vms import RESTORE_GO, RESTORE_METADATA_KEY
+from spotline.shared.domain.vms import (
+    RESTORE_GO,
+    RESTORE_METADATA_KEY,
+    RESTORE_UNTIL,
+    RESTORE_WAIT,
+)
 from spotline.vm_image.agent.metadata import Metadata, MetadataError
 
 RESTORE_ATTRIBUTE = f"instance/attributes/{RESTORE_METADATA_KEY}"
@@ -27,9 +33,9 @@ def await_restore(metadata: Metadata, wait_s: float) -> bool:
         return True  # no gate
     deadline = time.monotonic() + wait_s
     while value != RESTORE_GO:
-        remaining = deadline - time.monotonic()
+        remaining = min(deadline - time.monotonic(), _until(value) - time.time())
         if remaining <= 0:
-            logs.warning(f"the restore gate stayed shut for {wait_s:.0f} s; restoring anyway")
+            logs.warning(f"the restore gate stayed shut ({value}); restoring anyway")
             return False
         try:
             value, etag = metadata.wait_for_change(
@@ -39,3 +45,13 @@ def await_restore(metadata: Metadata, wait_s: float) -> bool:
             logs.warning(f"reading the restore gate failed: {err}")
             time.sleep(min(1.0, max(remaining, 0.0)))
     return True
+
+
+def _until(value: str) -> float:
+    """The UNIX time the gate names as its latest (``wait-until-T``): the
+    notice's end of the VMs it waits for; inf when it names none."""
+    prefix = f"{RESTORE_WAIT}{RESTORE_UNTIL}"
+    try:
+        return float(value.removeprefix(prefix)) if value.startswith(prefix) else math.inf
+    except ValueError:
+        return math.inf
