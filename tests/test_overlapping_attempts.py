@@ -213,3 +213,19 @@ def test_a_vm_kept_through_its_notice_gates_until_its_agent_reports_or_the_notic
     call("on_spot_preempted", "spot_preempted", notice, message_id="p1")
     assert names(host) == ["sl-job1-a2"]
     assert gate(host, "sl-job1-a2") == "go"
+
+
+def test_a_gang_whose_noticed_node_is_kept_waits_for_its_notice_once_the_rest_are_gone(
+    call: Callable[..., Any], host: LocalCloud, project: str
+) -> None:
+    """The log sink reports node 1 (kept to save through its notice); node 0
+    is deleted. The new gang is made waiting; once node 0's delete returned
+    it waits only for node 1's notice to end (before, nobody opened it: the
+    agents waited their whole bound)."""
+    call("submit_job", "submit", {**SPEC, "nodes": 2}, message_id="s1")
+    entry = log_sink_entry(host, "sl-job1-a1-n1")
+    call("on_spot_preempted", "spot_preempted", entry, message_id="l1")
+    assert names(host) == ["sl-job1-a1-n1", "sl-job1-a2-n0", "sl-job1-a2-n1"]
+    for rank in (0, 1):
+        shut = gate(host, f"sl-job1-a2-n{rank}")
+        assert shut is not None and shut.startswith("wait-until-"), shut

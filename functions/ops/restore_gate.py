@@ -15,14 +15,15 @@ from datetime import datetime
 
 from spotline.functions.deps import Deps
 from spotline.shared import logs
-from spotline.shared.domain.restore_gate import earlier_vms
+from spotline.shared.domain.restore_gate import gate_value
 from spotline.shared.domain.states import InstanceStatus
-from spotline.shared.domain.vms import RESTORE_GO, RESTORE_METADATA_KEY
+from spotline.shared.domain.vms import RESTORE_GO, RESTORE_METADATA_KEY, RESTORE_WAIT
 
 
 def open_restore_gate(deps: Deps, job_id: str, now: datetime, gone: Collection[str] = ()) -> bool:
     """Tell the job's current attempt's VMs to restore, unless a VM of an
-    earlier attempt may still be saving. True: opened (or nothing to open).
+    earlier attempt is still being deleted. True: opened, or narrowed to the
+    notice's end of the VMs kept through it (or nothing to open).
 
     Args:
         gone: VMs the caller has just deleted (a VM kept through its notice
@@ -33,19 +34,24 @@ def open_restore_gate(deps: Deps, job_id: str, now: datetime, gone: Collection[s
     if job is None:
         return True
     instances = store.instances_of_job(job_id)
-    if set(earlier_vms(job, instances, now)) - set(gone):
+    # What is left to wait for: none (open), or only VMs kept through their
+    # notice (wait no later than its end: a gang's noticed node, kept to save
+    # while its other nodes were deleted), or a delete not returned yet.
+    value = gate_value(job, [i for i in instances if i.name not in gone], now) or RESTORE_GO
+    if value == RESTORE_WAIT:
         return False
     for instance in instances:
         if instance.attempt == job.attempt and instance.status in InstanceStatus.live():
             try:
                 deps.compute.set_metadata(
-                    instance.zone, instance.name, {RESTORE_METADATA_KEY: RESTORE_GO}
+                    instance.zone, instance.name, {RESTORE_METADATA_KEY: value}
                 )
             except Exception as err:  # its agent stops waiting at RESTORE_WAIT_S
                 logs.warning(f"{instance.name}: could not open its restore gate: {err}")
                 continue
             logs.info(
-                f"{instance.name}: the earlier attempt's VMs are gone; it may restore",
+                f"{instance.name}: the earlier attempt's VMs are gone or kept through their "
+                f"notice; its restore gate: {value}",
                 job_id=job_id,
                 instance=instance.name,
             )

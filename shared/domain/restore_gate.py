@@ -40,22 +40,6 @@ from spotline.shared.domain.states import InstanceStatus
 from spotline.shared.domain.vms import RESTORE_UNTIL, RESTORE_WAIT
 
 
-def earlier_vms(job: JobDoc, instances: Iterable[InstanceDoc], now: datetime) -> list[str]:
-    """The VMs of the job's earlier attempts that may still be saving: their
-    instance is live (CLOSING included: the delete has not returned), or was
-    closed PREEMPTED within the notice (the VM is kept through it to save)."""
-    return [
-        instance.name
-        for instance in instances
-        if instance.job_id == job.job_id
-        and instance.attempt < job.attempt
-        and (
-            instance.status in InstanceStatus.live()
-            or in_preemption_notice(instance.name, instance, None, now)
-        )
-    ]
-
-
 def gate_value(job: JobDoc, instances: Iterable[InstanceDoc], now: datetime) -> str | None:
     """The restore gate a VM of the job's current attempt is made with. None:
     no earlier VM may still save. ``RESTORE_WAIT``: one is being deleted, and
