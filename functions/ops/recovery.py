@@ -47,7 +47,8 @@ def recover(
     checkpoint_uri: str | None = None,
     delete_vm: bool = True,
 ) -> JobDoc | None:
-    """Move the job to its next attempt, close ``instance``, then place the job.
+    """Move the job to its next attempt, then place it while ``instance``
+    (and a gang's other nodes) are deleted (``replace_attempt``).
 
     The loss is written on the job first, so a crash at any later point is
     finished by the reaper: the instance its job no longer owns is released
