@@ -229,3 +229,21 @@ def test_a_gang_whose_noticed_node_is_kept_waits_for_its_notice_once_the_rest_ar
     for rank in (0, 1):
         shut = gate(host, f"sl-job1-a2-n{rank}")
         assert shut is not None and shut.startswith("wait-until-"), shut
+
+
+def test_a_failed_insert_still_lets_the_lost_vm_go_at_once(
+    call: Callable[..., Any], host: LocalCloud, project: str
+) -> None:
+    """The insert comes first now: when it fails (an API error to retry), the
+    lost VM is still deleted in the same call, not a reaper's sweep later."""
+    running(call)
+    host.fail_next("POST", r"/instances$", 503, times=100)
+    notice = vm_event(SpotPreempted, step=7)
+    assert call("on_spot_preempted", "spot_preempted", notice, message_id="p1").status_code == 500
+    assert names(host) == []
+    store = FirestoreStore(project)
+    old = store.get_instance("sl-job1-a1")
+    assert old is not None and (old.status, old.substatus) == ("CLOSED", "PREEMPTED")
+    job = store.get_job("job1")
+    assert job is not None and (job.attempt, job.preemptions) == (2, 1)
+    assert store.get_queue("job1") is not None  # the reaper's retry of the placement

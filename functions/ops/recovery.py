@@ -132,7 +132,14 @@ def replace_attempt(
     reaper to finish."""
     releasing = begin_release(deps, releases, now)
     if job.substatus == JobSubstatus.REQUESTING_SERVER:
-        job = relaunch(deps, job, reason, now)
+        try:
+            job = relaunch(deps, job, reason, now)
+        except Exception:
+            # The placement failed (the queue entry and the reaper retry it):
+            # the lost VMs still go now, not a sweep later.
+            delete_released(deps, releasing)
+            end_release(deps, releasing, now)
+            raise
     delete_released(deps, releasing)
     end_release(deps, releasing, now)
     if releasing.doomed:
