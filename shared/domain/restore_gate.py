@@ -17,10 +17,11 @@ finished its deletes), or its agent reported its save and its VM was deleted.
 Why every old VM gone rather than a marker written last: a marker must be
 written after the last byte of every save, by whatever saves (a trainer's
 own writes, the mirror's upload after the trainer); a VM that is gone writes
-nothing more, whoever was writing. The agent also gives up waiting after
-``RESTORE_WAIT_S`` (a function that died before opening the gate, a VM
-Compute Engine took at the notice's end that no one saw go): by then no
-save of a lost VM can still be under way.
+nothing more, whoever was writing. A VM kept through its notice (the log
+sink's report: no delete of ours returns) is gone at the notice's end, so a
+gate waiting only for such VMs names that time (``gate_value``). The agent
+also gives up waiting after ``RESTORE_WAIT_S`` (a function that died before
+opening the gate): by then no save of a lost VM can still be under way.
 """
 
 from __future__ import annotations
