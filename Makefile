@@ -98,10 +98,13 @@ bench: $(INSTALLED)
 # Spot economics (README: Spot economics): spotline's handlers on a
 # virtual clock under seeded preemption traces, against on-demand, restart
 # from scratch and a SkyPilot-like poller. ECON_ARGS: e.g. --trace FILE.
+# Then multi-node gangs with Compute Engine's latencies (BENCHMARKS.md): full
+# relaunch against replace-one and elastic (models) and the poller.
 ECON_SEEDS ?= 3
 ECON_ARGS ?=
 bench-econ: $(INSTALLED)
 	$(BIN)/python benchmarks/bench_econ.py --seeds $(ECON_SEEDS) $(ECON_ARGS)
+	$(BIN)/python benchmarks/bench_gang_econ.py
 
 # spotline at a team's scale, each benchmark on its own emulator (not
 # part of `make test`; about 30 min on 2 shared cores, and the Spot economics

@@ -134,6 +134,10 @@ class Plan:
         lost_at_finish: the VM is taken as the trainer exits 0, and the
             preemption's report (``LOSS_REPORTS``; "agent": the shutdown
             script's) is published before the JobFinished, which comes late.
+        nodes: a gang of this many VMs (one bulk insert); ``losses`` take
+            the node of rank ``lost_node``, and its peers' ranks stop with it
+            (node 0's agent reports the gang's stop with rank 0's save, the
+            others' with none), as the built-in trainer's stop flag does.
     """
 
     job_id: str
@@ -147,6 +151,8 @@ class Plan:
     twice: bool = False
     lost_at_finish: str = ""
     cool_down_s: int = 0
+    nodes: int = 1
+    lost_node: int = 0
     saved_epoch: int = 0  # the newest checkpoint in the job's storage
     canceled: bool = False
 
@@ -162,6 +168,7 @@ class Plan:
             "trainer": "digits_mlp",
             "epochs": self.epochs,
             "cool_down_period_s": self.cool_down_s,
+            **({"nodes": self.nodes} if self.nodes > 1 else {}),
         }
 
     def expected(self) -> tuple[JobStatus, int, int]:
@@ -172,9 +179,12 @@ class Plan:
         return status, 1 + len(self.losses), len(self.losses)
 
 
-def draw_plans(rng: random.Random, jobs: int, *, cooling: bool = False) -> list[Plan]:
+def draw_plans(
+    rng: random.Random, jobs: int, *, cooling: bool = False, gangs: bool = False
+) -> list[Plan]:
     """``jobs`` plans; ``cooling``: some jobs keep their VM cooling, and the
-    submissions are spread out, so the users' next jobs claim those VMs."""
+    submissions are spread out, so the users' next jobs claim those VMs;
+    ``gangs``: every job a gang of 2 or 3, its losses on a node drawn too."""
     plans = []
     spread = 8 * TICK_EVERY if cooling else 2 * TICK_EVERY
     for n in range(jobs):
@@ -183,6 +193,9 @@ def draw_plans(rng: random.Random, jobs: int, *, cooling: bool = False) -> list[
         if cooling and rng.random() < 0.6:
             plan.cool_down_s = rng.choice([30, 60, 120])
         plan.twice = rng.random() < 0.1
+        if gangs:
+            plan.nodes = rng.choice([2, 3])
+            plan.lost_node = rng.randrange(plan.nodes)
         fate = rng.random()
         if fate < 0.2:
             plan.cancel_epoch = rng.randint(1, epochs)
@@ -518,6 +531,27 @@ class AgentSim:
         self.resumed = plan.saved_epoch
         self.next_epoch = plan.saved_epoch + 1
         self.last_epoch: EpochDone | None = None
+        # A gang's node: rank 0 leads (reports the epochs, saves, decides
+        # each step's fate for every node, as the ranks' collectives do).
+        self.rank = assignment.nodes.index(self.name) if self.name in assignment.nodes else 0
+        self.gang = len(assignment.nodes) > 1
+
+    def peers(self) -> list[AgentSim]:
+        """The other nodes' agents of this attempt, woken so far."""
+        return [
+            agent
+            for agent in self.world.agents.values()
+            if agent is not self
+            and (agent.assignment.job_id, agent.assignment.attempt)
+            == (self.assignment.job_id, self.assignment.attempt)
+        ]
+
+    def gang_training(self) -> bool:
+        """Every node up, its agent training: the gang's ranks can take a step."""
+        peers = self.peers()
+        if len(peers) != len(self.assignment.nodes) - 1:
+            return False
+        return all(p.stage >= 2 and not p.done and p.vm_running() for p in peers)
 
     def vm_running(self) -> bool:
         vm = self.world.cloud.get(self.name, self.zone)
@@ -549,7 +583,12 @@ class AgentSim:
             self.done = True  # deleted or stopped under it: the agent is gone
             return
         world, attempt = self.world, self.assignment.attempt
-        loss = self.plan.losses.get(attempt)
+        loss = self.plan.losses.get(attempt) if self.rank == self.plan.lost_node else None
+        if self.gang and self.stage >= 2 and (self.rank != 0 or not self.gang_training()):
+            return  # a worker follows its leader; a gang short of a node cannot step
+        if self.gang and self.stage >= 2:
+            self.lead()
+            return
         if self.stage == 0 and loss and loss[0] == 0:
             # Taken before its agent ran: only the log sink can report it.
             self.lose("log-sink" if loss[1] in ("log-sink", "both") else "silent")
@@ -588,6 +627,51 @@ class AgentSim:
         else:
             self.finish(0)
         self.stage += 1
+
+    def lead(self) -> None:
+        """Rank 0's step, for the whole gang: the loss the plan puts on a node
+        (its peers' ranks stop with it), a failure, an epoch, or the end."""
+        plan, attempt = self.plan, self.assignment.attempt
+        nodes = {agent.rank: agent for agent in [self, *self.peers()]}
+        loss = plan.losses.get(attempt)
+        if loss and loss[0] <= self.next_epoch:
+            nodes[plan.lost_node].lose(loss[1])
+            for agent in nodes.values():
+                if agent.rank != plan.lost_node:
+                    agent.stop_with_gang(noticed=loss[1] != "silent")
+        elif plan.fail_epoch == self.next_epoch:
+            for agent in sorted(nodes.values(), key=lambda a: -a.rank):  # workers die too
+                agent.finish(3 if agent.rank == 0 else 1)
+        elif self.next_epoch <= plan.epochs:
+            self.epoch()
+            for agent in nodes.values():
+                agent.next_epoch = self.next_epoch
+            cancel = plan.cancel_epoch is not None and plan.cancel_epoch < self.next_epoch
+            if cancel and attempt == plan.cancel_attempt and not plan.canceled:
+                plan.canceled = True
+                self.world.cancel(plan.job_id)
+        else:  # workers first: node 0's exit ends the job
+            for agent in sorted(nodes.values(), key=lambda a: -a.rank):
+                agent.finish(0)
+        self.stage += 1
+
+    def stop_with_gang(self, noticed: bool) -> None:
+        """Another node was taken. Its notice seen (its ranks raise the stop
+        flag), every rank stops at the step, rank 0 saves, and each agent
+        reports the gang's stop. Missed, the ranks die in the next collective
+        and each agent reports a failed run (held: ``gang_finish``)."""
+        if not noticed:
+            self.finish(1)
+            return
+        saved = self.last_epoch if self.rank == 0 else None
+        event = SpotPreempted(
+            **self.common(),
+            checkpoint_uri=saved.checkpoint_uri if saved else None,
+            step=saved.step if saved else None,
+            gang_stop=True,
+        )
+        self.world.publish("spot_preempted", event)
+        self.done = True
 
     def epoch(self) -> None:
         epoch = self.next_epoch

@@ -37,10 +37,15 @@ def outcome(job: JobDoc) -> dict[str, Any]:
 
 
 def inserts(world: World) -> Counter[tuple[str, int]]:
-    """VM inserts Compute Engine received, by the job and attempt their labels name."""
+    """VM inserts Compute Engine received, by the job and attempt their labels
+    name; a gang's bulk insert counts once, whatever its nodes."""
     counted: Counter[tuple[str, int]] = Counter()
-    for request in world.cloud.requests_to("POST", "/instances"):
+    singles = world.cloud.requests_to("POST", "/instances")
+    for request in singles:
         labels = request.body.get("labels", {})
+        counted[(labels.get("spotline-job", ""), int(labels.get("spotline-attempt", 0)))] += 1
+    for request in world.cloud.requests_to("POST", "/instances/bulkInsert"):
+        labels = request.body.get("instanceProperties", {}).get("labels", {})
         counted[(labels.get("spotline-job", ""), int(labels.get("spotline-attempt", 0)))] += 1
     return counted
 
@@ -119,7 +124,8 @@ def cost_problems(job: JobDoc) -> list[str]:
             found.append(f"{job.job_id}: attempt {record.attempt} never ended")
             continue
         seconds = (record.ended_at - record.started_at).total_seconds()
-        if record.cost_usd != round(vm_cost(record.price_per_hour, seconds), 6):
+        vms = getattr(record, "nodes", 1)  # a gang's attempt: each node at its price
+        if record.cost_usd != round(vm_cost(record.price_per_hour, seconds * vms), 6):
             found.append(f"{job.job_id}: attempt {record.attempt} costs {record.cost_usd}")
         total += record.cost_usd
     if job.cost_usd != round(total + job.cooling_cost_usd, 6):

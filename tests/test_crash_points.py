@@ -109,10 +109,44 @@ LATE_FINISH = [
         first("spot_preempted"),
     ),
 ]
+
+
+def gang_node_lost(world: World, message: Published) -> bool:
+    lost = "sl-c-a1-n1" in world.agents and world.cloud.get("sl-c-a1-n1") is None
+    return message.topic == "reaper_tick" and lost
+
+
+def gang(**fields: Any) -> Plan:
+    return plan(nodes=2, lost_node=1, **fields)
+
+
+# A gang of 2 whose node 1 is taken in epoch 2: a crash at every step of its
+# recovery (the noticed node's report, node 0's report of the gang's stop,
+# the reaper's sight of a VM gone that no one reported, the peer's failed run
+# held for the notice), and of its cancel and its end.
+GANGS = [
+    Target("gang/submit_job", gang(), first("submit")),
+    Target("gang/on_spot_preempted/agent", gang(losses={1: (2, "agent")}), first("spot_preempted")),
+    Target(
+        "gang/on_spot_preempted/log-sink",
+        gang(losses={1: (2, "log-sink")}),
+        first("spot_preempted"),
+    ),
+    Target(
+        "gang/on_spot_preempted/gang-stop",
+        gang(losses={1: (2, "agent")}),
+        first("spot_preempted", b'"gang_stop":true'),
+    ),
+    Target("gang/reaper/missed-preemption", gang(losses={1: (2, "silent")}), gang_node_lost),
+    Target("gang/on_job_finished/held", gang(losses={1: (2, "silent")}), first("job_finished")),
+    Target("gang/on_job_finished/completed", gang(), first("job_finished", b'"exit_code":0')),
+    Target("gang/cancel_job", gang(cancel_epoch=1), first("cancel")),
+]
 PARAMS = [
     *TARGETS,
     *LATE_FINISH,
     Target("reaper/missed-preemption", plan(losses={1: (2, "silent")}), tick_after_loss),
+    *GANGS,
 ]
 # Every EVERY-th crash point (each mode at its own offset); 1 in ``make soak-replay``.
 EVERY = int(os.environ.get("SPOTLINE_CRASH_EVERY", "3"))

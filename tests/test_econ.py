@@ -62,7 +62,8 @@ def one_preemption(strategy: str, job: Job, p: Params) -> tuple[float, float]:
     """(makespan, VM-seconds) of ``job`` with node 0 preempted at HIT_S, by
     each strategy's rules: the preempted VM bills to its notice's end, the
     gang's others until deleted; the replacement is inserted once they are
-    gone; every VM bills a delete after the end."""
+    gone (spotline's at the report, restoring once they are gone); every VM
+    bills a delete after the end."""
     others = job.nodes - 1
     notice_end = HIT_S + p.notice_s
     if strategy == "SkyPilot-like poller":  # sees the VM gone; nothing saved yet
@@ -74,6 +75,10 @@ def one_preemption(strategy: str, job: Job, p: Params) -> tuple[float, float]:
         others_end = reported + p.delete_s
         relaunch = max(notice_end, others_end if others else notice_end)
         finish = p.deliver_s
+        if strategy == "spotline":  # inserted at the report; restores once they are gone
+            makespan = max(reported + p.boot_s, relaunch) + job.work_s - kept + finish
+            vm_s = notice_end + others * others_end + job.nodes * (makespan - reported + p.delete_s)
+            return makespan, vm_s
     makespan = relaunch + p.boot_s + job.work_s - kept + finish
     vm_s = notice_end + others * others_end + job.nodes * (makespan - relaunch + p.delete_s)
     return makespan, vm_s
@@ -97,7 +102,7 @@ def test_a_notice_on_another_node_of_a_gang_is_saved_by_rank_0() -> None:
     gang's stop; the gang resumes at 810 s of the 810.6 s trained."""
     p = PARAMS
     trace = Trace("node 2", (Preemption(HIT_S / 3600, 2),))
-    relaunch = HIT_S + p.step_s + p.deliver_s + p.delete_s
+    relaunch = HIT_S + p.step_s + p.deliver_s  # inserted at the report, the deletes not waited for
     makespan = relaunch + p.boot_s + GANG.work_s - 810 + p.deliver_s
     for run in (spotline(GANG, trace, p), baselines.run(baselines.SPOTLINE_MODEL, GANG, trace, p)):
         assert run.finished and run.preemptions == 1
@@ -114,7 +119,7 @@ def test_the_breakdown_adds_up_to_the_makespan_past_on_demand() -> None:
     parts = run.breakdown
     assert parts is not None and parts.stops == 1
     assert parts.detection_s == pytest.approx(PARAMS.checkpoint_s + PARAMS.deliver_s)
-    assert parts.teardown_s == pytest.approx(PARAMS.delete_s)  # 4 deletes, together
+    assert parts.teardown_s == pytest.approx(0.0)  # inserted first: the deletes not waited for
     assert parts.placement_s == pytest.approx(0.0)  # placed at once
     assert parts.boot_s == pytest.approx(PARAMS.boot_s)
     assert parts.lost_work_s == pytest.approx(0.6)  # the step in progress

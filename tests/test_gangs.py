@@ -136,20 +136,24 @@ def test_losing_any_node_restarts_the_whole_gang(
     assert names(host) == ["sl-job1-a2-n0", "sl-job1-a2-n1"]  # both old nodes gone
 
 
-def test_a_lost_gang_is_deleted_together_then_replaced(
+def test_a_lost_gang_is_replaced_then_deleted_together(
     call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
     """Compute Engine takes tens of seconds to delete a running VM (its guest
     gets up to 30 s to shut down): deleted one after another, each delete
     waited for before the next was sent, a gang of 3 waited for 3 of them in a
-    row before its replacement was even asked for."""
+    row; then for all 3 together before its replacement was asked for. Now
+    the replacement is asked for first, then the deletes all sent together."""
     call("submit_job", "submit", {**SPEC, "nodes": 3}, message_id="s1")
     start = len(host.requests)
     notice = node(SpotPreempted, "sl-job1-a1-n2")
     call("on_spot_preempted", "spot_preempted", notice, message_id="p1")
     seen = deletes_and_inserts(host, start)
-    # Every delete sent, then their operations waited for, then the new gang.
-    assert seen[:7] == ["delete"] * 3 + ["wait"] * 3 + ["insert"], seen
+    # The new gang first; then every delete sent, then their operations waited for.
+    assert "delete" not in seen[: seen.index("insert")], seen
+    after = seen[seen.index("insert") :]
+    deletes_at = after.index("delete")
+    assert after[deletes_at : deletes_at + 6] == ["delete"] * 3 + ["wait"] * 3, seen
     assert names(host) == [f"sl-job1-a2-n{i}" for i in range(3)]
 
 

@@ -27,9 +27,18 @@ from spotline.infra.localcloud.cloud import LocalCloud
 from spotline.shared.contract.assignment import Assignment
 from spotline.shared.contract.events import Heartbeat, JobFinished, SpotPreempted, VmBooted
 from spotline.shared.domain.states import JobSubstatus
-from spotline.shared.domain.vms import EVENT_TOKEN_METADATA_KEY, JOB_METADATA_KEY, MANAGED_LABEL
+from spotline.shared.domain.vms import (
+    EVENT_TOKEN_METADATA_KEY,
+    JOB_METADATA_KEY,
+    MANAGED_LABEL,
+    RESTORE_GO,
+    RESTORE_METADATA_KEY,
+    RESTORE_UNTIL,
+    RESTORE_WAIT,
+)
 
 JOB_ID = "econ"
+GATE_POLL_S = 1.0
 
 
 @dataclass
@@ -112,6 +121,11 @@ class ModelledAgents:
     def _boot(self, attempt: Attempt) -> None:
         if attempt.lost:
             return
+        if any(self._gate_shut(vm) for vm in attempt.vms):
+            # The earlier attempt's VMs may still save (the restore gate):
+            # the real agent's hanging read, as a poll every GATE_POLL_S.
+            self._at(self.now_s + GATE_POLL_S, functools.partial(self._boot, attempt))
+            return
         attempt.train_start = self.now_s
         step = self._step(self.saved_s)
         for vm in attempt.vms:
@@ -127,6 +141,16 @@ class ModelledAgents:
             self._publish("epoch_done", beat)
         end = self.now_s + (self.job.work_s - self.saved_s)
         self._at(end, lambda: self._finish(attempt))
+
+    def _gate_shut(self, vm: Vm) -> bool:
+        """Whether the VM's restore gate still holds its trainer back
+        (``vm_image/agent/restore_gate.py``: until GO, or the time it names)."""
+        found = self.cloud.get(vm.name)
+        value = str((found or {}).get("metadata", {}).get(RESTORE_METADATA_KEY, RESTORE_GO))
+        if not value.startswith(RESTORE_WAIT):
+            return False
+        until = value.removeprefix(f"{RESTORE_WAIT}{RESTORE_UNTIL}")
+        return not until.isdigit() or self._clock().timestamp() < int(until)
 
     def _finish(self, attempt: Attempt) -> None:
         if attempt.lost:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from benchmarks.econ.model import Job, Outcome, Params
 from benchmarks.econ.traces import Trace
+from spotline.shared.domain.liveness import NOTICE_MARGIN_S
 from spotline.shared.domain.pricing import vm_cost
 
 
@@ -31,12 +32,16 @@ class Policy:
         acts_on_notice: the controller hears of the preemption at the notice
             (the agent's report) and deletes the VMs then; otherwise it sees the
             VMs gone at the end of the notice, ``Params.detect_s`` later.
+        overlaps_deletes: the next attempt is inserted at the report, while
+            the lost VMs are deleted, and restores once they are gone (the
+            restore gate); otherwise it is inserted once they are gone.
     """
 
     name: str
     saves_on_notice: bool
     periodic: bool
     acts_on_notice: bool
+    overlaps_deletes: bool = False
 
 
 SCRATCH = Policy("scratch on Spot", saves_on_notice=False, periodic=False, acts_on_notice=True)
@@ -46,7 +51,11 @@ SKYPILOT_LIKE = Policy(
 # The same model with spotline's behaviour: the tests hold spotline's real
 # code to it, so a delay the code adds (or loses) shows.
 SPOTLINE_MODEL = Policy(
-    "spotline (model)", saves_on_notice=True, periodic=False, acts_on_notice=True
+    "spotline (model)",
+    saves_on_notice=True,
+    periodic=False,
+    acts_on_notice=True,
+    overlaps_deletes=True,
 )
 
 
@@ -63,9 +72,10 @@ def run(policy: Policy, job: Job, trace: Trace, params: Params) -> Outcome:
     vm_s = 0.0
     preemptions = 0
     start = 0.0  # the first VM is asked for at the submission
+    gate = 0.0  # when the attempt may restore: its predecessor's VMs gone
     i = 0
     while True:
-        train_start = start + params.boot_s
+        train_start = max(start + params.boot_s, gate)
         end = train_start + (job.work_s - saved)
         while i < len(events) and events[i][0] < start:
             i += 1  # nothing of the job's was up there then
@@ -103,9 +113,20 @@ def run(policy: Policy, job: Job, trace: Trace, params: Params) -> Outcome:
                 waits.append(max(0.0, noticed_end - reported))
             relaunch = reported + max(waits, default=0.0)
             others_gone = reported + params.delete_s
+            gate = 0.0
+            if policy.overlaps_deletes:
+                # Inserted at once; it restores once the lost VMs are gone:
+                # the deleted ones when their deletes return, one kept
+                # through its notice (a log-sink report) at the notice's end
+                # (and its margin) unless it is deleted first.
+                gate = relaunch
+                relaunch = reported
+                if not trained:
+                    gate = max(gate, reported + params.notice_s + NOTICE_MARGIN_S)
         else:
             # The poller sees the VM gone at the notice's end, ``detect_s``
             # later; the rest of a gang is deleted before it relaunches.
+            gate = 0.0
             detected = noticed_end + params.detect_s
             others_gone = detected + params.delete_s
             relaunch = others_gone if others else detected

@@ -40,7 +40,8 @@ class Breakdown:
     Attributes:
         stops: preemptions that stopped an attempt.
         detection_s: notice -> the loss recorded (checkpoint, report, delivery).
-        teardown_s: the lost VMs' deletes spotline waited for before placing.
+        teardown_s: the lost VMs' deletes spotline waited for before placing
+            (none since it inserts the replacement first).
         placement_s: any further wait before the replacement was inserted.
         boot_s: boots beyond the one every run has (cut short ones included).
         lost_work_s: training redone.
@@ -86,10 +87,15 @@ def breakdown(
         if stop.recorded_s is None:
             continue
         detection += stop.recorded_s - stop.hit_s
-        teardown += stop.teardown_s
         following = started.get(stop.attempt + 1)
-        if following is not None:
-            placement += max(0.0, following - stop.recorded_s - stop.teardown_s)
+        if following is None:
+            teardown += stop.teardown_s
+            continue
+        # Only the deletes waited for before the next insert delayed it
+        # (spotline now inserts first, and deletes while the new VMs boot).
+        waited = min(stop.teardown_s, max(0.0, following - stop.recorded_s))
+        teardown += waited
+        placement += max(0.0, following - stop.recorded_s - waited)
     boots = 0.0
     for number, start in started.items():
         trained = train_start.get(number)

@@ -54,6 +54,7 @@ from spotline.shared.domain.placement import (
 )
 from spotline.shared.domain.preempted_zones import zone_order
 from spotline.shared.domain.queueing import waiting_since
+from spotline.shared.domain.restore_gate import gate_value
 from spotline.shared.domain.secret_env import reads_secrets
 from spotline.shared.domain.states import JobStatus
 from spotline.shared.domain.tenancy import vm_account
@@ -195,13 +196,14 @@ def _create_vm(
     groups = [list(options([m], zones, load_catalog())) for m in _ask_order(deps, job, now)]
     hold_instance_slots(deps, job, [name], now)
     token = issue_event_token(deps, job)
+    gate = _restore_gate(deps, job, now)
     refused: list[tuple[str, str]] = []
     for choices in groups:
         for option in choices:
             # A new placement pass (the job's history grew) tries with new requestIds.
             request = build_vm_request(
                 option, assignment, settings.image, job.user, vm_account_of(deps, job),
-                placement=len(job.history), event_token=token,
+                placement=len(job.history), event_token=token, restore_gate=gate,
             )  # fmt: skip
             try:
                 vm = deps.compute.insert(request)
@@ -245,6 +247,7 @@ def _create_gang(
     choices = list(options(_ask_order(deps, job, now), zones[:1], load_catalog()))
     hold_instance_slots(deps, job, names, now)
     token = issue_event_token(deps, job)  # one for every node
+    gate = _restore_gate(deps, job, now)
     refused: list[tuple[str, str]] = []
     for option in choices:
         if tried and job.spec.wait_request_s > 0:
@@ -252,6 +255,7 @@ def _create_gang(
         gang = build_gang_request(
             option, assignment, settings.image, job.user, settings.region, zones,
             vm_account_of(deps, job), placement=len(job.history), event_token=token,
+            restore_gate=gate,
         )  # fmt: skip
         where = f"{job.spec.nodes} x {option.machine_id} in {zones}"
         try:
@@ -270,6 +274,13 @@ def _create_gang(
         free_instance_slot(deps, job.user, name, now)
     _wait_or_give_up(tried, refused)
     return None
+
+
+def _restore_gate(deps: Deps, job: JobDoc, now: datetime) -> str | None:
+    """The new VMs' restore gate, when a VM of an earlier attempt may still be
+    saving (``spotline.shared.domain.restore_gate``). Its delete is not waited
+    for; the recovery that deletes it opens the gate."""
+    return gate_value(job, deps.store.instances_of_job(job.job_id), now)
 
 
 def _wait_or_give_up(tried: list[str], refused: list[tuple[str, str]]) -> None:

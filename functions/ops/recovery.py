@@ -12,8 +12,16 @@ from datetime import datetime
 from spotline.functions.deps import Deps
 from spotline.functions.ops.jobs import settle, start
 from spotline.functions.ops.queue import queue_next_attempt
+from spotline.functions.ops.restore_gate import open_restore_gate
 from spotline.functions.ops.slots import free_instance_slot
-from spotline.functions.ops.teardown import Release, release_instance, release_instances
+from spotline.functions.ops.teardown import (
+    Release,
+    begin_release,
+    delete_released,
+    end_release,
+    release_instance,
+    release_instances,
+)
 from spotline.shared import logs
 from spotline.shared.contract.events import PreemptionNotice
 from spotline.shared.domain import failure_policy, gang_finish, late_finish, lifecycle
@@ -39,7 +47,8 @@ def recover(
     checkpoint_uri: str | None = None,
     delete_vm: bool = True,
 ) -> JobDoc | None:
-    """Move the job to its next attempt, close ``instance``, then place the job.
+    """Move the job to its next attempt, then place it while ``instance``
+    (and a gang's other nodes) are deleted (``replace_attempt``).
 
     The loss is written on the job first, so a crash at any later point is
     finished by the reaper: the instance its job no longer owns is released
@@ -87,8 +96,9 @@ def recover(
         if closed is not None and belongs_to(closed, owner):
             free_instance_slot(deps, instance.user, instance.name, now)
     # A gang restarts whole: the other nodes of the lost attempt go too, all
-    # deleted together before the next attempt is placed (one after another,
-    # a gang of 4 waited for 4 deletes in a row: minutes of makespan).
+    # deleted together (one after another, a gang of 4 waited for 4 deletes
+    # in a row: minutes of makespan), and the next attempt is placed while
+    # they go (``replace_attempt``).
     for node in store.instances_of_job(instance.job_id):
         if (
             node.attempt == instance.attempt
@@ -97,7 +107,6 @@ def recover(
         ):
             gone = f"its gang lost {instance.name}"
             releases.append(Release(node.name, gone, owner=Owner.of(node)))
-    release_instances(deps, releases, now)
     logs.warning(
         f"job {job.job_id}: {instance.name} {cause.lower()} ({note}); now {job.status}/"
         f"{job.substatus}, attempt {job.attempt}",
@@ -105,9 +114,37 @@ def recover(
         instance=instance.name,
     )
     settle(deps, job, now)
+    reason: QueueReason = "preempted" if cause == JobSubstatus.PREEMPTED else "stalled"
+    return replace_attempt(deps, job, releases, reason, now)
+
+
+def replace_attempt(
+    deps: Deps, job: JobDoc, releases: list[Release], reason: QueueReason, now: datetime
+) -> JobDoc:
+    """Let the lost attempt's VMs go and place the next attempt, never
+    waiting for their deletes: 1. the old instances CLOSING; 2. the next
+    attempt's VMs inserted (with new names; the slots and quotas count both
+    for the overlap; they wait to restore: ``spotline.shared.domain.restore_gate``);
+    3. the old VMs deleted, their instances CLOSED; 4. the new attempt told
+    to restore. A crash after 1 leaves CLOSING instances the reaper deletes
+    (and then opens the gate) and a job in REQUESTING_SERVER it places; a
+    failed delete is raised after the placement, for a redelivery or the
+    reaper to finish."""
+    releasing = begin_release(deps, releases, now)
     if job.substatus == JobSubstatus.REQUESTING_SERVER:
-        reason: QueueReason = "preempted" if cause == JobSubstatus.PREEMPTED else "stalled"
-        return relaunch(deps, job, reason, now)
+        try:
+            job = relaunch(deps, job, reason, now)
+        except Exception:
+            # The placement failed (the queue entry and the reaper retry it):
+            # the lost VMs still go now, not a sweep later.
+            delete_released(deps, releasing)
+            end_release(deps, releasing, now)
+            raise
+    delete_released(deps, releasing)
+    end_release(deps, releasing, now)
+    if releasing.doomed:
+        gone = [instance.name for _, instance in releasing.doomed]
+        open_restore_gate(deps, job.job_id, now, gone=gone)
     return job
 
 
@@ -123,10 +160,7 @@ def restart(deps: Deps, job: JobDoc, attempt: int, now: datetime) -> JobDoc:
         for node in deps.store.instances_of_job(job.job_id)
         if node.attempt == attempt and node.status in InstanceStatus.live()
     ]
-    release_instances(deps, releases, now)  # a gang's nodes deleted together
-    if job.substatus == JobSubstatus.REQUESTING_SERVER:
-        return relaunch(deps, job, "errored", now)
-    return job
+    return replace_attempt(deps, job, releases, "errored", now)
 
 
 def judge_held_finish(deps: Deps, job_id: str, now: datetime) -> str | None:
@@ -225,6 +259,7 @@ def _end_notice(deps: Deps, name: str) -> None:
     current = deps.store.get_instance(name)
     if current is not None and current.substatus == InstanceSubstatus.PREEMPTED:
         deps.compute.delete(current.zone, current.name)
+        open_restore_gate(deps, current.job_id, deps.clock(), gone=[current.name])
 
 
 def release_superseded(deps: Deps, job: JobDoc, now: datetime) -> None:

@@ -37,10 +37,17 @@ from spotline.shared.domain.placement import (
     vm_name,
 )
 from spotline.shared.domain.quotas import holds, take_slots
+from spotline.shared.domain.restore_gate import gate_value
 from spotline.shared.domain.secret_env import reads_secrets
 from spotline.shared.domain.states import InstanceStatus
 from spotline.shared.domain.stopping import restartable, restarted, restarted_for
-from spotline.shared.domain.vms import EVENT_TOKEN_METADATA_KEY, JOB_METADATA_KEY, Vm
+from spotline.shared.domain.vms import (
+    EVENT_TOKEN_METADATA_KEY,
+    JOB_METADATA_KEY,
+    RESTORE_GO,
+    RESTORE_METADATA_KEY,
+    Vm,
+)
 
 Found = tuple[list[Vm], Option]
 Single = tuple[Vm, Option]
@@ -83,9 +90,13 @@ def hold_instance_slots(deps: Deps, job: JobDoc, names: Sequence[str], now: date
 
     Raises:
         OverInstanceQuota: no room, and no cooling VM left to end.
+
+    The job's own earlier attempt's VMs, still being deleted, count in the
+    list but not against the job's next VMs (``restore_gate.earlier_slots``):
+    the next attempt never waits for the lost one's deletes.
     """
     for _ in range(deps.settings.max_active_instances + 1):  # each round ends one, or gives up
-        user = take_instance_slots(deps, job, names, now)
+        user = take_instance_slots(deps, job, names, now, overlap=True)
         if holds_instance_slots(user, names):
             return
         if not _end_a_cooling_vm(deps, user, job, names, now):
@@ -265,5 +276,11 @@ def _assign(deps: Deps, job: JobDoc, instance: InstanceDoc) -> None:
     gpus = machine.gpu_count if machine else 0
     assignment = assignment_for(deps, job).model_copy(update={"gpus": gpus}).model_dump_json()
     token = issue_event_token(deps, job)
-    items = {JOB_METADATA_KEY: assignment, EVENT_TOKEN_METADATA_KEY: token}
+    # A reused VM restores as a new one does: after the lost attempt's save.
+    gate = gate_value(job, deps.store.instances_of_job(job.job_id), deps.clock())
+    items = {
+        JOB_METADATA_KEY: assignment,
+        EVENT_TOKEN_METADATA_KEY: token,
+        RESTORE_METADATA_KEY: gate or RESTORE_GO,
+    }
     deps.compute.set_metadata(instance.zone, instance.name, items)

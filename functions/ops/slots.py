@@ -21,6 +21,7 @@ from spotline.functions.deps import Deps
 from spotline.shared import logs
 from spotline.shared.domain.documents import InstanceDoc, JobDoc, UserDoc
 from spotline.shared.domain.quotas import free_slot, holds, keep_slot, over_quota_reason, take_slots
+from spotline.shared.domain.restore_gate import earlier_slots
 from spotline.shared.domain.states import InstanceSubstatus
 from spotline.shared.domain.stopping import stoppable
 
@@ -40,13 +41,23 @@ def free_job_slot(deps: Deps, user: str, job_id: str, now: datetime) -> None:
     deps.store.update_user(user, lambda current: free_slot(current, "active_jobs", job_id, now))
 
 
-def take_instance_slots(deps: Deps, job: JobDoc, names: Sequence[str], now: datetime) -> UserDoc:
+def take_instance_slots(
+    deps: Deps, job: JobDoc, names: Sequence[str], now: datetime, *, overlap: bool = False
+) -> UserDoc:
     """Hold a slot for each of the VMs ``names``, all or none; the user as
-    written (``holds_instance_slots`` says whether they are held)."""
+    written (``holds_instance_slots`` says whether they are held).
+
+    Args:
+        overlap: the VMs of the job's earlier attempts still held (being
+            deleted) raise the limit by as many, for the job's next VMs only.
+    """
     limit = deps.settings.max_active_instances
-    return deps.store.update_user(
-        job.user, lambda current: take_slots(current, "active_instances", names, limit, now)
-    )
+
+    def take(current: UserDoc) -> UserDoc:
+        spare = len(earlier_slots(job, current.active_instances)) if overlap else 0
+        return take_slots(current, "active_instances", names, limit + spare, now)
+
+    return deps.store.update_user(job.user, take)
 
 
 def holds_instance_slots(user: UserDoc, names: Sequence[str]) -> bool:

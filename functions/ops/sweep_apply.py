@@ -21,6 +21,7 @@ from spotline.functions.ops.jobs import (
 )
 from spotline.functions.ops.queue import drop, give_up
 from spotline.functions.ops.recovery import judge_held_finish, recover
+from spotline.functions.ops.restore_gate import open_restore_gate
 from spotline.functions.ops.slots import free_instance_slot, free_stopped_slot
 from spotline.functions.ops.teardown import (
     delete_orphan,
@@ -76,11 +77,15 @@ def _release(deps: Deps, action: r.Release, now: datetime) -> str | None:
         return None
     owner = Owner.of(action.instance)  # and between that read and this write
     release_instance(deps, action.instance.name, now, note="no live job owns it", owner=owner)
+    open_restore_gate(deps, action.instance.job_id, now, gone=[action.instance.name])
     return "released"
 
 
 def _finish_closing(deps: Deps, action: r.FinishClosing, now: datetime) -> str:
     finish_closing(deps, action.instance, now)
+    # The function that began this delete died before it told the job's
+    # next attempt (placed meanwhile) that the VM is gone.
+    open_restore_gate(deps, action.instance.job_id, now, gone=[action.instance.name])
     return "closed"
 
 
@@ -128,6 +133,8 @@ def _delete_orphan(deps: Deps, action: r.DeleteOrphan, now: datetime) -> str | N
     if not r.orphaned(vm, instance, job, now):
         return None
     delete_orphan(deps, vm)  # charged to its job when no attempt recorded it
+    if job is not None:
+        open_restore_gate(deps, job.job_id, now, gone=[vm.name])
     logs.warning(f"reaper: deleted orphan VM {vm.name} in {vm.zone}", instance=vm.name)
     return "orphans_deleted"
 

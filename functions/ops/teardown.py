@@ -91,6 +91,25 @@ def release_instances(deps: Deps, releases: Sequence[Release], now: datetime) ->
     one CLOSING first, then their VMs deleted together (``delete_many``: one
     wait for all, not one after another), then each CLOSED and its slot
     freed. The instances, in ``releases`` order."""
+    releasing = begin_release(deps, releases, now)
+    delete_released(deps, releasing)
+    return end_release(deps, releasing, now)
+
+
+@dataclass(frozen=True)
+class Releasing:
+    """Instances written CLOSING (``begin_release``), their VMs not yet deleted."""
+
+    closing: list[tuple[Release, InstanceDoc]]
+    doomed: list[tuple[Release, InstanceDoc]]  # those whose VMs are to be deleted
+
+
+def begin_release(deps: Deps, releases: Sequence[Release], now: datetime) -> Releasing:
+    """Every instance CLOSING (a crash from here on leaves the reaper to
+    finish the deletes), and each VM no attempt recorded charged to its job.
+    ``delete_released`` and ``end_release`` finish, the caller free to do
+    something between (insert the next attempt's VMs: it never waits for
+    these deletes)."""
     store = deps.store
     closing: list[tuple[Release, InstanceDoc]] = []
     for release in releases:
@@ -113,16 +132,29 @@ def release_instances(deps: Deps, releases: Sequence[Release], now: datetime) ->
         made = made_from_instance(instance)
         if made is not None:  # a VM no attempt recorded: charged before it goes
             charge_unrecorded_vm(deps, made)
-    if doomed:
-        deps.compute.delete_many([(instance.zone, instance.name) for _, instance in doomed])
-    released = {release.name: instance for release, instance in closing}
-    for release, instance in doomed:
+    return Releasing(closing, doomed)
+
+
+def delete_released(deps: Deps, releasing: Releasing) -> None:
+    """Delete the VMs ``begin_release`` doomed, together."""
+    if releasing.doomed:
+        deps.compute.delete_many(
+            [(instance.zone, instance.name) for _, instance in releasing.doomed]
+        )
+
+
+def end_release(deps: Deps, releasing: Releasing, now: datetime) -> list[InstanceDoc]:
+    """Their VMs deleted: each instance CLOSED and its slot freed. The
+    instances, in the order they were released."""
+    store = deps.store
+    released = {release.name: instance for release, instance in releasing.closing}
+    for release, instance in releasing.doomed:
         closed = store.update_instance(
             release.name, _for(release.owner, _closed(release.note, release.substatus, now))
         )
         free_instance_slot(deps, instance.user, instance.name, now)
         released[release.name] = closed or instance
-    return [released[release.name] for release in releases]
+    return [released[release.name] for release, _ in releasing.closing]
 
 
 def _closing(note: str, now: datetime) -> Callable[[InstanceDoc], InstanceDoc]:

@@ -20,6 +20,7 @@ from spotline.shared.domain.vms import (
     EVENT_TOKEN_METADATA_KEY,
     JOB_METADATA_KEY,
     MANAGED_LABEL,
+    RESTORE_METADATA_KEY,
     Accelerator,
     GangRequest,
     Provisioning,
@@ -183,6 +184,7 @@ def build_gang_request(
     service_account: str | None = None,
     placement: int = 0,
     event_token: str = "",
+    restore_gate: str | None = None,
 ) -> GangRequest:
     """The nodes of a multi-node attempt: one bulk insert, all in one zone.
 
@@ -192,8 +194,9 @@ def build_gang_request(
     passes apart (see ``request_id``).
     """
     base = build_vm_request(
-        option, assignment, image, user, service_account, event_token=event_token
-    )
+        option, assignment, image, user, service_account,
+        event_token=event_token, restore_gate=restore_gate,
+    )  # fmt: skip
     nodes = tuple(replace(base, name=name) for name in assignment.nodes)
     return GangRequest(
         nodes=nodes,
@@ -215,12 +218,16 @@ def build_vm_request(
     service_account: str | None = None,
     placement: int = 0,
     event_token: str = "",
+    restore_gate: str | None = None,
 ) -> VmRequest:
     """The VM request for one attempt of a job on one option; ``placement``
     tells the job's placement passes apart (see ``request_id``).
 
     ``event_token`` goes in a metadata item of its own, not in the assignment
-    (which is printed and logged): see ``spotline.shared.domain.event_auth``."""
+    (which is printed and logged): see ``spotline.shared.domain.event_auth``.
+    ``restore_gate``: a VM of an earlier attempt may still be saving, so the
+    trainer waits for the gate to open (its value:
+    ``spotline.shared.domain.restore_gate.gate_value``)."""
     machine = option.machine
     accelerators: tuple[Accelerator, ...] = ()
     if machine.attaches_gpus and machine.gpu_type:
@@ -243,6 +250,7 @@ def build_vm_request(
                 update={"gpus": machine.gpu_count}
             ).model_dump_json(),
             **({EVENT_TOKEN_METADATA_KEY: event_token} if event_token else {}),
+            **({RESTORE_METADATA_KEY: restore_gate} if restore_gate else {}),
         },
         accelerators=accelerators,
         service_account=service_account,

@@ -16,6 +16,16 @@ JOB_METADATA_KEY = "spotline-job"
 # Metadata key of the token the VM's events carry (``spotline.shared.domain.event_auth``):
 # apart from the assignment, which gets printed and logged.
 EVENT_TOKEN_METADATA_KEY = "spotline-event-token"
+# Metadata key of the restore gate (``spotline.shared.domain.restore_gate``): a VM
+# made while the lost attempt's VMs may still save waits for RESTORE_GO before
+# its trainer starts, at most RESTORE_WAIT_S: a deleted VM's guest shutdown
+# (Compute Engine gives it up to 90 s, a preempted one 30 s) and a margin for
+# the delete to be sent, retried and seen.
+RESTORE_METADATA_KEY = "spotline-restore"
+RESTORE_WAIT = "wait"
+RESTORE_UNTIL = "-until-"  # "wait-until-UNIX_TIME": the agent waits no later
+RESTORE_GO = "go"
+RESTORE_WAIT_S = 180.0
 # Labels every spotline VM carries, so the reaper can find orphans.
 MANAGED_LABEL = "spotline"
 

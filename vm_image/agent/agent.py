@@ -39,7 +39,7 @@ from spotline.shared.contract.events import (
 from spotline.shared.contract.exit_codes import exit_status
 from spotline.shared.contract.ranks import EXIT_STOPPED
 from spotline.shared.domain.states import JobSubstatus
-from spotline.shared.domain.vms import EVENT_TOKEN_METADATA_KEY, JOB_METADATA_KEY
+from spotline.shared.domain.vms import EVENT_TOKEN_METADATA_KEY, JOB_METADATA_KEY, RESTORE_WAIT_S
 from spotline.shared.ports.bus import Bus
 from spotline.vm_image.agent.metadata import Metadata, MetadataError
 from spotline.vm_image.agent.privileges import AccountMissing, TrainerAccount, trainer_account
@@ -50,6 +50,7 @@ from spotline.vm_image.agent.recorded import (
     expected_digest,
     job_sources,
 )
+from spotline.vm_image.agent.restore_gate import await_restore
 from spotline.vm_image.agent.trainer_launch import EXIT_PREPARE_FAILED, launch_trainer, prepare
 from spotline.vm_image.agent.trainer_process import TENSORBOARD_DIR, CannotStart, TrainerProcess
 from spotline.vm_image.agent.transfers import download_folder, restore_modes, upload_folder
@@ -105,10 +106,12 @@ class Agent:
         workdir: Path,
         bus: Bus | None = None,
         finish_publish_s: float = FINISH_PUBLISH_S,
+        restore_wait_s: float = RESTORE_WAIT_S,
     ) -> None:
         self.metadata = metadata
         self.workdir = workdir
         self.finish_publish_s = finish_publish_s
+        self.restore_wait_s = restore_wait_s
         self.name = metadata.get("instance/name")
         self.zone = metadata.get("instance/zone").rsplit("/", 1)[-1]
         self.instance_id = metadata.get("instance/id")
@@ -350,6 +353,8 @@ class Agent:
                 lambda: self._enter(JobSubstatus.INSTALLING_REQUIREMENTS),
             )
             self._check_snapshot(code_uri, data_uri, code_dir, prepared.data_dir)
+            # The trainer restores the last save: only once the lost attempt's VMs are gone.
+            await_restore(self.metadata, self.restore_wait_s)
             self._enter(JobSubstatus.TRAINING)
             self.trainer = launch_trainer(
                 self.assignment,

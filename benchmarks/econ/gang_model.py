@@ -1,0 +1,295 @@
+"""Multi-node jobs under preemption, with Compute Engine's latencies: how a
+gang is recovered decides its cost and makespan.
+
+Strategies, all on the same traces and the same seeded boot times:
+
+* ``relaunch``: what spotline does: any node's notice stops the gang (rank 0
+  saves), and a whole new gang is inserted as soon as the report is handled,
+  while the old nodes are deleted; it restores once they are gone
+  (``spotline.shared.domain.restore_gate``).
+* ``relaunch, waiting for deletes``: the same, the new gang inserted only
+  once every old node's delete returned (spotline before the restore gate).
+* ``replace-one (model)``: NOT BUILT: the survivors stay (idle, billed), one
+  replacement is inserted, and every rank restarts from the save when it
+  has booted.
+* ``elastic (model)``: NOT BUILT: as replace-one, but the survivors train on
+  at the smaller size (``min_nodes``) while the replacement boots, and the
+  gang grows back when it joins; each change of size is a restart from a save.
+* ``poller, checkpoint every P``: a SkyPilot-like controller (tears the
+  cluster down and relaunches it whole, ``sky/jobs/recovery_strategy.py``)
+  with the user's periodic checkpoint every 60 s, 10 min or 30 min.
+
+Capacity is always there (no strategy waits for it; replace-one's fallback to
+a whole relaunch is never needed). Work is counted in seconds of the whole
+gang: at k of n nodes, a second of training does k/n of a second's work.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from benchmarks.econ.model import Job, Outcome
+from benchmarks.econ.traces import Trace
+from spotline.shared.domain.pricing import vm_cost
+
+
+@dataclass(frozen=True)
+class Latencies:
+    """Compute Engine's and Google's timings, in seconds (sources in ``SOURCES``).
+
+    Attributes:
+        deliver_s: an event's publish -> its Cloud Function acting on it.
+        insert_s: an insert (or bulk insert) call -> the VM RUNNING.
+        boot_median_s, boot_sigma: RUNNING -> training (guest boot, GPU
+            driver, agent, code and data), drawn per VM from a log-normal
+            distribution; a gang starts when its slowest node is up.
+        notice_s: a Spot VM's preemption notice; Compute Engine takes it then.
+        delete_s: a delete call -> the VM gone (billing stops): the guest's
+            shutdown, which the agent's unit uses, and the operation.
+        checkpoint_s: the save on the notice (rank 0's, for a gang).
+        step_s: one optimizer step: the notice's save waits for its end.
+        restart_s: ranks restarted in place from the save (replace-one and
+            elastic: a new process group, the state read back).
+        detect_s: the poller's sight of a VM gone.
+        periodic_stall_s: the training stall of one periodic checkpoint
+            (an asynchronous save: only the copy of the state off the GPU).
+        max_hours: a run not finished by then is cut off.
+    """
+
+    deliver_s: float = 2.0
+    insert_s: float = 10.0
+    boot_median_s: float = 75.0
+    boot_sigma: float = 0.35
+    notice_s: float = 30.0
+    delete_s: float = 35.0
+    checkpoint_s: float = 10.0
+    step_s: float = 1.0
+    restart_s: float = 20.0
+    detect_s: float = 15.0
+    periodic_stall_s: float = 2.0
+    max_hours: float = 168.0
+
+    def boots(self, rng: random.Random, count: int) -> list[float]:
+        return [
+            rng.lognormvariate(math.log(self.boot_median_s), self.boot_sigma) for _ in range(count)
+        ]
+
+
+SOURCES = {
+    "deliver_s": "assumption: Pub/Sub push delivery (well under a second, Google's Pub/Sub "
+    "docs: publish and end-to-end latency, cloud.google.com/pubsub/docs/topic-troubleshooting) "
+    "plus a Cloud Function's cold start (seconds); no public measurement found, so 2 s",
+    "insert_s": "public measurement: ~23-25 s request -> SSH for VMs up to 32 vCPUs "
+    "(R. Aboukhalil, 'Move Fast and Break the Cloud', 2018, ~5,000 VMs); 41.5 s for "
+    "2 vCPU (C. McAnlis, 'Understanding and Profiling GCE cold-boot time', 2017): "
+    "the insert's share assumed 10 s",
+    "boot_median_s": "assumption built on those: guest boot, the GPU driver's load, the "
+    "agent, code and data from storage (the rest of the 90 s the README assumes)",
+    "boot_sigma": "assumption: log-normal shape, p95 = 1.78 x median",
+    "notice_s": "Compute API Scheduling.skipGuestOsShutdown: 30 s between ACPI G2 Soft "
+    "Off and G3 Mechanical Off for Spot VMs (120 s for standard VMs)",
+    "delete_s": "the same: a Spot VM's guest gets 30 s to shut down (the agent's unit "
+    "takes up to 28 s), plus ~5 s for the operation",
+    "checkpoint_s": "assumption: rank 0's save on the notice (must fit in it)",
+    "step_s": "assumption: one optimizer step",
+    "restart_s": "assumption: torchrun restarting the ranks from a save, in place",
+    "detect_s": "SkyPilot's managed-job controller polls its job's status every 15 s "
+    "(sky/jobs/utils.py JOB_STATUS_CHECK_GAP_SECONDS; 20 s in earlier releases): a loss "
+    "is seen within one gap",
+    "periodic_stall_s": "assumption: an asynchronous checkpoint (torch.distributed."
+    "checkpoint.async_save) stalls training only for the copy off the GPU",
+    "max_hours": "the simulation's cut-off",
+}
+# The poller's checkpoint periods a careful user might pick.
+PERIODS_S = (60.0, 600.0, 1800.0)
+RELAUNCH = "relaunch (spotline)"
+RELAUNCH_WAITING = "relaunch, waiting for deletes (before)"
+REPLACE_ONE = "replace-one (model: not built)"
+ELASTIC = "elastic (model: not built)"
+
+
+def poller_name(period_s: float) -> str:
+    return f"poller, checkpoint every {period_s / 60:g} min"
+
+
+STRATEGIES = (RELAUNCH, RELAUNCH_WAITING, REPLACE_ONE, ELASTIC, *map(poller_name, PERIODS_S))
+
+
+def on_demand(job: Job, lat: Latencies, seed: int) -> Outcome:
+    """No preemption, the on-demand price: the gang boots (its slowest node),
+    trains, and is deleted once the finish is handled."""
+    start = lat.insert_s + max(lat.boots(random.Random(seed), job.nodes))
+    done = start + job.work_s + lat.deliver_s
+    vm_s = job.nodes * (done + lat.delete_s)
+    cost = vm_cost(job.machine.on_demand_usd_per_hour, vm_s)
+    return Outcome("all on-demand", cost, done, vm_s, job.work_s, 0, True)
+
+
+def run(strategy: str, job: Job, trace: Trace, lat: Latencies, seed: int) -> Outcome:
+    """One run of ``strategy`` (one of ``STRATEGIES``) on Spot VMs."""
+    rng = random.Random(seed)  # the same boot draws for every strategy, in the same order
+    if strategy in (RELAUNCH, RELAUNCH_WAITING):
+        return _relaunch(strategy, job, trace, lat, rng, wait_deletes=strategy == RELAUNCH_WAITING)
+    if strategy == REPLACE_ONE:
+        return _in_place(strategy, job, trace, lat, rng, min_nodes=job.nodes)
+    if strategy == ELASTIC:
+        return _in_place(strategy, job, trace, lat, rng, min_nodes=max(1, job.nodes // 2))
+    for period in PERIODS_S:
+        if strategy == poller_name(period):
+            return _poller(strategy, job, trace, lat, rng, period)
+    raise ValueError(f"unknown strategy {strategy!r} (one of {', '.join(STRATEGIES)})")
+
+
+def _relaunch(
+    name: str, job: Job, trace: Trace, lat: Latencies, rng: random.Random, *, wait_deletes: bool
+) -> Outcome:
+    """The whole gang goes at any node's notice; rank 0 saves on it."""
+
+    def lost(hit: float, node: int, trained: bool) -> tuple[float, float, float]:
+        wrote = (lat.checkpoint_s if node == 0 else lat.step_s) if trained else 0.0
+        reported = hit + wrote + lat.deliver_s
+        gone = max(hit + lat.notice_s, reported + lat.delete_s)  # every old node
+        return reported, reported + lat.delete_s, gone if wait_deletes else reported
+
+    return _whole_gang(name, job, trace, lat, rng, lost, lambda progress, saved: progress, 0.0)
+
+
+def _poller(
+    name: str, job: Job, trace: Trace, lat: Latencies, rng: random.Random, period_s: float
+) -> Outcome:
+    """The VM is seen gone after its notice; the rest of the cluster is torn
+    down, then relaunched. Only the last periodic checkpoint is kept."""
+
+    def lost(hit: float, node: int, trained: bool) -> tuple[float, float, float]:
+        detected = hit + lat.notice_s + lat.detect_s
+        others_gone = detected + lat.delete_s
+        return detected, others_gone, others_gone if job.nodes > 1 else detected
+
+    def kept(progress: float, saved: float) -> float:
+        return max(saved, math.floor(progress / period_s + 1e-9) * period_s)
+
+    stall = lat.periodic_stall_s / period_s  # wall seconds lost per second of progress
+    return _whole_gang(name, job, trace, lat, rng, lost, kept, stall)
+
+
+def _whole_gang(
+    name: str,
+    job: Job,
+    trace: Trace,
+    lat: Latencies,
+    rng: random.Random,
+    lost: Callable[[float, int, bool], tuple[float, float, float]],
+    kept: Callable[[float, float], float],
+    stall: float,
+) -> Outcome:
+    """A gang lost whole at each hit. ``lost(hit, node, trained)`` gives when
+    the loss is acted on, when the other nodes are gone, and when the next
+    gang is inserted; ``kept(progress, saved)`` the progress saved; each
+    second of progress takes ``1 + stall`` seconds."""
+    events = [(p.t_h * 3600, p.node) for p in trace.for_nodes(job.nodes)]
+    limit = lat.max_hours * 3600
+    saved = vm_s = 0.0
+    start, gate, preemptions, i = 0.0, 0.0, 0, 0
+    while True:
+        train = max(start + lat.insert_s + max(lat.boots(rng, job.nodes)), gate)
+        end = train + (job.work_s - saved) * (1 + stall)
+        while i < len(events) and events[i][0] < start:
+            i += 1
+        hit, node = events[i] if i < len(events) else (math.inf, 0)
+        if hit >= end and end <= limit:
+            done = end + lat.deliver_s
+            vm_s += job.nodes * (done + lat.delete_s - start)
+            return _outcome(name, job, vm_s, done, job.work_s, preemptions, True)
+        if hit >= limit:
+            vm_s += job.nodes * (limit - start)
+            return _outcome(name, job, vm_s, limit, saved, preemptions, False)
+        preemptions += 1
+        trained = hit > train
+        if trained:
+            progress = saved + (hit - train) / (1 + stall)
+            saved = kept(_whole_steps(progress, lat.step_s), saved)
+        acted, others_gone, next_start = lost(hit, node, trained)
+        noticed_gone = hit + lat.notice_s
+        vm_s += (noticed_gone - start) + (job.nodes - 1) * (others_gone - start)
+        gate = max(noticed_gone, others_gone)  # the next gang restores after every old node
+        start = max(next_start, acted)
+        i += 1
+
+
+def _in_place(
+    name: str, job: Job, trace: Trace, lat: Latencies, rng: random.Random, *, min_nodes: int
+) -> Outcome:
+    """The survivors stay; each lost node is replaced alone, in its slot.
+
+    Replace-one (``min_nodes`` = the gang's size): the ranks stop at the
+    notice (rank 0 saves), wait for the replacement, and every rank restarts
+    from the save once it is up. Elastic (fewer): the survivors restart at
+    once at the smaller size, and the gang grows back (a save, a restart)
+    each time a replacement is up; below ``min_nodes`` it waits.
+
+    The training runs from ``resume`` on ``size`` nodes (a second does
+    size/n of a second's work); ``up[k]`` is when slot k's VM can train,
+    ``since[k]`` when it was inserted (it bills from then)."""
+    n = job.nodes
+    events = [(p.t_h * 3600, p.node) for p in trace.for_nodes(n)]
+    limit = lat.max_hours * 3600
+    since = [0.0] * n
+    up = [lat.insert_s + b for b in lat.boots(rng, n)]
+    resume, size = max(up), n  # a gang starts whole
+    progress, vm_s, preemptions, i = 0.0, 0.0, 0, 0
+    while True:
+        rate = size / n if size >= min_nodes else 0.0
+        end = resume + (job.work_s - progress) / rate if rate else math.inf
+        grow = min((t for t in up if t > resume), default=math.inf) if size < n else math.inf
+        hit, node = events[i] if i < len(events) else (math.inf, 0)
+        if min(hit, grow, end) >= limit:
+            vm_s += sum(limit - s for s in since)
+            kept = progress + max(0.0, limit - resume) * rate
+            return _outcome(name, job, vm_s, limit, kept, preemptions, False)
+        if end <= min(hit, grow):
+            done = end + lat.deliver_s
+            vm_s += sum(done + lat.delete_s - s for s in since)
+            return _outcome(name, job, vm_s, done, job.work_s, preemptions, True)
+        if grow < hit:  # a replacement is up: stop at a step, save, restart bigger
+            progress += (grow - resume) * rate
+            resume = grow + lat.checkpoint_s + lat.restart_s
+            size = sum(1 for t in up if t <= resume)
+            continue
+        i += 1
+        if hit < since[node]:
+            continue  # no VM in that slot then: the replacement was not inserted yet
+        preemptions += 1
+        bystander = min_nodes < n and up[node] > resume and hit > resume
+        training = hit > resume and up[node] <= resume
+        if training:
+            progress = _whole_steps(progress + (hit - resume) * rate, lat.step_s)
+        wrote = (lat.checkpoint_s if node == 0 else lat.step_s) if training else 0.0
+        reported = hit + wrote + lat.deliver_s
+        vm_s += hit + lat.notice_s - since[node]  # Compute Engine takes it at the notice's end
+        since[node] = reported
+        # The replacement restores once the lost VM is gone (the restore gate).
+        up[node] = max(reported + lat.insert_s + lat.boots(rng, 1)[0], hit + lat.notice_s)
+        if bystander:
+            continue  # an elastic gang trains on without the slot it was waiting for
+        if min_nodes < n and sum(1 for t in up if t <= hit) >= min_nodes:
+            resume = max(hit + lat.checkpoint_s, resume) + lat.restart_s  # after rank 0's save
+        elif min_nodes < n:
+            resume = sorted(up)[min_nodes - 1] + lat.restart_s
+        else:
+            resume = max(up) + lat.restart_s
+        size = sum(1 for t in up if t <= resume)
+
+
+def _whole_steps(progress: float, step_s: float) -> float:
+    """The notice's save keeps the steps done; the one in progress is lost."""
+    return math.floor(progress / step_s + 1e-9) * step_s
+
+
+def _outcome(
+    name: str, job: Job, vm_s: float, makespan_s: float, kept_s: float, preemptions: int, done: bool
+) -> Outcome:
+    cost = vm_cost(job.machine.spot_usd_per_hour, vm_s)
+    return Outcome(name, cost, makespan_s, vm_s, kept_s, preemptions, done)
