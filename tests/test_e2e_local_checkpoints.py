@@ -1,0 +1,113 @@
+"""A script that knows nothing of spotline but one variable: it saves with
+``torch.save`` into the local folder ``$SPOTLINE_CHECKPOINT_DIR`` and resumes
+from the newest file there. On the whole local stack, preempted mid-run, its
+next attempt resumes from its last save (the agent mirrored the folder to
+storage and restored it) and its outputs reach storage."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fsspec.core import url_to_fs
+
+from spotline.infra.cli.commands import main as cli
+from spotline.infra.cli.demo import wait_for_job
+from spotline.infra.localstack.stack import LocalStack
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.domain.documents import JobDoc
+from spotline.shared.domain.states import JobStatus
+from spotline.vm_image.agent.checkpoint_mirror import MANIFEST
+from spotline.vm_image.agent.transfers import upload_folder
+from tests.test_e2e_recovery import submit, wait_no_vms
+
+pytestmark = [pytest.mark.emulators, pytest.mark.e2e]
+
+STEPS = 300
+TRAIN = """\
+import glob, json, os, time
+
+import torch
+
+folder = os.environ["SPOTLINE_CHECKPOINT_DIR"]
+saved = sorted(glob.glob(os.path.join(folder, "step-*.pt")))
+if saved:
+    state = torch.load(saved[-1])
+    print(f"resumed at step {state['step']}", flush=True)
+else:
+    state = {"step": 0, "w": torch.zeros(1), "starts": []}
+state["starts"].append(state["step"])
+
+while state["step"] < STEPS:
+    state["w"] += 0.5  # the training
+    state["step"] += 1
+    time.sleep(0.05)
+    if state["step"] % 10 == 0:
+        torch.save(state, os.path.join(folder, f"step-{state['step']:06d}.pt"))
+        print(f"saved step {state['step']}", flush=True)
+        for old in sorted(glob.glob(os.path.join(folder, "step-*.pt")))[:-2]:
+            os.remove(old)  # keep the last two
+
+with open(os.path.join(os.environ["SPOTLINE_OUTPUT_DIR"], "result.json"), "w") as out:
+    json.dump({"step": state["step"], "w": state["w"].item(), "starts": state["starts"]}, out)
+""".replace("STEPS", str(STEPS))
+
+
+def manifest_units(url: str) -> dict[str, Any]:
+    fs, root = url_to_fs(url)
+    try:
+        return dict(json.loads(fs.cat_file(f"{root}/{MANIFEST}"))["units"])
+    except FileNotFoundError:
+        return {}
+
+
+def test_a_script_saving_to_the_local_folder_resumes_from_its_last_save(
+    local_stack: LocalStack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert local_stack.storage is not None
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text(TRAIN)
+    code_uri = f"{local_stack.storage.root}/code/{tmp_path.name}"
+    upload_folder(code, code_uri)
+    job_id = submit(local_stack, trainer=None, command=["python", "train.py"], code_uri=code_uri)
+    jobs = f"{local_stack.storage.root}/jobs/{job_id}"
+    preempted: list[str] = []
+
+    def preempt_once_something_is_stored(job: JobDoc) -> None:
+        # The script reports nothing: the preemption comes once the mirror
+        # has stored a save of the first attempt.
+        if preempted or job.attempt != 1 or not job.instance:
+            return
+        if manifest_units(f"{jobs}/checkpoints"):
+            preempted.append(job.instance)
+            cli(["--workdir", str(local_stack.workdir), "preempt", "--notice-s", "10", job_id])
+
+    store = FirestoreStore(local_stack.options.project)
+    job = wait_for_job(store, job_id, 240, echo=False, on_update=preempt_once_something_is_stored)
+
+    assert job.status == JobStatus.COMPLETED, job.error
+    assert preempted, "the mirror stored nothing while the first attempt ran"
+    first, _ = job.attempts
+    assert first.outcome == "preempted"
+    capsys.readouterr()
+    assert cli(["--workdir", str(local_stack.workdir), "logs", job_id]) == 0
+    shown = capsys.readouterr().out
+    first_log = shown.split("== attempt 2")[0]
+    last_saved = int(re.findall(r"saved step (\d+)", first_log)[-1])
+    # The outputs folder reached storage; the run resumed from its last save:
+    # the save just before the notice went up before the preemption was reported.
+    with url_to_fs(f"{jobs}/outputs")[0].open(f"{jobs}/outputs/result.json") as result:
+        outcome = json.load(result)
+    assert outcome["starts"] == [0, last_saved] and last_saved > 0
+    assert outcome["step"] == STEPS and outcome["w"] == pytest.approx(0.5 * STEPS)
+    assert f"resumed at step {last_saved}" in shown
+    # The rotation reached storage too: the last two saves, nothing older.
+    assert sorted(manifest_units(f"{jobs}/checkpoints")) == [
+        f"step-{STEPS - 10:06d}.pt",
+        f"step-{STEPS:06d}.pt",
+    ]
+    wait_no_vms(local_stack, job_id)
