@@ -91,6 +91,7 @@ def test_a_script_saving_to_the_local_folder_resumes_from_its_last_save(
 
     assert job.status == JobStatus.COMPLETED, job.error
     assert preempted, "the mirror stored nothing while the first attempt ran"
+    assert job.nothing_saved is None
     first, _ = job.attempts
     assert first.outcome == "preempted"
     capsys.readouterr()
@@ -110,4 +111,52 @@ def test_a_script_saving_to_the_local_folder_resumes_from_its_last_save(
         f"step-{STEPS - 10:06d}.pt",
         f"step-{STEPS:06d}.pt",
     ]
+    wait_no_vms(local_stack, job_id)
+
+
+NEVER_SAVES = """\
+import os, time
+
+import torch
+
+os.makedirs("checkpoints", exist_ok=True)  # beside the code: on the VM's disk only
+for step in range(1, 161):
+    time.sleep(0.05)
+    if step % 20 == 0:
+        torch.save({"step": step}, os.path.join("checkpoints", f"step-{step}.pt"))
+print("done", flush=True)
+"""
+
+
+def test_a_job_that_never_saved_says_so_with_what_to_do(
+    local_stack: LocalStack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert local_stack.storage is not None
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text(NEVER_SAVES)
+    code_uri = f"{local_stack.storage.root}/code/{tmp_path.name}"
+    upload_folder(code, code_uri)
+    job_id = submit(local_stack, trainer=None, command=["python", "train.py"], code_uri=code_uri)
+    seen: list[str] = []
+
+    def preempt_then_note(job: JobDoc) -> None:
+        if not seen and job.attempt == 1 and job.substatus == "TRAINING":
+            seen.append("preempting")
+            cli(["--workdir", str(local_stack.workdir), "preempt", "--notice-s", "10", job_id])
+        if job.attempt == 2 and job.nothing_saved and job.nothing_saved not in seen:
+            seen.append(job.nothing_saved)
+
+    store = FirestoreStore(local_stack.options.project)
+    job = wait_for_job(store, job_id, 240, echo=False, on_update=preempt_then_note)
+
+    assert job.status == JobStatus.COMPLETED, job.error
+    assert job.preemptions == 1
+    assert seen[1].startswith("preempted with nothing saved, so it starts over; point your")
+    assert "$SPOTLINE_CHECKPOINT_DIR" in seen[1]
+    assert job.nothing_saved is not None
+    assert job.nothing_saved.startswith("completed without saving a checkpoint or an output")
+    capsys.readouterr()
+    assert cli(["--workdir", str(local_stack.workdir), "status", job_id]) == 0
+    assert f"nothing saved  {job.nothing_saved}" in capsys.readouterr().out.splitlines()
     wait_no_vms(local_stack, job_id)
