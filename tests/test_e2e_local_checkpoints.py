@@ -23,37 +23,14 @@ from spotline.shared.domain.states import JobStatus
 from spotline.vm_image.agent.checkpoint_mirror import MANIFEST
 from spotline.vm_image.agent.transfers import upload_folder
 from tests.test_e2e_recovery import submit, wait_no_vms
+from tests.test_readme_trainers import section_blocks
 
 pytestmark = [pytest.mark.emulators, pytest.mark.e2e]
 
-STEPS = 300
-TRAIN = """\
-import glob, json, os, time
-
-import torch
-
-folder = os.environ["SPOTLINE_CHECKPOINT_DIR"]
-saved = sorted(glob.glob(os.path.join(folder, "step-*.pt")))
-if saved:
-    state = torch.load(saved[-1])
-    print(f"resumed at step {state['step']}", flush=True)
-else:
-    state = {"step": 0, "w": torch.zeros(1), "starts": []}
-state["starts"].append(state["step"])
-
-while state["step"] < STEPS:
-    state["w"] += 0.5  # the training
-    state["step"] += 1
-    time.sleep(0.05)
-    if state["step"] % 10 == 0:
-        torch.save(state, os.path.join(folder, f"step-{state['step']:06d}.pt"))
-        print(f"saved step {state['step']}", flush=True)
-        for old in sorted(glob.glob(os.path.join(folder, "step-*.pt")))[:-2]:
-            os.remove(old)  # keep the last two
-
-with open(os.path.join(os.environ["SPOTLINE_OUTPUT_DIR"], "result.json"), "w") as out:
-    json.dump({"step": state["step"], "w": state["w"].item(), "starts": state["starts"]}, out)
-""".replace("STEPS", str(STEPS))
+EPOCHS = 3
+STEPS = EPOCHS * 100
+# The README's example of a script that saves to the local folder.
+[TRAIN] = [block for block in section_blocks("python") if "SPOTLINE_CHECKPOINT_DIR" in block]
 
 
 def manifest_units(url: str) -> dict[str, Any]:
@@ -73,7 +50,9 @@ def test_a_script_saving_to_the_local_folder_resumes_from_its_last_save(
     (code / "train.py").write_text(TRAIN)
     code_uri = f"{local_stack.storage.root}/code/{tmp_path.name}"
     upload_folder(code, code_uri)
-    job_id = submit(local_stack, trainer=None, command=["python", "train.py"], code_uri=code_uri)
+    job_id = submit(
+        local_stack, trainer=None, command=["python", "train.py"], code_uri=code_uri, epochs=EPOCHS
+    )
     jobs = f"{local_stack.storage.root}/jobs/{job_id}"
     preempted: list[str] = []
 
@@ -105,7 +84,7 @@ def test_a_script_saving_to_the_local_folder_resumes_from_its_last_save(
         outcome = json.load(result)
     assert outcome["starts"] == [0, last_saved] and last_saved > 0
     assert outcome["step"] == STEPS and outcome["w"] == pytest.approx(0.5 * STEPS)
-    assert f"resumed at step {last_saved}" in shown
+    assert f"starting at step {last_saved}" in shown
     # The rotation reached storage too: the last two saves, nothing older.
     assert sorted(manifest_units(f"{jobs}/checkpoints")) == [
         f"step-{STEPS - 10:06d}.pt",
