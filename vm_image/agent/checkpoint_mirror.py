@@ -47,6 +47,9 @@ MANIFEST = ".spotline-mirror.json"
 SETTLE_S = 2.0
 SCAN_S = 2.0
 _COPY_BYTES = 8 * 1024 * 1024
+# gcsfs uploads a large object in pieces of this size (held in memory): its
+# default, 5 MiB, made a 50 MB checkpoint's upload twice as slow.
+_UPLOAD_BLOCK_BYTES = 64 * 1024 * 1024
 
 
 @dataclass
@@ -201,7 +204,7 @@ class FolderMirror:
             if parent not in self._made:
                 self.fs.makedirs(parent, exist_ok=True)  # a no-op on GCS; real folders on a disk
                 self._made.add(parent)
-            with self.fs.open(target_name, "wb") as target:
+            with self.fs.open(target_name, "wb", block_size=_UPLOAD_BLOCK_BYTES) as target:
                 shutil.copyfileobj(source, target, _COPY_BYTES)
 
     def _forget_deleted(self, units: dict[str, Unit], nothing_waits: bool) -> list[str]:
