@@ -79,8 +79,8 @@ def test_a_finished_jobs_save_is_stored_before_the_finish_is_reported(
     tmp_path: Path,
 ) -> None:
     earlier = tmp_path / "earlier"
-    (earlier / "checkpoint-7").mkdir(parents=True)
-    (earlier / "checkpoint-7" / "model.bin").write_bytes(b"attempt 1")
+    (earlier / "save-7").mkdir(parents=True)
+    (earlier / "save-7" / "model.bin").write_bytes(b"attempt 1")
     url = f"{gcs}/checkpoints"
     FolderMirror(earlier, url).sync(final=True)  # what an earlier attempt mirrored
 
@@ -92,11 +92,11 @@ def test_a_finished_jobs_save_is_stored_before_the_finish_is_reported(
     # At the moment spotline hears of it, the save is in storage.
     assert finished.exit_code == 0, finished.log_tail
     assert object_size(f"{url}/last.pt") == SIZE
-    assert manifest_units(url) == ["checkpoint-7", "last.pt"]
+    assert manifest_units(url) == ["save-7", "last.pt"]
     assert (finished.mirrored_checkpoints, finished.mirrored_outputs) == (2, 1)
     fs, path = url_to_fs(f"{gcs}/outputs/seen.json")
     seen = json.loads(fs.cat_file(path))
-    assert seen["found"] == ["checkpoint-7"]  # restored before it started
+    assert seen["found"] == ["save-7"]  # restored before it started
     assert os.path.isabs(seen["dir"]) and seen["url"] == url
     assert seen["out_url"] == f"{gcs}/outputs"
     print(f"last upload of a 50 MB checkpoint: {last_upload_s(agent.log):.2f} s")
