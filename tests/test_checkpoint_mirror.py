@@ -78,9 +78,7 @@ def test_a_unit_is_stored_once_unchanged_for_the_settle_period(tmp_path: Path, u
     done = mirror.sync()
 
     assert done.stored == ["save-10"] and done.bytes == 150
-    assert listed(url) == {
-        "save-10": ["save-10/model.bin", "save-10/optimizer.bin"]
-    }
+    assert listed(url) == {"save-10": ["save-10/model.bin", "save-10/optimizer.bin"]}
     assert stored(url, "save-10/optimizer.bin") == b"o" * 50
 
 
