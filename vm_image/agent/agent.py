@@ -44,7 +44,7 @@ from spotline.shared.contract.ranks import EXIT_STOPPED
 from spotline.shared.domain.states import JobSubstatus
 from spotline.shared.domain.vms import EVENT_TOKEN_METADATA_KEY, JOB_METADATA_KEY
 from spotline.shared.ports.bus import Bus
-from spotline.vm_image.agent.checkpoint_mirror import FolderMirror
+from spotline.vm_image.agent.checkpoint_mirror import SETTLE_S, FolderMirror
 from spotline.vm_image.agent.metadata import Metadata, MetadataError
 from spotline.vm_image.agent.privileges import AccountMissing, TrainerAccount, trainer_account
 from spotline.vm_image.agent.rank_group import RankGroup
@@ -93,6 +93,9 @@ TENSORBOARD_UPLOAD_S = 30.0
 # trainer's own exit it may take longer (a large final checkpoint).
 NOTICE_SYNC_S = 20.0
 FINISH_SYNC_S = 600.0
+# The agent's setting (not the job's): how long a save in the trainer's
+# folders must stay unchanged to be stored while the trainer runs.
+MIRROR_SETTLE_ENV = "SPOTLINE_MIRROR_SETTLE_S"
 # How long the agent tries to publish job finished before it gives up and
 # exits: the reaper's default stall timeout, after which it would act anyway.
 FINISH_PUBLISH_S = 300.0
@@ -434,11 +437,14 @@ class Agent:
         of reach: the trainer starts with what could be restored, and says so
         in the log."""
         reader = self.account if isinstance(self.account, TrainerAccount) else None
+        settle_s = float(os.environ.get(MIRROR_SETTLE_ENV) or SETTLE_S)
         local = self.job_dir / CHECKPOINTS_DIR
         try:
-            self.checkpoints = FolderMirror(local, self.assignment.checkpoint_dir, reader)
+            self.checkpoints = FolderMirror(
+                local, self.assignment.checkpoint_dir, reader, settle_s=settle_s
+            )
             self.outputs = FolderMirror(
-                self.job_dir / OUTPUTS_DIR, self.assignment.output_dir, reader
+                self.job_dir / OUTPUTS_DIR, self.assignment.output_dir, reader, settle_s=settle_s
             )
             restored = self.checkpoints.restore()
         except Exception as err:
