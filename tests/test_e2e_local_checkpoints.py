@@ -62,7 +62,7 @@ def test_a_script_saving_to_the_local_folder_resumes_from_its_last_save(
         if preempted or job.attempt != 1 or job.substatus != "TRAINING":
             return
         if manifest_units(f"{jobs}/checkpoints"):
-            preempted.append(job.instance)
+            preempted.append(job.instance or "")
             chaos = ["--workdir", str(local_stack.workdir), "preempt", "--notice-s", "10", job_id]
             assert cli(chaos) == 0
 
