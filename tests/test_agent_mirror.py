@@ -92,7 +92,7 @@ def test_a_finished_jobs_save_is_stored_before_the_finish_is_reported(
     # At the moment spotline hears of it, the save is in storage.
     assert finished.exit_code == 0, finished.log_tail
     assert object_size(f"{url}/last.pt") == SIZE
-    assert manifest_units(url) == ["save-7", "last.pt"]
+    assert manifest_units(url) == ["last.pt", "save-7"]
     assert (finished.mirrored_checkpoints, finished.mirrored_outputs) == (2, 1)
     fs, path = url_to_fs(f"{gcs}/outputs/seen.json")
     seen = json.loads(fs.cat_file(path))
