@@ -70,7 +70,7 @@ def messages(text: str) -> str:
 def alone(tmp: Path, epochs: int, run: int) -> list[float]:
     env = {
         **os.environ,
-        "SPOTLINE_CHECKPOINT_DIR": str(tmp / f"alone-{run}"),
+        "SPOTLINE_CHECKPOINT_URL": str(tmp / f"alone-{run}"),
         "SPOTLINE_EVENTS": str(tmp / f"alone-{run}.jsonl"),
         "SPOTLINE_EPOCHS": str(epochs),
         "SPOTLINE_BATCH_SIZE": "8",

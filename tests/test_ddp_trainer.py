@@ -27,7 +27,7 @@ def start_ranks(tmp_path: Path, run: str, **env: str) -> list[subprocess.Popen[s
     for rank in (0, 1):
         rank_env = {
             **os.environ,
-            "SPOTLINE_CHECKPOINT_DIR": str(tmp_path / "ckpt"),
+            "SPOTLINE_CHECKPOINT_URL": str(tmp_path / "ckpt"),
             "SPOTLINE_EVENTS": str(tmp_path / f"events-{run}-{rank}.jsonl"),
             "SPOTLINE_EPOCHS": "2",
             "SPOTLINE_SEED": "4",

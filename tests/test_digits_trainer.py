@@ -80,7 +80,7 @@ def start_trainer(workdir: Path, epochs: int, **settings: str) -> TrainerRun:
         "SPOTLINE_JOB_ID": "job-test",
         "SPOTLINE_ATTEMPT": "1",
         "SPOTLINE_EPOCHS": str(epochs),
-        "SPOTLINE_CHECKPOINT_DIR": checkpoint_dir.as_uri(),
+        "SPOTLINE_CHECKPOINT_URL": checkpoint_dir.as_uri(),
         "SPOTLINE_EVENTS": str(events_path),
         "SPOTLINE_VALIDATION_SPLIT": "0.2",
         "SPOTLINE_HYPERPARAMETERS": json.dumps({"lr": 0.01, "hidden": 64}),

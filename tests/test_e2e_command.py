@@ -34,7 +34,7 @@ def straight_through(tmp_path: Path, epochs: int, seed: int) -> dict[str, float]
     events = tmp_path / "events.jsonl"
     env = {
         **os.environ,
-        "SPOTLINE_CHECKPOINT_DIR": str(tmp_path / "state"),
+        "SPOTLINE_CHECKPOINT_URL": str(tmp_path / "state"),
         "SPOTLINE_EVENTS": str(events),
         "SPOTLINE_EPOCHS": str(epochs),
         "SPOTLINE_SEED": str(seed),

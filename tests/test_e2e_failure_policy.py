@@ -28,7 +28,7 @@ import fsspec
 
 stop = []
 signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-folder = os.environ["SPOTLINE_CHECKPOINT_DIR"].rstrip("/")
+folder = os.environ["SPOTLINE_CHECKPOINT_URL"].rstrip("/")
 fs, root = fsspec.core.url_to_fs(folder)
 fs.makedirs(root, exist_ok=True)
 state, marker = root + "/state.json", root + "/failed-once"

@@ -86,8 +86,8 @@ def straight_through(workdir: Path, **settings: str) -> tuple[dict[str, Any], li
     """The example run once, never stopped, as `python train.py` runs it."""
     env = {name: value for name, value in os.environ.items() if not name.startswith("SPOTLINE_")}
     env |= {
-        "SPOTLINE_CHECKPOINT_DIR": str(workdir / "state"),
-        "SPOTLINE_OUTPUT_DIR": str(workdir),
+        "SPOTLINE_CHECKPOINT_URL": str(workdir / "state"),
+        "SPOTLINE_OUTPUT_URL": str(workdir),
         "SPOTLINE_EVENTS": str(workdir / "events.jsonl"),
         **settings,
     }

@@ -101,7 +101,7 @@ def uninterrupted_final_metrics(tmp_path: Path, epochs: int, seed: int) -> dict[
     events = tmp_path / "events.jsonl"
     env = {
         **os.environ,
-        "SPOTLINE_CHECKPOINT_DIR": str(tmp_path / "ckpt"),
+        "SPOTLINE_CHECKPOINT_URL": str(tmp_path / "ckpt"),
         "SPOTLINE_EVENTS": str(events),
         "SPOTLINE_EPOCHS": str(epochs),
         "SPOTLINE_BATCH_SIZE": "32",

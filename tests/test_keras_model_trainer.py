@@ -80,8 +80,8 @@ def start(workdir: Path, data_dir: Path, attempt: int = 1) -> TrainerRun:
         "SPOTLINE_SEED": str(SEED),
         "SPOTLINE_VALIDATION_SPLIT": "0",
         "SPOTLINE_DATA_DIR": str(data_dir),
-        "SPOTLINE_CHECKPOINT_DIR": (workdir / "checkpoints").as_uri(),
-        "SPOTLINE_OUTPUT_DIR": (workdir / "output").as_uri(),
+        "SPOTLINE_CHECKPOINT_URL": (workdir / "checkpoints").as_uri(),
+        "SPOTLINE_OUTPUT_URL": (workdir / "output").as_uri(),
         "SPOTLINE_EVENTS": str(workdir / "events.jsonl"),
     }
     process = subprocess.Popen(

@@ -86,8 +86,8 @@ def start_trainer(workdir: Path, epochs: int, **settings: str) -> TrainerRun:
         "SPOTLINE_JOB_ID": "job-test",
         "SPOTLINE_ATTEMPT": "1",
         "SPOTLINE_EPOCHS": str(epochs),
-        "SPOTLINE_CHECKPOINT_DIR": (workdir / "checkpoints").as_uri(),
-        "SPOTLINE_OUTPUT_DIR": (workdir / "output").as_uri(),
+        "SPOTLINE_CHECKPOINT_URL": (workdir / "checkpoints").as_uri(),
+        "SPOTLINE_OUTPUT_URL": (workdir / "output").as_uri(),
         "SPOTLINE_EVENTS": str(workdir / "events.jsonl"),
         "SPOTLINE_VALIDATION_SPLIT": "0.2",
         **settings,
@@ -214,15 +214,15 @@ def test_fit_kwargs_pass_through(tmp_path: Path) -> None:
         {"SPOTLINE_FIT_KWARGS": "[1]"},
         {"SPOTLINE_HYPERPARAMETERS": '{"lr": -1}'},
         {"SPOTLINE_VALIDATION_SPLIT": "1.5"},
-        {"SPOTLINE_CHECKPOINT_DIR": ""},
+        {"SPOTLINE_CHECKPOINT_URL": ""},
     ],
 )
 def test_settings_it_cannot_run_exit_2(
     setting: dict[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    env = {"SPOTLINE_CHECKPOINT_DIR": "/nowhere", **setting}
-    if not env["SPOTLINE_CHECKPOINT_DIR"]:
-        del env["SPOTLINE_CHECKPOINT_DIR"]
+    env = {"SPOTLINE_CHECKPOINT_URL": "/nowhere", **setting}
+    if not env["SPOTLINE_CHECKPOINT_URL"]:
+        del env["SPOTLINE_CHECKPOINT_URL"]
     assert keras_ffnn.main(env) == keras_ffnn.EXIT_BAD_SETTINGS
     assert capsys.readouterr().err.startswith("keras_ffnn: ")
 
@@ -231,7 +231,7 @@ def test_without_tensorflow_the_trainer_names_the_extra() -> None:
     script = (
         "import sys; sys.modules['tensorflow'] = sys.modules['keras'] = None; "
         "from spotline.vm_image.trainers.keras_ffnn import main; "
-        "sys.exit(main({'SPOTLINE_CHECKPOINT_DIR': '/nowhere'}))"
+        "sys.exit(main({'SPOTLINE_CHECKPOINT_URL': '/nowhere'}))"
     )
     done = subprocess.run(
         [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, check=False

@@ -2,7 +2,7 @@
 
 Fits y = 3x + 1 by SGD on seeded synthetic data. It uses only the environment
 contract: reads SPOTLINE_* variables, keeps its state in a JSON file in
-SPOTLINE_CHECKPOINT_DIR, reports each epoch as a JSON line appended to
+SPOTLINE_CHECKPOINT_URL, reports each epoch as a JSON line appended to
 SPOTLINE_EVENTS, and on SIGTERM (the Spot notice) saves at the next step and
 exits 143.
 """
@@ -36,7 +36,7 @@ def main():
     seed = int(os.environ.get("SPOTLINE_SEED", "0"))
     hyper = json.loads(os.environ.get("SPOTLINE_HYPERPARAMETERS") or "{}")
     lr, step_time_s = float(hyper.get("lr", 0.05)), float(hyper.get("step_time_s", 0.0))
-    state_url = os.environ["SPOTLINE_CHECKPOINT_DIR"].rstrip("/") + "/state.json"
+    state_url = os.environ["SPOTLINE_CHECKPOINT_URL"].rstrip("/") + "/state.json"
 
     state = {"w": 0.0, "b": 0.0, "step": 0}
     fs, path = fsspec.core.url_to_fs(state_url)

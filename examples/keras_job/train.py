@@ -43,7 +43,7 @@ history = model.fit(
 if exit_code(callbacks) == 0:
     # The results, beside TensorBoard's logs: the job's outputs folder on
     # spotline (gs:// or local), this folder outside it.
-    outputs = os.environ.get("SPOTLINE_OUTPUT_DIR", ".")
+    outputs = os.environ.get("SPOTLINE_OUTPUT_URL", ".")
     with fsspec.open(f"{outputs}/history.json", "w") as out:
         json.dump({"epoch": history.epoch, "history": history.history}, out)
     with fsspec.open(f"{outputs}/weights.json", "w") as out:

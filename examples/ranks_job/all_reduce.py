@@ -49,7 +49,7 @@ def main():
         return 7
     dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world)
 
-    state_url = os.environ["SPOTLINE_CHECKPOINT_DIR"].rstrip("/") + "/ranks.json"
+    state_url = os.environ["SPOTLINE_CHECKPOINT_URL"].rstrip("/") + "/ranks.json"
     fs, path = fsspec.core.url_to_fs(state_url)
     state = {"step": 0, "total": 0.0}
     if fs.exists(path):

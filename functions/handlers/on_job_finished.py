@@ -24,14 +24,20 @@ from spotline.functions.ops.recovery import release_superseded, restart
 from spotline.functions.ops.teardown import after_job
 from spotline.shared import logs
 from spotline.shared.contract.events import JobFinished
-from spotline.shared.domain import failure_policy, late_finish, lifecycle
+from spotline.shared.domain import failure_policy, late_finish, lifecycle, nothing_saved
 
 
 @pubsub_handler
 def on_job_finished(message: Message, deps: Deps) -> None:
     event = message.parse(JobFinished)
     now = deps.clock()
-    job = apply_to_job(deps, event, lambda current: late_finish.job_finished(current, event, now))
+    job = apply_to_job(
+        deps,
+        event,
+        lambda current: nothing_saved.after_finish(
+            late_finish.job_finished(current, event, now), event
+        ),
+    )
     if event.last_epoch is not None and lifecycle.within_epochs(job, event.last_epoch):
         deps.store.put_epoch(job.job_id, lifecycle.epoch_doc(event.last_epoch, now))
     logs.info(

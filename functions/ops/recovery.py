@@ -16,7 +16,13 @@ from spotline.functions.ops.slots import free_instance_slot
 from spotline.functions.ops.teardown import Release, release_instance, release_instances
 from spotline.shared import logs
 from spotline.shared.contract.events import PreemptionNotice
-from spotline.shared.domain import failure_policy, gang_finish, late_finish, lifecycle
+from spotline.shared.domain import (
+    failure_policy,
+    gang_finish,
+    late_finish,
+    lifecycle,
+    nothing_saved,
+)
 from spotline.shared.domain.documents import InstanceDoc, JobDoc, QueueReason
 from spotline.shared.domain.errors import PermanentError
 from spotline.shared.domain.liveness import Owner, belongs_to, if_owned
@@ -196,9 +202,19 @@ def preempted(deps: Deps, instance: InstanceDoc, notice: PreemptionNotice, now: 
         )
     except lifecycle.StaleEvent:
         _saved(deps, instance, notice)
+        _nothing_saved(deps, instance, notice)
         if notice.source == "agent":
             _end_notice(deps, instance.name)
         raise
+    _nothing_saved(deps, instance, notice)
+
+
+def _nothing_saved(deps: Deps, instance: InstanceDoc, notice: PreemptionNotice) -> None:
+    """Say on the job when the agent's report shows it never saved (``nothing_saved``)."""
+    if notice.source == "agent" and notice.mirrored_checkpoints is not None:
+        deps.store.update_job(
+            instance.job_id, lambda job: nothing_saved.after_preemption(job, notice)
+        )
 
 
 def _saved(deps: Deps, instance: InstanceDoc, notice: PreemptionNotice) -> None:

@@ -67,6 +67,8 @@ def detail_text(
         ]
     if job.error:
         lines.append(f"error        {job.error}")
+    if job.nothing_saved:
+        lines.append(f"nothing saved  {job.nothing_saved}")
     spec = json.dumps(display_spec(job.spec, defaults=False), indent=2, ensure_ascii=False)
     lines += ["", "spec (as submitted; --json shows every field):"]
     lines += [f"  {line}" for line in spec.splitlines()]

@@ -123,6 +123,8 @@ class _LineView(_View):
     """A line per change: status moves and new epochs."""
 
     def job_changed(self, before: JobDoc | None, job: JobDoc) -> None:
+        if job.nothing_saved and (before is None or before.nothing_saved != job.nothing_saved):
+            self._line(job.job_id, f"nothing saved: {job.nothing_saved}")
         if before is not None and (before.substatus, before.attempt) == (
             job.substatus,
             job.attempt,

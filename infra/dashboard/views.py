@@ -57,6 +57,7 @@ class JobRow:
     machine: str
     metrics: str
     error: str
+    nothing_saved: str
 
 
 def job_row(job: JobDoc, now: datetime) -> JobRow:
@@ -79,6 +80,7 @@ def job_row(job: JobDoc, now: datetime) -> JobRow:
         machine=" ".join(p for p in (job.machine_id, job.zone) if p),
         metrics=metrics_text(job.metrics),
         error=job.error or "",
+        nothing_saved=job.nothing_saved or "",
     )
 
 

@@ -144,6 +144,11 @@ class JobFinished(VmEvent):
     # location holds nothing, the data is larger than the disk): the job fails
     # on this VM, whatever its restarts on errors allow. The cause is log_tail.
     unrecoverable: bool = False
+    # How many units (files, checkpoint folders) the agent's mirror of the
+    # trainer's local folders holds in storage (checkpoint_mirror); None from
+    # an agent before the mirror.
+    mirrored_checkpoints: int | None = Field(default=None, ge=0)
+    mirrored_outputs: int | None = Field(default=None, ge=0)
 
     @field_validator("log_tail", mode="after")
     @classmethod
@@ -162,6 +167,7 @@ class SpotPreempted(VmEvent):
     checkpoint_uri: Uri | None = None
     step: Step | None = None
     gang_stop: bool = False
+    mirrored_checkpoints: int | None = Field(default=None, ge=0)  # as in JobFinished
 
 
 class CancelRequest(_Event):
@@ -192,6 +198,7 @@ class PreemptionNotice(_Event):
     checkpoint_uri: Uri | None = None
     source: Literal["agent", "log-sink"] = "agent"
     gang_stop: bool = False  # the agent's: its node stopped for another's notice
+    mirrored_checkpoints: int | None = None  # the agent's (SpotPreempted)
 
 
 PREEMPTED_METHOD = "compute.instances.preempted"
@@ -238,4 +245,5 @@ def parse_preemption(data: bytes) -> PreemptionNotice:
         step=event.step,
         checkpoint_uri=event.checkpoint_uri,
         gang_stop=event.gang_stop,
+        mirrored_checkpoints=event.mirrored_checkpoints,
     )

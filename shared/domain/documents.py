@@ -99,6 +99,8 @@ class JobDoc(_Doc):
     # redelivered or repeated charge changes nothing.
     cooling_charges: dict[str, float] = Field(default_factory=dict)
     error: str | None = None
+    # A job that never saved says so, with what to do (``nothing_saved``).
+    nothing_saved: str | None = None
     message_id: str | None = None
     created_at: datetime
     updated_at: datetime

@@ -6,7 +6,7 @@ Add them to ``fit`` and exit with the code they give::
 
     from spotline.keras import exit_code, spotline_callbacks
 
-    callbacks = spotline_callbacks()  # reads SPOTLINE_CHECKPOINT_DIR, SPOTLINE_OUTPUT_DIR
+    callbacks = spotline_callbacks()  # reads SPOTLINE_CHECKPOINT_URL, SPOTLINE_OUTPUT_URL
     history = model.fit(x, y, epochs=epochs, callbacks=callbacks)
     sys.exit(exit_code(callbacks))  # 143 after a SIGTERM save, else 0
 
@@ -19,7 +19,7 @@ save, in the same order (``keras_resume`` says when the order is the same).
 An interrupted run ends with the weights of a run never stopped, within float
 tolerance, and ``history`` with one entry per epoch.
 
-Outside spotline (no ``SPOTLINE_CHECKPOINT_DIR``) the same script trains as
+Outside spotline (no ``SPOTLINE_CHECKPOINT_URL``) the same script trains as
 it would without them: the state goes to a new temporary folder, the reports
 to standard output, and a line says so once.
 

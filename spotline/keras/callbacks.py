@@ -104,11 +104,11 @@ def spotline_callbacks(
 
     Args:
         checkpoint_dir: where the training state lives; default
-            ``SPOTLINE_CHECKPOINT_DIR``, and without it (outside spotline) a
+            ``SPOTLINE_CHECKPOINT_URL``, and without it (outside spotline) a
             new temporary folder. A plain path, a ``file://`` URL, or a
             ``gs://`` (any fsspec) URL, mirrored from a local folder.
         output_dir: TensorBoard logs go to its ``tensorboard`` folder when it
-            is local; default ``SPOTLINE_OUTPUT_DIR``. On a spotline VM they
+            is local; default ``SPOTLINE_OUTPUT_URL``. On a spotline VM they
             go to ``SPOTLINE_TENSORBOARD_DIR``, a local folder the agent copies
             to the job's outputs. None when neither is set or the output
             folder is remote, or when the ``tensorboard`` package is missing
@@ -136,14 +136,14 @@ def spotline_callbacks(
         ValueError: ``step_time_s`` is negative or not a number.
     """
     env = os.environ if env is None else env
-    checkpoint_dir = checkpoint_dir or env.get("SPOTLINE_CHECKPOINT_DIR") or _outside_spotline()
+    checkpoint_dir = checkpoint_dir or env.get("SPOTLINE_CHECKPOINT_URL") or _outside_spotline()
     if fresh is None:
         fresh = env.get(FRESH_ENV, "") not in ("", "0")
     if step_time_s is None:
         step_time_s = _step_time_s(env)
     if not step_time_s >= 0:
         raise ValueError(f"step_time_s must be a number of seconds >= 0, not {step_time_s!r}")
-    log_dir = _tensorboard_dir(output_dir or env.get("SPOTLINE_OUTPUT_DIR"), env)
+    log_dir = _tensorboard_dir(output_dir or env.get("SPOTLINE_OUTPUT_URL"), env)
     history = keras.callbacks.History()
     backup = PreemptibleBackupAndRestore(
         checkpoint_dir, flag or SigtermFlag().install(), history, step_time_s
@@ -169,7 +169,7 @@ def _outside_spotline() -> str:
     if not _said_outside:
         _said_outside = True
         print(
-            f"spotline: not on a spotline VM (no SPOTLINE_CHECKPOINT_DIR): training "
+            f"spotline: not on a spotline VM (no SPOTLINE_CHECKPOINT_URL): training "
             f"here, state in {folder}, epoch reports on standard output",
             flush=True,
         )

@@ -3,10 +3,13 @@
 1. read the instance's name, zone, ``spotline-job`` assignment and the
    attempt's event token (every event carries it: ``spotline.shared.domain.event_auth``);
 2. publish VM booted, then heartbeats (with the current phase) until done;
-3. fetch code, data set and requirements (``trainer_launch.prepare``), then
-   run the trainer, relaying each reported epoch;
+3. fetch code, data set and requirements (``trainer_launch.prepare``),
+   restore the trainer's local checkpoint folder from storage, then run the
+   trainer, relaying each reported epoch and mirroring its local checkpoint
+   and output folders to storage (``checkpoint_mirror``);
 4. watch ``instance/preempted`` (wait_for_change) and SIGTERM: on the 30 s
-   notice the trainer checkpoints at its next step and spotline is told where;
+   notice the trainer checkpoints at its next step and exits; what its
+   folders hold is uploaded, then spotline is told where;
 5. publish job finished with the exit code and the tail of the log (a trainer
    that cannot start is a failed job too), retrying for FINISH_PUBLISH_S; if
    spotline still was not told, exit 1: the unit's FailureAction powers the VM
@@ -41,6 +44,7 @@ from spotline.shared.contract.ranks import EXIT_STOPPED
 from spotline.shared.domain.states import JobSubstatus
 from spotline.shared.domain.vms import EVENT_TOKEN_METADATA_KEY, JOB_METADATA_KEY
 from spotline.shared.ports.bus import Bus
+from spotline.vm_image.agent.checkpoint_mirror import FolderMirror
 from spotline.vm_image.agent.metadata import Metadata, MetadataError
 from spotline.vm_image.agent.privileges import AccountMissing, TrainerAccount, trainer_account
 from spotline.vm_image.agent.rank_group import RankGroup
@@ -48,7 +52,7 @@ from spotline.vm_image.agent.recorded import job_sources
 from spotline.vm_image.agent.trainer_launch import EXIT_PREPARE_FAILED, launch_trainer, prepare
 from spotline.vm_image.agent.trainer_process import TENSORBOARD_DIR, CannotStart, TrainerProcess
 from spotline.vm_image.agent.transfers import download_folder, upload_folder
-from spotline.vm_image.agent.workspace import job_folder
+from spotline.vm_image.agent.workspace import CHECKPOINTS_DIR, OUTPUTS_DIR, job_folder
 
 JOB_ATTRIBUTE = f"instance/attributes/{JOB_METADATA_KEY}"
 
@@ -84,6 +88,11 @@ COOLING_GRACE_S = 60
 # often (and always once the trainer exits): each upload copies every event
 # file again, which for short epochs cost the agent more than the epoch's event.
 TENSORBOARD_UPLOAD_S = 30.0
+# The last upload of the trainer's folders after the notice ends by then, so
+# that the report goes out before the VM stops (the notice is 30 s); after a
+# trainer's own exit it may take longer (a large final checkpoint).
+NOTICE_SYNC_S = 20.0
+FINISH_SYNC_S = 600.0
 # How long the agent tries to publish job finished before it gives up and
 # exits: the reaper's default stall timeout, after which it would act anyway.
 FINISH_PUBLISH_S = 300.0
@@ -142,6 +151,8 @@ class Agent:
         self.step: int | None = None
         self.checkpoint_uri: str | None = None
         self.trainer: TrainerProcess | RankGroup | None = None
+        self.checkpoints: FolderMirror | None = None
+        self.outputs: FolderMirror | None = None
         self.last_epoch: EpochDone | None = None
         self._tensorboard_uploaded_at = float("-inf")  # the first epoch's logs go up
         self.job_done = threading.Event()
@@ -207,8 +218,9 @@ class Agent:
             )
         elif kind == "checkpoint":
             self.step = int(record.get("step", 0))
-            self.checkpoint_uri = record.get("uri") or self.checkpoint_uri
-            if self.preempted.is_set():
+            uri = record.get("uri")
+            self.checkpoint_uri = self._stored_uri(uri) if uri else self.checkpoint_uri
+            if self.preempted.is_set() and self._stored_uri(uri) == uri:
                 # The state is durable once reported: tell spotline now rather
                 # than after the trainer (and torch) finish exiting.
                 self._report_preempted()
@@ -308,6 +320,8 @@ class Agent:
             code_uri, data_uri = job_sources(self.assignment)
             exit_code, log_tail, unrecoverable = self._train(code_uri, data_uri)
             exited_at = time.monotonic()
+            # Before any report: the next attempt must find what was saved.
+            self._finish_mirrors()
             self._upload_tensorboard()
             if preempted_run(exit_code, self._notice_at, exited_at):
                 self._report_preempted()
@@ -323,6 +337,8 @@ class Agent:
                 checkpoint_uri=self.checkpoint_uri,
                 last_epoch=self.last_epoch,
                 unrecoverable=unrecoverable,
+                mirrored_checkpoints=_units(self.checkpoints),
+                mirrored_outputs=_units(self.outputs),
             )
             return self._publish_finished(event)
         finally:
@@ -338,6 +354,7 @@ class Agent:
             prepared = prepare(
                 self.assignment, self.account, self.workdir, self.job_dir, code_dir, data_uri
             )
+            self._start_mirrors()
             self._enter(JobSubstatus.TRAINING)
             self.trainer = launch_trainer(
                 self.assignment,
@@ -401,6 +418,7 @@ class Agent:
                 checkpoint_uri=self.checkpoint_uri,
                 step=self.step,
                 gang_stop=gang_stop,
+                mirrored_checkpoints=_units(self.checkpoints),
             )
             self.bus.publish("spot_preempted", event)
         what = "stopped with its gang (another node's notice)" if gang_stop else "preempted"
@@ -408,6 +426,58 @@ class Agent:
             logs.warning(f"{what}; no checkpoint was reported on this node")
         else:
             logs.warning(f"{what} at step {self.step}; checkpoint {self.checkpoint_uri}")
+
+    def _start_mirrors(self) -> None:
+        """Restore the trainer's local checkpoint folder from storage, then
+        mirror it and the outputs folder while the trainer runs. Storage out
+        of reach: the trainer starts with what could be restored, and says so
+        in the log."""
+        reader = self.account if isinstance(self.account, TrainerAccount) else None
+        local = self.job_dir / CHECKPOINTS_DIR
+        try:
+            self.checkpoints = FolderMirror(local, self.assignment.checkpoint_dir, reader)
+            self.outputs = FolderMirror(
+                self.job_dir / OUTPUTS_DIR, self.assignment.output_dir, reader
+            )
+            restored = self.checkpoints.restore()
+        except Exception as err:
+            logs.error(
+                f"could not restore {self.assignment.checkpoint_dir} into {local}: {err!r}; "
+                "the trainer starts without what earlier attempts saved there"
+            )
+        else:
+            if restored:
+                logs.info(f"restored {restored} saved unit(s) into {local}")
+        for mirror in (self.checkpoints, self.outputs):
+            if mirror is not None:
+                mirror.start()
+
+    def _finish_mirrors(self) -> None:
+        """Upload what the trainer's folders hold and storage does not, within
+        what is left of the notice (NOTICE_SYNC_S) or FINISH_SYNC_S."""
+        started = time.monotonic()
+        if self._notice_at is not None:
+            deadline = self._notice_at + NOTICE_SYNC_S
+        else:
+            deadline = started + FINISH_SYNC_S
+        for mirror in (self.checkpoints, self.outputs):
+            if mirror is None:
+                continue
+            done = mirror.finish(max(deadline - time.monotonic(), 1.0))
+            if done is not None and (done.stored or done.deleted):
+                logs.info(
+                    f"last upload of {mirror.local} to {mirror.url}: stored {done.stored} "
+                    f"({done.bytes / 1e6:.1f} MB), deleted {done.deleted}, "
+                    f"in {time.monotonic() - started:.2f} s"
+                )
+
+    def _stored_uri(self, uri: str | None) -> str | None:
+        """A reported checkpoint's location in storage: a path in the local
+        checkpoint folder is where the mirror puts it."""
+        local = str(self.job_dir / CHECKPOINTS_DIR)
+        if uri and (uri == local or uri.startswith(local + "/")):
+            return self.assignment.checkpoint_dir.rstrip("/") + uri[len(local) :]
+        return uri
 
     def _upload_tensorboard(self) -> None:
         """Copy the trainer's TensorBoard logs to ``{output_dir}/tensorboard``:
@@ -439,6 +509,11 @@ class Agent:
                     unrecoverable=True,
                 ) from None
         return code_dir
+
+
+def _units(mirror: FolderMirror | None) -> int | None:
+    """How many units ``mirror`` holds in storage (None: no mirror ran)."""
+    return None if mirror is None else len(mirror.stored)
 
 
 def read_event_token(metadata: Metadata) -> str:

@@ -19,6 +19,7 @@ from spotline.shared.contract.assignment import Assignment
 from spotline.shared.contract.cluster import cluster_env
 from spotline.shared.domain.secret_env import scrub
 from spotline.vm_image.agent.privileges import TrainerAccount
+from spotline.vm_image.agent.workspace import CHECKPOINTS_DIR, OUTPUTS_DIR
 
 # The job's error shows the trainer's last lines: this many, each cut to
 # _TAIL_LINE_CHARS and all of them to TAIL_CHARS, so that a trainer printing
@@ -87,8 +88,12 @@ def trainer_env(
         "SPOTLINE_VALIDATION_SPLIT": str(spec.validation_split),
         "SPOTLINE_HYPERPARAMETERS": json.dumps(spec.hyperparameters),
         "SPOTLINE_FIT_KWARGS": json.dumps(spec.fit_kwargs),
-        "SPOTLINE_CHECKPOINT_DIR": assignment.checkpoint_dir,
-        "SPOTLINE_OUTPUT_DIR": assignment.output_dir,
+        # Local folders the agent restores and mirrors to the job's storage
+        # (checkpoint_mirror), and the storage URLs themselves.
+        "SPOTLINE_CHECKPOINT_DIR": str(events_path.parent / CHECKPOINTS_DIR),
+        "SPOTLINE_CHECKPOINT_URL": assignment.checkpoint_dir,
+        "SPOTLINE_OUTPUT_DIR": str(events_path.parent / OUTPUTS_DIR),
+        "SPOTLINE_OUTPUT_URL": assignment.output_dir,
         "SPOTLINE_EVENTS": str(events_path),
         # Written locally; the agent uploads it to the job's outputs.
         "SPOTLINE_TENSORBOARD_DIR": str(events_path.parent / TENSORBOARD_DIR),

@@ -8,6 +8,9 @@ Every job works in ``{workdir}/jobs/{job_id}-a{attempt}/``:
     code/          its code (the trainer's working directory)
     home/          the trainer's HOME (pip, torch and Hugging Face caches)
     tmp/           its TMPDIR (checkpoint staging, temporary files)
+    checkpoints/   SPOTLINE_CHECKPOINT_DIR: restored from the job's storage
+                   before the trainer starts, mirrored to it while it runs
+    outputs/       SPOTLINE_OUTPUT_DIR: mirrored to the job's outputs
     tensorboard/   TensorBoard logs, uploaded to the job's outputs
     events.jsonl   the trainer's reports; trainer.log, its output
 
@@ -15,9 +18,10 @@ Before a job starts, every other folder under ``jobs/`` is removed; when the
 trainer runs as its own account, so are processes it left running and files
 it owns at the top of /tmp, /var/tmp and /dev/shm (where any account may
 write). What a job keeps lives in its checkpoint and output folders in
-storage, never on the VM. Beside ``jobs/``, ``cache/`` holds what the same
-user's next job may reuse and cannot change: the last data set, read-only to
-the trainer (``job_data``), and the last requirements venv (``job_env``).
+storage (``checkpoint_mirror`` copies the local ones there), never on the
+VM. Beside ``jobs/``, ``cache/`` holds what the same user's next job may
+reuse and cannot change: the last data set, read-only to the trainer
+(``job_data``), and the last requirements venv (``job_env``).
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ from spotline.vm_image.agent.privileges import AccountMissing, TrainerAccount
 JOBS_FOLDER = "jobs"
 HOME_DIR = "home"
 TMP_DIR = "tmp"
+CHECKPOINTS_DIR = "checkpoints"
+OUTPUTS_DIR = "outputs"
 # The places outside its folder where an unprivileged account can leave files.
 SHARED_TMP = (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"))
 # Set in every trainer's environment (trainer_process.trainer_env), and so in
@@ -56,7 +62,7 @@ def job_folder(workdir: Path, job_key: str, account: TrainerAccount | AccountMis
         for place in SHARED_TMP:
             remove_owned(place, uid)
     folder = jobs / job_key
-    for sub in (HOME_DIR, TMP_DIR):
+    for sub in (HOME_DIR, TMP_DIR, CHECKPOINTS_DIR, OUTPUTS_DIR):
         (folder / sub).mkdir(parents=True, exist_ok=True)
     folder.chmod(0o700)
     return folder

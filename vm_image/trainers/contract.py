@@ -18,7 +18,7 @@ class SettingsError(ValueError):
 
 @dataclass(frozen=True)
 class RunSettings:
-    """The run as the agent describes it; only SPOTLINE_CHECKPOINT_DIR is required."""
+    """The run as the agent describes it; only SPOTLINE_CHECKPOINT_URL is required."""
 
     job_id: str
     attempt: int
@@ -50,8 +50,8 @@ class RunSettings:
                 batch_size=int(env.get("SPOTLINE_BATCH_SIZE", default_batch_size)),
                 seed=int(env.get("SPOTLINE_SEED", "0")),
                 validation_split=float(env.get("SPOTLINE_VALIDATION_SPLIT", 0.2)),
-                checkpoint_dir=env["SPOTLINE_CHECKPOINT_DIR"],
-                output_dir=env.get("SPOTLINE_OUTPUT_DIR") or None,
+                checkpoint_dir=env["SPOTLINE_CHECKPOINT_URL"],
+                output_dir=env.get("SPOTLINE_OUTPUT_URL") or None,
                 hyperparameters=hyper,
                 fit_kwargs=fit_kwargs,
             )

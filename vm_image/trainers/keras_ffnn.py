@@ -72,7 +72,7 @@ class Settings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
-        """Read the settings; only ``SPOTLINE_CHECKPOINT_DIR`` is required.
+        """Read the settings; only ``SPOTLINE_CHECKPOINT_URL`` is required.
 
         Raises:
             SettingsError: a value is missing, malformed or out of range, or

@@ -1,0 +1,292 @@
+"""The agent's mirror of a trainer's local folder, against real storage: a
+``file://`` folder and the Cloud Storage emulator through gcsfs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fsspec.core import url_to_fs
+
+from spotline.vm_image.agent.checkpoint_mirror import MANIFEST, FolderMirror
+from spotline.vm_image.agent.privileges import TrainerAccount
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture(params=["file", "gcs"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "file":
+        yield (tmp_path / "bucket").as_uri()
+    else:
+        yield request.getfixturevalue("gcs")
+
+
+def listed(url: str) -> dict[str, list[str]]:
+    """The units the stored manifest lists, with their files."""
+    fs, root = url_to_fs(url)
+    try:
+        units = json.loads(fs.cat_file(f"{root}/{MANIFEST}"))["units"]
+    except FileNotFoundError:
+        return {}
+    return {name: entry["files"] for name, entry in units.items()}
+
+
+def stored(url: str, name: str) -> bytes | None:
+    fs, root = url_to_fs(url)
+    fs.invalidate_cache()
+    try:
+        return bytes(fs.cat_file(f"{root}/{name}"))
+    except FileNotFoundError:
+        return None
+
+
+def write(path: Path, data: bytes, mtime_s: float | None = None) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    if mtime_s is not None:
+        os.utime(path, (mtime_s, mtime_s))
+
+
+def test_a_unit_is_stored_once_unchanged_for_the_settle_period(tmp_path: Path, url: str) -> None:
+    clock = Clock()
+    local = tmp_path / "ckpt"
+    mirror = FolderMirror(local, url, settle_s=2.0, clock=clock)
+    write(local / "checkpoint-10" / "model.bin", b"m" * 100)
+
+    assert mirror.sync().pending == ["checkpoint-10"]
+    clock.now = 1.5
+    write(local / "checkpoint-10" / "optimizer.bin", b"o" * 50)  # still being written
+    assert mirror.sync().pending == ["checkpoint-10"]
+    clock.now = 3.0  # 1.5 s after its last change: not yet
+    assert mirror.sync().stored == []
+    assert listed(url) == {}
+    clock.now = 3.6
+    done = mirror.sync()
+
+    assert done.stored == ["checkpoint-10"] and done.bytes == 150
+    assert listed(url) == {
+        "checkpoint-10": ["checkpoint-10/model.bin", "checkpoint-10/optimizer.bin"]
+    }
+    assert stored(url, "checkpoint-10/optimizer.bin") == b"o" * 50
+
+
+def test_an_unchanged_unit_is_not_uploaded_again(tmp_path: Path, url: str) -> None:
+    clock = Clock()
+    local = tmp_path / "ckpt"
+    mirror = FolderMirror(local, url, settle_s=2.0, clock=clock)
+    write(local / "model.pt", b"first")
+    mirror.sync(final=True)
+    fs, root = url_to_fs(url)
+    fs.pipe_file(f"{root}/model.pt", b"changed in storage")  # an upload would overwrite it
+
+    clock.now = 10.0
+    assert mirror.sync().stored == []
+    assert mirror.sync(final=True).stored == []
+    assert stored(url, "model.pt") == b"changed in storage"
+
+    write(local / "model.pt", b"second, longer")  # the trainer saves again
+    clock.now = 20.0
+    mirror.sync()
+    clock.now = 23.0
+    assert mirror.sync().stored == ["model.pt"]
+    assert stored(url, "model.pt") == b"second, longer"
+
+
+def test_the_newest_unit_is_stored_first(tmp_path: Path, url: str) -> None:
+    local = tmp_path / "ckpt"
+    now = time.time()
+    write(local / "epoch=1.ckpt", b"1", mtime_s=now - 30)
+    write(local / "epoch=3.ckpt", b"3", mtime_s=now - 10)
+    write(local / "checkpoint-2" / "a", b"2", mtime_s=now - 20)
+
+    done = FolderMirror(local, url).sync(final=True)
+
+    assert done.stored == ["epoch=3.ckpt", "checkpoint-2", "epoch=1.ckpt"]
+
+
+def test_a_rotated_unit_leaves_storage_after_a_newer_one_is_stored(
+    tmp_path: Path, url: str
+) -> None:
+    clock = Clock()
+    local = tmp_path / "ckpt"
+    mirror = FolderMirror(local, url, settle_s=2.0, clock=clock)
+    now = time.time()
+    write(local / "checkpoint-1" / "model.bin", b"one", mtime_s=now - 60)
+    mirror.sync(final=True)
+    # save_total_limit=1: checkpoint-2 written, then checkpoint-1 deleted.
+    write(local / "checkpoint-2" / "model.bin", b"two")
+    for path in sorted((local / "checkpoint-1").iterdir()):
+        path.unlink()
+    (local / "checkpoint-1").rmdir()
+    clock.now = 1.0
+
+    kept = mirror.sync()
+    assert kept.deleted == [] and kept.pending == ["checkpoint-2"]
+    assert set(listed(url)) == {"checkpoint-1"}  # the only stored save stays
+    clock.now = 5.0
+    done = mirror.sync()
+
+    assert done.stored == ["checkpoint-2"] and done.deleted == ["checkpoint-1"]
+    assert set(listed(url)) == {"checkpoint-2"}
+    assert stored(url, "checkpoint-1/model.bin") is None
+    assert stored(url, "checkpoint-2/model.bin") == b"two"
+
+
+def test_restore_brings_back_what_the_manifest_lists_and_nothing_else(
+    tmp_path: Path, url: str
+) -> None:
+    first = tmp_path / "vm1"
+    write(first / "checkpoint-5" / "model.bin", b"weights")
+    write(first / "checkpoint-5" / "nested" / "rng.pt", b"rng")
+    write(first / "last.pt", b"last")
+    FolderMirror(first, url).sync(final=True)
+    fs, root = url_to_fs(url)
+    fs.pipe_file(f"{root}/written-straight-to-storage.pt", b"not the mirror's")
+
+    second = tmp_path / "vm2"
+    mirror = FolderMirror(second, url, settle_s=0.0)
+    assert mirror.restore() == 2
+
+    assert sorted(p.relative_to(second).as_posix() for p in second.rglob("*") if p.is_file()) == [
+        "checkpoint-5/model.bin",
+        "checkpoint-5/nested/rng.pt",
+        "last.pt",
+    ]
+    assert (second / "checkpoint-5" / "nested" / "rng.pt").read_bytes() == b"rng"
+    # Restored units are stored already: nothing goes up again.
+    assert mirror.sync(final=True).stored == []
+    assert stored(url, "written-straight-to-storage.pt") == b"not the mirror's"
+
+
+def test_a_unit_half_uploaded_when_the_vm_dies_is_not_restored(tmp_path: Path) -> None:
+    url = (tmp_path / "bucket").as_uri()
+    local = tmp_path / "vm1"
+    now = time.time()
+    write(local / "checkpoint-1" / "model.bin", b"complete", mtime_s=now - 60)
+    FolderMirror(local, url).sync(final=True)
+    for part in range(40):  # big enough to kill the upload halfway
+        write(local / "checkpoint-2" / f"shard-{part:02d}.bin", os.urandom(4 << 20))
+    # The VM dies while the agent uploads checkpoint-2: the process is killed.
+    agent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pathlib import Path; "
+            "from spotline.vm_image.agent.checkpoint_mirror import FolderMirror; "
+            "FolderMirror(Path(sys.argv[1]), sys.argv[2]).sync(final=True)",
+            str(local),
+            url,
+        ]
+    )
+    bucket = tmp_path / "bucket" / "checkpoint-2"
+    deadline = time.monotonic() + 60
+    while not (bucket.exists() and len(list(bucket.iterdir())) >= 3):
+        assert agent.poll() is None and time.monotonic() < deadline, "the upload ended first"
+        time.sleep(0.01)
+    agent.send_signal(signal.SIGKILL)
+    agent.wait()
+    assert len(list(bucket.iterdir())) < 40
+
+    restored = tmp_path / "vm2"
+    assert FolderMirror(restored, url).restore() == 1
+
+    assert sorted(p.name for p in restored.iterdir()) == ["checkpoint-1"]
+    assert (restored / "checkpoint-1" / "model.bin").read_bytes() == b"complete"
+
+
+def test_links_out_of_the_folder_are_refused_and_an_inner_link_is_its_file(
+    tmp_path: Path, url: str
+) -> None:
+    secret = tmp_path / "root-only"
+    write(secret / "shadow", b"root's secret")
+    local = tmp_path / "ckpt"
+    write(local / "epoch=1-step=50.ckpt", b"lightning state")
+    (local / "last.ckpt").symlink_to("epoch=1-step=50.ckpt")  # Lightning's save_last="link"
+    (local / "stolen.ckpt").symlink_to(secret / "shadow")
+    (local / "up.ckpt").symlink_to("../root-only/shadow")
+    (local / "linked-folder").symlink_to(secret)
+    write(local / "checkpoint-3" / "model.bin", b"m")
+    (local / "checkpoint-3" / "inner").symlink_to(secret)
+    (local / "checkpoint-3" / "key").symlink_to(secret / "shadow")
+
+    done = FolderMirror(local, url).sync(final=True)
+
+    assert sorted(done.stored) == ["checkpoint-3", "epoch=1-step=50.ckpt", "last.ckpt"]
+    assert listed(url)["checkpoint-3"] == ["checkpoint-3/model.bin"]
+    assert stored(url, "last.ckpt") == b"lightning state"
+    for name in ("stolen.ckpt", "up.ckpt", "linked-folder/shadow", "checkpoint-3/key"):
+        assert stored(url, name) is None
+    restored = tmp_path / "vm2"
+    FolderMirror(restored, url).restore()
+    assert not (restored / "last.ckpt").is_symlink()
+    assert (restored / "last.ckpt").read_bytes() == b"lightning state"
+
+
+def test_a_file_the_trainer_could_not_read_is_not_uploaded(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root: the agent's account on a VM")
+    url = (tmp_path / "bucket").as_uri()
+    secret = tmp_path / "root-only"
+    write(secret / "shadow", b"root's secret")
+    (secret / "shadow").chmod(0o600)
+    local = tmp_path / "ckpt"
+    write(local / "mine.pt", b"the trainer's")
+    os.chown(local / "mine.pt", 65534, 65534)
+    (local / "mine.pt").chmod(0o600)
+    os.link(secret / "shadow", local / "hardlinked.pt")  # a link no lstat can tell
+    trainer = TrainerAccount("nobody", 65534, 65534, [65534], dedicated=True)
+
+    done = FolderMirror(local, url, reader=trainer).sync(final=True)
+
+    assert done.stored == ["mine.pt"]
+    assert stored(url, "hardlinked.pt") is None
+
+
+def test_a_hostile_manifest_restores_nothing_outside_the_folder(tmp_path: Path, url: str) -> None:
+    fs, root = url_to_fs(url)
+    fs.makedirs(f"{root}/ok", exist_ok=True)
+    fs.pipe_file(f"{root}/ok/a", b"fine")
+    fs.pipe_file(f"{root}/escape", b"planted")
+    units = {
+        "ok": {"files": ["ok/a"]},
+        "..": {"files": ["../escape"]},
+        "x": {"files": ["x/../../escape"]},
+        "y": {"files": ["/etc/escape"]},
+        "z": "not an object",
+    }
+    fs.pipe_file(f"{root}/{MANIFEST}", json.dumps({"units": units}).encode())
+    local = tmp_path / "jobs" / "ckpt"
+
+    assert FolderMirror(local, url).restore() == 1
+
+    assert sorted(p.name for p in local.iterdir()) == ["ok"]
+    assert not (tmp_path / "jobs" / "escape").exists() and not (tmp_path / "escape").exists()
+
+
+def test_two_nodes_mirroring_one_url_keep_each_others_units(tmp_path: Path, url: str) -> None:
+    node0, node1 = tmp_path / "node0", tmp_path / "node1"
+    write(node0 / "ckpt-10.pt", b"rank 0")
+    write(node1 / "rank1.log", b"rank 1")
+    first, second = FolderMirror(node0, url), FolderMirror(node1, url)
+
+    first.sync(final=True)
+    second.sync(final=True)
+    (node0 / "ckpt-10.pt").unlink()
+    write(node0 / "ckpt-20.pt", b"rank 0 again")
+    first.sync(final=True)
+
+    assert set(listed(url)) == {"ckpt-20.pt", "rank1.log"}
