@@ -37,12 +37,14 @@ import math
 import os
 import pickle
 import re
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from spotline import notice
 from spotline.notice import EXIT_STOPPED, stored_uri
 from spotline.report import report_checkpoint, report_epoch, report_resumed
 from spotline.torch import capture_rng_state, restore_rng_state
@@ -111,10 +113,18 @@ class SpotlineCallback(pl.Callback):
             ``ModelCheckpoint`` folder, else ``SPOTLINE_CHECKPOINT_DIR``, else
             ``default_root_dir/checkpoints``.
         filename: its name, without ``.ckpt``.
+        step_time_s: seconds to sleep after every step, simulated compute for
+            a demo; default ``step_time_s`` in ``SPOTLINE_HYPERPARAMETERS``.
     """
 
-    def __init__(self, dirpath: str | os.PathLike[str] | None = None, filename: str = "last"):
+    def __init__(
+        self,
+        dirpath: str | os.PathLike[str] | None = None,
+        filename: str = "last",
+        step_time_s: float | None = None,
+    ) -> None:
         super().__init__()
+        self.step_time_s = notice.step_time_s() if step_time_s is None else step_time_s
         if not filename:
             raise ValueError("filename must not be empty: the notice's checkpoint needs a name")
         self.dirpath = None if dirpath is None else os.fspath(dirpath)
@@ -170,6 +180,11 @@ class SpotlineCallback(pl.Callback):
         if trainer.ckpt_path and trainer.global_step > 0:
             report_resumed(trainer.global_step, stored_uri(trainer.ckpt_path))
 
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, *_: Any
+    ) -> None:
+        time.sleep(self.step_time_s)
+
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking:
             return
@@ -192,7 +207,9 @@ class SpotlineCallback(pl.Callback):
         trainer.save_checkpoint(path)
         self.stopped_on_notice = True
         if trainer.is_global_zero:
-            report_checkpoint(trainer.global_step, stored_uri(path), "sigterm")
+            # The local path: the agent reports the state saved once its
+            # mirror has uploaded it, under the storage URL.
+            report_checkpoint(trainer.global_step, path, "sigterm")
             print(f"spotline: SIGTERM, saved {path} at step {trainer.global_step}", flush=True)
         # Lightning re-raises it; a SystemExit with no code would exit 0.
         exception.code = EXIT_STOPPED

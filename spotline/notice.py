@@ -17,6 +17,7 @@ exits. The framework integrations (``spotline.transformers``,
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from collections.abc import Mapping
@@ -26,7 +27,7 @@ from typing import Any
 
 from spotline.shared.contract.ranks import EXIT_STOPPED
 
-__all__ = ["EXIT_STOPPED", "NoticeFlag", "stored_uri"]
+__all__ = ["EXIT_STOPPED", "NoticeFlag", "step_time_s", "stored_uri"]
 
 # Each local folder the agent mirrors, and the variable holding its storage URL.
 _MIRRORED = (
@@ -79,7 +80,9 @@ def stored_uri(path: str | os.PathLike[str], env: Mapping[str, str] | None = Non
     """Where ``path`` lands in storage: a path under ``SPOTLINE_CHECKPOINT_DIR``
     (or ``SPOTLINE_OUTPUT_DIR``), the local folders the agent mirrors, as a URL
     under ``SPOTLINE_CHECKPOINT_URL`` (or ``SPOTLINE_OUTPUT_URL``); any other
-    path as it is. Reports name the stored copy: the local one goes with the VM."""
+    path as it is. Epoch reports name the stored copy (the local one goes with
+    the VM); a checkpoint report names the local path, which the agent maps
+    itself, reporting the state saved only once its upload is done."""
     env = os.environ if env is None else env
     resolved = Path(path).resolve()
     for folder_var, url_var in _MIRRORED:
@@ -91,3 +94,22 @@ def stored_uri(path: str | os.PathLike[str], env: Mapping[str, str] | None = Non
             relative = resolved.relative_to(root).as_posix()
             return url.rstrip("/") + ("" if relative == "." else f"/{relative}")
     return str(path)
+
+
+def step_time_s(env: Mapping[str, str] | None = None) -> float:
+    """Seconds to sleep after every step, simulated compute for a demo (so that
+    ``spotline preempt`` lands mid-run): ``step_time_s`` in
+    ``SPOTLINE_HYPERPARAMETERS``, as the built-in trainers read it; 0 without.
+
+    Raises:
+        ValueError: it is not a number of seconds >= 0.
+    """
+    env = os.environ if env is None else env
+    try:
+        hyper = json.loads(env.get("SPOTLINE_HYPERPARAMETERS") or "{}")
+        value = float(hyper.get("step_time_s", 0.0) if isinstance(hyper, dict) else 0.0)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"SPOTLINE_HYPERPARAMETERS step_time_s: {error}") from None
+    if not value >= 0:
+        raise ValueError(f"step_time_s must be a number of seconds >= 0, not {value!r}")
+    return value

@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from typing import Any
 
+from spotline import notice
 from spotline.notice import EXIT_STOPPED, NoticeFlag, stored_uri
 from spotline.report import report_checkpoint, report_epoch, report_resumed
 
@@ -63,11 +65,19 @@ class SpotlineCallback(TrainerCallback):
             (from its ``on_train_end``), so that code after ``train`` (saving
             the final model, pushing it) runs only when training is done.
             With False, ``train`` returns and :attr:`stopped_on_notice` says so.
+        step_time_s: seconds to sleep after every step, simulated compute for
+            a demo; default ``step_time_s`` in ``SPOTLINE_HYPERPARAMETERS``.
     """
 
-    def __init__(self, flag: NoticeFlag | None = None, exit_on_notice: bool = True) -> None:
+    def __init__(
+        self,
+        flag: NoticeFlag | None = None,
+        exit_on_notice: bool = True,
+        step_time_s: float | None = None,
+    ) -> None:
         self.flag = flag or NoticeFlag().install()
         self.exit_on_notice = exit_on_notice
+        self.step_time_s = notice.step_time_s() if step_time_s is None else step_time_s
         self.stopped_on_notice = False
         self._metrics: dict[str, float] = {}
 
@@ -80,6 +90,7 @@ class SpotlineCallback(TrainerCallback):
     def on_step_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
     ) -> None:
+        time.sleep(self.step_time_s)
         if self.flag.requested and not self.stopped_on_notice:
             # The Trainer saves when the step's callbacks are done, then stops.
             control.should_save = True
@@ -120,9 +131,9 @@ class SpotlineCallback(TrainerCallback):
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
     ) -> None:
         if self.stopped_on_notice:
-            report_checkpoint(
-                state.global_step, stored_uri(_checkpoint_folder(args, state)), "sigterm"
-            )
+            # The local folder: the agent reports the state saved once its
+            # mirror has uploaded it, under the storage URL.
+            report_checkpoint(state.global_step, _checkpoint_folder(args, state), "sigterm")
 
     def on_train_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
