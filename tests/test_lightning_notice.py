@@ -11,6 +11,7 @@ loudly without.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -91,3 +92,20 @@ def test_without_the_callback_the_script_loses_at_most_its_save_interval(
     last_save = stopped_at - stopped_at % SAVE_STEPS
     assert redone[0] == last_save + 1 and redone[-1] == STEPS
     assert 0 < stopped_at - last_save <= SAVE_STEPS  # lost, and done again
+
+
+def test_last_checkpoint_goes_by_steps_not_by_file_times(tmp_path: Path) -> None:
+    from spotline.lightning import last_checkpoint
+
+    assert last_checkpoint(tmp_path / "missing") is None  # a first attempt
+    assert last_checkpoint(tmp_path) is None
+    torch.save({"global_step": 33}, tmp_path / "last.ckpt")  # the notice's save
+    torch.save({"global_step": 30}, tmp_path / "epoch=1-step=30.ckpt")
+    (tmp_path / "cut-short.ckpt").write_bytes(b"PK\x03\x04 not a whole file")
+    # Restored on a new VM: the times are the copy's, in any order.
+    os.utime(tmp_path / "last.ckpt", (1, 1))
+
+    assert last_checkpoint(tmp_path) == str(tmp_path / "last.ckpt")
+
+    torch.save({"global_step": 40}, tmp_path / "epoch=1-step=40.ckpt")
+    assert last_checkpoint(tmp_path) == str(tmp_path / "epoch=1-step=40.ckpt")

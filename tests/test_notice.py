@@ -72,3 +72,18 @@ def test_a_path_in_a_mirrored_folder_is_named_by_its_storage_url(tmp_path: Path)
     # Outside the mirrored folders, or with no URL (outside spotline): as given.
     assert stored_uri(tmp_path / "ckpt-2" / "x", env) == str(tmp_path / "ckpt-2" / "x")
     assert stored_uri(tmp_path / "ckpt" / "x", {}) == str(tmp_path / "ckpt" / "x")
+
+
+def test_the_pytorch_flag_also_passes_the_signal_on(sigterm_restored: None) -> None:
+    from spotline.torch import PreemptionFlag
+
+    seen: list[int] = []
+
+    def earlier(signum: int, frame: FrameType | None) -> None:
+        seen.append(signum)
+
+    signal.signal(signal.SIGTERM, earlier)
+    with PreemptionFlag() as flag:
+        deliver_sigterm()
+        assert flag.exit_requested and seen == [signal.SIGTERM]
+    assert signal.getsignal(signal.SIGTERM) is earlier

@@ -85,3 +85,13 @@ def test_without_the_callback_the_script_loses_at_most_its_save_interval(
     last_save = stopped_at - stopped_at % SAVE_STEPS
     assert redone[0] == last_save + 1 and redone[-1] == STEPS
     assert 0 < stopped_at - last_save <= SAVE_STEPS  # lost, and done again
+
+
+def test_last_checkpoint_is_none_before_the_first_save(tmp_path: Path) -> None:
+    from spotline.transformers import last_checkpoint
+
+    assert last_checkpoint(tmp_path / "missing") is None  # a first attempt
+    assert last_checkpoint(tmp_path) is None
+    (tmp_path / "checkpoint-9").mkdir()
+    (tmp_path / "checkpoint-10").mkdir()
+    assert last_checkpoint(tmp_path) == str(tmp_path / "checkpoint-10")
