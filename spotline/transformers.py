@@ -114,13 +114,15 @@ class SpotlineCallback(TrainerCallback):
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
     ) -> None:
         if self.stopped_on_notice:
-            # Cut short: saved at the step already; no epoch-end evaluation
-            # or second save in the notice's time, and no report of it.
+            # Saved at the step already: no epoch-end evaluation or second
+            # save in the notice's time.
             control.should_save = False
             control.should_evaluate = False
-            return
+        epoch = state.epoch or 0.0
+        if not math.isclose(epoch, round(epoch), abs_tol=1e-6):
+            return  # cut short by the notice: the next attempt ends it
         report_epoch(
-            round(state.epoch or 0),
+            round(epoch),
             math.ceil(state.num_train_epochs),
             state.global_step,
             self._metrics,

@@ -95,3 +95,22 @@ def test_last_checkpoint_is_none_before_the_first_save(tmp_path: Path) -> None:
     (tmp_path / "checkpoint-9").mkdir()
     (tmp_path / "checkpoint-10").mkdir()
     assert last_checkpoint(tmp_path) == str(tmp_path / "checkpoint-10")
+
+
+def test_a_notice_on_the_last_step_of_an_epoch_still_reports_that_epoch_once(
+    tmp_path: Path,
+) -> None:
+    epoch_end = STEPS // 2
+    stopped = run_until_sigterm(
+        SCRIPT, script_env(tmp_path, integrated=True, step_sleep_s=0.5), epoch_end
+    )
+    assert stopped.returncode == 143, stopped.stdout[-3000:]
+    if steps_done(tmp_path / "steps.txt")[-1] != epoch_end:
+        pytest.skip("the signal came a step late (a loaded machine): nothing to check")
+
+    resumed = run(SCRIPT, script_env(tmp_path, integrated=True))
+
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-3000:]
+    reports = [(e["epoch"], e["step"]) for e in events(tmp_path) if e["type"] == "epoch"]
+    assert reports == [(1, epoch_end), (2, STEPS)]
+    assert [e["step"] for e in events(tmp_path) if e["type"] == "resumed"] == [epoch_end]
