@@ -10,10 +10,12 @@ Import these from your own training script::
         ckpt.restore(model, optimizer)
 
 The folder is any fsspec URL (``gs://bucket/job``, ``file:///tmp/job`` or a
-plain path) and is shared by all attempts of a job. Files are named
-``ckpt-<global step, 12 digits>.pt`` so that names sort by step; a file with
-that name is always complete, because it is written under a temporary name
-first and then moved into place.
+plain path) and is shared by all attempts of a job: on spotline,
+``SPOTLINE_CHECKPOINT_URL`` (the job's folder in storage, written at once) or
+the local ``SPOTLINE_CHECKPOINT_DIR`` (the agent restores and mirrors it).
+Files are named ``ckpt-<global step, 12 digits>.pt`` so that names sort by
+step; a file with that name is always complete, because it is written under
+a temporary name first and then moved into place.
 """
 
 from __future__ import annotations

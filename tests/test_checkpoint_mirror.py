@@ -65,23 +65,21 @@ def test_a_unit_is_stored_once_unchanged_for_the_settle_period(tmp_path: Path, u
     clock = Clock()
     local = tmp_path / "ckpt"
     mirror = FolderMirror(local, url, settle_s=2.0, clock=clock)
-    write(local / "checkpoint-10" / "model.bin", b"m" * 100)
+    write(local / "save-10" / "model.bin", b"m" * 100)
 
-    assert mirror.sync().pending == ["checkpoint-10"]
+    assert mirror.sync().pending == ["save-10"]
     clock.now = 1.5
-    write(local / "checkpoint-10" / "optimizer.bin", b"o" * 50)  # still being written
-    assert mirror.sync().pending == ["checkpoint-10"]
+    write(local / "save-10" / "optimizer.bin", b"o" * 50)  # still being written
+    assert mirror.sync().pending == ["save-10"]
     clock.now = 3.0  # 1.5 s after its last change: not yet
     assert mirror.sync().stored == []
     assert listed(url) == {}
     clock.now = 3.6
     done = mirror.sync()
 
-    assert done.stored == ["checkpoint-10"] and done.bytes == 150
-    assert listed(url) == {
-        "checkpoint-10": ["checkpoint-10/model.bin", "checkpoint-10/optimizer.bin"]
-    }
-    assert stored(url, "checkpoint-10/optimizer.bin") == b"o" * 50
+    assert done.stored == ["save-10"] and done.bytes == 150
+    assert listed(url) == {"save-10": ["save-10/model.bin", "save-10/optimizer.bin"]}
+    assert stored(url, "save-10/optimizer.bin") == b"o" * 50
 
 
 def test_an_unchanged_unit_is_not_uploaded_again(tmp_path: Path, url: str) -> None:
@@ -111,11 +109,11 @@ def test_the_newest_unit_is_stored_first(tmp_path: Path, url: str) -> None:
     now = time.time()
     write(local / "epoch=1.ckpt", b"1", mtime_s=now - 30)
     write(local / "epoch=3.ckpt", b"3", mtime_s=now - 10)
-    write(local / "checkpoint-2" / "a", b"2", mtime_s=now - 20)
+    write(local / "save-2" / "a", b"2", mtime_s=now - 20)
 
     done = FolderMirror(local, url).sync(final=True)
 
-    assert done.stored == ["epoch=3.ckpt", "checkpoint-2", "epoch=1.ckpt"]
+    assert done.stored == ["epoch=3.ckpt", "save-2", "epoch=1.ckpt"]
 
 
 def test_a_rotated_unit_leaves_storage_after_a_newer_one_is_stored(
@@ -125,33 +123,33 @@ def test_a_rotated_unit_leaves_storage_after_a_newer_one_is_stored(
     local = tmp_path / "ckpt"
     mirror = FolderMirror(local, url, settle_s=2.0, clock=clock)
     now = time.time()
-    write(local / "checkpoint-1" / "model.bin", b"one", mtime_s=now - 60)
+    write(local / "save-1" / "model.bin", b"one", mtime_s=now - 60)
     mirror.sync(final=True)
-    # save_total_limit=1: checkpoint-2 written, then checkpoint-1 deleted.
-    write(local / "checkpoint-2" / "model.bin", b"two")
-    for path in sorted((local / "checkpoint-1").iterdir()):
+    # A limit of one save: save-2 written, then save-1 deleted.
+    write(local / "save-2" / "model.bin", b"two")
+    for path in sorted((local / "save-1").iterdir()):
         path.unlink()
-    (local / "checkpoint-1").rmdir()
+    (local / "save-1").rmdir()
     clock.now = 1.0
 
     kept = mirror.sync()
-    assert kept.deleted == [] and kept.pending == ["checkpoint-2"]
-    assert set(listed(url)) == {"checkpoint-1"}  # the only stored save stays
+    assert kept.deleted == [] and kept.pending == ["save-2"]
+    assert set(listed(url)) == {"save-1"}  # the only stored save stays
     clock.now = 5.0
     done = mirror.sync()
 
-    assert done.stored == ["checkpoint-2"] and done.deleted == ["checkpoint-1"]
-    assert set(listed(url)) == {"checkpoint-2"}
-    assert stored(url, "checkpoint-1/model.bin") is None
-    assert stored(url, "checkpoint-2/model.bin") == b"two"
+    assert done.stored == ["save-2"] and done.deleted == ["save-1"]
+    assert set(listed(url)) == {"save-2"}
+    assert stored(url, "save-1/model.bin") is None
+    assert stored(url, "save-2/model.bin") == b"two"
 
 
 def test_restore_brings_back_what_the_manifest_lists_and_nothing_else(
     tmp_path: Path, url: str
 ) -> None:
     first = tmp_path / "vm1"
-    write(first / "checkpoint-5" / "model.bin", b"weights")
-    write(first / "checkpoint-5" / "nested" / "rng.pt", b"rng")
+    write(first / "save-5" / "model.bin", b"weights")
+    write(first / "save-5" / "nested" / "rng.pt", b"rng")
     write(first / "last.pt", b"last")
     FolderMirror(first, url).sync(final=True)
     fs, root = url_to_fs(url)
@@ -162,11 +160,11 @@ def test_restore_brings_back_what_the_manifest_lists_and_nothing_else(
     assert mirror.restore() == 2
 
     assert sorted(p.relative_to(second).as_posix() for p in second.rglob("*") if p.is_file()) == [
-        "checkpoint-5/model.bin",
-        "checkpoint-5/nested/rng.pt",
         "last.pt",
+        "save-5/model.bin",
+        "save-5/nested/rng.pt",
     ]
-    assert (second / "checkpoint-5" / "nested" / "rng.pt").read_bytes() == b"rng"
+    assert (second / "save-5" / "nested" / "rng.pt").read_bytes() == b"rng"
     # Restored units are stored already: nothing goes up again.
     assert mirror.sync(final=True).stored == []
     assert stored(url, "written-straight-to-storage.pt") == b"not the mirror's"
@@ -176,11 +174,11 @@ def test_a_unit_half_uploaded_when_the_vm_dies_is_not_restored(tmp_path: Path) -
     url = (tmp_path / "bucket").as_uri()
     local = tmp_path / "vm1"
     now = time.time()
-    write(local / "checkpoint-1" / "model.bin", b"complete", mtime_s=now - 60)
+    write(local / "save-1" / "model.bin", b"complete", mtime_s=now - 60)
     FolderMirror(local, url).sync(final=True)
     for part in range(40):  # big enough to kill the upload halfway
-        write(local / "checkpoint-2" / f"shard-{part:02d}.bin", os.urandom(4 << 20))
-    # The VM dies while the agent uploads checkpoint-2: the process is killed.
+        write(local / "save-2" / f"shard-{part:02d}.bin", os.urandom(4 << 20))
+    # The VM dies while the agent uploads save-2: the process is killed.
     agent = subprocess.Popen(
         [
             sys.executable,
@@ -192,7 +190,7 @@ def test_a_unit_half_uploaded_when_the_vm_dies_is_not_restored(tmp_path: Path) -
             url,
         ]
     )
-    bucket = tmp_path / "bucket" / "checkpoint-2"
+    bucket = tmp_path / "bucket" / "save-2"
     deadline = time.monotonic() + 60
     while not (bucket.exists() and len(list(bucket.iterdir())) >= 3):
         assert agent.poll() is None and time.monotonic() < deadline, "the upload ended first"
@@ -204,8 +202,8 @@ def test_a_unit_half_uploaded_when_the_vm_dies_is_not_restored(tmp_path: Path) -
     restored = tmp_path / "vm2"
     assert FolderMirror(restored, url).restore() == 1
 
-    assert sorted(p.name for p in restored.iterdir()) == ["checkpoint-1"]
-    assert (restored / "checkpoint-1" / "model.bin").read_bytes() == b"complete"
+    assert sorted(p.name for p in restored.iterdir()) == ["save-1"]
+    assert (restored / "save-1" / "model.bin").read_bytes() == b"complete"
 
 
 def test_links_out_of_the_folder_are_refused_and_an_inner_link_is_its_file(
@@ -219,16 +217,16 @@ def test_links_out_of_the_folder_are_refused_and_an_inner_link_is_its_file(
     (local / "stolen.ckpt").symlink_to(secret / "shadow")
     (local / "up.ckpt").symlink_to("../root-only/shadow")
     (local / "linked-folder").symlink_to(secret)
-    write(local / "checkpoint-3" / "model.bin", b"m")
-    (local / "checkpoint-3" / "inner").symlink_to(secret)
-    (local / "checkpoint-3" / "key").symlink_to(secret / "shadow")
+    write(local / "save-3" / "model.bin", b"m")
+    (local / "save-3" / "inner").symlink_to(secret)
+    (local / "save-3" / "key").symlink_to(secret / "shadow")
 
     done = FolderMirror(local, url).sync(final=True)
 
-    assert sorted(done.stored) == ["checkpoint-3", "epoch=1-step=50.ckpt", "last.ckpt"]
-    assert listed(url)["checkpoint-3"] == ["checkpoint-3/model.bin"]
+    assert sorted(done.stored) == ["epoch=1-step=50.ckpt", "last.ckpt", "save-3"]
+    assert listed(url)["save-3"] == ["save-3/model.bin"]
     assert stored(url, "last.ckpt") == b"lightning state"
-    for name in ("stolen.ckpt", "up.ckpt", "linked-folder/shadow", "checkpoint-3/key"):
+    for name in ("stolen.ckpt", "up.ckpt", "linked-folder/shadow", "save-3/key"):
         assert stored(url, name) is None
     restored = tmp_path / "vm2"
     FolderMirror(restored, url).restore()
@@ -290,3 +288,30 @@ def test_two_nodes_mirroring_one_url_keep_each_others_units(tmp_path: Path, url:
     first.sync(final=True)
 
     assert set(listed(url)) == {"ckpt-20.pt", "rank1.log"}
+
+
+def test_a_hugging_face_checkpoint_is_stored_only_once_its_trainer_state_is_written(
+    tmp_path: Path, url: str
+) -> None:
+    local = tmp_path / "output_dir"
+    write(local / "tmp-checkpoint-20" / "model.safetensors", b"staging")  # renamed when done
+    write(local / "checkpoint-10" / "model.safetensors", b"weights")  # cut short by the notice
+    mirror = FolderMirror(local, url, settle_s=0.0)
+
+    done = mirror.sync(final=True)
+
+    assert done.stored == [] and sorted(done.pending) == ["checkpoint-10", "tmp-checkpoint-20"]
+    write(local / "checkpoint-10" / "trainer_state.json", b"{}")
+    assert mirror.sync(final=True).stored == ["checkpoint-10"]
+    assert listed(url) == {
+        "checkpoint-10": ["checkpoint-10/model.safetensors", "checkpoint-10/trainer_state.json"]
+    }
+
+
+def test_a_local_file_named_as_the_manifest_is_not_uploaded(tmp_path: Path, url: str) -> None:
+    local = tmp_path / "ckpt"
+    write(local / "model.pt", b"weights")
+    write(local / MANIFEST, json.dumps({"units": {"x": {"files": ["x/a"]}}}).encode())
+
+    assert FolderMirror(local, url).sync(final=True).stored == ["model.pt"]
+    assert listed(url) == {"model.pt": ["model.pt"]}

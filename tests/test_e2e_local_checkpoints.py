@@ -138,4 +138,6 @@ def test_a_job_that_never_saved_says_so_with_what_to_do(
     capsys.readouterr()
     assert cli(["--workdir", str(local_stack.workdir), "status", job_id]) == 0
     assert f"nothing saved  {job.nothing_saved}" in capsys.readouterr().out.splitlines()
+    assert cli(["--workdir", str(local_stack.workdir), "status", job_id, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["nothing_saved"] == job.nothing_saved
     wait_no_vms(local_stack, job_id)

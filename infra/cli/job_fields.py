@@ -106,6 +106,7 @@ def summary(job: JobDoc, now: datetime) -> dict[str, Any]:
         "savings_percent": job.savings_percent,
         "checkpoint_uri": job.checkpoint_uri,
         "error": job.error,
+        "nothing_saved": job.nothing_saved,
         "created_at": _iso(job.created_at),
         "updated_at": _iso(job.updated_at),
         "ended_at": _iso(ended_at(job)),

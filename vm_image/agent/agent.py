@@ -193,14 +193,15 @@ class Agent:
         kind = record.get("type")
         if kind == "epoch":
             self.step = int(record.get("step", 0))
-            self.checkpoint_uri = record.get("checkpoint_uri") or self.checkpoint_uri
+            reported = self._stored_uri(record.get("checkpoint_uri"))
+            self.checkpoint_uri = reported or self.checkpoint_uri
             event = EpochDone(
                 **self._common(),
                 epoch=record["epoch"],
                 epochs=record["epochs"],
                 step=self.step,
                 metrics=record.get("metrics", {}),
-                checkpoint_uri=record.get("checkpoint_uri"),
+                checkpoint_uri=reported,
             )
             self.bus.publish("epoch_done", event)
             self.last_epoch = event

@@ -39,7 +39,14 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from spotline.shared import logs
-from spotline.vm_image.agent.folder_units import Refused, Unit, UnitFile, open_as_reader, scan
+from spotline.vm_image.agent.folder_units import (
+    Refused,
+    Unit,
+    UnitFile,
+    open_as_reader,
+    scan,
+    unfinished,
+)
 from spotline.vm_image.agent.privileges import TrainerAccount
 
 MANIFEST = ".spotline-mirror.json"
@@ -112,6 +119,7 @@ class FolderMirror:
         """Download every unit the manifest lists into the local folder; how
         many. A unit whose objects are gone is skipped with a warning."""
         self.local.mkdir(parents=True, exist_ok=True)
+        restored: dict[str, tuple[list[str], int]] = {}
         for name, entry in self._read_manifest().items():
             files = _entry_files(name, entry)
             if files is None:
@@ -127,9 +135,11 @@ class FolderMirror:
                 shutil.rmtree(self.local / name, ignore_errors=True)
                 (self.local / name).unlink(missing_ok=True)
                 continue
-            unit = scan(self.local, lambda *_: None).get(name)
-            if unit is not None:
-                self.stored[name] = _Stored(unit.signature, files, int(entry.get("newest_ns", 0)))
+            restored[name] = (files, int(entry.get("newest_ns", 0)))
+        units = scan(self.local, lambda *_: None)
+        for name, (files, newest_ns) in restored.items():
+            if name in units:
+                self.stored[name] = _Stored(units[name].signature, files, newest_ns)
         return len(self.stored)
 
     # -- sync -------------------------------------------------------------
@@ -145,10 +155,15 @@ class FolderMirror:
         report = SyncReport()
         now = self.clock()
         units = scan(self.local, self._refuse)
+        if units.pop(MANIFEST, None) is not None:
+            self._refuse(MANIFEST, "the mirror's own name in storage")
         ready: list[Unit] = []
         for name, unit in units.items():
             stored = self.stored.get(name)
             if stored is not None and stored.signature == unit.signature:
+                continue
+            if unfinished(unit):
+                report.pending.append(name)
                 continue
             seen = self._seen.get(name)
             if seen is None or seen[0] != unit.signature:

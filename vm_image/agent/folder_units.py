@@ -15,6 +15,7 @@ same folder (Lightning's ``last.ckpt`` may be one) is read as that file.
 from __future__ import annotations
 
 import os
+import re
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,6 +23,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from spotline.vm_image.agent.privileges import TrainerAccount
+
+_HF_CHECKPOINT = re.compile(r"checkpoint-\d+")
 
 
 class Refused(OSError):
@@ -57,6 +60,20 @@ class Unit:
     @property
     def size(self) -> int:
         return sum(f.size for f in self.files)
+
+
+def unfinished(unit: Unit) -> bool:
+    """Whether the framework's own files say ``unit`` is not complete, however
+    long it has been unchanged. The Hugging Face Trainer writes a checkpoint
+    into ``tmp-checkpoint-N/`` and renames it when done, and writes
+    ``trainer_state.json`` after the weights, optimizer and RNG state: a
+    ``checkpoint-N/`` without it is a save cut short, which its
+    ``resume_from_checkpoint`` would pick as the newest and fail on."""
+    if unit.name.startswith("tmp-checkpoint-"):
+        return True
+    if _HF_CHECKPOINT.fullmatch(unit.name):
+        return f"{unit.name}/trainer_state.json" not in {f.name for f in unit.files}
+    return False
 
 
 def scan(folder: Path, refuse: Callable[[str, str], None]) -> dict[str, Unit]:
