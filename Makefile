@@ -8,8 +8,10 @@ INSTALLED := $(VENV)/.installed
 TENSORFLOW := $(VENV)/.tensorflow
 RAY := $(VENV)/.ray
 XGBOOST := $(VENV)/.xgboost
+HF := $(VENV)/.hf
+LIGHTNING := $(VENV)/.lightning
 
-.PHONY: demo test docs lint tools tensorflow ray xgboost bench bench-scale bench-econ soak soak-replay soak-deps clean
+.PHONY: demo test docs lint tools tensorflow ray xgboost hf lightning bench bench-scale bench-econ soak soak-replay soak-deps clean
 
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +36,19 @@ $(RAY): $(INSTALLED)
 xgboost: $(XGBOOST)
 $(XGBOOST): $(INSTALLED)
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[xgboost]'
+	touch $@
+
+# Hugging Face transformers with accelerate (spotline.transformers, its tests
+# and the README's Trainer example), and Lightning with torchdata
+# (spotline.lightning); both keep the torch pin of the torch extra.
+hf: $(HF)
+$(HF): $(INSTALLED)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[hf]'
+	touch $@
+
+lightning: $(LIGHTNING)
+$(LIGHTNING): $(INSTALLED)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[lightning]'
 	touch $@
 
 demo: $(INSTALLED)

@@ -95,7 +95,7 @@ _WHERE = {
 
 
 # The trainer helpers, which ``spotline.keras.fit`` sits beside: a submodule too.
-_SUBMODULES = frozenset({"keras", "report", "torch"})
+_SUBMODULES = frozenset({"keras", "lightning", "notice", "report", "torch", "transformers"})
 
 
 def __getattr__(name: str) -> Any:

@@ -357,7 +357,8 @@ class PreemptionFlag:
     SIGUSR1 asks for a checkpoint after which training goes on; SIGTERM asks for
     a checkpoint and then an exit. The handlers only set attributes: a signal
     may arrive in the middle of a tensor op or a file write, so the loop does
-    the I/O at its next step boundary. Use as a context manager, or call
+    the I/O at its next step boundary. A handler installed before is called
+    after the flag is set. Use as a context manager, or call
     :meth:`install` and :meth:`uninstall`.
     """
 
@@ -407,3 +408,8 @@ class PreemptionFlag:
             self.exit_requested = True
         else:
             self.checkpoint_requested = True
+        # A handler installed before (a framework's, a logger's) still sees
+        # the signal; the default action (ending the process) is not taken.
+        previous = self._previous.get(signum)
+        if callable(previous):
+            previous(signum, frame)

@@ -19,3 +19,17 @@ def require_framework(module: str, what: str, make_target: str) -> None:
         print(f"\n{message}", file=sys.stderr)
         warnings.warn(message, stacklevel=2)
         pytest.skip(message)
+
+
+def require_modules(modules: tuple[str, ...], what: str, make_target: str) -> None:
+    """Skip the calling test module unless every one of ``modules`` is
+    importable, saying so loudly; call it before importing them."""
+    missing = [module for module in modules if importlib.util.find_spec(module) is None]
+    if missing:
+        message = (
+            f"!!! {what} SKIPPED: {', '.join(missing)} not installed here; "
+            f"make {make_target} installs them !!!"
+        )
+        print(f"\n{message}", file=sys.stderr)
+        warnings.warn(message, stacklevel=2)
+        pytest.skip(message, allow_module_level=True)

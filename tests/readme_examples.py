@@ -21,11 +21,19 @@ def blocks(heading: str, lang: str) -> list[str]:
     (its whole line, e.g. ``## Quick start``), up to the next heading of its
     level or above."""
     readme = README.read_text()
-    start = readme.index(f"\n{heading}\n")
-    level = heading.split(" ", 1)[0]
-    ends = [readme.find(f"\n{'#' * n} ", start + 1) for n in range(1, len(level) + 1)]
-    end = min((at for at in ends if at != -1), default=len(readme))
-    return [body for kind, body in FENCE.findall(readme[start:end]) if kind == lang]
+    start = readme.index(f"\n{heading}\n") + 1
+    level = len(heading.split(" ", 1)[0])
+    lines = readme[start:].splitlines(keepends=True)
+    fenced, end = False, len(lines)
+    for number, line in enumerate(lines[1:], start=1):
+        if line.startswith("```"):
+            fenced = not fenced
+        # A comment in a code block ("# ...") is no heading.
+        marks = len(line) - len(line.lstrip("#"))
+        if not fenced and 0 < marks <= level and line[marks : marks + 1] == " ":
+            end = number
+            break
+    return [body for kind, body in FENCE.findall("".join(lines[:end])) if kind == lang]
 
 
 def run_python(

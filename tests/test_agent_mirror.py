@@ -123,3 +123,46 @@ def test_a_save_on_the_notice_is_stored_before_the_preemption_is_reported(
     assert manifest_units(url) == ["last.pt"]
     assert SpotPreempted.model_validate_json(message).mirrored_checkpoints == 1
     print(f"last upload of a 50 MB checkpoint after the notice: {last_upload_s(agent.log):.2f} s")
+
+
+# Saves on the notice as spotline.torch does and reports the save by the
+# file:// URL save_checkpoint returns, then takes a while to exit.
+REPORTING_TRAINER = """
+import json, os, signal, sys, time
+folder = os.environ["SPOTLINE_CHECKPOINT_DIR"]
+def save(*_):
+    with open(os.path.join(folder, "ckpt-000000000007.pt"), "wb") as out:
+        out.write(os.urandom(1024 * 1024))
+    with open(os.environ["SPOTLINE_EVENTS"], "a") as events:
+        uri = "file://" + os.path.join(folder, "ckpt-000000000007.pt")
+        events.write(json.dumps({"type": "checkpoint", "step": 7, "uri": uri,
+                                 "reason": "sigterm"}) + "\\n")
+    time.sleep(3)
+    sys.exit(143)
+signal.signal(signal.SIGTERM, save)
+print("waiting", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_save_reported_by_its_file_url_is_stored_before_the_preemption_is_reported(
+    vm: Vm,  # noqa: F811
+    agent_topics: object,  # noqa: F811
+    gcs: str,
+) -> None:
+    agent_topics.create("spot_preempted")  # type: ignore[attr-defined]
+    assignment = vm.assignment("j3", ["python", "-c", REPORTING_TRAINER])
+    agent = vm.boot(on_storage(assignment, gcs), **trainer_user())
+    deadline = time.monotonic() + 60
+    while not agent.said("INFO", "waiting"):
+        assert time.monotonic() < deadline, agent.log.read_text()[-2000:]
+        time.sleep(0.2)
+
+    agent.process.send_signal(signal.SIGTERM)
+    (message,) = agent_topics.pull("spot_preempted", 60)  # type: ignore[attr-defined]
+
+    url = f"{gcs}/checkpoints"
+    assert object_size(f"{url}/ckpt-000000000007.pt") == 1024 * 1024
+    preempted = SpotPreempted.model_validate_json(message)
+    assert preempted.step == 7
+    assert preempted.checkpoint_uri == f"{url}/ckpt-000000000007.pt"

@@ -59,6 +59,7 @@ from spotline.vm_image.agent.trainer_launch import EXIT_PREPARE_FAILED, launch_t
 from spotline.vm_image.agent.trainer_process import TENSORBOARD_DIR, CannotStart, TrainerProcess
 from spotline.vm_image.agent.transfers import download_folder, restore_modes, upload_folder
 from spotline.vm_image.agent.workspace import CHECKPOINTS_DIR, OUTPUTS_DIR, job_folder
+from spotline.vm_image.trainers.state_mirror import local_path
 
 JOB_ATTRIBUTE = f"instance/attributes/{JOB_METADATA_KEY}"
 
@@ -498,10 +499,12 @@ class Agent:
 
     def _stored_uri(self, uri: str | None) -> str | None:
         """A reported checkpoint's location in storage: a path in the local
-        checkpoint folder is where the mirror puts it."""
+        checkpoint folder (or its ``file://`` URL, as ``spotline.torch``
+        returns it) is where the mirror puts it."""
         local = str(self.job_dir / CHECKPOINTS_DIR)
-        if uri and (uri == local or uri.startswith(local + "/")):
-            return self.assignment.checkpoint_dir.rstrip("/") + uri[len(local) :]
+        path = local_path(uri) if uri else None
+        if path and (path == local or path.startswith(local + "/")):
+            return self.assignment.checkpoint_dir.rstrip("/") + path[len(local) :]
         return uri
 
     def _upload_tensorboard(self) -> None:
