@@ -41,7 +41,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from spotline import notice
@@ -140,21 +139,15 @@ class SpotlineCallback(pl.Callback):
         """The random number generators' states, in every checkpoint: Lightning
         saves none, and a resumed run would draw other dropout masks (and
         end with other weights) than a run never stopped."""
-        state = capture_rng_state()
-        # Lightning loads checkpoints with weights_only=True, which refuses
-        # numpy arrays: numpy's key goes in as a tensor.
-        kind, key, position, has_gauss, gauss = state["numpy"]
-        state["numpy"] = (kind, torch.from_numpy(key.astype(np.int64)), position, has_gauss, gauss)
-        return {"rng": state, "processes": self._processes}
+        # Tensors and plain values only (numpy's key as a tensor): Lightning
+        # loads checkpoints with weights_only=True, which refuses numpy arrays.
+        return {"rng": capture_rng_state(), "processes": self._processes}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         # One process's state: several ranks would all take rank 0's.
         if state_dict.get("processes") != 1 or self._processes != 1 or "rng" not in state_dict:
             return
-        state = dict(state_dict["rng"])
-        kind, key, position, has_gauss, gauss = state["numpy"]
-        state["numpy"] = (kind, key.numpy().astype(np.uint32), position, has_gauss, gauss)
-        self._rng_to_restore = state
+        self._rng_to_restore = dict(state_dict["rng"])
 
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
