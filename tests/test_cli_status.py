@@ -210,6 +210,7 @@ def test_status_of_one_job_shows_spec_checkpoints_and_logs(
         "code_uri": "gs://bucket/spotline/jobs/one/record/code",
         "data_uri": None,
         "marker_uri": "gs://bucket/spotline/jobs/one/record/RECORD_COMPLETE.json",
+        "digest": None,  # recorded before digests were kept
     }
     assert datetime.fromisoformat(shown["history"][0]["at"]) == NOW
 
