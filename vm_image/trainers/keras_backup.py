@@ -12,15 +12,14 @@ way to save on demand.
 from __future__ import annotations
 
 import shutil
-import signal
 import sys
 import time
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import keras
 
+from spotline.notice import NoticeFlag
 from spotline.report import report_checkpoint, report_resumed
 from spotline.vm_image.trainers import state_mirror
 from spotline.vm_image.trainers.checkpoint_files import KERAS_STATE_FILE
@@ -43,33 +42,10 @@ def global_step(model: Any) -> int:
     return int(model.optimizer.iterations)
 
 
-class SigtermFlag:
-    """Turns SIGTERM into a flag that the callbacks poll at batch ends.
-
-    The handler only sets the flag: the signal may land in the middle of a
-    TensorFlow op or a file write, so the save waits for the next batch end.
-    """
-
-    def __init__(self) -> None:
-        self.requested = False
-        self._previous: Any = None
-        self._installed = False
-
-    def install(self) -> SigtermFlag:
-        """Install the handler (main thread only); a no-op when already installed."""
-        if not self._installed:
-            self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
-            self._installed = True
-        return self
-
-    def uninstall(self) -> None:
-        """Put back the handler that :meth:`install` replaced."""
-        if self._installed:
-            signal.signal(signal.SIGTERM, self._previous)
-            self._installed = False
-
-    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
-        self.requested = True
+# SIGTERM as a flag the callbacks poll at batch ends (the signal may land in
+# the middle of a TensorFlow op or a file write): the one spotline.notice
+# holds for every framework, which also calls a handler installed before it.
+SigtermFlag = NoticeFlag
 
 
 class PreemptibleBackupAndRestore(keras.callbacks.BackupAndRestore):
