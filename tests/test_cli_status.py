@@ -18,6 +18,7 @@ from rich.console import Console
 
 from spotline.functions import deps
 from spotline.infra.cli.commands import main as cli
+from spotline.infra.cli.exit_codes import Exit
 from spotline.infra.cli.jobs_table import fitted, jobs_table
 from spotline.infra.localcloud.wire import HttpService
 from spotline.shared.adapters.firestore_store import FirestoreStore
@@ -320,6 +321,37 @@ def test_submit_dry_run_prints_the_validated_spec_and_publishes_nothing(
     assert cli(["submit", str(path)]) == 0
     assert re.search(r"job id: j[0-9a-f]{12}", capsys.readouterr().out)
     assert [m.get("description") for m in published(submissions)] == ["the real one"]
+
+
+def test_submit_json_prints_what_was_published_and_nothing_else_on_stdout(
+    submissions: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = tmp_path / "code"
+    code.mkdir()
+    source = f"print({str(tmp_path)!r})\n"  # content of its own: uploaded afresh
+    (code / "train.py").write_text(source)
+    path = tmp_path / "job.json"
+    spec = {"user": "ada", "machine_ids": ["g2-standard-4"], "command": ["python", "train.py"]}
+    path.write_text(json.dumps({**spec, "code_dir": "code"}))
+
+    assert cli(["submit", str(path), "--json"]) == 0
+
+    out, err = capsys.readouterr()
+    shown = json.loads(out)
+    [message] = published(submissions)
+    assert re.fullmatch(r"j[0-9a-f]{12}", shown["job_id"])
+    [upload] = shown["uploads"]
+    assert upload["target"] == message["code_uri"] and upload["files"] == 1
+    assert upload["written"] == 1 and upload["bytes"] == len(source)
+    assert shown["recorded"] is None and shown["topic"].endswith("spotline-submit")
+    assert "code: " in err and "uploaded 1 file(s)" in err
+
+
+def test_submit_json_and_follow_are_one_or_the_other(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as ended:
+        cli(["submit", "job.json", "--json", "--follow"])
+    assert ended.value.code == Exit.USAGE
+    assert "not allowed with argument" in capsys.readouterr().err
 
 
 # -- logs ---------------------------------------------------------------------

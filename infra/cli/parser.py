@@ -157,10 +157,17 @@ def build() -> argparse.ArgumentParser:
         default=DEFAULT_LIMIT_MB,
         help="refuse a folder holding more (its biggest files are named)",
     )
-    submit_cmd.add_argument(
+    then = submit_cmd.add_mutually_exclusive_group()
+    then.add_argument(
         "--follow",
         action="store_true",
         help="then watch the job until it ends (exit 0 COMPLETED, 1 FAILED, 3 CANCELED)",
+    )
+    then.add_argument(
+        "--json",
+        action="store_true",
+        help="print what was published as JSON (job_id, message_id, topic, uploads, "
+        "recorded); the progress lines go to stderr",
     )
     submit_cmd.set_defaults(run=submit.submit)
 

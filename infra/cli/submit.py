@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import IO, TYPE_CHECKING, Any
 
 from spotline.infra.cli.exit_codes import Exit
 from spotline.infra.client.connection import connect
@@ -31,9 +32,11 @@ def submit(args: argparse.Namespace) -> int:
         if refused:  # checked before anything is reached: a secret never leaves this machine
             raise SecretInSpec(refused, source)
         conn = connect(args.workdir)
+        # Under --json, stdout carries the JSON only: the progress lines go to stderr.
+        say_packed = _packed_to(sys.stderr if args.json else sys.stdout)
         if args.dry_run:
             _, spec, _ = submission.prepared(
-                conn, args.file, args.code_dir, args.data_dir, args.upload_limit_mb, _say_packed
+                conn, args.file, args.code_dir, args.data_dir, args.upload_limit_mb, say_packed
             )
             print(json.dumps(display_spec(spec), indent=2, ensure_ascii=False))
             print(f"{args.file} is valid; nothing published (--dry-run)", file=sys.stderr)
@@ -44,7 +47,7 @@ def submit(args: argparse.Namespace) -> int:
             args.code_dir,
             args.data_dir,
             upload_limit_mb=args.upload_limit_mb,
-            on_packed=_say_packed,
+            on_packed=say_packed,
         )
     except SpecError as err:  # SecretInSpec and SpecUnreadable say it in a line
         print(err, file=sys.stderr)
@@ -52,6 +55,12 @@ def submit(args: argparse.Namespace) -> int:
     except InputsError as err:
         print(f"{args.file} was not submitted: {err}", file=sys.stderr)
         return Exit.USAGE
+    if args.json:
+        from spotline.infra.cli.output import print_json
+
+        _say(published, sys.stderr)
+        print_json(published_json(published))
+        return Exit.OK
     _say(published)
     print(f"published message {published.message_id} on {published.topic}")
     print(f"job id: {published.job_id}")
@@ -60,27 +69,52 @@ def submit(args: argparse.Namespace) -> int:
     return 0
 
 
-def _say_packed(field: str, pack: Pack) -> None:
-    """A folder's size, before it is uploaded."""
+def _packed_to(out: IO[str]) -> Callable[[str, Pack], None]:
+    """Says a folder's size, before it is uploaded, on ``out``."""
     from spotline.infra.client.packing import human
 
-    what = "code" if field == "code_uri" else "data"
-    print(f"{what}: {pack.folder}: {len(pack.files)} file(s), {human(pack.size)}")
+    def say(field: str, pack: Pack) -> None:
+        what = "code" if field == "code_uri" else "data"
+        print(f"{what}: {pack.folder}: {len(pack.files)} file(s), {human(pack.size)}", file=out)
+
+    return say
 
 
-def _say(published: Published) -> None:
+def published_json(published: Published) -> dict[str, Any]:
+    """What ``submit --json`` prints: the job, its message, what was uploaded."""
+    return {
+        "job_id": published.job_id,
+        "message_id": published.message_id,
+        "topic": published.topic,
+        "uploads": [
+            {
+                "folder": str(upload.folder),
+                "target": upload.target,
+                "files": upload.files,
+                "bytes": upload.size,
+                "written": upload.written,
+            }
+            for upload in published.uploads
+        ],
+        "recorded": published.recorded,
+    }
+
+
+def _say(published: Published, out: IO[str] | None = None) -> None:
     """What was copied before the message: uploads, then the snapshot."""
+    out = out or sys.stdout
     for upload in published.uploads:
         if upload.written:
-            print(f"uploaded {upload.written} file(s) from {upload.folder} to {upload.target}")
+            what = f"uploaded {upload.written} file(s) from {upload.folder} to {upload.target}"
         else:
-            print(f"{upload.folder} is unchanged since uploaded to {upload.target}")
+            what = f"{upload.folder} is unchanged since uploaded to {upload.target}"
+        print(what, file=out)
     if published.recorded is None:
         return
     if published.recorded_files is None:
-        print(f"recorded already: {published.recorded}")
+        print(f"recorded already: {published.recorded}", file=out)
     else:
-        print(f"recorded {published.recorded_files} file(s) into {published.recorded}")
+        print(f"recorded {published.recorded_files} file(s) into {published.recorded}", file=out)
 
 
 def follow_job(conn: Connection, job_id: str) -> int:
