@@ -120,8 +120,10 @@ def env_refusals(env: Mapping[str, str]) -> list[str]:
                 "Firestore and the VM's metadata, so it does not take a literal value here. "
                 "Put the value in Secret Manager and give its reference: "
                 f"{name}={REFERENCE_FORMS}; "
-                "grant the VMs' service account roles/secretmanager.secretAccessor on that "
-                "secret (README: Secrets)"
+                "let the VMs' service account read that secret "
+                "(roles/secretmanager.secretAccessor); in the per-user mode, name it "
+                "spotline-u-USER_..., which your own VMs' account reads already "
+                "(README: Secrets)"
             )
     return problems
 
