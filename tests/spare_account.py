@@ -46,3 +46,17 @@ def processes_of(uid: int) -> list[int]:
         if int(status["Uid"].split()[0]) == uid and not status["State"].strip().startswith("Z"):
             pids.append(int(proc.name))
     return pids
+
+
+def nobody_must_be_idle() -> None:
+    """Skip, loudly, where ``nobody`` runs processes: a test that makes it
+    the trainer's account would have the agent kill every one of them (it
+    ends every process of the trainer's account between jobs)."""
+    import pytest
+
+    running = processes_of(pwd.getpwnam("nobody").pw_uid) if os.geteuid() == 0 else []
+    if running:
+        pytest.skip(
+            f"'nobody' runs {len(running)} process(es) here (pids {running[:5]}): the agent "
+            "would kill them all as the trainer's account's leftovers"
+        )

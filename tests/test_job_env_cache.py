@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.spare_account import nobody_must_be_idle
 from tests.test_job_env import tiny_wheel
 
 SYSTEM_PYTHON = "/usr/bin/python3.11"
@@ -79,6 +80,7 @@ def _as_trainer(script: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_trainer_cannot_change_the_cached_venv_the_next_job_reuses(shared_tmp: Path) -> None:
+    nobody_must_be_idle()
     tiny_wheel(shared_tmp / "wheels", "from the wheel")
     requirements = shared_tmp / "requirements.txt"
     requirements.write_text(f"--no-index\n--find-links {shared_tmp / 'wheels'}\ntinydep==0.1\n")

@@ -20,6 +20,7 @@ from spotline.shared.contract.assignment import Assignment
 from spotline.shared.contract.events import JobFinished
 from spotline.shared.domain.spec import JobSpec
 from spotline.shared.domain.vms import JOB_METADATA_KEY
+from tests.spare_account import nobody_must_be_idle
 from tests.test_agent_failures import RunningAgent, Topics
 
 REPO = Path(__file__).resolve().parent.parent
@@ -56,6 +57,8 @@ class Vm:
         ).model_dump_json()
 
     def boot(self, assignment: str, **env: str) -> RunningAgent:
+        if env.get("SPOTLINE_TRAINER_USER") == "nobody":
+            nobody_must_be_idle()
         self.server = MetadataServer(self.identity, {JOB_METADATA_KEY: assignment})
         self.server.start()
         log = self.tmp_path / "agent.log"
