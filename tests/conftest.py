@@ -56,6 +56,22 @@ _NO_STORAGE = storage_emulator_missing()
 pytest_plugins = ["tests.local_cloud", "tests.vm_agent"]
 
 
+# Markers a test gets from what it uses, whatever its file says: a test whose
+# fixtures start an emulator is an emulator test, one on the whole local stack
+# is end to end. `make test-fast` runs the rest (-m "not emulators and not e2e").
+_EMULATOR_FIXTURES = frozenset({"emulators", "storage_emulator", "shared_stack"})
+_E2E_FIXTURES = frozenset({"shared_stack"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        if used & _EMULATOR_FIXTURES and item.get_closest_marker("emulators") is None:
+            item.add_marker(pytest.mark.emulators)
+        if used & _E2E_FIXTURES and item.get_closest_marker("e2e") is None:
+            item.add_marker(pytest.mark.e2e)
+
+
 def pytest_report_header() -> list[str]:
     lines = ["emulators: Firestore and Pub/Sub from the Google Cloud CLI"]
     if _MISSING:
