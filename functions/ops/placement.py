@@ -279,7 +279,10 @@ def _create_gang(
 def _restore_gate(deps: Deps, job: JobDoc, now: datetime) -> str | None:
     """The new VMs' restore gate, when a VM of an earlier attempt may still be
     saving (``spotline.shared.domain.restore_gate``). Its delete is not waited
-    for; the recovery that deletes it opens the gate."""
+    for; the recovery that deletes it opens the gate. A first attempt has no
+    earlier VM: nothing to read."""
+    if job.attempt <= 1:
+        return None
     return gate_value(job, deps.store.instances_of_job(job.job_id), now)
 
 
