@@ -34,7 +34,7 @@ def server() -> Iterator[MetadataServer]:
 def test_a_vm_made_with_no_gate_starts_at_once(server: MetadataServer) -> None:
     started = time.monotonic()
     assert await_restore(Metadata(server.host), wait_s=30)
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 10.0  # far from the 30 s it would wait, with room for load
 
 
 def test_the_trainer_waits_until_the_gate_opens(server: MetadataServer) -> None:
@@ -48,7 +48,7 @@ def test_the_trainer_waits_until_the_gate_opens(server: MetadataServer) -> None:
         assert await_restore(Metadata(server.host), wait_s=30)
     finally:
         opener.cancel()
-    assert 0.9 <= time.monotonic() - started < 5.0
+    assert 0.9 <= time.monotonic() - started < 15.0
 
 
 def test_another_items_change_does_not_open_it(server: MetadataServer) -> None:
@@ -72,4 +72,4 @@ def test_a_gate_naming_the_notices_end_waits_no_later(server: MetadataServer) ->
     server.set_attributes({RESTORE_METADATA_KEY: until})
     started = time.monotonic()
     assert not await_restore(Metadata(server.host), wait_s=30)
-    assert 1.0 <= time.monotonic() - started < 4.0
+    assert 1.0 <= time.monotonic() - started < 15.0
