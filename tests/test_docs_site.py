@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -115,6 +116,17 @@ def test_every_job_spec_shown_is_one_spotline_accepts() -> None:
         except InvalidMessage as err:
             pytest.fail(f"{page} shows a job spec spotline refuses: {err}\n{block}")
     assert len(specs) >= 12, specs  # as many as the pages showed when this was written
+
+
+def test_the_readme_is_a_front_page_whose_links_resolve() -> None:
+    """The README stays a front page (the guides live in docs/), and each
+    file it links to exists: mkdocs checks the site's links, not the README's."""
+    readme = (ROOT / "README.md").read_text()
+    assert readme.count("\n") <= 200
+    targets = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", readme)
+    assert targets
+    missing = [target for target in targets if not (ROOT / target).is_file()]
+    assert not missing, f"the README links to files that do not exist: {missing}"
 
 
 @pytest.mark.e2e
