@@ -39,7 +39,7 @@ $(XGBOOST): $(INSTALLED)
 	touch $@
 
 # Hugging Face transformers with accelerate (spotline.transformers, its tests
-# and the README's Trainer example), and Lightning with torchdata
+# and the docs' Trainer example), and Lightning with torchdata
 # (spotline.lightning); both keep the torch pin of the torch extra.
 hf: $(HF)
 $(HF): $(INSTALLED)
@@ -110,7 +110,7 @@ soak: $(INSTALLED)
 bench: $(INSTALLED)
 	$(BIN)/python benchmarks/bench_skeleton.py
 
-# Spot economics (README: Spot economics): spotline's handlers on a
+# Spot economics (docs/benchmarks.md: Spot economics): spotline's handlers on a
 # virtual clock under seeded preemption traces, against on-demand, restart
 # from scratch and a SkyPilot-like poller. ECON_ARGS: e.g. --trace FILE.
 # Then multi-node gangs with Compute Engine's latencies (BENCHMARKS.md): full
@@ -126,7 +126,7 @@ bench-econ: $(INSTALLED)
 # about 25 more): cold starts, Firestore operations per job and their price, a
 # burst of 500 submissions from 20 users, the reaper over 10,000 active and
 # 100,000 terminal jobs. Each prints a table and merges its figures into
-# benchmarks/results/scale-<date>.json (README, Performance).
+# benchmarks/results/scale-<date>.json (docs/benchmarks.md).
 bench-scale: $(INSTALLED)
 	$(BIN)/python benchmarks/bench_scale_coldstart.py
 	$(BIN)/python benchmarks/bench_scale_ops.py

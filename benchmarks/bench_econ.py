@@ -7,7 +7,7 @@ spotline and on-demand run through spotline's real handlers on a virtual clock
 (``benchmarks.econ.spotline_run``); the other two are models
 (``benchmarks.econ.baselines``). Prints a Markdown table and the target check.
 
-    python benchmarks/bench_econ.py                      # the README's table
+    python benchmarks/bench_econ.py                      # docs/benchmarks.md's table
     python benchmarks/bench_econ.py --trace benchmarks/econ/traces/example.jsonl
 """
 

@@ -189,7 +189,7 @@ class Settings(BaseSettings):
         "those topics are obeyed",
     )
 
-    # README, Notifications: where a job's webhook may go besides public
+    # docs/guides/notifications.md: where a job's webhook may go besides public
     # addresses (and over plain http); locally 127.0.0.0/8 for a test receiver.
     webhook_allowed_networks: Annotated[tuple[str, ...], NoDecode] = Field(
         default=(),

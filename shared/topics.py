@@ -11,7 +11,7 @@ TOPICS = {
     "reaper_tick": "spotline-reaper-tick",
     # The tick's pages, each swept by its own invocation (spotline.functions.ops.sweep_pages).
     "reaper_page": "spotline-reaper-page",
-    # Every change of a job's state, for anyone to follow (README: Notifications).
+    # Every change of a job's state, for anyone to follow (docs/guides/notifications.md).
     "job_events": "spotline-job-events",
     "dead_letter": "spotline-dead-letter",
 }

@@ -20,6 +20,7 @@ from spotline.infra.client.errors import JobNotFound
 from spotline.infra.localstack.stack import STACK_FILE
 from spotline.shared.adapters.firestore_store import FirestoreStore
 from spotline.shared.domain.states import JobStatus, JobSubstatus
+from tests.doc_examples import section
 from tests.documents import job
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -168,8 +169,7 @@ def test_a_corrupt_stack_file_is_named_with_what_to_do(
     assert str(tmp_path / STACK_FILE) in line and "spotline up" in line
 
 
-def test_the_readme_documents_every_exit_code() -> None:
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("### When a command fails") :]
-    documented = {int(code) for code in re.findall(r"^\| (\d+) \|", section, flags=re.M)}
+def test_the_cli_reference_documents_every_exit_code() -> None:
+    table = section("docs/reference/cli.md", "## When a command fails: one line and an exit code")
+    documented = {int(code) for code in re.findall(r"^\| (\d+) \|", table, flags=re.M)}
     assert documented == {int(code) for code in Exit}

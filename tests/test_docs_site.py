@@ -4,7 +4,9 @@ setting and event the code declares, and its examples are the tested ones."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,12 +17,14 @@ from spotline.infra.cli.commands import main as cli
 from spotline.infra.cli.parser import build
 from spotline.infra.localstack.stack import LocalStack
 from spotline.shared.contract import events
-from spotline.shared.domain.spec import JobSpec
+from spotline.shared.domain.errors import InvalidMessage
+from spotline.shared.domain.spec import JobSpec, parse_spec
 from spotline.shared.settings import Settings
-from tests.readme_examples import blocks
+from tests.doc_examples import blocks, page_blocks
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
+GETTING_STARTED = "docs/getting-started.md"
 
 
 @pytest.fixture(scope="module")
@@ -77,11 +81,52 @@ def test_the_events_page_has_every_message(site: Path) -> None:
         assert hasattr(events, name)
 
 
-def test_getting_started_runs_the_readme_quick_start() -> None:
-    """The two commands are the README's, which CI runs (.ci/run: make test)."""
-    started = (DOCS / "getting-started.md").read_text()
-    [two_commands, *_] = blocks("## Quick start", "sh")
-    assert f"```sh\n{two_commands}```" in started
+def test_the_readme_shows_getting_started_s_commands_and_examples() -> None:
+    """The README's blocks are getting started's, which the tests run: the two
+    commands (CI runs them: .ci/run, make test) and the three ways to submit."""
+    [two_commands] = blocks("README.md", "## Quick start", "sh")
+    assert blocks(GETTING_STARTED, "## The local stack in two commands", "sh") == [two_commands]
+    for lang in ("sh", "python"):
+        shown = blocks("README.md", "## One job, three ways", lang)
+        assert shown == blocks(GETTING_STARTED, "## Your own job, three ways", lang), lang
+
+
+@pytest.mark.parametrize(
+    ("page", "heading"),
+    [("README.md", "## One job, three ways"), ("docs/guides/submitting.md", "# Submitting jobs")],
+)
+def test_the_job_shown_is_examples_digits_json(page: str, heading: str) -> None:
+    [shown, *_] = blocks(page, heading, "json")
+    assert json.loads(shown) == json.loads((ROOT / "examples" / "digits.json").read_text())
+
+
+def test_every_job_spec_shown_is_one_spotline_accepts() -> None:
+    """A JSON block with ``machine_ids`` on any page is a job spec a reader
+    may copy: it must pass the submit function's validation."""
+    pages = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+    specs = [
+        (page.relative_to(ROOT), block)
+        for page in pages
+        for block in page_blocks(str(page.relative_to(ROOT)), "json")
+        if '"machine_ids"' in block
+    ]
+    for page, block in specs:
+        try:
+            parse_spec(block.encode())
+        except InvalidMessage as err:
+            pytest.fail(f"{page} shows a job spec spotline refuses: {err}\n{block}")
+    assert len(specs) >= 12, specs  # as many as the pages showed when this was written
+
+
+def test_the_readme_is_a_front_page_whose_links_resolve() -> None:
+    """The README stays a front page (the guides live in docs/), and each
+    file it links to exists: mkdocs checks the site's links, not the README's."""
+    readme = (ROOT / "README.md").read_text()
+    assert readme.count("\n") <= 200
+    targets = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", readme)
+    assert targets
+    missing = [target for target in targets if not (ROOT / target).is_file()]
+    assert not missing, f"the README links to files that do not exist: {missing}"
 
 
 @pytest.mark.e2e

@@ -100,4 +100,4 @@ def test_an_error_restarts_from_the_checkpoint_and_a_preempted_zone_is_avoided(
     shown = capsys.readouterr().out
     counts = "restarts     1 on errors (max_restarts_on_errors=1); preemptions 1 (max_preemptions:"
     assert counts in shown
-    print(shown)  # what the README shows (pytest -rP)
+    print(shown)  # what docs/guides/preemption.md shows (pytest -rP)

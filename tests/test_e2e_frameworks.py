@@ -1,4 +1,4 @@
-"""The README's Hugging Face Trainer and Lightning examples as command jobs on
+"""The Hugging Face Trainer and Lightning examples (their docs pages show them) as command jobs on
 the whole local stack, their code folders uploaded, each preempted in the
 middle of training: the integration saves at the step of the notice, the next
 attempt resumes from that very step (no step done twice), and the job ends

@@ -29,7 +29,7 @@ import pytest
 
 from spotline.infra.localstack.stack import LocalStack
 from spotline.shared.adapters.firestore_store import FirestoreStore
-from tests.readme_examples import blocks, run_python
+from tests.doc_examples import blocks, run_python
 from tests.test_e2e_recovery import preempt_once
 
 try:
@@ -259,8 +259,9 @@ def test_ctrl_c_asks_and_cancels_the_job(
     assert job.status == "CANCELED", job
 
 
-def test_the_readme_example_runs(shared_stack: LocalStack, tmp_path: Path) -> None:
-    [example] = blocks("### Keras in one call: `spotline.keras.fit`", "python")
+def test_the_docs_example_runs(shared_stack: LocalStack, tmp_path: Path) -> None:
+    page, heading = "docs/frameworks/keras.md", "## Keras in one call: `spotline.keras.fit`"
+    [example] = blocks(page, heading, "python")
 
     done = run_python(shared_stack, example, tmp_path, timeout_s=420)
 

@@ -22,15 +22,15 @@ from spotline.shared.domain.documents import JobDoc
 from spotline.shared.domain.states import JobStatus
 from spotline.vm_image.agent.checkpoint_mirror import MANIFEST
 from spotline.vm_image.agent.transfers import upload_folder
-from tests.readme_examples import blocks
+from tests.doc_examples import blocks
 from tests.test_e2e_recovery import submit, wait_no_vms
 
 pytestmark = [pytest.mark.emulators, pytest.mark.e2e]
 
 EPOCHS = 6  # 30 s a run: the notice lands mid-run on a busy machine too
 STEPS = EPOCHS * 100
-# The README's example of a script that saves to the local folder.
-[TRAIN] = blocks("#### Checkpoints in a local folder", "python")
+# The trainer page's example of a script that saves to the local folder.
+[TRAIN] = blocks("docs/guides/trainer.md", "## Checkpoints in a local folder", "python")
 
 
 def manifest_units(url: str) -> dict[str, Any]:

@@ -87,7 +87,7 @@ SOURCES = {
     "2 vCPU (C. McAnlis, 'Understanding and Profiling GCE cold-boot time', 2017): "
     "the insert's share assumed 10 s",
     "boot_median_s": "assumption built on those: guest boot, the GPU driver's load, the "
-    "agent, code and data from storage (the rest of the 90 s the README assumes)",
+    "agent, code and data from storage (the rest of the 90 s the economics model assumes)",
     "boot_sigma": "assumption: log-normal shape, p95 = 1.78 x median",
     "notice_s": "Compute API Scheduling.skipGuestOsShutdown: 30 s between ACPI G2 Soft "
     "Off and G3 Mechanical Off for Spot VMs (120 s for standard VMs)",

@@ -4,7 +4,7 @@ the result of one run.
 Everything here is a stated assumption, not spotline code: the VM's boot time,
 the checkpoint write, the 30 s notice, Compute Engine's delete, the trainer's
 steady progress and its periodic saves. The defaults are the figures the
-README quotes, each with its source; each can be changed per run.
+docs/benchmarks.md quotes, each with its source; each can be changed per run.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Runs of every strategy over seeded traces, summed up as the README's table."""
+"""Runs of every strategy over seeded traces, summed up as docs/benchmarks.md's table."""
 
 from __future__ import annotations
 

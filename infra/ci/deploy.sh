@@ -2,7 +2,7 @@
 # Cloud Build step: `spotline deploy` into PROJECT, after lint, tests and the image.
 # Usage: infra/ci/deploy.sh PROJECT REGION STORAGE_ROOT [SUBMITTERS]
 #   SUBMITTERS: comma-separated principals who may publish jobs (user:..., group:...).
-# Cloud Build's service account deploys: it needs the rights the README's
+# Cloud Build's service account deploys: it needs the rights docs/operations/deploying.md's
 # prerequisites name (enable APIs, create service accounts, set IAM policies).
 set -euo pipefail
 project=${1:?usage: deploy.sh PROJECT REGION STORAGE_ROOT [SUBMITTERS]}

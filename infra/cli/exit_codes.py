@@ -1,5 +1,5 @@
-"""What ``spotline`` exits with: the one table of exit codes, which the README's
-CLI section documents and every command returns by name."""
+"""What ``spotline`` exits with: the one table of exit codes, which the command
+line reference (docs/reference/cli.md) documents and every command returns by name."""
 
 from __future__ import annotations
 

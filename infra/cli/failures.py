@@ -65,8 +65,8 @@ def _google_api(err: BaseException) -> tuple[Exit, str] | None:
         if isinstance(err, core.PermissionDenied | core.Unauthenticated | core.Forbidden):
             return Exit.NOT_CONNECTED, (
                 f"Google refused the request: {_first_line(err)}; check the project "
-                "(`spotline settings`) and that your account has the roles the README's "
-                "deploy section lists"
+                "(`spotline settings`) and that your account has the roles the docs' "
+                "Deploying to Google Cloud page lists"
             )
         if isinstance(err, core.GoogleAPIError):
             return Exit.CLOUD, f"Google's API failed: {_first_line(err)}"

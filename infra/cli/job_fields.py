@@ -4,7 +4,7 @@ with secret-looking values masked, and the JSON documents of ``--json``.
 Pure (the caller passes ``now``), so a table and a JSON document show the same
 numbers, and tests can pin the time.
 
-The JSON keys are a contract with scripts (documented in the README): keys are
+The JSON keys are a contract with scripts (documented in docs/guides/submitting.md): keys are
 only ever added, timestamps are ISO 8601 in UTC, absent values are ``null``.
 """
 

@@ -23,7 +23,7 @@ from spotline.infra.dashboard import command as dashboard_command
 from spotline.infra.deploy import command as deploy_command
 
 DESCRIPTION = "The ``spotline`` command."
-JSON_HELP = "print JSON for scripts (keys in the README's CLI section)"
+JSON_HELP = "print JSON for scripts (keys in the docs: Submitting jobs, --json)"
 
 
 def version() -> str:

@@ -16,7 +16,7 @@ class JobState:
     """A job as its document says now (``Job.status()``, ``spotline.jobs()``).
 
     ``status`` is QUEUING, TRAINING, RECOVERING, COMPLETED, FAILED or CANCELED;
-    ``substatus`` the step within it (the README's state machine).
+    ``substatus`` the step within it (the state machine in docs/internals/how-it-works.md).
     """
 
     job_id: str

@@ -123,7 +123,7 @@ def env_refusals(env: Mapping[str, str]) -> list[str]:
                 "let the VMs' service account read that secret "
                 "(roles/secretmanager.secretAccessor); in the per-user mode, name it "
                 "spotline-u-USER_..., which your own VMs' account reads already "
-                "(README: Secrets)"
+                "(docs: Submitting jobs, Secrets)"
             )
     return problems
 

@@ -1,6 +1,6 @@
 """A node's trainer as several processes, one per rank, started as torchrun would.
 
-The contract (README, "Multi-node jobs"):
+The contract (docs/guides/multi-node.md, "Processes per node"):
 
 - Each rank is the job's command with its own RANK, LOCAL_RANK, WORLD_SIZE,
   LOCAL_WORLD_SIZE, NODE_RANK (``spotline.shared.contract.ranks``).

@@ -10,7 +10,7 @@ Secret Manager's REST API (no client library: one GET per secret):
 own access token from the metadata server; the answer's ``payload.data`` is
 the value, base64. ``SPOTLINE_SECRETMANAGER_ENDPOINT`` points it elsewhere
 (the local stack, tests). The VM's service account needs
-``roles/secretmanager.secretAccessor`` on each secret (README: Secrets).
+``roles/secretmanager.secretAccessor`` on each secret (docs/guides/submitting.md, Secrets).
 """
 
 from __future__ import annotations

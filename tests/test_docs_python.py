@@ -1,6 +1,7 @@
-"""The README's "From Python" example, copied out and run as a reader would:
-a script in a folder of its own, spotline found through SPOTLINE_WORKDIR
-(the local stack's folder), none of the stack's variables set."""
+"""Submitting jobs' "From Python" and "Shipping a local folder" examples,
+copied out and run as a reader would: a script in a folder of its own,
+spotline found through SPOTLINE_WORKDIR (the local stack's folder), none of
+the stack's variables set."""
 
 from __future__ import annotations
 
@@ -9,15 +10,17 @@ from pathlib import Path
 import pytest
 
 from spotline.infra.localstack.stack import LocalStack
-from tests.readme_examples import blocks, run_python
+from tests.doc_examples import blocks, run_python
 
 pytestmark = [pytest.mark.emulators, pytest.mark.e2e]
+
+PAGE = "docs/guides/submitting.md"
 
 
 def test_the_python_example_runs_on_the_local_stack(
     shared_stack: LocalStack, tmp_path: Path
 ) -> None:
-    [example] = blocks("### From Python", "python")
+    [example] = blocks(PAGE, "## From Python", "python")
 
     done = run_python(shared_stack, example, tmp_path)
 
@@ -33,7 +36,7 @@ def test_the_python_example_runs_on_the_local_stack(
 def test_the_code_dir_example_ships_its_folder_once(
     shared_stack: LocalStack, tmp_path: Path
 ) -> None:
-    [example] = blocks("### Shipping a local folder: `--code-dir`", "python")
+    [example] = blocks(PAGE, "## Shipping a local folder: `--code-dir`", "python")
 
     done = run_python(shared_stack, example, tmp_path)
 

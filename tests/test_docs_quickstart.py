@@ -1,5 +1,6 @@
-"""The README's quick start, its three ways to submit a job, run as written
-from the repository's root on the local stack: the Google Cloud CLI's own
+"""Getting started's three ways to submit a job (the README shows the same
+blocks, tests/test_docs_site.py checks), run as written from the
+repository's root on the local stack: the Google Cloud CLI's own
 publish (the real ``gcloud``, pointed at the Pub/Sub emulator), ``spotline
 submit``, and the Python call as a script of its own."""
 
@@ -18,15 +19,16 @@ import pytest
 from spotline.infra.localstack.stack import LocalStack
 from spotline.shared.adapters.firestore_store import FirestoreStore
 from spotline.shared.domain.documents import JobDoc
-from tests.readme_examples import blocks, run_python
+from tests.doc_examples import blocks, run_python
 
 pytestmark = [pytest.mark.emulators, pytest.mark.e2e]
 
 REPO = Path(__file__).resolve().parents[1]
+THREE_WAYS = ("docs/getting-started.md", "## Your own job, three ways")
 
 
 def command_line(starts: str) -> str:
-    lines = "".join(blocks("## Quick start", "sh")).splitlines()
+    lines = "".join(blocks(*THREE_WAYS, "sh")).splitlines()
     [line] = [line for line in lines if line.startswith(starts)]
     return line
 
@@ -91,7 +93,7 @@ def test_the_cli_line_submits_a_job(local_stack: LocalStack) -> None:
 def test_the_python_call_runs_the_job_to_completion(
     shared_stack: LocalStack, tmp_path: Path
 ) -> None:
-    [example] = blocks("## Quick start", "python")
+    [example] = blocks(*THREE_WAYS, "python")
 
     # From the root: the example names examples/digits.json.
     done = run_python(shared_stack, example, tmp_path, cwd=REPO)

@@ -1,4 +1,4 @@
-"""The README's Hugging Face, Lightning and plain PyTorch sections: each shows
+"""The Hugging Face, Lightning and PyTorch pages: each shows
 its example file as it is (the stack tests, tests/test_e2e_frameworks.py, run
 the first two as preempted jobs), its job spec is valid, and the plain
 PyTorch loop, sent SIGTERM mid-epoch, saves that step and then ends with the
@@ -18,27 +18,27 @@ import torch
 from torch.testing import assert_close
 
 from spotline.shared.domain.spec import parse_spec
-from tests.readme_examples import blocks
+from tests.doc_examples import blocks
 from tests.script_runs import SCRIPT_TIMEOUT_S, events, run, script_env
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 SECTIONS = {
-    "#### A Hugging Face Trainer script": "hf_job",
-    "#### A Lightning script": "lightning_job",
-    "#### A plain PyTorch script": "torch_job",
+    ("docs/frameworks/hugging-face.md", "## A Hugging Face Trainer script"): "hf_job",
+    ("docs/frameworks/lightning.md", "## A Lightning script"): "lightning_job",
+    ("docs/frameworks/pytorch.md", "## A plain PyTorch script"): "torch_job",
 }
-HF_HEADING = "#### A Hugging Face Trainer script"
+HF = ("docs/frameworks/hugging-face.md", "## A Hugging Face Trainer script")
 TORCH_SCRIPT = EXAMPLES / "torch_job" / "train.py"
 
 
-@pytest.mark.parametrize("heading", list(SECTIONS))
-def test_each_section_shows_its_example_as_it_is(heading: str) -> None:
-    [script] = blocks(heading, "python")
-    assert script == (EXAMPLES / SECTIONS[heading] / "train.py").read_text()
+@pytest.mark.parametrize("where", list(SECTIONS), ids=lambda where: where[0])
+def test_each_section_shows_its_example_as_it_is(where: tuple[str, str]) -> None:
+    [script] = blocks(*where, "python")
+    assert script == (EXAMPLES / SECTIONS[where] / "train.py").read_text()
 
 
 def test_the_hugging_face_job_spec_is_valid() -> None:
-    [spec] = [parse_spec(block.encode()) for block in blocks(HF_HEADING, "json")]
+    [spec] = [parse_spec(block.encode()) for block in blocks(*HF, "json")]
     assert spec.command == ["python", "train.py"] and spec.env["HF_HUB_OFFLINE"] == "1"
 
 

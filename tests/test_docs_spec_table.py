@@ -1,24 +1,22 @@
-"""The README's job spec table names every field a spec may carry, each with
+"""The job spec table (Submitting jobs) names every field a spec may carry, each with
 its default: a field added to ``JobSpec`` without a row fails here."""
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from spotline.shared.domain.spec import JobSpec
+from tests.doc_examples import section
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+PAGE = "docs/guides/submitting.md"
 
 
 def spec_table() -> dict[str, str]:
     """Each field named in the first column of the job spec table, with the
     row's default column."""
-    readme = README.read_text()
-    start = readme.index("### The job spec")
     rows = [
         line.split("|")[1:3]
-        for line in readme[start : readme.index("\n#", start + 1)].splitlines()
+        for line in section(PAGE, "## The job spec").splitlines()
         if line.startswith("| `")
     ]
     return {
@@ -30,6 +28,6 @@ def test_every_spec_field_has_a_row_with_its_default() -> None:
     table = spec_table()
     fields = {field.alias or name for name, field in JobSpec.model_fields.items()}
     missing = sorted(fields - set(table) - {"$schema"})  # `$schema`: its own paragraph
-    assert not missing, f"the README's job spec table has no row for {missing}"
+    assert not missing, f"{PAGE}'s job spec table has no row for {missing}"
     assert all(table[name] for name in fields & set(table)), "a row without a default"
     assert not sorted(set(table) - fields), "a row for a field the spec does not have"
