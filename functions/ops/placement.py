@@ -20,6 +20,7 @@ from datetime import datetime
 from spotline.functions.deps import Deps
 from spotline.functions.ops.event_tokens import issue_event_token
 from spotline.functions.ops.queue import fail_unplaceable, wait_for_capacity, wait_for_quota
+from spotline.functions.ops.gang_rules import allow_gang
 from spotline.functions.ops.reuse import (
     Found,
     OverInstanceQuota,
@@ -248,6 +249,8 @@ def _create_gang(
     hold_instance_slots(deps, job, names, now)
     token = issue_event_token(deps, job)  # one for every node
     gate = _restore_gate(deps, job, now)
+    # Before any node exists: a node that boots before its rule finds its peers unreachable.
+    allow_gang(deps, job)
     refused: list[tuple[str, str]] = []
     for option in choices:
         if tried and job.spec.wait_request_s > 0:
