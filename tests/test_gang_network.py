@@ -91,7 +91,13 @@ def test_a_replaced_attempt_s_rule_ends_once_its_nodes_are_gone(
     assert host.list({"spotline-attempt": "1"}) == []  # the agent's report: its state is saved
     assert set(host.firewalls) == {RULE2}
     # The new attempt's rule before its nodes; the old one's after its nodes went.
-    assert firewall_calls(host) == [f"rule {RULE1}", "gang", f"rule {RULE2}", "gang", f"end {RULE1}"]
+    assert firewall_calls(host) == [
+        f"rule {RULE1}",
+        "gang",
+        f"rule {RULE2}",
+        "gang",
+        f"end {RULE1}",
+    ]
 
 
 def test_a_rule_made_twice_is_one_rule(host: LocalCloud, project: str) -> None:

@@ -19,8 +19,8 @@ from datetime import datetime
 
 from spotline.functions.deps import Deps
 from spotline.functions.ops.event_tokens import issue_event_token
-from spotline.functions.ops.queue import fail_unplaceable, wait_for_capacity, wait_for_quota
 from spotline.functions.ops.gang_rules import allow_gang
+from spotline.functions.ops.queue import fail_unplaceable, wait_for_capacity, wait_for_quota
 from spotline.functions.ops.reuse import (
     Found,
     OverInstanceQuota,

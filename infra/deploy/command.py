@@ -297,6 +297,7 @@ def dry_run(config: DeployConfig) -> int:
         setup.ensure_bucket()
         setup.ensure_accounts()
         setup.network.ensure()
+        setup.custom_roles.ensure()
         writer = setup.ensure_sink()
         access = config.iam_config
         wanted = iam.project_bindings(access, setup.project_number)

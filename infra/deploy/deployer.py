@@ -88,6 +88,7 @@ class Deployer:
         setup.ensure_bucket()
         setup.ensure_accounts()
         setup.network.ensure()
+        setup.custom_roles.ensure()
         self.ensure_topics()
         writer = setup.ensure_sink()
         access = self.config.iam_config

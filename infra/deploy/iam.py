@@ -7,7 +7,10 @@ compute.admin, ...) appears in them or on the wire. Least privilege:
 
 - the functions' account creates, stops, starts and deletes VMs and reads the
   regions' quotas (``compute.instanceAdmin.v1``), attaches the VM account and no
-  other (``iam.serviceAccountUser`` on that account alone), reads and writes
+  other (``iam.serviceAccountUser`` on that account alone), makes and deletes
+  each gang attempt's firewall rule (spotline's own role,
+  ``custom_roles.GANG_FIREWALLS``: firewall rules and the network's policy,
+  not ``compute.securityAdmin``), reads and writes
   Firestore (``datastore.user``), and is the identity its Pub/Sub triggers
   invoke the functions as (``run.invoker``). It publishes on the topics the
   functions publish on (``FUNCTION_TOPICS``) and no other.
@@ -50,6 +53,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from spotline.infra.deploy import custom_roles
 from spotline.shared.domain import tenancy
 from spotline.shared.topics import TOPICS, user_topic
 
@@ -154,7 +158,7 @@ class Binding:
 
     scope: Scope
     resource: str  # the resource's full name (a bucket: its name)
-    role: Role
+    role: Role | str  # a predefined role, or one of spotline's (``custom_roles``)
     member: str  # user:..., group:..., serviceAccount:...
     why: str
     condition: Condition | None = None
@@ -355,6 +359,13 @@ def bindings(config: IamConfig) -> list[Binding]:
     build = f"serviceAccount:{config.build_account}"
     found = [
         Binding(Scope.PROJECT, project, Role.INSTANCE_ADMIN, fn, "places and removes VMs"),
+        Binding(
+            Scope.PROJECT,
+            project,
+            custom_roles.GANG_FIREWALLS.name(config.project),
+            fn,
+            "makes and deletes each gang's own firewall rule",
+        ),
         Binding(Scope.PROJECT, project, Role.DATASTORE_USER, fn, "keeps job status"),
         Binding(Scope.PROJECT, project, Role.RUN_INVOKER, fn, "its triggers invoke the functions"),
         Binding(
