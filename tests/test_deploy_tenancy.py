@@ -243,3 +243,31 @@ def test_destroy_removes_the_users_accounts_their_grants_and_the_network(
         "networks.delete",
     }
     assert cloud.project_apis.roles[custom_roles.GANG_FIREWALLS.role_id]["deleted"] is True
+
+
+def test_in_the_per_user_mode_the_shared_vm_account_holds_nothing(
+    cloud: CloudDouble, project: str
+) -> None:
+    """Every VM runs as its user's account in that mode; the shared account
+    kept its rights (every job's folder, every VM topic) for nothing: a second
+    identity a leak of it would hand over. One granted by an earlier deploy in
+    the shared-topics mode loses them."""
+    shared = deploy_config(project)
+    run(cloud, shared)
+    vm = f"serviceAccount:{shared.iam_config.vm_account}"
+
+    def held() -> set[tuple[str, str]]:
+        return {(g[0], g[1]) for g in on_wire(cloud) if g[2] == vm}
+
+    assert held()  # the shared-topics mode's VMs run as it
+    attach = f"projects/{project}/serviceAccounts/{shared.iam_config.vm_account}"
+    assert any(g[0] == attach for g in on_wire(cloud))
+
+    run(cloud, config_for(project))
+
+    assert held() == set()
+    assert not [g for g in on_wire(cloud) if g[0] == attach]  # nor may anyone attach it
+    assert iam.shared_vm_bindings(config_for(project).iam_config)  # what was revoked
+    assert not set(iam.shared_vm_bindings(config_for(project).iam_config)) & set(
+        iam.bindings(config_for(project).iam_config)
+    )

@@ -31,8 +31,9 @@ compute.admin, ...) appears in them or on the wire. Least privilege:
   account's rights narrowed to the user, objects under ``users/USER/`` only
   (its jobs, and the folders uploaded for them), Secret Manager's
   ``spotline-u-USER_*`` secrets only, and the functions' account may attach
-  it (and no user may). The shared VM account keeps its rights for the
-  shared-topics mode.
+  it (and no user may). The shared VM account has no right in that mode
+  (``shared_vm_bindings`` says why): a deploy revokes what an earlier one
+  granted it.
 - the submit and cancel topics take messages from the principals the
   configuration lists, and no one else; in the per-user mode each person's
   principal publishes on that person's own two topics only.
@@ -352,10 +353,10 @@ def uploads_condition(config: IamConfig) -> Condition:
 
 
 def bindings(config: IamConfig) -> list[Binding]:
-    """Every binding known before anything is deployed."""
+    """Every binding known before anything is deployed. In the per-user mode
+    the shared VM account gets none (``shared_vm_bindings``)."""
     project = f"projects/{config.project}"
     fn = f"serviceAccount:{config.functions_account}"
-    vm = f"serviceAccount:{config.vm_account}"
     build = f"serviceAccount:{config.build_account}"
     found = [
         Binding(Scope.PROJECT, project, Role.INSTANCE_ADMIN, fn, "places and removes VMs"),
@@ -368,40 +369,13 @@ def bindings(config: IamConfig) -> list[Binding]:
         ),
         Binding(Scope.PROJECT, project, Role.DATASTORE_USER, fn, "keeps job status"),
         Binding(Scope.PROJECT, project, Role.RUN_INVOKER, fn, "its triggers invoke the functions"),
-        Binding(
-            Scope.SERVICE_ACCOUNT,
-            f"{project}/serviceAccounts/{config.vm_account}",
-            Role.SERVICE_ACCOUNT_USER,
-            fn,
-            "gives VMs the VM account, and no other",
-        ),
-        Binding(Scope.PROJECT, project, Role.LOG_WRITER, vm, "the agent's logs"),
-        Binding(Scope.PROJECT, project, Role.METRIC_WRITER, vm, "the Ops Agent's metrics"),
         Binding(Scope.PROJECT, project, Role.RUN_BUILDER, build, "builds the functions"),
-        Binding(
-            Scope.BUCKET,
-            config.bucket,
-            Role.OBJECT_USER,
-            vm,
-            "checkpoints and outputs",
-            jobs_condition(config),
-        ),
-        Binding(
-            Scope.BUCKET,
-            config.bucket,
-            Role.OBJECT_VIEWER,
-            vm,
-            "uploaded code and data",
-            uploads_condition(config),
-        ),
     ]
+    if not config.users:
+        found += shared_vm_bindings(config)
     found += [
         Binding(Scope.TOPIC, config.topic(key), Role.PUBLISHER, fn, "what the functions publish")
         for key in FUNCTION_TOPICS
-    ]
-    found += [
-        Binding(Scope.TOPIC, config.topic(key), Role.PUBLISHER, vm, "VM events")
-        for key in VM_EVENT_TOPICS
     ]
     found += [
         Binding(Scope.TOPIC, config.topic(key), Role.PUBLISHER, member, "submits and cancels jobs")
@@ -420,6 +394,53 @@ def bindings(config: IamConfig) -> list[Binding]:
         for key in USER_TOPICS
     ]
     return found
+
+
+def shared_vm_bindings(config: IamConfig) -> list[Binding]:
+    """The shared VM account's rights, and the functions' right to attach it.
+
+    Only the shared-topics mode uses that account. In the per-user mode every
+    submit comes through its user's own topic (``identity.refusal``; deploy
+    refuses shared-topic submitters with users), so every job's user is one of
+    ``users`` and every VM runs as its user's account
+    (``tenancy.vm_account``): a grant left on the shared account would be a
+    second identity, reading every job's folder, that nothing needs. A deploy
+    in the per-user mode revokes them.
+    """
+    project = f"projects/{config.project}"
+    fn = f"serviceAccount:{config.functions_account}"
+    vm = f"serviceAccount:{config.vm_account}"
+    return [
+        Binding(
+            Scope.SERVICE_ACCOUNT,
+            f"{project}/serviceAccounts/{config.vm_account}",
+            Role.SERVICE_ACCOUNT_USER,
+            fn,
+            "gives VMs the VM account, and no other",
+        ),
+        Binding(Scope.PROJECT, project, Role.LOG_WRITER, vm, "the agent's logs"),
+        Binding(Scope.PROJECT, project, Role.METRIC_WRITER, vm, "the Ops Agent's metrics"),
+        Binding(
+            Scope.BUCKET,
+            config.bucket,
+            Role.OBJECT_USER,
+            vm,
+            "checkpoints and outputs",
+            jobs_condition(config),
+        ),
+        Binding(
+            Scope.BUCKET,
+            config.bucket,
+            Role.OBJECT_VIEWER,
+            vm,
+            "uploaded code and data",
+            uploads_condition(config),
+        ),
+        *(
+            Binding(Scope.TOPIC, config.topic(key), Role.PUBLISHER, vm, "VM events")
+            for key in VM_EVENT_TOPICS
+        ),
+    ]
 
 
 def project_bindings(config: IamConfig, project_number: str) -> list[Binding]:
