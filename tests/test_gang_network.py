@@ -23,7 +23,7 @@ from spotline.shared.contract.events import CancelRequest, Heartbeat, ReaperTick
 from spotline.shared.domain.documents import JobDoc
 from spotline.shared.domain.gang_network import rule_attempt, rule_is_over
 from spotline.shared.domain.spec import JobSpec
-from spotline.shared.domain.states import JobStatus
+from spotline.shared.domain.states import InstanceStatus, JobStatus
 from spotline.shared.domain.vms import Vm, VmState
 from tests.conftest import SPEC, vm_event
 
@@ -76,6 +76,21 @@ def test_a_cancel_ends_the_rule(call: Callable[..., Any], host: LocalCloud, proj
     call("cancel_job", "cancel", CancelRequest(job_id="job1", reason="enough"), message_id="c1")
     assert host.firewalls == {}
     assert firewall_calls(host)[-1] == f"end {RULE1}"
+
+
+def test_a_rule_that_cannot_be_deleted_does_not_hold_the_cancel(
+    call: Callable[..., Any], host: LocalCloud, project: str
+) -> None:
+    call("submit_job", "submit", GANG, message_id="s1")
+    host.api.fail_next("DELETE", r"/global/firewalls/", 403, "forbidden")
+    call("cancel_job", "cancel", CancelRequest(job_id="job1", reason="enough"), message_id="c1")
+    job = FirestoreStore(project).get_job("job1")
+    assert job is not None and job.status == JobStatus.CANCELED and host.list() == []
+    closed = {i.status for i in FirestoreStore(project).list_instances()}
+    assert closed == {InstanceStatus.CLOSED}  # the release went on to its end
+    assert set(host.firewalls) == {RULE1}  # left to the reaper
+    call("reaper", "reaper_tick", ReaperTick(), message_id="t1")
+    assert host.firewalls == {}
 
 
 def test_a_replaced_attempt_s_rule_ends_once_its_nodes_are_gone(

@@ -15,6 +15,7 @@ from collections import Counter
 from spotline.functions.deps import Deps
 from spotline.shared import logs
 from spotline.shared.domain.documents import JobDoc
+from spotline.shared.domain.errors import SpotlineError
 from spotline.shared.domain.gang_network import gang_tag, rule_attempt, rule_is_over
 from spotline.shared.domain.states import JobStatus
 from spotline.shared.domain.vms import Vm
@@ -26,11 +27,19 @@ def allow_gang(deps: Deps, job: JobDoc) -> None:
 
 
 def end_rule(deps: Deps, job_id: str, attempt: int) -> bool:
-    """Delete the attempt's rule if it is over (read now); True if it was."""
-    job = deps.store.get_job(job_id)
-    if not rule_is_over(attempt, job, _attempt_vms(deps, job, attempt)):
+    """Delete the attempt's rule if it is over (read now); True if it was.
+
+    Called where VMs are let go: a failure to delete the rule must not stop
+    that, so it is logged and left to the reaper (``sweep_rules``)."""
+    try:
+        job = deps.store.get_job(job_id)
+        if not rule_is_over(attempt, job, _attempt_vms(deps, job, attempt)):
+            return False
+        deps.compute.end_gang(gang_tag(job_id, attempt))
+    except SpotlineError as err:
+        logs.warning(f"firewall rule {gang_tag(job_id, attempt)} left to the reaper: {err}",
+                     job_id=job_id)  # fmt: skip
         return False
-    deps.compute.end_gang(gang_tag(job_id, attempt))
     return True
 
 
