@@ -21,6 +21,7 @@ from spotline.shared.adapters.firestore_store import FirestoreStore
 from spotline.shared.adapters.gce_compute import GceCompute
 from spotline.shared.contract.events import CancelRequest, Heartbeat, ReaperTick, SpotPreempted
 from spotline.shared.domain.documents import JobDoc
+from spotline.shared.domain.errors import PermanentError
 from spotline.shared.domain.gang_network import rule_attempt, rule_is_over
 from spotline.shared.domain.spec import JobSpec
 from spotline.shared.domain.states import InstanceStatus, JobStatus
@@ -158,6 +159,37 @@ def test_a_rule_made_after_its_job_ended_is_removed(
     host.firewalls["not-spotline"] = {**rule, "name": "not-spotline"}
     call("reaper", "reaper_tick", ReaperTick(), message_id="t1")
     assert set(host.firewalls) == {"not-spotline"}  # a rule spotline did not make stays
+
+
+def test_someone_else_s_rule_of_the_same_name_is_neither_taken_nor_deleted(
+    host: LocalCloud, project: str
+) -> None:
+    """A job's id chooses its rule's name: a rule of that name that is not a
+    gang's (an administrator's) is not taken for the gang's own, and the
+    gang's end does not delete it."""
+    compute = GceCompute(project, api_endpoint=host.endpoint)
+    compute.allow_gang("sl-other-a1")
+    theirs = {**host.firewalls.pop("sl-other-a1"), "name": RULE1, "sourceRanges": ["10.0.0.0/8"]}
+    del theirs["sourceTags"]
+    host.firewalls[RULE1] = theirs
+    with pytest.raises(PermanentError, match="not a spotline gang rule"):
+        compute.allow_gang(RULE1)
+    compute.end_gang(RULE1)
+    assert host.firewalls[RULE1] == theirs
+    assert compute.gang_rules() == []
+
+
+def test_a_gang_whose_rule_is_refused_fails_saying_why(
+    call: Callable[..., Any], host: LocalCloud, project: str
+) -> None:
+    """A deployment whose functions lack the firewall role (made before it
+    existed): the gang is not placed without its rule, and the job says what to do."""
+    host.api.fail_next("POST", r"/global/firewalls$", 403, "forbidden")
+    call("submit_job", "submit", GANG, message_id="s1")
+    job = FirestoreStore(project).get_job("job1")
+    assert job is not None and job.status == JobStatus.FAILED, job
+    assert job.error is not None and "spotline deploy" in job.error and RULE1 in job.error
+    assert host.list() == [] and host.firewalls == {}
 
 
 def _job(status: JobStatus, attempt: int) -> JobDoc:

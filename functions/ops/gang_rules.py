@@ -15,15 +15,32 @@ from collections import Counter
 from spotline.functions.deps import Deps
 from spotline.shared import logs
 from spotline.shared.domain.documents import JobDoc
-from spotline.shared.domain.errors import SpotlineError
+from spotline.shared.domain.errors import PermanentError, SpotlineError, Unplaceable
 from spotline.shared.domain.gang_network import gang_tag, rule_attempt, rule_is_over
 from spotline.shared.domain.states import JobStatus
 from spotline.shared.domain.vms import Vm
 
 
 def allow_gang(deps: Deps, job: JobDoc) -> None:
-    """The rule of the job's current attempt, in force before its VMs are inserted."""
-    deps.compute.allow_gang(gang_tag(job.job_id, job.attempt))
+    """The rule of the job's current attempt, in force before its VMs are inserted.
+
+    Raises:
+        Unplaceable: Compute Engine refuses the rule for good (the functions'
+            account lacks the role a deploy grants, or another rule holds its
+            name): the job cannot run, and ends FAILED saying why.
+        TransientError: it may pass later.
+    """
+    tag = gang_tag(job.job_id, job.attempt)
+    try:
+        deps.compute.allow_gang(tag)
+    except Unplaceable:
+        raise
+    except PermanentError as err:
+        raise Unplaceable(
+            f"the firewall rule that lets the job's nodes reach each other ({tag}) could "
+            f"not be made ({err}): run `spotline deploy` again (it grants the functions "
+            "that right), or remove the rule that holds its name"
+        ) from err
 
 
 def end_rule(deps: Deps, job_id: str, attempt: int) -> bool:

@@ -246,11 +246,11 @@ def _create_gang(
     zones = _zones(deps, job, now)
     names = node_names(job.job_id, job.attempt, job.spec.nodes)
     choices = list(options(_ask_order(deps, job, now), zones[:1], load_catalog()))
+    # Before any node exists: a node that boots before its rule finds its peers unreachable.
+    allow_gang(deps, job)
     hold_instance_slots(deps, job, names, now)
     token = issue_event_token(deps, job)  # one for every node
     gate = _restore_gate(deps, job, now)
-    # Before any node exists: a node that boots before its rule finds its peers unreachable.
-    allow_gang(deps, job)
     refused: list[tuple[str, str]] = []
     for option in choices:
         if tried and job.spec.wait_request_s > 0:

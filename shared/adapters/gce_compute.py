@@ -350,13 +350,41 @@ class GceCompute:
                     timeout=self._request_timeout_s,
                 )
             except api_exceptions.Conflict:
-                return  # made by an earlier delivery: one name, one body
+                self._check_gang_rule(tag)  # made by an earlier delivery: one name, one body
+                return
             done = self._wait_global(operation)
-        if _error_codes(done) != {_ALREADY_EXISTS}:
+        if _error_codes(done) == {_ALREADY_EXISTS}:
+            self._check_gang_rule(tag)
+        else:
             _raise_for_operation(done)
 
+    def _check_gang_rule(self, tag: str) -> None:
+        """Raise ``PermanentError`` unless the rule named ``tag`` is the gang's."""
+        if self._gang_rule(tag) is False:
+            raise PermanentError(
+                f"a firewall rule named {tag} exists and is not a spotline gang rule: "
+                "rename or delete it, then submit the job again"
+            )
+
+    def _gang_rule(self, tag: str) -> bool | None:
+        """Whether the rule ``tag`` is a gang rule; None when there is none."""
+        with _translated_errors(f"read the firewall rule {tag}"):
+            try:
+                found = self._firewalls.get(
+                    project=self._project,
+                    firewall=tag,
+                    retry=self._read_retry,
+                    timeout=self._request_timeout_s,
+                )
+            except api_exceptions.NotFound:
+                return None
+        return gce_firewalls.is_gang_rule(found, self._project)
+
     def end_gang(self, tag: str) -> None:
-        """Delete the rule ``tag`` and wait until it is gone; a missing rule is not an error."""
+        """Delete the rule ``tag`` and wait until it is gone; a missing rule,
+        or one of that name that is not a gang rule (someone else's), is left."""
+        if not self._gang_rule(tag):
+            return
         with _translated_errors(f"delete the firewall rule {tag}"):
             try:
                 operation = self._firewalls.delete_unary(
