@@ -29,6 +29,7 @@ OWNER = "user:owner@example.com"
 _DATABASE_TYPES = ["DATABASE_TYPE_UNSPECIFIED", "FIRESTORE_NATIVE", "DATASTORE_MODE"]
 _MEMBER = re.compile(r"(user|group|serviceAccount|domain):[^\s:]+|allUsers|allAuthenticatedUsers")
 _LEGACY = re.compile(r"(projectOwner|projectEditor|projectViewer):[^\s]+")
+_PERMISSION = re.compile(r"[a-z][a-zA-Z0-9]*\.[a-zA-Z0-9]+\.[a-zA-Z0-9]+")
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ class ProjectApis:
         self.buckets: dict[str, JsonDict] = {}
         self.objects: dict[str, set[str]] = {}
         self.accounts: dict[str, JsonDict] = {}
+        self.roles: dict[str, JsonDict] = {}  # custom roles, by id
         self.sinks: dict[str, JsonDict] = {}
         # A bare project: its creator owns it.
         self.policies: dict[str, JsonDict] = {
@@ -86,6 +88,11 @@ class ProjectApis:
             ("GET", rf"^/v1/{p}/serviceAccounts/(?P<email>[^/:]+)$", self._get_account),
             ("POST", rf"^/v1/{p}/serviceAccounts$", self._create_account),
             ("DELETE", rf"^/v1/{p}/serviceAccounts/(?P<email>[^/:]+)$", self._delete_account),
+            ("GET", rf"^/v1/{p}/roles/(?P<role>[^/:]+)$", self._get_role),
+            ("POST", rf"^/v1/{p}/roles$", self._create_role),
+            ("PATCH", rf"^/v1/{p}/roles/(?P<role>[^/:]+)$", self._patch_role),
+            ("DELETE", rf"^/v1/{p}/roles/(?P<role>[^/:]+)$", self._delete_role),
+            ("POST", rf"^/v1/{p}/roles/(?P<role>[^/:]+):undelete$", self._undelete_role),
             (
                 "POST",
                 rf"^/v1/{p}/(?P<kind>serviceAccounts|topics|subscriptions)/(?P<rid>[^/:]+)"
@@ -216,6 +223,58 @@ class ProjectApis:
         self.policies.pop(f"projects/{self.project}/serviceAccounts/{email}", None)
         return {}
 
+    # -- custom roles ------------------------------------------------------------------------
+    # IAM keeps a deleted role for 7 days (``deleted: true``; ``undelete``
+    # brings it back) and refuses its id to ``create`` meanwhile.
+
+    def _get_role(self, request: RecordedRequest, role: str) -> JsonDict:
+        found = self.roles.get(role)
+        if found is None:
+            raise ApiError(404, f"Role projects/{self.project}/roles/{role} not found")
+        return found
+
+    def _create_role(self, request: RecordedRequest) -> JsonDict:
+        body = request.body or {}
+        role_id = str(body.get("roleId", ""))
+        if not re.fullmatch(r"[a-zA-Z0-9_.]{3,64}", role_id):
+            raise ApiError(400, f"role id {role_id!r} is not 3-64 of a-z, A-Z, 0-9, _ and .")
+        if role_id in self.roles:
+            raise ApiError(409, f"A role named {role_id} in projects/{self.project} already exists")
+        role = dict(body.get("role") or {})
+        self._check_permissions(role)
+        role.update(name=f"projects/{self.project}/roles/{role_id}", etag=f"e{self._next()}")
+        self.roles[role_id] = role
+        return role
+
+    def _patch_role(self, request: RecordedRequest, role: str) -> JsonDict:
+        current = self._get_role(request, role)
+        if current.get("deleted"):
+            raise ApiError(400, f"role {role} is deleted: undelete it first")
+        body = request.body or {}
+        mask = request.query.get("updateMask", "")
+        self._check_permissions(body)
+        for field in (f for f in mask.split(",") if f):
+            current[field] = body.get(field)
+        current["etag"] = f"e{self._next()}"
+        return current
+
+    def _delete_role(self, request: RecordedRequest, role: str) -> JsonDict:
+        current = self._get_role(request, role)
+        current.update(deleted=True, etag=f"e{self._next()}")
+        return current
+
+    def _undelete_role(self, request: RecordedRequest, role: str) -> JsonDict:
+        current = self._get_role(request, role)
+        current.pop("deleted", None)
+        current["etag"] = f"e{self._next()}"
+        return current
+
+    @staticmethod
+    def _check_permissions(role: JsonDict) -> None:
+        bad = [p for p in role.get("includedPermissions", []) if not _PERMISSION.fullmatch(p)]
+        if bad:
+            raise ApiError(400, f"Permission {bad[0]} is not valid.")
+
     # -- policies of accounts, topics and subscriptions -------------------------------------------
 
     def _resource_policy(
@@ -269,6 +328,11 @@ class ProjectApis:
             role = binding.get("role", "")
             if not role.startswith(("roles/", "projects/")):
                 problems.append(f"role {role!r}")
+            custom = role.removeprefix(f"projects/{self.project}/roles/")
+            if role.startswith("projects/") and (self.roles.get(custom) or {"deleted": 1}).get(
+                "deleted"
+            ):
+                problems.append(f"Role {role} does not exist.")
             if binding.get("condition"):
                 if int(policy.get("version") or 1) < 3:
                     problems.append("a conditional binding needs policy version 3")

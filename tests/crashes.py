@@ -120,3 +120,14 @@ class CrashingCompute:
 
     def region_quotas(self, region: str) -> dict[str, Quota]:
         return self.compute.region_quotas(region)
+
+    def allow_gang(self, tag: str) -> None:
+        self.budget.tick(f"allow gang {tag}")
+        self.compute.allow_gang(tag)
+
+    def end_gang(self, tag: str) -> None:
+        self.budget.tick(f"end gang {tag}")
+        self.compute.end_gang(tag)
+
+    def gang_rules(self) -> builtins.list[str]:
+        return self.compute.gang_rules()

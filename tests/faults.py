@@ -242,6 +242,15 @@ class FaultyCompute:
     def region_quotas(self, region: str) -> dict[str, Quota]:
         return self.fault("region_quotas", lambda: self.inner.region_quotas(region))
 
+    def allow_gang(self, tag: str) -> None:
+        return self.fault("allow_gang", lambda: self.inner.allow_gang(tag))
+
+    def end_gang(self, tag: str) -> None:
+        return self.fault("end_gang", lambda: self.inner.end_gang(tag))
+
+    def gang_rules(self) -> builtins.list[str]:
+        return self.fault("gang_rules", self.inner.gang_rules)
+
 
 def _conforms(store: FaultyStore, compute: FaultyCompute) -> tuple[Store, Compute]:
     """mypy checks here that the wrappers implement the ports."""

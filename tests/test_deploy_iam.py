@@ -12,7 +12,7 @@ from google.api_core.exceptions import BadRequest
 from spotline.functions.deps import Deps
 from spotline.functions.ops.jobs import cancel
 from spotline.functions.ops.sweep import tick
-from spotline.infra.deploy import iam
+from spotline.infra.deploy import custom_roles, iam
 from spotline.infra.deploy.bootstrap import ProjectSetup
 from spotline.infra.deploy.deployer import Deployer
 from spotline.infra.deploy.plan import DeployConfig
@@ -38,6 +38,17 @@ BROAD = re.compile(
     r"|cloudfunctions\.admin|run\.admin|logging\.admin)\b"
 )
 ALLOWED = {str(role) for role in iam.Role}
+# spotline's own roles may hold these permissions and no other: a firewall
+# rule's, for a gang's nodes (spotline.infra.deploy.custom_roles).
+CUSTOM_PERMISSIONS = re.compile(
+    r"compute\.(firewalls\.(create|delete|get|list)|networks\.updatePolicy)"
+)
+
+
+def allowed(project: str) -> set[str]:
+    return ALLOWED | {role.name(project) for role in custom_roles.ROLES}
+
+
 SUBMITTER = "group:ml-team@example.com"
 CONFIG = iam.IamConfig(
     project="acme-ml",
@@ -61,7 +72,9 @@ def every_binding(config: iam.IamConfig = CONFIG) -> list[iam.Binding]:
 
 def test_the_declared_roles_are_none_of_the_broad_ones() -> None:
     assert all(BROAD.search(role) is None for role in ALLOWED), ALLOWED
-    assert {str(b.role) for b in every_binding()} <= ALLOWED
+    assert {str(b.role) for b in every_binding()} <= allowed("acme-ml")
+    for role in custom_roles.ROLES:
+        assert [p for p in role.permissions if not CUSTOM_PERMISSIONS.fullmatch(p)] == []
 
 
 def test_the_functions_account_runs_vms_as_the_vm_account_only() -> None:
@@ -69,6 +82,7 @@ def test_the_functions_account_runs_vms_as_the_vm_account_only() -> None:
 
     assert {(b.scope, b.role) for b in mine} == {
         (iam.Scope.PROJECT, iam.Role.INSTANCE_ADMIN),
+        (iam.Scope.PROJECT, custom_roles.GANG_FIREWALLS.name("acme-ml")),
         (iam.Scope.PROJECT, iam.Role.DATASTORE_USER),
         (iam.Scope.PROJECT, iam.Role.RUN_INVOKER),
         (iam.Scope.SERVICE_ACCOUNT, iam.Role.SERVICE_ACCOUNT_USER),
@@ -203,8 +217,15 @@ def test_a_deploy_grants_exactly_the_declared_bindings_on_the_wire(
         Deployer(config, endpoints=cloud.endpoints(), operation_timeout_s=30).run()
         grants = cloud.project_apis.grants
         policies = cloud.project_apis.policies
+        roles = cloud.project_apis.roles
 
-    assert grants and {g.role for g in grants} <= ALLOWED
+    assert grants and {g.role for g in grants} <= allowed(project)
+    # spotline's own role holds what it declares, and nothing a firewall rule does not need.
+    assert {r: sorted(v["includedPermissions"]) for r, v in roles.items()} == {
+        role.role_id: sorted(role.permissions) for role in custom_roles.ROLES
+    }
+    assert [p for v in roles.values() for p in v["includedPermissions"]
+            if not CUSTOM_PERMISSIONS.fullmatch(p)] == []  # fmt: skip
     assert not [g for g in grants if BROAD.search(g.role)]
     # What the wire granted is what the declaration says, one for one.
     sink = cloud.project_apis.sinks["spotline-preemptions"]["writerIdentity"]
@@ -241,6 +262,7 @@ def test_a_policy_write_is_read_again_and_retried_while_a_new_account_is_unknown
         )
         setup = ProjectSetup(config, endpoints=cloud.endpoints(), retry_delay_s=0.01)
         setup.ensure_accounts()
+        setup.custom_roles.ensure()
         wanted = [b for b in iam.bindings(config.iam_config) if b.scope is iam.Scope.PROJECT]
         cloud.project_apis.refuse_policy_writes = [
             ApiError(400, f"Service account {CONFIG.functions_account} does not exist."),

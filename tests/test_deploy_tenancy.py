@@ -1,7 +1,8 @@
 """``spotline deploy`` in the per-user mode against the wire doubles (Pub/Sub on
 its emulator): one VM account per user, each granted exactly what
-``spotline.infra.deploy.iam`` declares for it and nothing wider; a network where
-a user's VMs are reached by that user's VMs alone; destroy takes it all away."""
+``spotline.infra.deploy.iam`` declares for it and nothing wider; a network
+where nothing reaches a VM but its own gang's nodes (the functions' rules);
+destroy takes it all away."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from spotline.infra.deploy import iam, network
+from spotline.infra.deploy import custom_roles, iam
 from spotline.infra.deploy.deployer import Deployer
 from spotline.infra.deploy.destroy import Destroyer
 from spotline.infra.deploy.plan import DeployConfig
@@ -144,9 +145,12 @@ def test_the_iam_check_catches_a_grant_wider_than_the_declaration(
     }
 
 
-def test_the_network_lets_a_user_s_vms_reach_their_own_only(
+def test_the_network_lets_nothing_in_and_the_functions_may_make_gang_rules(
     cloud: CloudDouble, project: str
 ) -> None:
+    """Before, deploy made one rule per user account: a user's VMs reached
+    every VM of that user, other jobs' rendezvous included. Now deploy makes
+    no rule; the functions make one per gang attempt, under a role of their own."""
     config = config_for(project)
     actions = run(cloud, config)
 
@@ -158,46 +162,47 @@ def test_the_network_lets_a_user_s_vms_reach_their_own_only(
         "autoCreateSubnetworks": True,
     }
     assert actions["network spotline"] == "created"
-    rules = {r.body["name"]: r.body for r in cloud.requests_to("POST", "/global/firewalls")}
-    for user in ("alice", "bob"):
-        email = tenancy.vm_account_email(user, project)
-        rule = rules.pop(f"spotline-peers-{tenancy.vm_account_id(user)}")
-        assert schema_problems("Firewall", rule) == []
-        assert rule["network"] == f"projects/{project}/global/networks/spotline"
-        assert rule["direction"] == "INGRESS"
-        # From the user's VMs, to the user's VMs; no address range, no tag.
-        assert rule["sourceServiceAccounts"] == rule["targetServiceAccounts"] == [email]
-        assert not {"sourceRanges", "sourceTags", "targetTags"} & set(rule)
-        assert {a["IPProtocol"] for a in rule["allowed"]} == set(network.PROTOCOLS)
-    # No other rule: nothing from elsewhere (the implied rule denies all ingress).
-    assert rules == {}
+    # No rule: nothing reaches a VM (the implied rule denies all ingress) but its gang's.
+    assert cloud.requests_to("POST", "/global/firewalls") == []
+    role = custom_roles.GANG_FIREWALLS
+    assert cloud.project_apis.roles[role.role_id]["includedPermissions"] == list(role.permissions)
+    functions = f"serviceAccount:{config.iam_config.functions_account}"
+    assert (f"projects/{project}", role.name(project), functions, "") in on_wire(cloud)
 
     again = run(cloud, config)
-    assert {v for k, v in again.items() if k.startswith(("network", "firewall"))} == {"unchanged"}
+    assert {v for k, v in again.items() if k.startswith(("network", "role"))} == {"unchanged"}
     # Every call is a method of the discovery document, by its verb and path.
     calls = [r for r in cloud.requests if r.path.startswith("/compute/")]
     methods = {discovery_method(r.method, r.path) for r in calls}
-    assert methods == {"networks.get", "networks.insert", "firewalls.get",
-                       "firewalls.insert", "firewalls.list"}  # fmt: skip
+    assert methods == {"networks.get", "networks.insert", "firewalls.list"}
 
 
-def test_a_rule_changed_by_hand_is_put_back_and_a_removed_user_s_rule_goes(
+def _rule(project: str, name: str, **fields: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "network": f"https://www.googleapis.com/compute/v1/projects/{project}/global/networks/spotline",
+        "direction": "INGRESS",
+        "allowed": [{"IPProtocol": "tcp"}],
+        **fields,
+    }
+
+
+def test_an_earlier_deploy_s_peer_rules_go_and_the_gangs_rules_stay(
     cloud: CloudDouble, project: str
 ) -> None:
     run(cloud, config_for(project))
-    bob_rule = f"spotline-peers-{tenancy.vm_account_id('bob')}"
-    alice_rule = f"spotline-peers-{tenancy.vm_account_id('alice')}"
-    cloud.network.firewalls[alice_rule]["sourceRanges"] = ["0.0.0.0/0"]
+    peer = f"spotline-peers-{tenancy.vm_account_id('alice')}"
+    email = tenancy.vm_account_email("alice", project)
+    cloud.network.firewalls[peer] = _rule(
+        project, peer, sourceServiceAccounts=[email], targetServiceAccounts=[email]
+    )
+    gang = "sl-job1-a1"
+    cloud.network.firewalls[gang] = _rule(project, gang, sourceTags=[gang], targetTags=[gang])
 
-    actions = run(cloud, config_for(project, users=("alice",)))
+    actions = run(cloud, config_for(project))
 
-    assert actions[f"firewall {alice_rule}"] == "updated"
-    [put] = cloud.requests_to("PUT", f"/global/firewalls/{alice_rule}")
-    assert discovery_method(put.method, put.path) == "firewalls.update"
-    assert schema_problems("Firewall", put.body) == []
-    assert "sourceRanges" not in cloud.network.firewalls[alice_rule]
-    assert actions[f"firewall {bob_rule}"] == "deleted"
-    assert set(cloud.network.firewalls) == {alice_rule}
+    assert actions[f"firewall {peer}"] == "deleted"
+    assert set(cloud.network.firewalls) == {gang}  # the functions' to delete, not deploy's
 
 
 def test_a_dry_run_on_a_bare_project_says_what_it_would_make(
@@ -207,13 +212,13 @@ def test_a_dry_run_on_a_bare_project_says_what_it_would_make(
 
     setup = ProjectSetup(config_for(project), endpoints=cloud.endpoints(), dry_run=True)
     setup.network.ensure()
+    setup.custom_roles.ensure()
 
     assert [(c.kind, c.action) for c in setup.changes] == [
         ("network", "would create"),
-        ("firewall", "would create"),
-        ("firewall", "would create"),
+        ("role", "would create"),
     ]
-    assert cloud.network.networks == {} and cloud.network.firewalls == {}
+    assert cloud.network.networks == {} and cloud.project_apis.roles == {}
 
 
 def test_destroy_removes_the_users_accounts_their_grants_and_the_network(
@@ -221,6 +226,8 @@ def test_destroy_removes_the_users_accounts_their_grants_and_the_network(
 ) -> None:
     config = config_for(project)
     run(cloud, config)
+    gang = "sl-job1-a1"  # left by a crash
+    cloud.network.firewalls[gang] = _rule(project, gang, sourceTags=[gang], targetTags=[gang])
 
     Destroyer(config, endpoints=cloud.endpoints()).run()
 
@@ -235,3 +242,32 @@ def test_destroy_removes_the_users_accounts_their_grants_and_the_network(
         "firewalls.delete",
         "networks.delete",
     }
+    assert cloud.project_apis.roles[custom_roles.GANG_FIREWALLS.role_id]["deleted"] is True
+
+
+def test_in_the_per_user_mode_the_shared_vm_account_holds_nothing(
+    cloud: CloudDouble, project: str
+) -> None:
+    """Every VM runs as its user's account in that mode; the shared account
+    kept its rights (every job's folder, every VM topic) for nothing: a second
+    identity a leak of it would hand over. One granted by an earlier deploy in
+    the shared-topics mode loses them."""
+    shared = deploy_config(project)
+    run(cloud, shared)
+    vm = f"serviceAccount:{shared.iam_config.vm_account}"
+
+    def held() -> set[tuple[str, str]]:
+        return {(g[0], g[1]) for g in on_wire(cloud) if g[2] == vm}
+
+    assert held()  # the shared-topics mode's VMs run as it
+    attach = f"projects/{project}/serviceAccounts/{shared.iam_config.vm_account}"
+    assert any(g[0] == attach for g in on_wire(cloud))
+
+    run(cloud, config_for(project))
+
+    assert held() == set()
+    assert not [g for g in on_wire(cloud) if g[0] == attach]  # nor may anyone attach it
+    assert iam.shared_vm_bindings(config_for(project).iam_config)  # what was revoked
+    assert not set(iam.shared_vm_bindings(config_for(project).iam_config)) & set(
+        iam.bindings(config_for(project).iam_config)
+    )

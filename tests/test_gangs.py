@@ -159,7 +159,11 @@ def test_a_lost_gang_is_replaced_then_deleted_together(
 
 def deleted(host: LocalCloud, start: int) -> list[str]:
     """The VMs whose delete went over the wire since request ``start``, in order."""
-    return [r.path.rsplit("/", 1)[-1] for r in host.requests[start:] if r.method == "DELETE"]
+    return [
+        r.path.rsplit("/", 1)[-1]
+        for r in host.requests[start:]
+        if r.method == "DELETE" and "/instances/" in r.path
+    ]
 
 
 def test_a_cancel_deletes_every_node_of_the_gang(

@@ -99,3 +99,12 @@ class TimedCompute:
 
     def region_quotas(self, region: str) -> dict[str, Quota]:
         return self.inner.region_quotas(region)
+
+    def allow_gang(self, tag: str) -> None:
+        self.inner.allow_gang(tag)
+
+    def end_gang(self, tag: str) -> None:
+        self.inner.end_gang(tag)
+
+    def gang_rules(self) -> builtins.list[str]:
+        return self.inner.gang_rules()

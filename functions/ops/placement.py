@@ -19,6 +19,7 @@ from datetime import datetime
 
 from spotline.functions.deps import Deps
 from spotline.functions.ops.event_tokens import issue_event_token
+from spotline.functions.ops.gang_rules import allow_gang
 from spotline.functions.ops.queue import fail_unplaceable, wait_for_capacity, wait_for_quota
 from spotline.functions.ops.reuse import (
     Found,
@@ -245,6 +246,8 @@ def _create_gang(
     zones = _zones(deps, job, now)
     names = node_names(job.job_id, job.attempt, job.spec.nodes)
     choices = list(options(_ask_order(deps, job, now), zones[:1], load_catalog()))
+    # Before any node exists: a node that boots before its rule finds its peers unreachable.
+    allow_gang(deps, job)
     hold_instance_slots(deps, job, names, now)
     token = issue_event_token(deps, job)  # one for every node
     gate = _restore_gate(deps, job, now)

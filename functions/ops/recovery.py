@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from spotline.functions.deps import Deps
+from spotline.functions.ops.gang_rules import end_rule
 from spotline.functions.ops.jobs import settle, start
 from spotline.functions.ops.queue import queue_next_attempt
 from spotline.functions.ops.restore_gate import open_restore_gate
@@ -276,6 +277,7 @@ def _end_notice(deps: Deps, name: str) -> None:
     if current is not None and current.substatus == InstanceSubstatus.PREEMPTED:
         deps.compute.delete(current.zone, current.name)
         open_restore_gate(deps, current.job_id, deps.clock(), gone=[current.name])
+        end_rule(deps, current.job_id, current.attempt)  # a gang's, once its last node went
 
 
 def release_superseded(deps: Deps, job: JobDoc, now: datetime) -> None:

@@ -17,11 +17,13 @@ stages, each load -> decide (pure, ``spotline.shared.domain.reaping``) -> apply
 4. users' slots a crash left taken: freed (only the users with a slot the
    tick's listings do not show held are read again: ``users_in_doubt``);
 5. state-change events a crash left in a job's outbox: published
-   (``spotline.functions.ops.outbox``).
+   (``spotline.functions.ops.outbox``);
+6. gang firewall rules whose attempt is over: deleted
+   (``spotline.functions.ops.gang_rules``).
 
 Stages 1, 2 and 4 grow with the project: ``tick`` lists what they need and
 publishes it in pages, each swept by its own invocation
-(``spotline.functions.ops.sweep_pages``); stages 3 and 5 stay in the tick. ``sweep``
+(``spotline.functions.ops.sweep_pages``); stages 3, 5 and 6 stay in the tick. ``sweep``
 does it all in one process, the pages in turn.
 
 It reads only active documents (and, in stage 5, jobs whose outbox holds
@@ -35,6 +37,7 @@ from collections import Counter
 from datetime import datetime
 
 from spotline.functions.deps import Deps
+from spotline.functions.ops.gang_rules import sweep_rules
 from spotline.functions.ops.outbox import publish_unpublished
 from spotline.functions.ops.sweep_apply import apply
 from spotline.functions.ops.sweep_pages import plan, read_jobs, run_page
@@ -54,11 +57,12 @@ def sweep(deps: Deps, now: datetime) -> Counter[str]:
         if page.kind == "users":
             counts.update(run_page(deps, page))
     _outboxes(deps, counts)
+    sweep_rules(deps, counts)
     return counts
 
 
 def tick(deps: Deps, now: datetime) -> Counter[str]:
-    """Publish stages 1, 2 and 4 in pages; run stages 3 and 5 here."""
+    """Publish stages 1, 2 and 4 in pages; run stages 3, 5 and 6 here."""
     counts: Counter[str] = Counter()
     for page in plan(deps, now):
         try:
@@ -70,6 +74,7 @@ def tick(deps: Deps, now: datetime) -> Counter[str]:
             counts["pages"] += 1
     _queue(deps, now, counts)
     _outboxes(deps, counts)
+    sweep_rules(deps, counts)
     return counts
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from spotline.functions.deps import Deps
+from spotline.functions.ops.gang_rules import end_rule
 from spotline.functions.ops.slots import (
     free_instance_slot,
     free_slot_of_stopping,
@@ -36,6 +37,7 @@ from spotline.shared.domain.cooling import charge, close_segment, start_cooling,
 from spotline.shared.domain.documents import InstanceDoc, JobDoc
 from spotline.shared.domain.errors import PermanentError
 from spotline.shared.domain.liveness import Owner, belongs_to, if_owned
+from spotline.shared.domain.placement import vm_name
 from spotline.shared.domain.states import InstanceStatus, InstanceSubstatus
 from spotline.shared.domain.stopping import (
     STOPPING_OR_STOPPED,
@@ -136,11 +138,20 @@ def begin_release(deps: Deps, releases: Sequence[Release], now: datetime) -> Rel
 
 
 def delete_released(deps: Deps, releasing: Releasing) -> None:
-    """Delete the VMs ``begin_release`` doomed, together."""
-    if releasing.doomed:
-        deps.compute.delete_many(
-            [(instance.zone, instance.name) for _, instance in releasing.doomed]
-        )
+    """Delete the VMs ``begin_release`` doomed, together; then the firewall
+    rule of each gang attempt they were nodes of, if that attempt is over
+    (``spotline.shared.domain.gang_network``)."""
+    if not releasing.doomed:
+        return
+    deps.compute.delete_many([(instance.zone, instance.name) for _, instance in releasing.doomed])
+    for job_id, attempt in sorted(
+        {
+            (i.job_id, i.attempt)
+            for _, i in releasing.doomed
+            if i.name != vm_name(i.job_id, i.attempt)
+        }
+    ):
+        end_rule(deps, job_id, attempt)
 
 
 def end_release(deps: Deps, releasing: Releasing, now: datetime) -> list[InstanceDoc]:
@@ -217,6 +228,8 @@ def after_job(deps: Deps, job: JobDoc, name: str, now: datetime) -> None:
             _still_held(cooling, owner)  # logs it when the VM was another job's
     else:
         retire_instance(deps, owner, name, now, note=f"job {job.status.lower()}")
+    if job.nodes:  # a node kept stopped for a later job must not reach its old peers
+        end_rule(deps, job.job_id, job.attempt)
 
 
 def retire_instance(deps: Deps, owner: Owner, name: str, now: datetime, note: str) -> None:

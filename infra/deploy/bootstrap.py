@@ -12,8 +12,9 @@ In order:
 4. the three service accounts (``spotline.infra.deploy.iam``): the functions',
    the VMs' and the one Cloud Build builds the functions as; in the per-user
    mode, one more per user, which that user's VMs run as;
-5. the VMs' network, where a VM is reached by VMs of its own account only
-   (``spotline.infra.deploy.network``);
+5. the VMs' network, where a VM is reached by the nodes of its own gang only
+   (``spotline.infra.deploy.network``), and the role that lets the functions
+   make each gang's rule (``spotline.infra.deploy.custom_roles``);
 6. the Cloud Logging sink that routes Compute Engine's preemption entries to the
    preempted topic;
 7. the IAM bindings ``spotline.infra.deploy.iam`` declares, per resource: one read, at
@@ -34,6 +35,7 @@ from google.api_core import exceptions as api_exceptions
 from spotline.infra.deploy import iam
 from spotline.infra.deploy.changes import Change
 from spotline.infra.deploy.clients import ProjectClients
+from spotline.infra.deploy.custom_roles import CustomRoles
 from spotline.infra.deploy.network_setup import VmNetwork
 from spotline.infra.deploy.rules import FirestoreRules
 from spotline.infra.endpoints import Endpoints
@@ -202,6 +204,12 @@ class ProjectSetup:
         """The VMs' network and firewall (``spotline.infra.deploy.network``):
         ``ensure()`` and ``delete()``."""
         return VmNetwork(self.clients, self.iam_config, dry_run=self.dry_run, record=self._record)
+
+    @cached_property
+    def custom_roles(self) -> CustomRoles:
+        """spotline's own IAM roles (``spotline.infra.deploy.custom_roles``):
+        ``ensure()`` and ``delete()``."""
+        return CustomRoles(self.clients, self.project, dry_run=self.dry_run, record=self._record)
 
     @cached_property
     def rules(self) -> FirestoreRules:

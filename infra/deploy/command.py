@@ -297,12 +297,15 @@ def dry_run(config: DeployConfig) -> int:
         setup.ensure_bucket()
         setup.ensure_accounts()
         setup.network.ensure()
+        setup.custom_roles.ensure()
         writer = setup.ensure_sink()
         access = config.iam_config
         wanted = iam.project_bindings(access, setup.project_number)
         if writer:
             wanted.append(iam.sink_writer_binding(access, writer))
         setup.ensure_bindings(wanted)
+        if access.users:
+            setup.revoke_bindings(iam.shared_vm_bindings(access))
         Deployer(config, endpoints=setup.endpoints, report=lambda c: print(c)).preview()
     except (GoogleAPICallError, GoogleAuthError, RuntimeError) as err:
         print(f"spotline deploy --dry-run: {' '.join(str(err).split())}", file=sys.stderr)

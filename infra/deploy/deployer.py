@@ -88,6 +88,7 @@ class Deployer:
         setup.ensure_bucket()
         setup.ensure_accounts()
         setup.network.ensure()
+        setup.custom_roles.ensure()
         self.ensure_topics()
         writer = setup.ensure_sink()
         access = self.config.iam_config
@@ -95,6 +96,8 @@ class Deployer:
         if writer:
             wanted.append(iam.sink_writer_binding(access, writer))
         setup.ensure_bindings(wanted)
+        if access.users:  # every VM runs as its user's account: the shared one needs nothing
+            setup.revoke_bindings(iam.shared_vm_bindings(access))
         self.seed_catalog()
         deployed = self.ensure_functions(build_archive())
         subscriptions = [

@@ -7,7 +7,7 @@
 4. the preemption sink, and the Firestore rules release with spotline's ruleset
    (rules someone else released since are left in force);
 5. spotline's IAM bindings on the project (and on the bucket when it is kept);
-   the bindings on topics and accounts go with those;
+   the bindings on topics and accounts go with those; then spotline's own role;
 6. the dead-letter subscription, the users' own subscriptions and the topics;
    the VMs' firewall rules and network (kept, and said so, while a VM uses it);
 7. the service accounts spotline made, the users' VM accounts included (one
@@ -112,8 +112,10 @@ class Destroyer:
         declared = iam.bindings(access)
         if access.users:
             declared += iam.user_bindings(access, self.setup.project_number)
+            declared += iam.shared_vm_bindings(access)  # an earlier deploy's, if any
         ours = [b for b in declared if b.scope in revoke]
         self.setup.revoke_bindings(ours)
+        self.setup.custom_roles.delete()
         self.delete_topics()
         self.setup.network.delete()
         self.delete_accounts()

@@ -7,7 +7,10 @@ compute.admin, ...) appears in them or on the wire. Least privilege:
 
 - the functions' account creates, stops, starts and deletes VMs and reads the
   regions' quotas (``compute.instanceAdmin.v1``), attaches the VM account and no
-  other (``iam.serviceAccountUser`` on that account alone), reads and writes
+  other (``iam.serviceAccountUser`` on that account alone), makes and deletes
+  each gang attempt's firewall rule (spotline's own role,
+  ``custom_roles.GANG_FIREWALLS``: firewall rules and the network's policy,
+  not ``compute.securityAdmin``), reads and writes
   Firestore (``datastore.user``), and is the identity its Pub/Sub triggers
   invoke the functions as (``run.invoker``). It publishes on the topics the
   functions publish on (``FUNCTION_TOPICS``) and no other.
@@ -28,8 +31,9 @@ compute.admin, ...) appears in them or on the wire. Least privilege:
   account's rights narrowed to the user, objects under ``users/USER/`` only
   (its jobs, and the folders uploaded for them), Secret Manager's
   ``spotline-u-USER_*`` secrets only, and the functions' account may attach
-  it (and no user may). The shared VM account keeps its rights for the
-  shared-topics mode.
+  it (and no user may). The shared VM account has no right in that mode
+  (``shared_vm_bindings`` says why): a deploy revokes what an earlier one
+  granted it.
 - the submit and cancel topics take messages from the principals the
   configuration lists, and no one else; in the per-user mode each person's
   principal publishes on that person's own two topics only.
@@ -50,6 +54,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from spotline.infra.deploy import custom_roles
 from spotline.shared.domain import tenancy
 from spotline.shared.topics import TOPICS, user_topic
 
@@ -154,7 +159,7 @@ class Binding:
 
     scope: Scope
     resource: str  # the resource's full name (a bucket: its name)
-    role: Role
+    role: Role | str  # a predefined role, or one of spotline's (``custom_roles``)
     member: str  # user:..., group:..., serviceAccount:...
     why: str
     condition: Condition | None = None
@@ -348,49 +353,29 @@ def uploads_condition(config: IamConfig) -> Condition:
 
 
 def bindings(config: IamConfig) -> list[Binding]:
-    """Every binding known before anything is deployed."""
+    """Every binding known before anything is deployed. In the per-user mode
+    the shared VM account gets none (``shared_vm_bindings``)."""
     project = f"projects/{config.project}"
     fn = f"serviceAccount:{config.functions_account}"
-    vm = f"serviceAccount:{config.vm_account}"
     build = f"serviceAccount:{config.build_account}"
     found = [
         Binding(Scope.PROJECT, project, Role.INSTANCE_ADMIN, fn, "places and removes VMs"),
+        Binding(
+            Scope.PROJECT,
+            project,
+            custom_roles.GANG_FIREWALLS.name(config.project),
+            fn,
+            "makes and deletes each gang's own firewall rule",
+        ),
         Binding(Scope.PROJECT, project, Role.DATASTORE_USER, fn, "keeps job status"),
         Binding(Scope.PROJECT, project, Role.RUN_INVOKER, fn, "its triggers invoke the functions"),
-        Binding(
-            Scope.SERVICE_ACCOUNT,
-            f"{project}/serviceAccounts/{config.vm_account}",
-            Role.SERVICE_ACCOUNT_USER,
-            fn,
-            "gives VMs the VM account, and no other",
-        ),
-        Binding(Scope.PROJECT, project, Role.LOG_WRITER, vm, "the agent's logs"),
-        Binding(Scope.PROJECT, project, Role.METRIC_WRITER, vm, "the Ops Agent's metrics"),
         Binding(Scope.PROJECT, project, Role.RUN_BUILDER, build, "builds the functions"),
-        Binding(
-            Scope.BUCKET,
-            config.bucket,
-            Role.OBJECT_USER,
-            vm,
-            "checkpoints and outputs",
-            jobs_condition(config),
-        ),
-        Binding(
-            Scope.BUCKET,
-            config.bucket,
-            Role.OBJECT_VIEWER,
-            vm,
-            "uploaded code and data",
-            uploads_condition(config),
-        ),
     ]
+    if not config.users:
+        found += shared_vm_bindings(config)
     found += [
         Binding(Scope.TOPIC, config.topic(key), Role.PUBLISHER, fn, "what the functions publish")
         for key in FUNCTION_TOPICS
-    ]
-    found += [
-        Binding(Scope.TOPIC, config.topic(key), Role.PUBLISHER, vm, "VM events")
-        for key in VM_EVENT_TOPICS
     ]
     found += [
         Binding(Scope.TOPIC, config.topic(key), Role.PUBLISHER, member, "submits and cancels jobs")
@@ -409,6 +394,53 @@ def bindings(config: IamConfig) -> list[Binding]:
         for key in USER_TOPICS
     ]
     return found
+
+
+def shared_vm_bindings(config: IamConfig) -> list[Binding]:
+    """The shared VM account's rights, and the functions' right to attach it.
+
+    Only the shared-topics mode uses that account. In the per-user mode every
+    submit comes through its user's own topic (``identity.refusal``; deploy
+    refuses shared-topic submitters with users), so every job's user is one of
+    ``users`` and every VM runs as its user's account
+    (``tenancy.vm_account``): a grant left on the shared account would be a
+    second identity, reading every job's folder, that nothing needs. A deploy
+    in the per-user mode revokes them.
+    """
+    project = f"projects/{config.project}"
+    fn = f"serviceAccount:{config.functions_account}"
+    vm = f"serviceAccount:{config.vm_account}"
+    return [
+        Binding(
+            Scope.SERVICE_ACCOUNT,
+            f"{project}/serviceAccounts/{config.vm_account}",
+            Role.SERVICE_ACCOUNT_USER,
+            fn,
+            "gives VMs the VM account, and no other",
+        ),
+        Binding(Scope.PROJECT, project, Role.LOG_WRITER, vm, "the agent's logs"),
+        Binding(Scope.PROJECT, project, Role.METRIC_WRITER, vm, "the Ops Agent's metrics"),
+        Binding(
+            Scope.BUCKET,
+            config.bucket,
+            Role.OBJECT_USER,
+            vm,
+            "checkpoints and outputs",
+            jobs_condition(config),
+        ),
+        Binding(
+            Scope.BUCKET,
+            config.bucket,
+            Role.OBJECT_VIEWER,
+            vm,
+            "uploaded code and data",
+            uploads_condition(config),
+        ),
+        *(
+            Binding(Scope.TOPIC, config.topic(key), Role.PUBLISHER, vm, "VM events")
+            for key in VM_EVENT_TOPICS
+        ),
+    ]
 
 
 def project_bindings(config: IamConfig, project_number: str) -> list[Binding]:

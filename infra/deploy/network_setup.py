@@ -17,11 +17,11 @@ OPERATION_TIMEOUT_S = 300
 
 
 class VmNetwork:
-    """The network and its peer rules in ``config``'s project.
+    """The network in ``config``'s project, and spotline's rules on it.
 
     Args:
         clients: the project's clients (Compute Engine over REST).
-        config: who the VMs run as (the rules follow the accounts).
+        config: the project.
         dry_run: read only; ``record`` says what would change.
         record: called once per resource with (kind, name, action, detail).
     """
@@ -36,19 +36,17 @@ class VmNetwork:
         self._record = record
 
     def ensure(self) -> None:
-        """The network, each peer rule as declared, and no peer rule of a user
-        no longer configured."""
+        """The network, and no peer rule of an earlier deploy (each let a VM
+        reach every VM of its account: other jobs' too). The gang rules are
+        the functions'."""
         self._ensure_network()
-        wanted = {rule.name: rule for rule in network.peer_rules(self.config)}
-        for rule in wanted.values():
-            self._ensure_rule(rule)
-        for stale in self._our_rules():
-            if stale not in wanted:
-                self._delete_rule(stale, "no longer configured")
+        for stale in self._our_rules(peers_only=True):
+            self._delete_rule(stale, "each gang has a rule of its own now")
 
     def delete(self) -> None:
-        """Every peer rule of spotline's, then the network (Compute Engine
-        refuses to delete a network that a rule or a VM still uses)."""
+        """Every rule of spotline's (a gang's a crash left, an earlier deploy's
+        peer rule), then the network (Compute Engine refuses to delete a
+        network that a rule or a VM still uses)."""
         for name in self._our_rules():
             self._delete_rule(name, "")
         try:
@@ -78,7 +76,7 @@ class VmNetwork:
                 self._wait(
                     self.clients.networks.insert(project=self.project, network_resource=desired)
                 )
-            self._record("network", network.NETWORK, "created", "auto mode, no ingress but peers")
+            self._record("network", network.NETWORK, "created", "auto mode, no ingress but gangs'")
             return
         if not current.auto_create_subnetworks:
             raise RuntimeError(
@@ -86,31 +84,6 @@ class VmNetwork:
                 "need a subnet in every region it places them in; delete or rename that network"
             )
         self._record("network", network.NETWORK, "unchanged", "")
-
-    def _ensure_rule(self, rule: network.PeerRule) -> None:
-        desired = network.desired_firewall(self.config, rule)
-        try:
-            current = self.clients.firewalls.get(project=self.project, firewall=rule.name)
-        except api_exceptions.NotFound:
-            if not self.dry_run:
-                self._wait(
-                    self.clients.firewalls.insert(project=self.project, firewall_resource=desired)
-                )
-            self._record("firewall", rule.name, "created", f"{rule.whose} <- {rule.whose}")
-            return
-        fields = network.firewall_differs(current, desired)
-        if not fields:
-            self._record("firewall", rule.name, "unchanged", "")
-            return
-        if not self.dry_run:
-            # A patch leaves a repeated field it does not name as it is: the
-            # whole rule goes, with ours in place of what was changed by hand.
-            self._wait(
-                self.clients.firewalls.update(
-                    project=self.project, firewall=rule.name, firewall_resource=desired
-                )
-            )
-        self._record("firewall", rule.name, "updated", ", ".join(fields))
 
     def _delete_rule(self, name: str, detail: str) -> None:
         if not self.dry_run:
@@ -121,10 +94,14 @@ class VmNetwork:
                 return
         self._record("firewall", name, "deleted", detail)
 
-    def _our_rules(self) -> list[str]:
-        """The peer rules on spotline's network, whoever they were made for."""
+    def _our_rules(self, *, peers_only: bool = False) -> list[str]:
+        """spotline's rules on its network (only earlier deploys' peer rules)."""
         found = self.clients.firewalls.list(project=self.project)
-        return sorted(f.name for f in found if network.is_ours(f, self.project))
+        return sorted(
+            f.name
+            for f in found
+            if network.is_ours(f, self.project) and (network.is_peer_rule(f) or not peers_only)
+        )
 
     def _wait(self, operation: Any) -> None:
         """Until Compute Engine's operation is done; raises its error."""

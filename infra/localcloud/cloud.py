@@ -74,6 +74,11 @@ class LocalCloud:
         self.api = ComputeApi(self.model, self.operations)
         self._service = HttpService(self.api)
 
+    @property
+    def firewalls(self) -> dict[str, JsonDict]:
+        """The project's firewall rules, by name (recorded, never enforced)."""
+        return self.api.firewalls.rules
+
     # -- lifecycle ---------------------------------------------------------------
 
     def start(self) -> Self:

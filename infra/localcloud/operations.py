@@ -101,7 +101,7 @@ class Operations:
         error: OperationError | None = None,
         done: threading.Event | None = None,
     ) -> JsonDict:
-        """A new operation in ``scope`` (``zones/Z`` or ``regions/R``) on VM
+        """A new operation in ``scope`` (``zones/Z``, ``regions/R`` or ``global``) on VM
         ``target``; it is not DONE before ``done`` is set, when given."""
         with self._lock:
             number = next(self._ids)
@@ -112,13 +112,14 @@ class Operations:
                 "kind": "compute#operation",
                 "id": str(number),
                 "name": name,
-                scope.split("/")[0].removesuffix("s"): scope_url,  # "zone" or "region"
                 "operationType": operation_type,
                 "status": "DONE",
                 "progress": 100,
                 "insertTime": "2024-05-01T12:00:00.000-07:00",
                 "selfLink": f"{scope_url}/operations/{name}",
             }
+            if scope != "global":
+                operation[scope.split("/")[0].removesuffix("s")] = scope_url  # "zone" or "region"
             if target is not None:
                 operation["targetLink"] = f"{scope_url}/instances/{target}"
             if error is not None:

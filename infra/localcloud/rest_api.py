@@ -35,6 +35,7 @@ from typing import Any
 
 from spotline.infra.localcloud import errors
 from spotline.infra.localcloud.discovery import Contract
+from spotline.infra.localcloud.firewalls import Firewalls
 from spotline.infra.localcloud.instances import SELF_LINK_BASE, spec_from_resource
 from spotline.infra.localcloud.model import ComputeModel
 from spotline.infra.localcloud.operations import OperationError, Operations
@@ -49,6 +50,7 @@ _PROJECT = r"^/(?P<api>compute|local)/v1/projects/(?P<project>[^/]+)"
 _ZONE = _PROJECT + r"/zones/(?P<zone>[^/]+)"
 _VM = _ZONE + r"/instances/(?P<name>[^/]+)"
 _REGION = _PROJECT + r"/regions/(?P<region>[^/]+)"
+_GLOBAL = _PROJECT + r"/global"
 LABEL_TERM = re.compile(r'\(?\s*labels\.(?P<key>[\w-]+)\s*=\s*"(?P<value>[^"]*)"\s*\)?')
 
 Route = tuple[str, str, re.Pattern[str], str]
@@ -69,6 +71,12 @@ _ROUTES: list[Route] = [
         ("POST", "compute", _REGION + r"/operations/(?P<op>[^/]+)/wait$", "_region_operation"),
         ("GET", "compute", _REGION + r"$", "_region"),
         ("GET", "compute", _PROJECT + r"$", "_project"),
+        ("POST", "compute", _GLOBAL + r"/firewalls$", "_insert_firewall"),
+        ("GET", "compute", _GLOBAL + r"/firewalls$", "_list_firewalls"),
+        ("GET", "compute", _GLOBAL + r"/firewalls/(?P<name>[^/]+)$", "_get_firewall"),
+        ("DELETE", "compute", _GLOBAL + r"/firewalls/(?P<name>[^/]+)$", "_delete_firewall"),
+        ("GET", "compute", _GLOBAL + r"/operations/(?P<op>[^/]+)$", "_global_operation"),
+        ("POST", "compute", _GLOBAL + r"/operations/(?P<op>[^/]+)/wait$", "_global_operation"),
         ("POST", "local", _VM + r"/preempt$", "_preempt"),
         ("POST", "local", _VM + r"/kill$", "_kill"),
         ("POST", "local", _VM + r"/freeze$", "_freeze"),
@@ -94,6 +102,7 @@ class ComputeApi:
     def __init__(self, model: ComputeModel, operations: Operations) -> None:
         self.model = model
         self.operations = operations
+        self.firewalls = Firewalls(model.project)
         # Compute Engine's own definition; the local routes are no Google API.
         self.recorder = Recorder(Contract([("compute", "v1")], ignore=[LOCAL_PREFIX]))
         self._faults: list[_Fault] = []
@@ -268,6 +277,29 @@ class ComputeApi:
 
     def _region_operation(self, request: RecordedRequest, region: str, op: str) -> JsonDict:
         return self.operations.wait(f"regions/{region}", op)
+
+    # -- firewall rules (global) -------------------------------------------------------
+
+    def _insert_firewall(self, request: RecordedRequest) -> JsonDict:
+        name = self.firewalls.insert(request.body)
+        return self._global_done("insert", name)
+
+    def _list_firewalls(self, request: RecordedRequest) -> JsonDict:
+        return self.firewalls.listing()
+
+    def _get_firewall(self, request: RecordedRequest, name: str) -> JsonDict:
+        return self.firewalls.get(name)
+
+    def _delete_firewall(self, request: RecordedRequest, name: str) -> JsonDict:
+        self.firewalls.delete(name)
+        return self._global_done("delete", name)
+
+    def _global_operation(self, request: RecordedRequest, op: str) -> JsonDict:
+        return self.operations.wait("global", op)
+
+    def _global_done(self, verb: str, firewall: str) -> JsonDict:
+        operation = self.operations.start("global", verb, None)
+        return {**operation, "targetLink": self.firewalls.link(firewall)}
 
     # -- local chaos -------------------------------------------------------------------
 

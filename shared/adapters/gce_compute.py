@@ -8,6 +8,7 @@ turns every failure into the port's ``CapacityError``, ``TransientError`` or
 
 from __future__ import annotations
 
+import builtins
 import ipaddress
 import logging
 import time
@@ -20,7 +21,7 @@ import requests
 from google.api_core import exceptions as api_exceptions
 from google.auth import exceptions as auth_exceptions
 
-from spotline.shared.adapters import gce_gang, gce_requests
+from spotline.shared.adapters import gce_firewalls, gce_gang, gce_requests
 from spotline.shared.adapters.gce_requests import ErrorKind
 from spotline.shared.domain.errors import (
     CapacityError,
@@ -105,6 +106,12 @@ class GceCompute:
             credentials=credentials, client_options=options
         )
         self._region_operations = compute_v1.RegionOperationsClient(
+            credentials=credentials, client_options=options
+        )
+        self._firewalls = compute_v1.FirewallsClient(
+            credentials=credentials, client_options=options
+        )
+        self._global_operations = compute_v1.GlobalOperationsClient(
             credentials=credentials, client_options=options
         )
         self._operation_timeout_s = operation_timeout_s
@@ -325,6 +332,78 @@ class GceCompute:
             operation = self._wait(zone, operation)
         _raise_for_operation(operation)
 
+    # -- a gang's firewall rule (spotline.shared.domain.gang_network) --
+
+    def allow_gang(self, tag: str) -> None:
+        """Let VMs tagged ``tag`` reach each other; the rule existing already is success."""
+        from google.cloud import compute_v1
+
+        rule = gce_firewalls.gang_rule(self._project, tag)
+        with _translated_errors(f"make the firewall rule {tag}"):
+            try:
+                operation = self._firewalls.insert_unary(
+                    request=compute_v1.InsertFirewallRequest(
+                        project=self._project,
+                        firewall_resource=rule,
+                        request_id=gce_firewalls.insert_request_id(tag),
+                    ),
+                    timeout=self._request_timeout_s,
+                )
+            except api_exceptions.Conflict:
+                self._check_gang_rule(tag)  # made by an earlier delivery: one name, one body
+                return
+            done = self._wait_global(operation)
+        if _error_codes(done) == {_ALREADY_EXISTS}:
+            self._check_gang_rule(tag)
+        else:
+            _raise_for_operation(done)
+
+    def _check_gang_rule(self, tag: str) -> None:
+        """Raise ``PermanentError`` unless the rule named ``tag`` is the gang's."""
+        if self._gang_rule(tag) is False:
+            raise PermanentError(
+                f"a firewall rule named {tag} exists and is not a spotline gang rule: "
+                "rename or delete it, then submit the job again"
+            )
+
+    def _gang_rule(self, tag: str) -> bool | None:
+        """Whether the rule ``tag`` is a gang rule; None when there is none."""
+        with _translated_errors(f"read the firewall rule {tag}"):
+            try:
+                found = self._firewalls.get(
+                    project=self._project,
+                    firewall=tag,
+                    retry=self._read_retry,
+                    timeout=self._request_timeout_s,
+                )
+            except api_exceptions.NotFound:
+                return None
+        return gce_firewalls.is_gang_rule(found, self._project)
+
+    def end_gang(self, tag: str) -> None:
+        """Delete the rule ``tag`` and wait until it is gone; a missing rule,
+        or one of that name that is not a gang rule (someone else's), is left."""
+        if not self._gang_rule(tag):
+            return
+        with _translated_errors(f"delete the firewall rule {tag}"):
+            try:
+                operation = self._firewalls.delete_unary(
+                    project=self._project, firewall=tag, timeout=self._request_timeout_s
+                )
+            except api_exceptions.NotFound:
+                return
+            done = self._wait_global(operation)
+        if _error_codes(done) != {_NOT_FOUND}:
+            _raise_for_operation(done)
+
+    def gang_rules(self) -> builtins.list[str]:
+        """The names of the gang rules on spotline's network."""
+        with _translated_errors("list the firewall rules"):
+            found = self._firewalls.list(
+                project=self._project, retry=self._read_retry, timeout=self._request_timeout_s
+            )
+            return sorted(f.name for f in found if gce_firewalls.is_gang_rule(f, self._project))
+
     def _read(self, zone: str, name: str) -> compute_v1.Instance:
         return self._instances.get(
             project=self._project,
@@ -349,6 +428,14 @@ class GceCompute:
             )
 
         return self._wait_until_done(operation, poll, region)
+
+    def _wait_global(self, operation: compute_v1.Operation) -> compute_v1.Operation:
+        def poll(timeout: float) -> compute_v1.Operation:
+            return self._global_operations.wait(
+                project=self._project, operation=operation.name, timeout=timeout
+            )
+
+        return self._wait_until_done(operation, poll, "global")
 
     def _wait_until_done(
         self,

@@ -80,6 +80,7 @@ def instance_properties(request: VmRequest) -> compute_v1.InstanceProperties:
         guest_accelerators=accelerators,
         service_accounts=gce_requests.service_accounts(request),
         scheduling=gce_requests.scheduling(request),
+        tags=gce_requests.tags(request),
     )
 
 

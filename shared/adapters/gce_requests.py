@@ -209,6 +209,13 @@ def network_interfaces() -> list[compute_v1.NetworkInterface]:
     ]
 
 
+def tags(request: VmRequest) -> compute_v1.Tags | None:
+    """A gang node's network tag, which its gang's firewall rule names."""
+    from google.cloud import compute_v1
+
+    return compute_v1.Tags(items=[request.network_tag]) if request.network_tag else None
+
+
 def service_accounts(request: VmRequest) -> list[compute_v1.ServiceAccount]:
     from google.cloud import compute_v1
 
@@ -239,6 +246,7 @@ def instance_resource(request: VmRequest) -> compute_v1.Instance:
         guest_accelerators=accelerators,
         service_accounts=service_accounts(request),
         scheduling=scheduling(request),
+        tags=tags(request),
     )
 
 

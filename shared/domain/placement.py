@@ -197,7 +197,10 @@ def build_gang_request(
         option, assignment, image, user, service_account,
         event_token=event_token, restore_gate=restore_gate,
     )  # fmt: skip
-    nodes = tuple(replace(base, name=name) for name in assignment.nodes)
+    # The attempt's tag, the name of the rule that lets its nodes, and them
+    # alone, reach each other (``spotline.shared.domain.gang_network.gang_tag``).
+    tag = vm_name(assignment.job_id, assignment.attempt)
+    nodes = tuple(replace(base, name=name, network_tag=tag) for name in assignment.nodes)
     return GangRequest(
         nodes=nodes,
         region=region,

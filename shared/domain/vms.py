@@ -85,6 +85,9 @@ class VmRequest:
     # The job names Secret Manager references (secret_env): its VM's token
     # needs the cloud-platform scope, Secret Manager having no narrower one.
     reads_secrets: bool = False
+    # The network tag of a gang's nodes, which its firewall rule lets reach
+    # each other (``spotline.shared.domain.gang_network``); a single VM has none.
+    network_tag: str | None = None
 
 
 @dataclass(frozen=True)

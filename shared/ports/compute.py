@@ -35,6 +35,12 @@ Contract:
   current usage. A metric the provider does not list is absent (Compute Engine
   lists a preemptible quota only once it is granted). No permission to read
   them raises ``PermanentError``; what may pass later, ``TransientError``.
+* ``allow_gang(tag)`` makes the firewall rule ``tag`` that lets VMs carrying
+  the network tag ``tag`` (``VmRequest.network_tag``) reach each other, and
+  returns once it is in force; a rule of that name existing already is
+  success. ``end_gang(tag)`` deletes it; deleting a missing rule succeeds.
+  ``gang_rules()`` lists the names of such rules.
+  (``spotline.shared.domain.gang_network`` says when each is called.)
 """
 
 from __future__ import annotations
@@ -66,3 +72,9 @@ class Compute(Protocol):
     def insert_gang(self, gang: GangRequest) -> builtins.list[Vm]: ...
 
     def region_quotas(self, region: str) -> dict[str, Quota]: ...
+
+    def allow_gang(self, tag: str) -> None: ...
+
+    def end_gang(self, tag: str) -> None: ...
+
+    def gang_rules(self) -> builtins.list[str]: ...

@@ -20,9 +20,11 @@ Cache: a reused VM keeps the last environment under
 ``{workdir}/cache/envs/{hash}``, the hash of the requirements file (and of
 the interpreter); the same file again skips the install. A venv is marked
 complete only after pip succeeds: an install cut short is made again. One
-environment is kept at a time. Once pip is done, every process of the
-trainer's account is killed (a daemon the install started could otherwise
-write a venv file after root owns it), and then the agent takes the venv
+environment is kept at a time. Once pip's process has exited, every process
+of the trainer's account is killed (a daemon the install started could
+otherwise write a venv file after root owns it, or hold pip's output open,
+which made the install wait out its timeout), what is left of pip's output is
+read for a few seconds at most, and then the agent takes the venv
 over (its owner, read-only to everyone else): the trainer runs as the
 account pip ran as, and must not change (a ``pip install`` at run time, a
 ``.pth`` file) what the next job with the same file reuses.
@@ -33,12 +35,16 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import selectors
 import shutil
 import site
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from spotline.shared import logs
 from spotline.vm_image.agent.privileges import TrainerAccount
@@ -53,6 +59,11 @@ _PIP_TAIL_LINES = 15
 # A requirement building from source can take long; a hung index must not
 # hold the VM for ever (the job's max_runtime_s also applies).
 PIP_TIMEOUT_S = 1800
+# Once pip has exited and the account's processes are killed, what is left in
+# its pipe is read for this long at most (a process that holds the pipe and
+# is not the account's, locally the agent's own, is not waited for).
+_DRAIN_S = 5.0
+_POLL_S = 0.2
 
 
 # What pip prints when the requirements themselves are wrong: a name or a
@@ -162,13 +173,17 @@ def prepare_env(
     # 2. pip (the agent's, seen through the .pth) installs as the account.
     account.give(root)
     pip = [str(JobEnv(root).python), "-m", "pip", "install", "--disable-pip-version-check"]
+    # 3. Whatever the install started has ended before root takes the venv:
+    #    a process still running could keep a file open and write it after,
+    #    or swap a file for a link while root walks the tree. It ends when
+    #    pip does: one that holds pip's output open does not hold the install.
     try:
-        _run([*pip, "-r", str(requirements)], account, env, f"pip install -r {REQUIREMENTS}")
+        _run(
+            [*pip, "-r", str(requirements)], account, env, f"pip install -r {REQUIREMENTS}",
+            ended=lambda: _end_processes(account),
+        )  # fmt: skip
     finally:
-        # 3. Whatever the install started has ended before root takes the
-        #    venv: a process still running could keep a file open and write
-        #    it after, or swap a file for a link while root walks the tree.
-        _end_processes(account)
+        _end_processes(account)  # pip did not start, or failed to
     _take_over(root)
     _write_agent_site(root)  # what the account may have changed there
     _write_new(root, root / _COMPLETE, digest)
@@ -237,27 +252,95 @@ def _take_over(root: Path) -> None:
             os.chmod(path, 0o755 if executable else 0o644)
 
 
-def _run(command: list[str], account: TrainerAccount | None, env: dict[str, str], what: str) -> str:
-    # pip runs as the account with the job's environment (its PIP_*
-    # variables, its HOME for pip's cache); ``account`` None: as the agent.
+def _run(
+    command: list[str],
+    account: TrainerAccount | None,
+    env: dict[str, str],
+    what: str,
+    ended: Callable[[], None] = lambda: None,
+) -> str:
+    """Run ``command`` (as ``account``; None: as the agent) with ``env``, and
+    return its output (stdout and stderr, together).
+
+    It is done when its process exits, not when its output ends: a process
+    it started may hold the pipe open for ever. Then ``ended()`` runs (it
+    ends whatever the command left), and what is still in the pipe is read
+    for ``_DRAIN_S`` at most.
+    """
     try:
-        done = subprocess.run(
+        process = subprocess.Popen(
             command,
             env=env,
+            stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            timeout=PIP_TIMEOUT_S,
-            check=False,
             **(account.popen_kwargs() if account else {}),
         )
-    except subprocess.TimeoutExpired:
-        raise InstallFailed(f"{what} did not finish in {PIP_TIMEOUT_S} s") from None
     except OSError as err:
         raise InstallFailed(f"{what} could not start: {err}") from None
-    output = done.stdout.decode("utf-8", errors="replace")
-    if done.returncode != 0:
+    assert process.stdout is not None
+    pipe = _Pipe(process.stdout)
+    try:
+        finished = pipe.read_while(lambda: process.poll() is not None, PIP_TIMEOUT_S)
+        if not finished:
+            process.kill()
+        process.wait()
+        ended()
+        pipe.read_while(lambda: False, _DRAIN_S)
+    finally:
+        pipe.close()
+    if not finished:
+        raise InstallFailed(f"{what} did not finish in {PIP_TIMEOUT_S} s")
+    output = pipe.text()
+    if process.returncode != 0:
         tail = "\n".join(output.rstrip().splitlines()[-_PIP_TAIL_LINES:])
         raise InstallFailed(
-            f"{what} failed (exit code {done.returncode}):\n{tail}", unrecoverable_output(output)
+            f"{what} failed (exit code {process.returncode}):\n{tail}",
+            unrecoverable_output(output),
         )
     return output
+
+
+class _Pipe:
+    """The read end of a command's output, read without blocking."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self._stream = stream
+        self._chunks: list[bytes] = []
+        self._open = True
+        os.set_blocking(stream.fileno(), False)
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(stream, selectors.EVENT_READ)
+
+    def read_while(self, done: Callable[[], bool], limit_s: float) -> bool:
+        """Read until ``done()``, the end of the output, or ``limit_s``; False
+        on the limit. At the end of the output, wait for ``done()`` alone."""
+        deadline = time.monotonic() + limit_s
+        while not done():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            if not self._open:
+                time.sleep(min(left, _POLL_S))
+                continue
+            if self._selector.select(min(left, _POLL_S)):
+                self._read()
+        return True
+
+    def _read(self) -> None:
+        try:
+            chunk = os.read(self._stream.fileno(), 65536)
+        except BlockingIOError:
+            return
+        if chunk:
+            self._chunks.append(chunk)
+        else:  # every writer has closed it
+            self._selector.unregister(self._stream)
+            self._open = False
+
+    def text(self) -> str:
+        return b"".join(self._chunks).decode("utf-8", errors="replace")
+
+    def close(self) -> None:
+        self._selector.close()
+        self._stream.close()
