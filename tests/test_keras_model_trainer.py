@@ -132,7 +132,8 @@ def test_sigterm_mid_epoch_then_a_new_attempt_ends_as_the_uninterrupted_run(
     run.process.send_signal(signal.SIGTERM)
     assert run.wait() == EXIT_PREEMPTED, run.stderr
     [checkpoint] = run.events("checkpoint")
-    assert 250 < checkpoint["step"] < 500
+    # Inside epoch 2; on a loaded machine the signal may come before its first step.
+    assert 250 <= checkpoint["step"] < 500
     assert not (tmp_path / "job" / "output" / MODEL_FILE).exists()  # not trained yet
 
     resumed = start(tmp_path / "job", data_dir, attempt=2)
