@@ -11,7 +11,7 @@ XGBOOST := $(VENV)/.xgboost
 HF := $(VENV)/.hf
 LIGHTNING := $(VENV)/.lightning
 
-.PHONY: demo test docs lint tools tensorflow ray xgboost hf lightning bench bench-scale bench-econ soak soak-replay soak-deps clean
+.PHONY: demo test test-fast docs lint tools tensorflow ray xgboost hf lightning bench bench-scale bench-econ soak soak-replay soak-deps clean
 
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -79,6 +79,15 @@ tools:
 
 test: lint tools
 	$(BIN)/pytest
+
+# The inner loop: the tests that need no emulator, no local stack, no ML
+# framework run and no seconds of waiting (markers in pyproject.toml), well
+# under two minutes on a 2-core machine. `make test` (CI) runs everything.
+FAST := not emulators and not e2e and not frameworks and not slow
+test-fast: $(INSTALLED)
+	@start=$$(date +%s); \
+	$(BIN)/pytest -q -p no:cacheprovider -m "$(FAST)"; status=$$?; \
+	echo "make test-fast: $$(( $$(date +%s) - start )) s"; exit $$status
 
 # The big replay: many jobs, every message 1-5 times in shuffled order,
 # a few seeds (override SOAK_JOBS / SOAK_SEEDS), and the crash suite at every

@@ -125,6 +125,8 @@ class CloudDouble:
         self.triggers: dict[str, JsonDict] = {}
         self.uploads: dict[str, bytes] = {}
         self._granted: set[str] = set()  # upload objects handed out, not yet PUT
+        # Answers to the next PUTs of a source, in turn, before the upload is taken.
+        self.refuse_uploads: list[ApiError] = []
         self._operations: dict[str, tuple[JsonDict, int]] = {}
         self._recorder = Recorder(Contract(API_DEFINITIONS, ignore=["/upload/"]))
         self._service = HttpService(self)
@@ -231,6 +233,8 @@ class CloudDouble:
 
     def _put_upload(self, request: RecordedRequest) -> JsonDict:
         name = request.path.rsplit("/", 1)[-1]
+        if self.refuse_uploads:
+            raise self.refuse_uploads.pop(0)
         if name not in self._granted:
             raise ApiError(403, f"no upload URL was generated for {name}")
         if "authorization" in request.headers:

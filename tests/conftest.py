@@ -58,7 +58,8 @@ pytest_plugins = ["tests.local_cloud", "tests.vm_agent"]
 
 # Markers a test gets from what it uses, whatever its file says: a test whose
 # fixtures start an emulator is an emulator test, one on the whole local stack
-# is end to end. `make test-fast` runs the rest (-m "not emulators and not e2e").
+# is end to end. `make test-fast` runs the rest, less the tests marked
+# `frameworks` or `slow` in their files (Makefile: FAST).
 _EMULATOR_FIXTURES = frozenset({"emulators", "storage_emulator", "shared_stack"})
 _E2E_FIXTURES = frozenset({"shared_stack"})
 

@@ -37,6 +37,7 @@ def test_a_vm_made_with_no_gate_starts_at_once(server: MetadataServer) -> None:
     assert time.monotonic() - started < 10.0  # far from the 30 s it would wait, with room for load
 
 
+@pytest.mark.slow
 def test_the_trainer_waits_until_the_gate_opens(server: MetadataServer) -> None:
     server.set_attributes({RESTORE_METADATA_KEY: RESTORE_WAIT, "other": "x"})
     opener = threading.Timer(
@@ -51,6 +52,7 @@ def test_the_trainer_waits_until_the_gate_opens(server: MetadataServer) -> None:
     assert 0.9 <= time.monotonic() - started < 15.0
 
 
+@pytest.mark.slow
 def test_another_items_change_does_not_open_it(server: MetadataServer) -> None:
     server.set_attributes({RESTORE_METADATA_KEY: RESTORE_WAIT})
     changer = threading.Timer(
@@ -65,6 +67,7 @@ def test_another_items_change_does_not_open_it(server: MetadataServer) -> None:
     assert time.monotonic() - started >= 2.0
 
 
+@pytest.mark.slow
 def test_a_gate_naming_the_notices_end_waits_no_later(server: MetadataServer) -> None:
     """The VMs it waits for were kept through their notice: Compute Engine
     takes them at its end, and no one may be there to see it."""

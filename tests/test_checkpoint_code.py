@@ -39,6 +39,7 @@ def _model() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
     return model, torch.optim.SGD(model.parameters(), lr=0.1)
 
 
+@pytest.mark.slow
 def test_a_planted_checkpoint_that_runs_code_is_refused(tmp_path: Path) -> None:
     model, optimizer = _model()
     genuine = save_checkpoint(
@@ -59,6 +60,7 @@ def test_a_planted_checkpoint_that_runs_code_is_refused(tmp_path: Path) -> None:
     assert resumed.step == 10
 
 
+@pytest.mark.slow
 def test_a_genuine_checkpoint_resumes_with_its_random_states(tmp_path: Path) -> None:
     model, optimizer = _model()
     np.random.seed(7)

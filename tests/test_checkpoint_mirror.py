@@ -170,6 +170,7 @@ def test_restore_brings_back_what_the_manifest_lists_and_nothing_else(
     assert stored(url, "written-straight-to-storage.pt") == b"not the mirror's"
 
 
+@pytest.mark.slow
 def test_a_unit_half_uploaded_when_the_vm_dies_is_not_restored(tmp_path: Path) -> None:
     url = (tmp_path / "bucket").as_uri()
     local = tmp_path / "vm1"

@@ -73,6 +73,7 @@ def no_credentials(tmp_path: Path) -> dict[str, str]:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", NEEDS_THE_PROJECT, ids=" ".join)
 def test_without_credentials_every_command_says_what_to_run_in_one_line(
     command: list[str], no_credentials: dict[str, str], tmp_path: Path

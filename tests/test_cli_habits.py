@@ -3,12 +3,15 @@ its output goes away, and `cancel` saying so when there is nothing to cancel."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
 import pytest
+from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
 
 from spotline.infra.cli.commands import main as cli
+from spotline.infra.cli.exit_codes import Exit
 from spotline.infra.localstack.stack import LocalStack
 from spotline.shared.adapters.firestore_store import FirestoreStore
 from spotline.shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
@@ -60,6 +63,44 @@ def test_cancel_of_an_unknown_job_fails_and_of_an_ended_one_publishes_nothing(
     assert cli(["cancel", "done1", "no-such-job"]) == 1
     captured = capsys.readouterr()
     assert "already ended: COMPLETED" in captured.out and "no job no-such-job" in captured.err
+
+
+def test_cancel_json_says_what_became_of_each_job_and_nothing_else_on_stdout(
+    project: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    topic = f"projects/{project}/topics/spotline-cancel"
+    PublisherClient().create_topic(name=topic)
+    subscription = f"projects/{project}/subscriptions/cancels"
+    SubscriberClient().create_subscription(name=subscription, topic=topic)
+    store = FirestoreStore(project)
+    store.create_job(job("live1", status=JobStatus.TRAINING, substatus=JobSubstatus.TRAINING))
+    store.create_job(job("done1", status=JobStatus.COMPLETED, substatus=JobSubstatus.COMPLETED))
+
+    code = cli(["cancel", "live1", "done1", "no-such-job", "--json", "--reason", "wrong lr"])
+
+    assert code == Exit.FAILED  # one job is unknown, as without --json
+    out, err = capsys.readouterr()
+    live, done, unknown = json.loads(out)
+    pulled = SubscriberClient().pull(subscription=subscription, max_messages=10, timeout=10)
+    [message] = [json.loads(m.message.data) for m in pulled.received_messages]
+    assert (message["job_id"], message["reason"]) == ("live1", "wrong lr")
+    assert live["result"] == "published" and live["status"] == "TRAINING"
+    assert live["message_id"] == pulled.received_messages[0].message.message_id
+    assert (done["result"], done["status"], done["message_id"]) == ("ended", "COMPLETED", None)
+    assert "already ended" in done["message"]
+    assert (unknown["job_id"], unknown["result"], unknown["status"]) == (
+        "no-such-job",
+        "unknown",
+        None,
+    )
+    assert "no job no-such-job" in unknown["message"] and "no job no-such-job" in err
+
+
+def test_cancel_json_and_wait_are_one_or_the_other(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as ended:
+        cli(["cancel", "j1", "--json", "--wait"])
+    assert ended.value.code == Exit.USAGE
+    assert "not allowed with argument" in capsys.readouterr().err
 
 
 @pytest.mark.e2e

@@ -215,6 +215,7 @@ def ending(world: World) -> dict[str, Any]:
     return ended
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", PARAMS, ids=lambda t: t.name)
 @pytest.mark.parametrize("after", [False, True], ids=["before", "after"])
 def test_a_crash_at_any_call_converges_after_redelivery_and_two_sweeps(

@@ -15,7 +15,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from spotline.shared.contract.cluster import master_port
+
+pytestmark = pytest.mark.frameworks
 
 
 def start_ranks(tmp_path: Path, run: str, **env: str) -> list[subprocess.Popen[str]]:

@@ -203,6 +203,7 @@ def test_an_outage_refuses_nonsense() -> None:
 # -- the system --
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", SEEDS)
 def test_jobs_converge_after_compute_answers_503s_for_a_while(
     seed: int, capsys: pytest.CaptureFixture[str]
@@ -217,6 +218,7 @@ def test_jobs_converge_after_compute_answers_503s_for_a_while(
     assert converged(world) == [], f"seed={seed}: {converged(world)}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", SEEDS)
 def test_jobs_converge_after_compute_answers_too_late_for_a_while(
     seed: int, capsys: pytest.CaptureFixture[str]
@@ -234,6 +236,7 @@ def test_jobs_converge_after_compute_answers_too_late_for_a_while(
     assert converged(world) == [], f"seed={seed}: {converged(world)}"
 
 
+@pytest.mark.slow
 def test_a_vm_that_reports_before_its_placement_is_recorded_is_heard() -> None:
     """The insert is made but answered too late, and Compute keeps failing the
     submission's redeliveries while the VM boots, trains and finishes: its

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import time
 import zipfile
 from collections.abc import Iterator
 from dataclasses import fields
@@ -20,9 +21,11 @@ from spotline.infra.deploy.bootstrap import SERVICES
 from spotline.infra.deploy.deployer import Deployer, Endpoints
 from spotline.infra.deploy.plan import DeployConfig
 from spotline.infra.deploy.source import build_archive
+from spotline.infra.localcloud.wire import ApiError, RecordedRequest
 from spotline.infra.localstack.emulators import Emulator
 from spotline.infra.topology import FUNCTIONS
 from spotline.shared.domain.catalog import load_catalog
+from spotline.shared.retries import Backoff
 from spotline.shared.settings import TOPICS, Settings
 from spotline.shared.settings_file import config_path
 from tests.cloud_double import CloudDouble
@@ -367,3 +370,38 @@ def test_a_local_storage_root_is_refused() -> None:
 
     with pytest.raises(SystemExit, match="gs://"):
         main(args)
+
+
+def test_a_source_upload_refused_while_permissions_propagate_is_tried_again(
+    cloud: CloudDouble, project: str
+) -> None:
+    """A signed URL answering 403 just after it was made is tried again; any
+    other refusal fails the deploy at once; a 403 that never passes ends."""
+    quick = Backoff(initial_s=0.01, maximum_s=0.05, deadline_s=1.0)
+    propagating = ApiError(403, "the signed URL's permission is not there yet")
+    cloud.refuse_uploads = [propagating, propagating]
+
+    Deployer(deploy_config(project), endpoints=cloud.endpoints(), upload_backoff=quick).run()
+
+    first = uploads_sent(cloud)[:3]
+    assert len({put.path for put in first}) == 1  # the same URL, three times
+    assert len(cloud.uploads) == len(FUNCTIONS)
+
+    # Deployed: a new deploy uploads nothing, so the next uploads are sent alone.
+    again = Deployer(deploy_config(project), endpoints=cloud.endpoints(), upload_backoff=quick)
+    cloud.refuse_uploads = [ApiError(400, "not a zip")]
+    puts = len(uploads_sent(cloud))
+    with pytest.raises(RuntimeError, match="source upload failed: HTTP 400"):
+        again._upload(build_archive())
+    assert len(uploads_sent(cloud)) == puts + 1
+
+    cloud.refuse_uploads = [propagating] * 10_000
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="source upload failed: HTTP 403"):
+        again._upload(build_archive())
+    assert time.monotonic() - started < quick.deadline_s + 30  # generous: a loaded machine
+    assert len(cloud.refuse_uploads) < 10_000 - 1  # it did try again
+
+
+def uploads_sent(cloud: CloudDouble) -> list[RecordedRequest]:
+    return [r for r in cloud.requests if r.method == "PUT" and r.path.startswith("/upload/")]

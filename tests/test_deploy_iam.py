@@ -4,6 +4,7 @@ no role broader than spotline's short list appears anywhere."""
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from spotline.shared.adapters.gce_requests import VM_SCOPES
 from spotline.shared.adapters.memory_store import InMemoryStore
 from spotline.shared.adapters.recording_bus import RecordingBus
 from spotline.shared.domain.states import JobSubstatus
+from spotline.shared.retries import Backoff
 from spotline.shared.settings import Settings
 from tests.cloud_double import CloudDouble
 from tests.documents import T0, job
@@ -260,7 +262,8 @@ def test_a_policy_write_is_read_again_and_retried_while_a_new_account_is_unknown
             ),
             CONFIG.functions_account,
         )
-        setup = ProjectSetup(config, endpoints=cloud.endpoints(), retry_delay_s=0.01)
+        quick = Backoff(initial_s=0.01, maximum_s=0.05, deadline_s=0.5)
+        setup = ProjectSetup(config, endpoints=cloud.endpoints(), grant_backoff=quick)
         setup.ensure_accounts()
         setup.custom_roles.ensure()
         wanted = [b for b in iam.bindings(config.iam_config) if b.scope is iam.Scope.PROJECT]
@@ -283,3 +286,15 @@ def test_a_policy_write_is_read_again_and_retried_while_a_new_account_is_unknown
         )
         with pytest.raises(BadRequest, match="not supported"):
             setup.ensure_bindings([vm_logs])
+        assert cloud.project_apis.refuse_policy_writes == []
+
+        # An account IAM never comes to know: the tries end at the deadline
+        # with IAM's own answer.
+        cloud.project_apis.refuse_policy_writes = [
+            ApiError(400, "Service account ghost@acme-ml.iam.gserviceaccount.com does not exist.")
+        ] * 10_000
+        started = time.monotonic()
+        with pytest.raises(BadRequest, match="does not exist"):
+            setup.ensure_bindings([vm_logs])
+        assert time.monotonic() - started < quick.deadline_s + 30  # generous: a loaded machine
+        assert len(cloud.project_apis.refuse_policy_writes) < 10_000 - 1  # it did try again

@@ -122,6 +122,7 @@ def uninterrupted_4_epochs(tmp_path_factory: pytest.TempPathFactory) -> Iterator
         run.process.communicate()
 
 
+@pytest.mark.frameworks
 def test_three_epochs_learn_keep_two_checkpoints_and_rerun_exits_at_once(tmp_path: Path) -> None:
     run = start_trainer(tmp_path, epochs=3)
     assert run.wait() == 0, run.stderr
@@ -144,6 +145,7 @@ def test_three_epochs_learn_keep_two_checkpoints_and_rerun_exits_at_once(tmp_pat
     assert "all 3 epochs done" in again.stdout
 
 
+@pytest.mark.frameworks
 def test_resume_after_two_epochs_matches_uninterrupted_run(
     tmp_path: Path, uninterrupted_4_epochs: TrainerRun
 ) -> None:
@@ -159,6 +161,7 @@ def test_resume_after_two_epochs_matches_uninterrupted_run(
     assert_same_result(second, uninterrupted_4_epochs)
 
 
+@pytest.mark.frameworks
 def test_sigusr1_then_sigterm_mid_epoch_and_resume_from_that_step(
     tmp_path: Path, uninterrupted_4_epochs: TrainerRun
 ) -> None:
@@ -218,6 +221,7 @@ def test_empty_or_missing_folder_has_no_checkpoint(tmp_path: Path) -> None:
         assert load_latest_checkpoint(directory) is None
 
 
+@pytest.mark.frameworks
 def test_round_trip_restores_model_optimizer_scheduler_and_rngs(tmp_path: Path) -> None:
     model, optimizer = make_training_state()
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)

@@ -42,6 +42,7 @@ def test_the_hugging_face_job_spec_is_valid() -> None:
     assert spec.command == ["python", "train.py"] and spec.env["HF_HUB_OFFLINE"] == "1"
 
 
+@pytest.mark.frameworks
 def test_the_plain_pytorch_loop_saves_the_step_of_the_notice_and_loses_nothing(
     tmp_path: Path,
 ) -> None:

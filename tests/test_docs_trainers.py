@@ -54,6 +54,7 @@ def test_the_keras_script_is_the_example_the_stack_test_runs() -> None:
     assert script == (REPO / "examples" / "keras_job" / "train.py").read_text()
 
 
+@pytest.mark.frameworks
 @pytest.mark.skipif(
     importlib.util.find_spec("tensorflow") is None,
     reason="!!! DOCS KERAS SCRIPT NOT RUN: TensorFlow is not installed (make tensorflow) !!!",

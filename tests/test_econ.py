@@ -31,6 +31,7 @@ def spotline(job: Job, trace: Trace, params: Params = PARAMS) -> Outcome:
     return SpotlineRun(job, trace, params).run()
 
 
+@pytest.mark.slow
 def test_the_same_seed_gives_the_same_run_and_another_seed_another() -> None:
     job = Job("short", "g2-standard-4", hours=0.5)
     first = traces.poisson(4.0, 1, 24, seed=7)
@@ -147,6 +148,7 @@ def test_a_preemption_while_booting_is_reported_by_the_log_sink_and_loses_the_bo
     assert run.makespan_s == pytest.approx(30 + p.deliver_s + p.boot_s + ONE_GPU.work_s + 0.43)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("job", [Job("short", "n1-standard-8-t4", 1.0), GANG], ids=["1", "4"])
 def test_spotline_real_code_recovers_as_fast_as_its_model(job: Job) -> None:
     """Many preemptions, some while booting, on every node: the handlers add

@@ -276,6 +276,7 @@ FUZZ = settings(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", list(PARSE))
 def test_no_message_escapes_and_a_refused_one_changes_nothing(template: World, kind: str) -> None:
     @FUZZ

@@ -16,7 +16,12 @@ from spotline.infra.localcloud.launchers import RecordLauncher
 from spotline.shared.adapters import gce_requests
 from spotline.shared.adapters.gce_compute import GceCompute
 from spotline.shared.adapters.gce_requests import ErrorKind
-from spotline.shared.domain.errors import CapacityError, PermanentError, TransientError
+from spotline.shared.domain.errors import (
+    CapacityError,
+    PermanentError,
+    SpotlineError,
+    TransientError,
+)
 from spotline.shared.domain.vms import (
     JOB_METADATA_KEY,
     MANAGED_LABEL,
@@ -488,3 +493,34 @@ def test_importing_the_adapter_does_not_import_the_client_library() -> None:
     )
 
     assert result.stdout.strip() == "False"
+
+
+def test_a_read_refused_for_good_is_not_tried_again(compute: GceCompute, cloud: LocalCloud) -> None:
+    add_instance(cloud, ZONE, "spotline-j-42-a1")
+    cloud.fail_next("GET", "/instances/spotline-j-42-a1$", 403)
+
+    with pytest.raises(SpotlineError, match="injected 403"):  # the port's, at once
+        compute.get(ZONE, "spotline-j-42-a1")
+    assert len(cloud.requests_to("GET", "/instances/spotline-j-42-a1")) == 1
+
+
+def test_an_operation_poll_that_keeps_failing_to_read_ends_at_the_operation_deadline(
+    cloud: LocalCloud,
+) -> None:
+    """The wait answers 503 for good: polled again (the operation carries on),
+    and the insert is transient once the operation's time is up."""
+    cloud.fail_next("POST", "/operations/[^/]+/wait$", 503, times=100_000)
+    compute = GceCompute(cloud.project, api_endpoint=cloud.endpoint, operation_timeout_s=1.0)
+
+    with pytest.raises(TransientError, match="not done after 1 s"):
+        compute.insert(vm_request())
+    assert len(cloud.requests_to("POST", "/wait")) > 1
+
+
+def test_an_operation_poll_refused_for_good_is_not_polled_again(cloud: LocalCloud) -> None:
+    cloud.fail_next("POST", "/operations/[^/]+/wait$", 403)
+    compute = GceCompute(cloud.project, api_endpoint=cloud.endpoint, operation_timeout_s=30.0)
+
+    with pytest.raises(SpotlineError, match="injected 403"):  # the port's, at once
+        compute.insert(vm_request())
+    assert len(cloud.requests_to("POST", "/wait")) == 1

@@ -65,6 +65,7 @@ def wheel(tmp_path: Path, repo_root: Path) -> Path:
     return build_wheel(repo_root, tmp_path)
 
 
+@pytest.mark.slow
 def test_the_wheel_installs_one_top_level_package(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()

@@ -15,6 +15,8 @@ import pytest
 from spotline.vm_image.agent.job_env import InstallFailed, prepare_env
 from spotline.vm_image.agent.privileges import trainer_account
 
+pytestmark = pytest.mark.slow
+
 
 def install(tmp_path: Path, requirements: str, **env: str) -> InstallFailed:
     (tmp_path / "requirements.txt").write_text(requirements)

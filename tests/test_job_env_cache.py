@@ -79,6 +79,7 @@ def _as_trainer(script: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_a_trainer_cannot_change_the_cached_venv_the_next_job_reuses(shared_tmp: Path) -> None:
     nobody_must_be_idle()
     tiny_wheel(shared_tmp / "wheels", "from the wheel")

@@ -150,6 +150,7 @@ def test_the_jobs_python_does_not_choose_where_root_writes(shared_tmp: Path) -> 
             os.kill(pid, 9)
 
 
+@pytest.mark.slow
 def test_nothing_the_install_started_outlives_the_take_over(shared_tmp: Path) -> None:
     account = spare_account()
     try:

@@ -30,6 +30,8 @@ from spotline.keras import EXIT_PREEMPTED  # noqa: E402
 from spotline.vm_image.trainers.keras_inputs import MODEL_FILE, FitArrays, save  # noqa: E402
 from tests.test_keras_trainer import TrainerRun  # noqa: E402
 
+pytestmark = pytest.mark.frameworks
+
 REPO = Path(__file__).resolve().parents[1]
 SEED = 3
 BATCH = 4

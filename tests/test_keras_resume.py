@@ -34,6 +34,8 @@ from spotline.keras import (  # noqa: E402
 from spotline.keras import callbacks as keras_callbacks  # noqa: E402
 from spotline.vm_image.trainers import keras_ffnn  # noqa: E402
 
+pytestmark = pytest.mark.frameworks
+
 EPOCHS = 3
 BATCH = 64
 STEPS = 23  # 1438 training samples in batches of 64

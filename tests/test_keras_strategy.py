@@ -23,6 +23,8 @@ import tensorflow as tf  # noqa: E402
 
 from spotline.vm_image.trainers import keras_ffnn  # noqa: E402
 
+pytestmark = pytest.mark.frameworks
+
 
 @pytest.mark.parametrize(("gpus", "mirrored"), [(0, False), (1, False), (2, True), (8, True)])
 def test_several_gpus_mirror_one_or_none_do_not(gpus: int, mirrored: bool) -> None:

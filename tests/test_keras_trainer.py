@@ -36,6 +36,8 @@ from spotline.keras import (  # noqa: E402
 )
 from spotline.vm_image.trainers import keras_ffnn  # noqa: E402
 
+pytestmark = pytest.mark.frameworks
+
 REPO = Path(__file__).resolve().parents[1]
 # 1438 training samples in batches of 4: 360 steps, about a second an epoch,
 # room to land a SIGTERM inside epoch 2 after seeing epoch 1 end.

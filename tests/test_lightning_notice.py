@@ -24,6 +24,8 @@ require_modules(("lightning", "torchdata"), "LIGHTNING TESTS", "lightning")
 import torch  # noqa: E402
 from torch.testing import assert_close  # noqa: E402
 
+pytestmark = pytest.mark.frameworks
+
 SCRIPT = Path(__file__).with_name("lightning_script.py")
 STEPS = 48  # 2 epochs of 24 steps
 SAVE_STEPS = 10

@@ -211,6 +211,7 @@ def test_a_process_that_exits_shows_terminated(compute: GceCompute, host: LocalC
     assert compute.get(ZONE, "job-6-a0") is None
 
 
+@pytest.mark.slow
 def test_preempt_wakes_the_watcher_at_once_and_kills_after_the_notice(
     compute: GceCompute, chaos: ChaosClient, host: LocalCloud, out: Path
 ) -> None:
@@ -377,6 +378,7 @@ def test_chaos_on_a_missing_vm_is_refused(chaos: ChaosClient, host: LocalCloud) 
     assert sent.path == f"/local/v1/projects/demo-project/zones/{ZONE}/instances/job-11-a0/kill"
 
 
+@pytest.mark.slow
 def test_freeze_stops_the_processes_and_delete_ends_them(
     compute: GceCompute, chaos: ChaosClient, out: Path
 ) -> None:
@@ -412,6 +414,7 @@ def test_metadata_server_speaks_gce(compute: GceCompute, host: LocalCloud) -> No
     assert recursive["agent-mode"] == "watch"
 
 
+@pytest.mark.slow
 def test_wait_for_change_times_out_with_the_unchanged_value(
     compute: GceCompute, host: LocalCloud
 ) -> None:

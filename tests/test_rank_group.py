@@ -8,8 +8,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from spotline.vm_image.agent.rank_group import RankGroup, rank_events_path
 from spotline.vm_image.agent.trainer_process import TrainerProcess
+
+pytestmark = pytest.mark.slow
 
 # A rank that saves for 1.5 s on SIGTERM, then exits 143; or ignores it.
 SAVES_ON_SIGTERM = (

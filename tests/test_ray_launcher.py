@@ -12,7 +12,11 @@ import sys
 import threading
 import time
 
+import pytest
+
 from tests.framework_required import require_framework
+
+pytestmark = pytest.mark.frameworks
 
 DRIVER = """
 import signal, sys, time

@@ -170,6 +170,7 @@ LOSSES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", LOSSES)
 def test_a_recovery_killed_before_any_side_effect_is_finished_later(how: str) -> None:
     loss, stuck = LOSSES[how], []
@@ -268,6 +269,7 @@ def end_run(how: str, k: int | None, first_s: float) -> tuple[str, tuple[object,
         return crash, ended(world)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ENDINGS)
 def test_a_sweep_killed_while_it_ends_a_vm_is_finished_by_the_next(how: str) -> None:
     at_s = ENDINGS[how][2]

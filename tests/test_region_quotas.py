@@ -18,9 +18,12 @@ pytestmark = pytest.mark.emulators
 
 
 def capacities(shown: str) -> dict[str, str]:
-    """MACHINE_ID -> CAPACITY of the machines table (GPUS is one word, "-" or "1xnvidia-l4");
-    the line under it says how old the prices are."""
-    rows = [line for line in shown.splitlines()[2:] if not line.startswith("prices of ")]
+    """MACHINE_ID -> CAPACITY of the machines table (GPUS is one word, "-" or "1xnvidia-l4"),
+    after any log lines; the line under it says how old the prices are."""
+    lines = shown.splitlines()
+    header = next(n for n, line in enumerate(lines) if line.startswith("MACHINE_ID"))
+    assert lines[header].split()[:5] == ["MACHINE_ID", "GPUS", "VCPUS", "USD_PER_HOUR", "CAPACITY"]
+    rows = [line for line in lines[header + 1 :] if not line.startswith("prices of ")]
     return {line.split()[0]: line.split()[4] for line in rows}
 
 

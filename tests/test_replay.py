@@ -32,6 +32,7 @@ def run(plans: list[Plan], delivery: Delivery) -> World:
     return world
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", SEEDS)
 def test_shuffled_redelivered_events_end_as_the_clean_run(
     seed: int, capsys: pytest.CaptureFixture[str]
@@ -57,6 +58,7 @@ def test_shuffled_redelivered_events_end_as_the_clean_run(
         assert got == want, f"seed={seed}: job {plan.job_id} ({plan}) differs from the clean run"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", SEEDS)
 def test_cooling_vms_claimed_under_shuffled_events_leave_nothing_behind(
     seed: int, capsys: pytest.CaptureFixture[str]
@@ -82,6 +84,7 @@ def test_cooling_vms_claimed_under_shuffled_events_leave_nothing_behind(
     assert problems(replayed, claims=True) == [], f"seed={seed}: {problems(replayed, claims=True)}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", SEEDS)
 def test_gangs_under_shuffled_redelivered_reports_of_every_node_end_as_the_clean_run(
     seed: int, capsys: pytest.CaptureFixture[str]

@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import timedelta
 
+import pytest
+
 from spotline.functions.deps import Deps
 from spotline.functions.ops.reuse import claim_stopped
 from spotline.functions.ops.sweep_pages import SweepPage, run_page
@@ -111,6 +113,7 @@ def _user_page(deps: Deps) -> None:
     run_page(deps, SweepPage(kind="users", listed_at=NOW, keys=["alice"]), NOW)
 
 
+@pytest.mark.slow
 def test_a_user_page_between_the_restart_s_slot_and_its_claim_leaves_the_slot(
     cloud: LocalCloud,
 ) -> None:

@@ -238,7 +238,8 @@ def test_spotline_settings_prints_each_setting_and_where_it_came_from(
 
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"settings from the config file {path}, under the environment"
-    rows = {line.split()[0]: line.split() for line in lines[3:]}
+    assert lines[1].split() == ["SETTING", "VARIABLE", "VALUE", "FROM", "DESCRIPTION"]
+    rows = {line.split()[0]: line.split() for line in lines[2:]}
     assert set(rows) == set(Settings.model_fields)
     assert rows["project"][1:4] == ["SPOTLINE_PROJECT", "acme-ml", "config"]
     assert rows["zones"][1:4] == ["SPOTLINE_ZONES", ",".join(DEFAULT_ZONES["us-east1"]), "default"]

@@ -260,6 +260,7 @@ def test_a_silent_metadata_server_fails_within_the_timeout(silent_host: str) -> 
     assert time.monotonic() - started < 3.0
 
 
+@pytest.mark.slow
 def test_an_unreachable_pubsub_fails_within_the_timeout(
     silent_host: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -148,6 +148,7 @@ def test_a_sweep_s_round_trips_do_not_grow_with_the_jobs_it_reads(
     assert calls[0] == calls[1]
 
 
+@pytest.mark.slow
 def test_a_sweep_reads_each_active_job_of_an_instance_once(
     world: tuple[Deps, CountingStore, InMemoryStore],
 ) -> None:

@@ -107,6 +107,8 @@ def test_spotline_timeline_prints_the_table_and_json(
     assert cli(["timeline", stored.job_id]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[0] == "job tl1: COMPLETED, 1 min 42 s, 2 attempt(s), 1 preemption(s)"
+    header = ["PHASE", "ATTEMPT", "1", "ATTEMPT", "2", "TOTAL", "SHARE"]
+    assert out.splitlines()[1].split() == header
     training = next(line for line in out.splitlines() if line.startswith("training"))
     assert training.split() == ["training", "54", "s", "25", "s", "1", "min", "19", "s", "77%"]
 

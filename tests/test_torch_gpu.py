@@ -17,7 +17,10 @@ import torch
 
 from spotline.torch import load_latest_checkpoint, save_checkpoint
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
+pytestmark = [
+    pytest.mark.frameworks,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here"),
+]
 
 STEPS = 20
 SAVED_AT = 11

@@ -22,6 +22,8 @@ import torch  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 from torch.testing import assert_close  # noqa: E402
 
+pytestmark = pytest.mark.frameworks
+
 SCRIPT = Path(__file__).with_name("hf_script.py")
 STEPS = 48  # 2 epochs of 24 steps
 SAVE_STEPS = 10

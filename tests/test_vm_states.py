@@ -66,6 +66,7 @@ def test_a_vm_of_unknown_state_that_nothing_owns_is_an_orphan() -> None:
     assert reaping.orphaned(odd, None, None, T0)
 
 
+@pytest.mark.slow
 def test_an_unknown_operation_status_is_not_done_and_logged(
     cloud: LocalCloud, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -18,9 +18,10 @@ from rich.table import Table
 from rich.text import Text
 
 from spotline.infra.cli.job_fields import age, duration, short_span
+from spotline.infra.cli.tables import GAP as _GAP
+from spotline.infra.cli.tables import render
 from spotline.shared.domain.documents import JobDoc
 
-_GAP = 2  # spaces between two columns
 _DESCRIPTION_MIN = 12  # narrower than this, DESCRIPTION is left out
 _STATUS_STYLES = {
     "COMPLETED": "green",
@@ -111,8 +112,4 @@ def jobs_table(jobs: Sequence[JobDoc], now: datetime, width: int) -> Table:
 
 
 def print_jobs(console: Console, jobs: Sequence[JobDoc], now: datetime) -> None:
-    with console.capture() as captured:
-        console.print(jobs_table(jobs, now, console.width), soft_wrap=False)
-    # rich pads the last cell of a row to its column's width: no trailing blanks
-    # in what a person copies or a script greps.
-    print("\n".join(line.rstrip() for line in captured.get().splitlines()), flush=True)
+    print(render(jobs_table(jobs, now, console.width), console, console.width), flush=True)

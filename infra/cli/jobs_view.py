@@ -60,7 +60,7 @@ def _one_job(args: argparse.Namespace, conn: Connection, now: datetime) -> int:
 
 
 def rejected(args: argparse.Namespace) -> int:
-    from spotline.infra.cli.report import table
+    from spotline.infra.cli.tables import show, table
 
     rejections = connect(args.workdir).store.recent_rejections(args.limit)
     if args.json:
@@ -69,12 +69,13 @@ def rejected(args: argparse.Namespace) -> int:
         print_json([r.model_dump(mode="json") for r in rejections])
         return 0
     rows = [[r.message_id, f"{r.at:%Y-%m-%d %H:%M:%S}", r.reason] for r in rejections]
-    print(table(["MESSAGE", "AT", "REASON"], rows))
+    show(table(["MESSAGE", "AT", "REASON"], rows))
     return 0
 
 
 def machines(args: argparse.Namespace) -> int:
     from spotline.infra.cli.report import machine_json, machines_table
+    from spotline.infra.cli.tables import show
     from spotline.infra.client.listing import machine_offers
     from spotline.shared.domain.catalog import shipped_prices
 
@@ -88,7 +89,7 @@ def machines(args: argparse.Namespace) -> int:
 
         print_json([machine_json(row) for row in rows])
     else:
-        print(machines_table(rows, quotas_read=unknown is None))
+        show(machines_table(rows, quotas_read=unknown is None))
         book = shipped_prices()
         print(f"prices of {book.region} as of {book.priced_at} (source: {book.source})")
     return 0

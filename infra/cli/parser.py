@@ -101,8 +101,15 @@ def build() -> argparse.ArgumentParser:
     cancel.add_argument(
         "--reason", default="canceled by the user", help="kept on the job as its error"
     )
-    cancel.add_argument(
+    cancel_then = cancel.add_mutually_exclusive_group()
+    cancel_then.add_argument(
         "--wait", action="store_true", help="wait until each job has ended (CANCELED)"
+    )
+    cancel_then.add_argument(
+        "--json",
+        action="store_true",
+        help="print what became of each job as JSON (job_id, result: published, ended or "
+        "unknown, status, message_id, message); errors also go to stderr",
     )
     cancel.set_defaults(run=submit.cancel)
 

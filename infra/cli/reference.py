@@ -21,6 +21,7 @@ def schema(args: argparse.Namespace) -> int:
 def settings(args: argparse.Namespace) -> int:
     """Print every setting as the other commands would read it here."""
     from spotline.infra.cli.report import settings_table
+    from spotline.infra.cli.tables import show
     from spotline.infra.client.connection import where
     from spotline.shared.settings import load
 
@@ -35,7 +36,7 @@ def settings(args: argparse.Namespace) -> int:
         print_json({"source": source, "settings": rows})
         return 0
     print(f"settings from {source}")
-    print(settings_table(loaded))
+    show(settings_table(loaded))
     return 0
 
 

@@ -1,5 +1,5 @@
-"""Plain-text tables of jobs, epochs, machines and settings (the jobs table
-as an experiment summary)."""
+"""The tables of jobs, epochs, machines and settings (the jobs table as an
+experiment summary), laid out by ``spotline.infra.cli.tables``."""
 
 from __future__ import annotations
 
@@ -7,23 +7,15 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from rich.table import Table
+
+from spotline.infra.cli.tables import table, text_table
 from spotline.infra.client.records import MachineOffer
 from spotline.shared.domain.documents import EpochDoc, JobDoc
 from spotline.shared.domain.secret_env import masked_env
 
 if TYPE_CHECKING:
     from spotline.shared.settings import Loaded
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
-        for row in cells
-    ]
-    lines.insert(1, "  ".join("-" * width for width in widths))
-    return "\n".join(line.rstrip() for line in lines)
 
 
 def _metrics(metrics: dict[str, float | None]) -> str:
@@ -69,10 +61,10 @@ def jobs_table(jobs: Sequence[JobDoc]) -> str:
         ]
         for job in sorted(jobs, key=lambda j: j.created_at)
     ]
-    return table(headers, rows)
+    return text_table(headers, rows, right={"ATTEMPT", "COST_USD", "ON_DEMAND_USD", "SPOT_SAVING"})
 
 
-def machines_table(rows: Sequence[MachineOffer], quotas_read: bool = True) -> str:
+def machines_table(rows: Sequence[MachineOffer], quotas_read: bool = True) -> Table:
     """The catalog with prices, capacity and quotas.
 
     CAPACITY is ``?`` when the quotas could not be read, ``-`` when none of a
@@ -96,7 +88,7 @@ def machines_table(rows: Sequence[MachineOffer], quotas_read: bool = True) -> st
         lines.append(
             [row.machine_id, gpus, row.vcpus, f"{row.usd_per_hour:.3f}", room, row.in_use, rate]
         )
-    return table(headers, lines)
+    return table(headers, lines, right={"VCPUS", "USD_PER_HOUR", "CAPACITY", "IN_USE"})
 
 
 def machine_json(row: MachineOffer) -> dict[str, object]:
@@ -149,7 +141,8 @@ def timeline(job: JobDoc, epochs: Sequence[EpochDoc]) -> str:
             "SAVED_AT_STEP",
             "COST_USD",
         ]
-        parts += ["", "attempts:", table(headers, rows)]
+        numbers = {"ATTEMPT", "RESUMED_FROM_STEP", "SAVED_AT_STEP", "COST_USD"}
+        parts += ["", "attempts:", text_table(headers, rows, right=numbers)]
     if epochs:
         names = sorted({name for epoch in epochs for name in epoch.metrics})
         rows = [
@@ -162,11 +155,12 @@ def timeline(job: JobDoc, epochs: Sequence[EpochDoc]) -> str:
             ]
             for e in epochs
         ]
-        parts += ["", "epochs:", table(["EPOCH", "ATTEMPT", "STEP", *names, "INSTANCE"], rows)]
+        headers = ["EPOCH", "ATTEMPT", "STEP", *names, "INSTANCE"]
+        parts += ["", "epochs:", text_table(headers, rows, right=set(headers[:-1]))]
     return "\n".join(parts)
 
 
-def settings_table(loaded: Loaded) -> str:
+def settings_table(loaded: Loaded) -> Table:
     """Every setting: name, variable, value, where it came from, what it does."""
     rows = [[*row[:2], row[2] or "-", *row[3:]] for row in settings_rows(loaded)]
     return table(["SETTING", "VARIABLE", "VALUE", "FROM", "DESCRIPTION"], rows)

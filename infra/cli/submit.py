@@ -159,29 +159,61 @@ def replay(args: argparse.Namespace) -> int:
 
 def cancel(args: argparse.Namespace) -> int:
     """Publish a cancel for each job still active; 1 if any job does not
-    exist. With ``--wait``, follow them (``spotline watch``) until they end."""
+    exist. With ``--wait``, follow them (``spotline watch``) until they end;
+    with ``--json``, print what became of each job (``cancel_json``)."""
     from spotline.infra.client.errors import JobNotFound
     from spotline.infra.client.job import publish_cancel
     from spotline.shared.domain.states import JobStatus
 
     conn = connect(args.workdir)
-    unknown, published = [], []
+    outcomes: list[dict[str, Any]] = []
     for job_id in args.jobs:
         try:
             job = conn.job_doc(job_id)
         except JobNotFound as err:
             print(err, file=sys.stderr)
-            unknown.append(job_id)
+            outcomes.append(cancel_json(job_id, "unknown", message=str(err)))
             continue
         if job.status in JobStatus.terminal():
-            print(f"job {job_id} has already ended: {job.status}; nothing to cancel")
+            said = f"job {job_id} has already ended: {job.status}; nothing to cancel"
+            outcomes.append(cancel_json(job_id, "ended", status=job.status, message=said))
+            if not args.json:
+                print(said)
             continue
         message_id = publish_cancel(conn, job, args.reason)
-        print(f"cancel of {job_id} published (message {message_id})")
-        published.append(job_id)
+        said = f"cancel of {job_id} published (message {message_id})"
+        outcomes.append(
+            cancel_json(job_id, "published", job.status, message_id=message_id, message=said)
+        )
+        if not args.json:
+            print(said)
+    if args.json:
+        from spotline.infra.cli.output import print_json
+
+        print_json(outcomes)
+    published = [o["job_id"] for o in outcomes if o["result"] == "published"]
     if args.wait and published:
         wait_for_end(conn, published)
-    return Exit.FAILED if unknown else Exit.OK
+    return Exit.FAILED if any(o["result"] == "unknown" for o in outcomes) else Exit.OK
+
+
+def cancel_json(
+    job_id: str,
+    result: str,
+    status: str | None = None,
+    message_id: str | None = None,
+    message: str = "",
+) -> dict[str, Any]:
+    """One job of ``cancel --json``: ``result`` is ``published`` (the cancel is
+    on its way), ``ended`` (nothing to cancel) or ``unknown`` (no such job);
+    ``status`` is the job's when it was read."""
+    return {
+        "job_id": job_id,
+        "result": result,
+        "status": None if status is None else str(status),
+        "message_id": message_id,
+        "message": message,
+    }
 
 
 def wait_for_end(conn: Connection, job_ids: list[str]) -> None:

@@ -69,29 +69,28 @@ def default_chart_path(workdir: Path, job_id: str, chart: str) -> Path:
 
 def table(job: JobDoc, found: Timeline) -> str:
     """One row per phase, a column per attempt, then the total and its share."""
+    from spotline.infra.cli.tables import text_table
     from spotline.infra.client.charts import duration
     from spotline.shared.domain.timeline import Phase
 
     attempts = found.by_attempt(grouped=True)
     totals = found.totals()
     total = found.seconds or 1.0
-    head = [f"{'phase':<24}"] + [f"{f'attempt {n}':>12}" for n in attempts]
-    lines = ["".join(head) + f"{'total':>12}{'share':>7}"]
+    headers = ["PHASE", *(f"ATTEMPT {n}" for n in attempts), "TOTAL", "SHARE"]
+    rows = []
     for phase in Phase:
         if phase not in totals:
             continue
         in_attempts = [attempts[n].get(phase) for n in attempts]
-        cells = [f"{'-' if s is None else duration(s):>12}" for s in in_attempts]
         spent = totals.get(phase, 0.0)
-        lines.append(
-            f"{phase.value:<24}" + "".join(cells) + f"{duration(spent):>12}{spent / total:>7.0%}"
-        )
+        cells = ["-" if s is None else duration(s) for s in in_attempts]
+        rows.append([phase.value, *cells, duration(spent), f"{spent / total:.0%}"])
     ongoing = " (so far)" if any(s.ongoing for s in found.segments) else ""
     summary = (
         f"job {job.job_id}: {job.status}, {duration(found.seconds)}{ongoing}, "
         f"{len(attempts)} attempt(s), {job.preemptions} preemption(s)"
     )
-    return "\n".join([summary, *lines])
+    return "\n".join([summary, text_table(headers, rows, right=set(headers[1:]))])
 
 
 def as_json(job: JobDoc, found: Timeline) -> dict[str, object]:

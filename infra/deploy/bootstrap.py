@@ -25,7 +25,6 @@ The clients are ``spotline.infra.deploy.clients``.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -39,6 +38,7 @@ from spotline.infra.deploy.custom_roles import CustomRoles
 from spotline.infra.deploy.network_setup import VmNetwork
 from spotline.infra.deploy.rules import FirestoreRules
 from spotline.infra.endpoints import Endpoints
+from spotline.shared.retries import IAM_PROPAGATION, Backoff, retried
 
 if TYPE_CHECKING:
     from google.auth.credentials import Credentials
@@ -81,7 +81,6 @@ WOULD = {
     "revoked": "would revoke",
     "deleted": "would delete",
 }
-GRANT_ATTEMPTS = 6  # 2 + 4 + ... + 32 s: a new account is usually known within a minute
 
 
 def lifecycle_rule(config: iam.IamConfig) -> dict[str, Any]:
@@ -102,6 +101,14 @@ def sink_destination(config: iam.IamConfig) -> str:
     return f"pubsub.googleapis.com/{config.topic('spot_preempted')}"
 
 
+def _not_granted_yet(exc: Exception) -> bool:
+    """A policy write worth trying again after a re-read: the policy changed
+    under it (etag), or IAM does not know a new service account yet."""
+    if isinstance(exc, api_exceptions.Conflict | api_exceptions.Aborted):
+        return True
+    return isinstance(exc, api_exceptions.BadRequest) and "does not exist" in str(exc)
+
+
 class ProjectSetup:
     """The steps above against ``config``'s project.
 
@@ -112,7 +119,7 @@ class ProjectSetup:
         credentials: the deploying user's; Application Default Credentials by default.
         dry_run: read only, and report what would change.
         report: called with each change as it happens.
-        retry_delay_s: the first wait before a policy write is tried again.
+        grant_backoff: how a policy write is tried again (``IAM_PROPAGATION``).
     """
 
     def __init__(
@@ -123,7 +130,7 @@ class ProjectSetup:
         credentials: Credentials | None = None,
         dry_run: bool = False,
         report: Callable[[Change], None] = lambda change: None,
-        retry_delay_s: float = 2.0,
+        grant_backoff: Backoff = IAM_PROPAGATION,
     ) -> None:
         self.config = config
         self.iam_config = config.iam_config
@@ -131,7 +138,7 @@ class ProjectSetup:
         self._credentials = credentials
         self.dry_run = dry_run
         self._report = report
-        self.retry_delay_s = retry_delay_s
+        self.grant_backoff = grant_backoff
         self.changes: list[Change] = []
         self.clients = ProjectClients(config.project, self.endpoints, credentials)
 
@@ -331,27 +338,18 @@ class ProjectSetup:
         concurrent change (the etag no longer matches), and while a service
         account made a moment ago is not yet known to IAM (eventual consistency;
         Google's own guides retry this)."""
-        delay = self.retry_delay_s
-        for attempt in range(1, GRANT_ATTEMPTS + 1):
-            try:
+        tries = 0
+
+        def write() -> None:
+            nonlocal policy, absent, tries
+            if tries:  # read again: changed under us, or the account now known
+                policy = self.get_policy(scope, resource)
+                absent = iam.missing(policy or {}, absent)
+            tries += 1
+            if absent:
                 self.set_policy(scope, resource, iam.with_bindings(policy or {}, absent))
-                return
-            except (
-                api_exceptions.Conflict,
-                api_exceptions.Aborted,
-                api_exceptions.BadRequest,
-            ) as err:
-                transient = not isinstance(err, api_exceptions.BadRequest) or (
-                    "does not exist" in str(err)
-                )
-                if not transient or attempt == GRANT_ATTEMPTS:
-                    raise
-            time.sleep(delay)
-            delay *= 2
-            policy = self.get_policy(scope, resource)
-            absent = iam.missing(policy or {}, absent)
-            if not absent:
-                return
+
+        retried(write, _not_granted_yet, self.grant_backoff)
 
     def revoke_bindings(self, ours: Iterable[iam.Binding]) -> None:
         """Remove spotline's bindings, per resource; everyone else's stay."""

@@ -24,7 +24,6 @@ The requests are built by ``spotline.infra.deploy.plan``; this module only sends
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -38,8 +37,10 @@ from spotline.infra.deploy.source import SourceArchive, build_archive
 from spotline.infra.endpoints import Endpoints, client_options
 from spotline.infra.topology import FUNCTIONS, Function
 from spotline.shared.domain.catalog import load_catalog
+from spotline.shared.retries import UPLOAD_PROPAGATION, Backoff, retried
 
 if TYPE_CHECKING:
+    import requests
     from google.api_core.operation import Operation
     from google.auth.credentials import Credentials
     from google.cloud import functions_v2, scheduler_v1
@@ -47,6 +48,14 @@ if TYPE_CHECKING:
 
 EVENTARC = "https://eventarc.googleapis.com"
 CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"
+
+
+class _UploadRefused(Exception):
+    """A source upload answered 403 (``answer``)."""
+
+    def __init__(self, answer: requests.Response) -> None:
+        super().__init__(f"HTTP {answer.status_code}")
+        self.answer = answer
 
 
 class Deployer:
@@ -59,6 +68,7 @@ class Deployer:
             Credentials by default, none for an ``http://`` endpoint.
         report: called with each change as it happens (the CLI prints it).
         operation_timeout_s: how long to wait for each function's deployment.
+        upload_backoff: how a source upload refused with 403 is tried again.
     """
 
     def __init__(
@@ -69,8 +79,10 @@ class Deployer:
         credentials: Credentials | None = None,
         report: Callable[[Change], None] = lambda change: None,
         operation_timeout_s: float = 1800.0,
+        upload_backoff: Backoff = UPLOAD_PROPAGATION,
     ) -> None:
         self.config = config
+        self.upload_backoff = upload_backoff
         self.endpoints = endpoints or Endpoints()
         self._credentials = credentials
         self._report = report
@@ -234,20 +246,26 @@ class Deployer:
         import requests
 
         answer = self._functions.generate_upload_url(request=plan.upload_url_request(self.config))
-        # A signed URL takes no credentials; a 403 right after it was made can be
-        # permissions still propagating, so it is tried again (as gcloud does).
-        for attempt in range(4):
-            put = requests.put(
+
+        def put() -> requests.Response:
+            sent = requests.put(
                 answer.upload_url,
                 data=archive.data,
                 headers={"content-type": "application/zip"},
                 timeout=300,
             )
-            if put.status_code != 403:
-                break
-            time.sleep(2**attempt)
-        if not put.ok:
-            raise RuntimeError(f"source upload failed: HTTP {put.status_code} {put.text[:300]}")
+            if sent.status_code == 403:
+                raise _UploadRefused(sent)
+            return sent
+
+        # A signed URL takes no credentials; a 403 right after it was made can be
+        # permissions still propagating, so it is tried again (as gcloud does).
+        try:
+            done = retried(put, lambda exc: isinstance(exc, _UploadRefused), self.upload_backoff)
+        except _UploadRefused as refused:
+            done = refused.answer
+        if not done.ok:
+            raise RuntimeError(f"source upload failed: HTTP {done.status_code} {done.text[:300]}")
         return answer.storage_source
 
     # -- 4: the delivery policy on each trigger's subscription -----------------------------

@@ -14,9 +14,7 @@ ones for tens of seconds, and a transaction may run its function again).
 from __future__ import annotations
 
 import logging
-import random
 import threading
-import time
 from collections.abc import Callable, Iterable
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -28,6 +26,7 @@ from spotline.shared.adapters.firestore_listing import keys_of, page_query
 from spotline.shared.adapters.firestore_versions import WrittenVersions
 from spotline.shared.domain.documents import to_firestore
 from spotline.shared.domain.errors import TransientError
+from spotline.shared.retries import CONTENTION, Backoff, retried
 
 if TYPE_CHECKING:
     from google.cloud import firestore
@@ -44,7 +43,6 @@ JOBS, INSTANCES, QUEUE, REJECTED, EPOCHS, USERS, MACHINES = (
     "users",
     "machines",
 )
-_UPDATE_ATTEMPTS = 20
 _GET_ALL = 300  # documents per batch get (a request's size stays small)
 _VERSIONED = frozenset({JOBS})  # see firestore_versions: why only jobs
 
@@ -52,8 +50,15 @@ _VERSIONED = frozenset({JOBS})  # see firestore_versions: why only jobs
 class GuardedDocuments:
     """The Firestore client of ``project`` and the guarded primitives."""
 
-    def __init__(self, project: str, client: firestore.Client | None = None) -> None:
+    def __init__(
+        self,
+        project: str,
+        client: firestore.Client | None = None,
+        contention: Backoff = CONTENTION,
+    ) -> None:
+        """``contention``: how a guarded write that lost a race is tried again."""
         self.project = project
+        self._contention = contention
         self._client = client
         self._versions = WrittenVersions()
         self._thread = threading.local()
@@ -109,7 +114,8 @@ class GuardedDocuments:
         written = self._update_kept(ref, collection, key, model, change)
         if written is not None:
             return written
-        for attempt in range(_UPDATE_ATTEMPTS):
+
+        def read_change_write() -> Doc | None:
             snap = ref.get()
             if not snap.exists:
                 self._versions.drop(collection, key)
@@ -123,17 +129,25 @@ class GuardedDocuments:
             fields = changed_fields(to_firestore(current), after)
             if not fields:  # unequal models, equal documents: nothing to write
                 return current
-            try:
-                result = ref.update(fields, option=guard)
-            except FailedPrecondition:
-                log.info("%s/%s changed under us; re-reading", collection, key)
-                # Jitter, so that writers racing for one document spread out.
-                time.sleep(random.uniform(0, 0.02 * (attempt + 1)))
-                continue
+            result = ref.update(fields, option=guard)  # FailedPrecondition: changed under us
             if collection in _VERSIONED:
                 self._versions.put(collection, key, after, result.update_time)
             return changed
-        raise TransientError(f"{collection}/{key}: too much write contention, try again")
+
+        def lost_race(exc: Exception) -> bool:
+            if not isinstance(exc, FailedPrecondition):
+                return False
+            log.info("%s/%s changed under us; re-reading", collection, key)
+            return True
+
+        return retried(
+            read_change_write,
+            lost_race,
+            self._contention,
+            give_up=lambda _: TransientError(
+                f"{collection}/{key}: too much write contention, try again"
+            ),
+        )
 
     def _update_kept(
         self, ref: Any, collection: str, key: str, model: type[Doc], change: Callable[[Doc], Doc]

@@ -14,6 +14,8 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -31,6 +33,7 @@ from spotline.shared.domain.errors import (
     Unplaceable,
 )
 from spotline.shared.domain.vms import GangRequest, Quota, Vm, VmRequest, VmState
+from spotline.shared.retries import COMPUTE_READS, OPERATION_POLL, compute_unavailable, retried
 
 if TYPE_CHECKING:
     from google.auth.credentials import Credentials
@@ -38,16 +41,21 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# A poll of an operation that fails in these ways is polled again (backing
-# off from _POLL_PAUSE_S to _POLL_PAUSE_MAX_S) until the operation's deadline.
+# A poll of an operation that fails in these ways is polled again (at the
+# pace of OPERATION_POLL) until the operation's deadline; a poll that timed out
+# has used the deadline up.
 _POLL_RETRIED = (
     api_exceptions.ServiceUnavailable,
     api_exceptions.InternalServerError,
     api_exceptions.TooManyRequests,
     requests.ConnectionError,
 )
-_POLL_PAUSE_S = 0.2
-_POLL_PAUSE_MAX_S = 5.0
+
+
+def _poll_failed_to_read(exc: Exception) -> bool:
+    return isinstance(exc, _POLL_RETRIED) and not isinstance(exc, requests.Timeout)
+
+
 # Operation error codes that mean the call's goal is already reached.
 _ALREADY_EXISTS = "RESOURCE_ALREADY_EXISTS"
 _NOT_FOUND = "RESOURCE_NOT_FOUND"
@@ -83,7 +91,6 @@ class GceCompute:
         # google.cloud.compute_v1 takes over 2 s to import; only the functions
         # that build a GceCompute should pay for it on a cold start.
         from google.api_core.client_options import ClientOptions
-        from google.api_core.retry import Retry, if_exception_type
         from google.cloud import compute_v1
 
         options = ClientOptions(api_endpoint=api_endpoint) if api_endpoint else None
@@ -116,14 +123,8 @@ class GceCompute:
         )
         self._operation_timeout_s = operation_timeout_s
         self._request_timeout_s = request_timeout_s
-        self._read_retry = Retry(
-            predicate=if_exception_type(
-                api_exceptions.ServiceUnavailable, api_exceptions.DeadlineExceeded
-            ),
-            initial=0.2,
-            maximum=5.0,
-            multiplier=2.0,
-            timeout=read_retry_s,
+        self._read_retry = replace(COMPUTE_READS, deadline_s=read_retry_s).retry(
+            compute_unavailable
         )
 
     def insert(self, request: VmRequest) -> Vm:
@@ -444,7 +445,6 @@ class GceCompute:
         where: str,
     ) -> compute_v1.Operation:
         deadline = time.monotonic() + self._operation_timeout_s
-        pause_s = _POLL_PAUSE_S
         while operation.status != operation.Status.DONE:
             if operation.status == operation.Status.UNDEFINED_STATUS:
                 _unknown_operation_status(operation.name)
@@ -453,17 +453,24 @@ class GceCompute:
                 raise self._not_done(where, operation)
             try:
                 # operations.wait answers when the operation is done or after
-                # about two minutes, whichever comes first.
-                operation = poll(remaining)
+                # about two minutes, whichever comes first. A poll that fails
+                # only to read is tried again: its 503 says nothing of the
+                # operation, which carries on. Failing here would report a VM
+                # that was made as not made, and leave it running unrecorded.
+                operation = retried(
+                    lambda: poll(max(deadline - time.monotonic(), 0.001)),
+                    _poll_failed_to_read,
+                    replace(OPERATION_POLL, deadline_s=remaining),
+                    give_up=partial(self._given_up, where, operation),
+                )
             except requests.Timeout as exc:
                 raise self._not_done(where, operation) from exc
-            except _POLL_RETRIED:
-                # The poll only reads: its 503 says nothing of the operation,
-                # which carries on. Failing here would report a VM that was
-                # made as not made, and leave it running unrecorded.
-                time.sleep(min(pause_s, max(deadline - time.monotonic(), 0.0)))
-                pause_s = min(pause_s * 2, _POLL_PAUSE_MAX_S)
         return operation
+
+    def _given_up(
+        self, where: str, operation: compute_v1.Operation, last: Exception
+    ) -> TransientError:
+        return self._not_done(where, operation)
 
     def _not_done(self, where: str, operation: compute_v1.Operation) -> TransientError:
         return TransientError(

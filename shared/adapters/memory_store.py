@@ -13,9 +13,7 @@ Google: tests and tools that use it start fast and need no emulator.
 from __future__ import annotations
 
 import itertools
-import random
 import threading
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from dataclasses import fields as dataclass_fields
@@ -38,6 +36,7 @@ from spotline.shared.domain.documents import (
     epoch_order,
 )
 from spotline.shared.domain.errors import TransientError
+from spotline.shared.retries import CONTENTION, Backoff, retried
 
 Doc = TypeVar("Doc", bound=BaseModel)
 JOBS, INSTANCES, QUEUE, REJECTED, USERS, MACHINES = (
@@ -48,18 +47,20 @@ JOBS, INSTANCES, QUEUE, REJECTED, USERS, MACHINES = (
     "users",
     "machines",
 )
-# The Firestore store's bound: past it, contention is reported, not waited out.
-_UPDATE_ATTEMPTS = 20
-# The re-read's jitter grows by this much per attempt.
-_JITTER_S = 0.002
 # Firestore's bound on the values of an ``in`` filter.
 _IN_LIMIT = 30
+
+
+class _Stale(Exception):
+    """A document was written since it was read: the change is applied again."""
 
 
 class InMemoryStore:
     """``spotline.shared.ports.store.Store`` in memory, safe to share between threads."""
 
-    def __init__(self) -> None:
+    def __init__(self, contention: Backoff = CONTENTION) -> None:
+        """``contention``: how a write that lost a race is tried again."""
+        self._contention = contention
         self._lock = threading.Lock()
         # A document's version is the store-wide sequence number of its last
         # write, as Firestore's update time is: a document deleted and created
@@ -315,7 +316,8 @@ class InMemoryStore:
         self, collection: str, key: str, model: type[Doc], change: Callable[[Doc], Doc]
     ) -> Doc | None:
         checked_key(key)
-        for attempt in range(_UPDATE_ATTEMPTS):
+
+        def read_change_write() -> Doc | None:
             with self._lock:
                 stored = self._docs.get(collection, {}).get(key)
             if stored is None:
@@ -330,15 +332,21 @@ class InMemoryStore:
             new_fields = firestore_fields(changed)
             with self._lock:
                 documents = self._docs[collection]
-                stale = key not in documents or documents[key][0] != version
-                if not stale:
-                    documents[key] = (next(self._sequence), new_fields)
-            if not stale:
-                return model.model_validate(new_fields)
-            # Written (or deleted) since the read: re-apply after a jitter, as
-            # the Firestore store does, so that racing writers spread out.
-            time.sleep(random.uniform(0, _JITTER_S * (attempt + 1)))
-        raise TransientError(f"{collection}/{key}: too much write contention, try again")
+                if key not in documents or documents[key][0] != version:
+                    # Written (or deleted) since the read: re-applied after a
+                    # wait, as the Firestore store does.
+                    raise _Stale(f"{collection}/{key}")
+                documents[key] = (next(self._sequence), new_fields)
+            return model.model_validate(new_fields)
+
+        return retried(
+            read_change_write,
+            lambda exc: isinstance(exc, _Stale),
+            self._contention,
+            give_up=lambda _: TransientError(
+                f"{collection}/{key}: too much write contention, try again"
+            ),
+        )
 
     def _snapshot(self, collection: str) -> list[tuple[str, dict[str, Any]]]:
         """The collection's documents in key order (Firestore's default order).

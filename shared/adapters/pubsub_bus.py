@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import cached_property
 from typing import TYPE_CHECKING
 
@@ -19,20 +20,9 @@ _PUBLISH_TIMEOUT_S = 30.0
 def _retry_policy(timeout_s: float) -> Retry:
     """Retry the transient failures (the Publish method's retryable codes)
     with backoff, giving up ``timeout_s`` after the first attempt."""
-    from google.api_core import exceptions, retry
+    from spotline.shared.retries import PUBLISH, transient_api_error
 
-    transient = retry.if_exception_type(
-        exceptions.Aborted,
-        exceptions.Cancelled,
-        exceptions.DeadlineExceeded,
-        exceptions.InternalServerError,
-        exceptions.ResourceExhausted,
-        exceptions.ServiceUnavailable,
-        exceptions.Unknown,
-    )
-    return retry.Retry(
-        predicate=transient, initial=0.1, maximum=1.0, multiplier=2.0, timeout=timeout_s
-    )
+    return replace(PUBLISH, deadline_s=timeout_s).retry(transient_api_error)
 
 
 class PubsubBus:
