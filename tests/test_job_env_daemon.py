@@ -38,6 +38,7 @@ SYSTEM_PYTHON = "/usr/bin/python3.11"
 pytestmark = [
     pytest.mark.skipif(needs_root() is not None, reason=str(needs_root())),
     pytest.mark.skipif(not os.access(SYSTEM_PYTHON, os.X_OK), reason=f"needs {SYSTEM_PYTHON}"),
+    pytest.mark.slow,  # real pip installs into fresh venvs
 ]
 # The install's timeout in this test: what a hold of the pipe made it wait out.
 TIMEOUT_S = 60

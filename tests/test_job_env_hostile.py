@@ -29,6 +29,7 @@ SYSTEM_PYTHON = "/usr/bin/python3.11"
 pytestmark = [
     pytest.mark.skipif(needs_root() is not None, reason=str(needs_root())),
     pytest.mark.skipif(not os.access(SYSTEM_PYTHON, os.X_OK), reason=f"needs {SYSTEM_PYTHON}"),
+    pytest.mark.slow,  # real pip installs into fresh venvs
 ]
 
 PREPARE = """
@@ -150,7 +151,6 @@ def test_the_jobs_python_does_not_choose_where_root_writes(shared_tmp: Path) -> 
             os.kill(pid, 9)
 
 
-@pytest.mark.slow
 def test_nothing_the_install_started_outlives_the_take_over(shared_tmp: Path) -> None:
     account = spare_account()
     try:
