@@ -69,10 +69,11 @@ def test_a_notice_on_node_1_is_saved_by_node_0_and_no_step_is_lost(
 ) -> None:
     """Only node 1 of the gang is preempted, mid-epoch: the built-in trainer's
     ranks stop at one step, rank 0 (on node 0, which got no notice) saves it,
-    and the next attempt resumes at that step, not at the last epoch's end."""
+    and the next attempt resumes at that step, not at the last epoch's end
+    (the whole gang relaunched: ``replace_node_timeout_s`` 0)."""
     store = FirestoreStore(local_stack.options.project)
     hyper = {"lr": 0.01, "hidden": 64, "step_time_s": 0.05}
-    job_id = submit(local_stack, nodes=2, epochs=3, hyperparameters=hyper)
+    job_id = submit(local_stack, nodes=2, epochs=3, hyperparameters=hyper, replace_node_timeout_s=0)
     preempt = preempt_once(local_stack, node=1)
 
     job = wait_for_job(store, job_id, 300, echo=False, on_update=preempt)

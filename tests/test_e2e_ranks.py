@@ -155,7 +155,12 @@ def test_a_notice_on_node_1_stops_the_gang_at_one_step_and_node_0_saves_it(
     a failed run): the next attempt resumes there."""
     store = FirestoreStore(local_stack.options.project)
     job_id = submit_ranks(
-        local_stack, tmp_path, epochs=4, nodes=2, hyperparameters={"step_time_s": 0.1}
+        local_stack,
+        tmp_path,
+        epochs=4,
+        nodes=2,
+        hyperparameters={"step_time_s": 0.1},
+        replace_node_timeout_s=0,  # the whole gang relaunched
     )
     preempt = preempt_once(local_stack, node=1)
 

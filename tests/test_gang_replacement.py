@@ -179,7 +179,7 @@ def test_a_late_report_of_the_lost_node_changes_nothing(
     start = len(host.requests)
     assert preempt(call, N1, step=7, mid="p-late").status_code == 200  # acknowledged as stale
     call("on_spot_preempted", "spot_preempted", sink, message_id="ls")
-    assert not [w for w in wire(host, start) if not w == f"delete {N1}"]
+    assert not [w for w in wire(host, start) if w != f"delete {N1}"]
     job = job_of(project)
     assert (job.substatus, job.nodes, job.attempt) == (JobSubstatus.REPLACING_NODE, [N0, R1], 1)
     assert job.attempts[0].checkpoint_step == 7  # the step it saved is kept
@@ -229,7 +229,8 @@ def test_no_regroup_within_the_bound_relaunches_the_whole_gang(
     def back(job: JobDoc) -> JobDoc:
         assert job.replacing is not None
         since = datetime.now(UTC) - timedelta(seconds=121)
-        return job.model_copy(update={"replacing": job.replacing.model_copy(update={"since": since})})
+        earlier = job.replacing.model_copy(update={"since": since})
+        return job.model_copy(update={"replacing": earlier})
 
     FirestoreStore(project).update_job("job1", back)
     call("reaper", "reaper_tick", ReaperTick(), message_id="t2")
