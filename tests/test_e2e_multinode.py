@@ -87,3 +87,52 @@ def test_a_notice_on_node_1_is_saved_by_node_0_and_no_step_is_lost(
     node0 = Path(local_stack.workdir, "vms", f"{first.node_names[0]}.log").read_text()
     assert f"stopped at step {first.checkpoint_step} (another node's preemption notice)" in node0
     wait_no_vms(local_stack, job_id)
+
+
+def final_digest(stack: LocalStack, name: str, rank: int) -> str:
+    log = Path(stack.workdir, "vms", f"{name}.log").read_text()
+    found = re.findall(rf"rank {rank} final weights sha256=(\w+)", log)
+    assert found, f"node {name} did not finish:\n{log[-3000:]}"
+    return str(found[-1])
+
+
+def test_a_lost_node_is_replaced_and_the_gang_ends_with_an_uninterrupted_runs_weights(
+    local_stack: LocalStack,
+) -> None:
+    """Node 1 of a 2-node gang is preempted mid-epoch: node 0 keeps its VM
+    (the same name, never deleted), one VM replaces node 1, the gang restarts
+    its ranks from the step rank 0 saved, and the weights it ends with are
+    those of the same job run with no preemption."""
+    assert local_stack.cloud is not None
+    store = FirestoreStore(local_stack.options.project)
+    hyper = {"lr": 0.01, "hidden": 64, "step_time_s": 0.05}
+    straight = submit(local_stack, nodes=2, epochs=3, hyperparameters=hyper)
+    done = wait_for_job(store, straight, 300, echo=False)
+    assert done.status == JobStatus.COMPLETED, done.error
+    expected = final_digest(local_stack, done.nodes[0], 0)
+
+    start = len(local_stack.cloud.requests)
+    job_id = submit(local_stack, nodes=2, epochs=3, hyperparameters=hyper)
+    preempt = preempt_once(local_stack, node=1)
+    job = wait_for_job(store, job_id, 300, echo=False, on_update=preempt)
+
+    assert job.status == JobStatus.COMPLETED, job.error
+    n0, n1 = f"sl-{job_id}-a1-n0", f"sl-{job_id}-a1-n1"
+    replacement = f"{n1}-g1"
+    assert (job.attempt, job.preemptions, job.nodes) == (1, 1, [n0, replacement])
+    (attempt,) = job.attempts
+    assert attempt.checkpoint_step is not None and attempt.checkpoint_step % 45 != 0  # mid-epoch
+    assert attempt.resumed_from_step == attempt.checkpoint_step
+    assert job.phase_seconds.get("waiting_for_node", 0) > 0
+    requests = local_stack.cloud.requests[start:]
+    inserts = [
+        r.body["name"] for r in requests if r.method == "POST" and r.path.endswith("/instances")
+    ]
+    assert inserts == [replacement]  # exactly one insert besides the gang's bulk insert
+    assert sum(r.path.endswith("/bulkInsert") for r in requests) == 1
+    # Node 0 is the same VM throughout: its one agent trained before and after the regroup.
+    log0 = Path(local_stack.workdir, "vms", f"{n0}.log").read_text()
+    assert "the gang regrouped (generation 1" in log0
+    assert final_digest(local_stack, n0, 0) == expected
+    assert final_digest(local_stack, replacement, 1) == expected
+    wait_no_vms(local_stack, job_id)

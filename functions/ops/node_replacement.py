@@ -46,6 +46,12 @@ from spotline.shared.domain.vms import (
     RESTORE_WAIT,
 )
 
+# The reaper inserts a replacement the recovery did not (it died, or found no
+# capacity) only this long after the loss: before, that recovery may still
+# be inserting it, and a second insert, though deduplicated by its requestId,
+# is one more call.
+REINSERT_AFTER_S = 30.0
+
 
 def replace_node(deps: Deps, job: JobDoc, releases: list[Release], now: datetime) -> JobDoc:
     """The loss is on the job (REPLACING_NODE): the lost VM (``releases``:
@@ -76,6 +82,10 @@ def ensure_replacement(deps: Deps, job: JobDoc, now: datetime) -> JobDoc:
         return abandon(deps, job, now, "the gang's machine and zone are not on record")
     machine, provisioning = parse_machine_id(job.machine_id)
     option = Option(machine=load_catalog()[machine], provisioning=provisioning, zone=job.zone)
+    made = deps.compute.get(job.zone, name)
+    if made is not None:  # inserted by a call that died before recording it
+        record_instance(deps, job, made, option, now, slot_taken=False)
+        return job
     try:
         hold_instance_slots(deps, job, [name], now)
     except OverInstanceQuota as over:
@@ -222,5 +232,6 @@ def tend(deps: Deps, job_id: str, now: datetime) -> str | None:
         bound = job.spec.replace_node_timeout_s
         abandon(deps, job, now, f"the gang did not regroup within {bound} s")
         return "replacement_abandoned"
-    ensure_replacement(deps, job, now)
+    if (now - job.replacing.since).total_seconds() >= REINSERT_AFTER_S:
+        ensure_replacement(deps, job, now)
     return "regrouped" if regroup_if_ready(deps, job_id, now) is not None else None

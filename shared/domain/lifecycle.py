@@ -401,7 +401,9 @@ def end_attempt(
     """Close the current attempt's record: how it ended, and what it cost. A
     gang node's finish held for the notice (``gang_finish``) goes with it:
     the attempt ended otherwise (a preemption of another node, node 0's exit 0)."""
-    job = _update_attempt(job, ended_at=now, outcome=outcome, checkpoint_step=checkpoint_step)
+    # A step saved before the end stays (a gang's node replaced within the attempt).
+    saved = {} if checkpoint_step is None else {"checkpoint_step": checkpoint_step}
+    job = _update_attempt(job, ended_at=now, outcome=outcome, **saved)
     return accrue(job.model_copy(update={"held_finish": None}), now)
 
 

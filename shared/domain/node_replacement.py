@@ -42,15 +42,20 @@ from spotline.shared.domain.states import JobSubstatus
 from spotline.shared.domain.transitions import move_job
 
 S = JobSubstatus
+# The frameworks whose nodes restart their ranks on a regroup (the agent's
+# ``regroup``); a gang of another framework is relaunched whole.
+REPLACEABLE_FRAMEWORKS = frozenset({"pytorch", "command"})
 
 
 def replaces(job: JobDoc, instance: str, attempt: int, cause: S) -> bool:
     """Whether the loss of ``instance`` is one node's, replaced within the attempt:
-    a preemption of a node of the current attempt of a gang that is training,
-    with no replacement under way and no finish held for judging."""
+    a preemption of a node of the current attempt of a gang that is training
+    (of a framework whose nodes can regroup), with no replacement under way
+    and no finish held for judging."""
     return (
         cause == S.PREEMPTED
         and job.spec.replace_node_timeout_s > 0
+        and job.spec.framework in REPLACEABLE_FRAMEWORKS
         and len(job.nodes) > 1
         and attempt == job.attempt
         and instance in job.nodes
