@@ -225,14 +225,7 @@ def test_no_regroup_within_the_bound_relaunches_the_whole_gang(
     preempt(call, N1)
     call("reaper", "reaper_tick", ReaperTick(), message_id="t1")
     assert job_of(project).substatus == JobSubstatus.REPLACING_NODE  # within the bound
-
-    def back(job: JobDoc) -> JobDoc:
-        assert job.replacing is not None
-        since = datetime.now(UTC) - timedelta(seconds=121)
-        earlier = job.replacing.model_copy(update={"since": since})
-        return job.model_copy(update={"replacing": earlier})
-
-    FirestoreStore(project).update_job("job1", back)
+    backdate_loss(project, 121)
     call("reaper", "reaper_tick", ReaperTick(), message_id="t2")
     job = job_of(project)
     assert (job.attempt, job.preemptions, job.replacing) == (2, 1, None)
@@ -251,3 +244,41 @@ def test_a_lost_node_zero_regroups_with_the_replacement_as_the_head(
     assert (job.substatus, job.instance, job.nodes) == (JobSubstatus.TRAINING, R0, [R0, N1])
     told = json.loads(metadata(host, N1)[REGROUP_METADATA_KEY])
     assert told["nodes"] == [R0, N1]
+
+
+def test_a_replacements_heartbeat_stands_for_its_lost_boot_report(
+    call: Callable[..., Any], host: LocalCloud, project: str
+) -> None:
+    training_gang(call)
+    preempt(call, N1)
+    gang_stop(call, N0, 40)
+    beat = node(Heartbeat, R1, phase="GEARING_UP_ENV")
+    assert call("on_epoch_done", "epoch_done", beat, message_id="h-r1").status_code == 200
+    assert job_of(project).substatus == JobSubstatus.TRAINING
+    assert REGROUP_METADATA_KEY in metadata(host, N0)
+
+
+def backdate_loss(project: str, seconds: float) -> None:
+    def back(job: JobDoc) -> JobDoc:
+        assert job.replacing is not None
+        since = datetime.now(UTC) - timedelta(seconds=seconds)
+        earlier = job.replacing.model_copy(update={"since": since})
+        return job.model_copy(update={"replacing": earlier})
+
+    FirestoreStore(project).update_job("job1", back)
+
+
+def test_giving_up_a_replacement_at_max_attempts_fails_and_lets_every_node_go(
+    call: Callable[..., Any], host: LocalCloud, project: str
+) -> None:
+    training_gang(call, {**GANG, "replace_node_timeout_s": 60, "max_attempts": 1})
+    preempt(call, N1)
+    assert names(host) == [N0, R1]
+    backdate_loss(project, 61)
+    call("reaper", "reaper_tick", ReaperTick(), message_id="t1")
+    job = job_of(project)
+    assert (job.status, job.attempt) == (JobStatus.FAILED, 1)
+    assert job.error is not None and "max_attempts=1" in job.error
+    assert names(host) == []
+    user = FirestoreStore(project).get_user("alice")
+    assert user is not None and user.active_instances == [] and user.active_jobs == []

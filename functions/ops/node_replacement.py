@@ -20,11 +20,18 @@ from datetime import datetime
 
 from spotline.functions.deps import Deps
 from spotline.functions.ops.event_tokens import issue_event_token
+from spotline.functions.ops.jobs import settle
 from spotline.functions.ops.placement import record_instance, record_request, vm_account_of
 from spotline.functions.ops.relaunch import replace_attempt
 from spotline.functions.ops.reuse import OverInstanceQuota, assignment_for, hold_instance_slots
 from spotline.functions.ops.slots import free_instance_slot
-from spotline.functions.ops.teardown import Release, begin_release, delete_released, end_release
+from spotline.functions.ops.teardown import (
+    Release,
+    begin_release,
+    delete_released,
+    end_release,
+    release_instances,
+)
 from spotline.shared import logs
 from spotline.shared.contract.assignment import Regroup
 from spotline.shared.domain import node_replacement
@@ -38,7 +45,7 @@ from spotline.shared.domain.placement import (
     parse_machine_id,
     request_id,
 )
-from spotline.shared.domain.states import InstanceStatus, JobSubstatus
+from spotline.shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
 from spotline.shared.domain.vms import (
     REGROUP_METADATA_KEY,
     RESTORE_GO,
@@ -196,8 +203,13 @@ def abandon(deps: Deps, job: JobDoc, now: datetime, why: str) -> JobDoc:
     relaunched = deps.store.update_job(
         job.job_id, lambda current: _abandoned(current, attempt, now, why)
     )
-    if relaunched is None or relaunched.attempt == attempt:
-        return relaunched or job
+    if relaunched is None:
+        return job
+    if relaunched.attempt == attempt:
+        if relaunched.status in JobStatus.terminal():  # max_attempts: the gang goes
+            release_instances(deps, _live_nodes(deps, job.job_id, attempt, why), now)
+            settle(deps, relaunched, now)
+        return relaunched
     logs.warning(f"job {job.job_id}: {why}; relaunching the whole gang", job_id=job.job_id)
     return relaunch_gang(deps, relaunched, attempt, now)
 
@@ -207,12 +219,18 @@ def relaunch_gang(deps: Deps, job: JobDoc, attempt: int, now: datetime) -> JobDo
     (written on the job first): every live VM of that attempt goes, the
     replacement too, and the next attempt is placed. Re-entrant."""
     note = f"attempt {attempt} relaunched its whole gang"
-    releases = [
+    return replace_attempt(
+        deps, job, _live_nodes(deps, job.job_id, attempt, note), "preempted", now
+    )
+
+
+def _live_nodes(deps: Deps, job_id: str, attempt: int, note: str) -> list[Release]:
+    """Every live VM of the job's ``attempt``, to let go with ``note``."""
+    return [
         Release(node.name, note, owner=Owner.of(node))
-        for node in deps.store.instances_of_job(job.job_id)
+        for node in deps.store.instances_of_job(job_id)
         if node.attempt == attempt and node.status in InstanceStatus.live()
     ]
-    return replace_attempt(deps, job, releases, "preempted", now)
 
 
 def _abandoned(job: JobDoc, attempt: int, now: datetime, why: str) -> JobDoc:
