@@ -282,3 +282,25 @@ def test_giving_up_a_replacement_at_max_attempts_fails_and_lets_every_node_go(
     assert names(host) == []
     user = FirestoreStore(project).get_user("alice")
     assert user is not None and user.active_instances == [] and user.active_jobs == []
+
+
+def test_a_lost_node_zero_reported_by_the_log_sink_regroups_once_its_agent_saved(
+    call: Callable[..., Any], host: LocalCloud, project: str
+) -> None:
+    """The log sink's report comes at the notice's start: node 0 may still be
+    saving, so the gang regroups only on its agent's report (or the notice's end)."""
+    training_gang(call)
+    call("on_spot_preempted", "spot_preempted", log_sink_entry(host, N0), message_id="ls")
+    assert names(host) == [N0, R0, N1]  # the noticed VM kept through its notice
+    boot(call, R0)
+    assert job_of(project).substatus == JobSubstatus.REPLACING_NODE
+    assert REGROUP_METADATA_KEY not in metadata(host, N1)
+    preempt(call, N0, step=44, mid="p-agent")  # stale as a loss; its save completes the wait
+    job = job_of(project)
+    assert (job.substatus, job.nodes, job.attempts[0].checkpoint_step) == (
+        JobSubstatus.TRAINING,
+        [R0, N1],
+        44,
+    )
+    assert json.loads(metadata(host, N1)[REGROUP_METADATA_KEY])["nodes"] == [R0, N1]
+    assert names(host) == [R0, N1]  # the agent's report let the kept VM go
