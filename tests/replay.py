@@ -168,7 +168,8 @@ class Plan:
             "trainer": "digits_mlp",
             "epochs": self.epochs,
             "cool_down_period_s": self.cool_down_s,
-            **({"nodes": self.nodes} if self.nodes > 1 else {}),
+            # The stand-in agents relaunch a gang whole: they do not regroup.
+            **({"nodes": self.nodes, "replace_node_timeout_s": 0} if self.nodes > 1 else {}),
         }
 
     def expected(self) -> tuple[JobStatus, int, int]:

@@ -155,7 +155,12 @@ def test_a_notice_on_node_1_stops_the_gang_at_one_step_and_node_0_saves_it(
     a failed run): the next attempt resumes there."""
     store = FirestoreStore(local_stack.options.project)
     job_id = submit_ranks(
-        local_stack, tmp_path, epochs=4, nodes=2, hyperparameters={"step_time_s": 0.1}
+        local_stack,
+        tmp_path,
+        epochs=4,
+        nodes=2,
+        hyperparameters={"step_time_s": 0.1},
+        replace_node_timeout_s=0,  # the whole gang relaunched
     )
     preempt = preempt_once(local_stack, node=1)
 
@@ -179,5 +184,36 @@ def test_a_notice_on_node_1_stops_the_gang_at_one_step_and_node_0_saves_it(
     ]
     assert sorted(line for line in node1 if ": stopped," in line) == [
         f"rank {rank}: stopped, sigterm=True" for rank in (2, 3)
+    ]
+    wait_no_vms(local_stack, job_id)
+
+
+def test_a_command_gang_replaces_its_lost_node_and_loses_no_step(
+    local_stack: LocalStack, tmp_path: Path
+) -> None:
+    """The same command job (the stop flag, two ranks a node) with node 1
+    preempted and the default ``replace_node_timeout_s``: node 0 keeps its
+    VM, one VM replaces node 1, every rank restarts from the step rank 0
+    saved, and the sum the ranks reduce is a straight run's."""
+    assert local_stack.cloud is not None
+    store = FirestoreStore(local_stack.options.project)
+    job_id = submit_ranks(
+        local_stack, tmp_path, epochs=4, nodes=2, hyperparameters={"step_time_s": 0.1}
+    )
+    preempt = preempt_once(local_stack, node=1)
+
+    job = wait_for_job(store, job_id, 240, echo=False, on_update=preempt)
+
+    assert job.status == JobStatus.COMPLETED, job.error
+    n0, n1 = f"sl-{job_id}-a1-n0", f"sl-{job_id}-a1-n1"
+    assert (job.attempt, job.preemptions, job.nodes) == (1, 1, [n0, f"{n1}-g1"])
+    (attempt,) = job.attempts
+    assert attempt.checkpoint_step is not None and attempt.checkpoint_step % STEPS_PER_EPOCH != 0
+    assert attempt.resumed_from_step == attempt.checkpoint_step
+    assert job.restarts_on_errors == job.restarts_on_exit_codes == 0
+    assert job.metrics == {"total": 4 * STEPS_PER_EPOCH * (1 + 2 + 3 + 4.0), "world_size": 4}
+    node0 = trainer_lines(local_stack, n0)
+    assert sorted(line for line in node0 if "stopping at" in line) == [
+        f"rank {rank}: stopping at step {attempt.checkpoint_step}, sigterm=False" for rank in (0, 1)
     ]
     wait_no_vms(local_stack, job_id)

@@ -24,7 +24,7 @@ from spotline.shared.domain.documents import JobDoc
 from spotline.shared.domain.errors import PermanentError
 from spotline.shared.domain.gang_network import rule_attempt, rule_is_over
 from spotline.shared.domain.spec import JobSpec
-from spotline.shared.domain.states import InstanceStatus, JobStatus
+from spotline.shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
 from spotline.shared.domain.vms import Vm, VmState
 from tests.conftest import SPEC, vm_event
 
@@ -97,7 +97,8 @@ def test_a_rule_that_cannot_be_deleted_does_not_hold_the_cancel(
 def test_a_replaced_attempt_s_rule_ends_once_its_nodes_are_gone(
     call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
-    call("submit_job", "submit", GANG, message_id="s1")
+    relaunched = {**GANG, "replace_node_timeout_s": 0}  # a loss relaunches the whole gang
+    call("submit_job", "submit", relaunched, message_id="s1")
     beat = vm_event(Heartbeat, instance="sl-job1-a1-n0", phase="TRAINING")
     call("on_epoch_done", "epoch_done", beat, message_id="h0")
     notice = vm_event(SpotPreempted, instance="sl-job1-a1-n1")
@@ -114,6 +115,26 @@ def test_a_replaced_attempt_s_rule_ends_once_its_nodes_are_gone(
         "gang",
         f"end {RULE1}",
     ]
+
+
+def test_a_node_replaced_in_place_keeps_its_attempt_s_rule(
+    call: Callable[..., Any], host: LocalCloud, project: str
+) -> None:
+    """One node lost, one replacement inserted in the same attempt: the same
+    rule lets the replacement reach the survivors; none is made or ended."""
+    call("submit_job", "submit", GANG, message_id="s1")
+    for name in ("sl-job1-a1-n0", "sl-job1-a1-n1"):
+        beat = vm_event(Heartbeat, instance=name, phase="TRAINING")
+        call("on_epoch_done", "epoch_done", beat, message_id=f"h-{name}")
+    notice = vm_event(SpotPreempted, instance="sl-job1-a1-n1")
+    call("on_spot_preempted", "spot_preempted", notice, message_id="p1")
+    job = FirestoreStore(project).get_job("job1")
+    assert job is not None and (job.attempt, job.substatus) == (1, JobSubstatus.REPLACING_NODE)
+    assert set(host.firewalls) == {RULE1}
+    assert firewall_calls(host) == [f"rule {RULE1}", "gang"]
+    [insert] = [r for r in host.requests if r.method == "POST" and r.path.endswith("/instances")]
+    assert insert.body["name"] == "sl-job1-a1-n1-g1"
+    assert insert.body["tags"] == {"items": [RULE1]}
 
 
 def test_a_rule_made_twice_is_one_rule(host: LocalCloud, project: str) -> None:

@@ -3,7 +3,9 @@ was noticed, the ranks agreed on a step, rank 0 saved it, and node 0's agent
 reports ``gang_stop`` (``spotline.shared.contract.events.SpotPreempted``). The reports
 of the noticed node and of node 0 travel apart and come in either order, twice,
 or for an attempt already past: the loss is recorded once, by the noticed
-node's report, and the step node 0 saved is kept on the attempt either way."""
+node's report, and the step node 0 saved is kept on the attempt either way.
+Here the whole gang is relaunched (``replace_node_timeout_s`` 0); the same
+orders with the lost node replaced are in ``tests/test_gang_replacement.py``."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from tests.conftest import SPEC, vm_event
 from tests.test_gangs import N0, N1, names, node
 
 pytestmark = pytest.mark.emulators
-GANG = {**SPEC, "nodes": 2}
+GANG = {**SPEC, "nodes": 2, "replace_node_timeout_s": 0}
 NEXT = ["sl-job1-a2-n0", "sl-job1-a2-n1"]
 
 

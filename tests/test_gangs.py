@@ -122,10 +122,10 @@ def test_a_failed_worker_fails_the_job(call: Callable[..., Any], project: str) -
     assert job.error is not None and N1 in job.error
 
 
-def test_losing_any_node_restarts_the_whole_gang(
+def test_with_replacement_off_losing_any_node_restarts_the_whole_gang(
     call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
-    call("submit_job", "submit", GANG, message_id="s1")
+    call("submit_job", "submit", {**GANG, "replace_node_timeout_s": 0}, message_id="s1")
     call("on_epoch_done", "epoch_done", node(Heartbeat, N0, phase="TRAINING"), message_id="h0")
     notice = node(SpotPreempted, N1)
     call("on_spot_preempted", "spot_preempted", notice, message_id="p1")

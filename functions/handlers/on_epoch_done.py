@@ -7,6 +7,7 @@ from pydantic import ValidationError
 from spotline.functions.deps import Deps
 from spotline.functions.handlers.envelope import Message, pubsub_handler
 from spotline.functions.handlers.vm_events import apply_to_job
+from spotline.functions.ops.node_replacement import replacement_booted
 from spotline.shared.contract.events import EpochDone, progress_adapter
 from spotline.shared.domain import lifecycle
 from spotline.shared.domain.documents import InstanceDoc
@@ -31,8 +32,11 @@ def on_epoch_done(message: Message, deps: Deps) -> None:
         training = True
     else:
         beat = event
-        apply_to_job(deps, beat, lambda current: lifecycle.heartbeat(current, beat, now))
+        job = apply_to_job(deps, beat, lambda current: lifecycle.heartbeat(current, beat, now))
         training = beat.phase in (JobSubstatus.TRAINING, JobSubstatus.RETURNING)
+        if job.replacing is not None and job.replacing.replacement == beat.instance:
+            # Its boot's report may be lost (the agent goes on): a beat says it is up.
+            replacement_booted(deps, job.job_id, beat.instance, beat.attempt)
 
     def seen(instance: InstanceDoc) -> InstanceDoc:
         alive = lifecycle.instance_seen(instance, now)

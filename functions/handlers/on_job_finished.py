@@ -20,11 +20,18 @@ from spotline.functions.deps import Deps
 from spotline.functions.handlers.envelope import Message, pubsub_handler
 from spotline.functions.handlers.vm_events import apply_to_job
 from spotline.functions.ops.jobs import settle
+from spotline.functions.ops.node_replacement import relaunch_gang
 from spotline.functions.ops.recovery import release_superseded, restart
 from spotline.functions.ops.teardown import after_job
 from spotline.shared import logs
 from spotline.shared.contract.events import JobFinished
-from spotline.shared.domain import failure_policy, late_finish, lifecycle, nothing_saved
+from spotline.shared.domain import (
+    failure_policy,
+    late_finish,
+    lifecycle,
+    node_replacement,
+    nothing_saved,
+)
 
 
 @pubsub_handler
@@ -50,7 +57,10 @@ def on_job_finished(message: Message, deps: Deps) -> None:
         # Another node's preemption may explain it: the gang keeps its VMs till
         # that comes, or the reaper judges the finish (``gang_finish``).
         return
-    if failure_policy.restarted_after(job, event.attempt):
+    if node_replacement.relaunched_after(job, event.attempt):
+        # A node exited while its gang waited for a replacement: the whole gang goes.
+        relaunch_gang(deps, job, event.attempt, now)
+    elif failure_policy.restarted_after(job, event.attempt):
         # The failure policy restarts it: the errored attempt's VMs go, a new one comes.
         restart(deps, job, event.attempt, now)
     elif late_finish.ended_after_loss(job):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from spotline.functions.deps import Deps
 from spotline.functions.handlers.envelope import Message, pubsub_handler
 from spotline.functions.handlers.vm_events import apply_to_job
+from spotline.functions.ops.node_replacement import replacement_booted
 from spotline.shared.contract.events import VmBooted
 from spotline.shared.domain import lifecycle
 from spotline.shared.domain.liveness import Owner, if_owned
@@ -15,7 +16,7 @@ def on_vm_booted(message: Message, deps: Deps) -> None:
     event = message.parse(VmBooted)
     now = deps.clock()
     store = deps.store
-    apply_to_job(deps, event, lambda current: lifecycle.booted(current, event, now))
+    job = apply_to_job(deps, event, lambda current: lifecycle.booted(current, event, now))
     # Not once the VM is another job's (claimed, restarted): a late boot of
     # this job's agent says nothing of that one.
     store.update_instance(
@@ -27,3 +28,6 @@ def on_vm_booted(message: Message, deps: Deps) -> None:
             ),
         ),
     )
+    if job.replacing is not None and job.replacing.replacement == event.instance:
+        # A gang's lost node's replacement is up: the gang regroups when it can.
+        replacement_booted(deps, job.job_id, event.instance, event.attempt)

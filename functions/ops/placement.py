@@ -79,7 +79,7 @@ def launch(deps: Deps, job: JobDoc, now: datetime) -> JobDoc:
         return wait_for_capacity(deps, job, now, tried)
     vms, option = found
     for vm in vms:
-        _record_instance(deps, job, vm, option, now, slot_taken=vm.name in made)
+        record_instance(deps, job, vm, option, now, slot_taken=vm.name in made)
     leader = vms[0]
     names = [vm.name for vm in vms] if len(vms) > 1 else None
     logs.info(
@@ -210,12 +210,12 @@ def _create_vm(
                 vm = deps.compute.insert(request)
             except CapacityError as err:
                 tried.append(f"{option.machine_id} in {option.zone}: {err.reason}")
-                _record_request(deps, option.machine_id, ok=False)
+                record_request(deps, option.machine_id, ok=False)
                 continue
             except Unplaceable as err:  # this option only: another zone or machine may do
                 refused.append((f"{option.machine_id} in {option.zone}", err.detail))
                 continue
-            _record_request(deps, option.machine_id, ok=True)
+            record_request(deps, option.machine_id, ok=True)
             made.add(vm.name)
             return vm, option
         if tried and job.spec.wait_request_s > 0:
@@ -265,12 +265,12 @@ def _create_gang(
             vms = deps.compute.insert_gang(gang)
         except CapacityError as err:
             tried.append(f"{where}: {err.reason}")
-            _record_request(deps, option.machine_id, ok=False)
+            record_request(deps, option.machine_id, ok=False)
             continue
         except Unplaceable as err:
             refused.append((where, err.detail))
             continue
-        _record_request(deps, option.machine_id, ok=True)
+        record_request(deps, option.machine_id, ok=True)
         made.update(vm.name for vm in vms)
         return vms, replace(option, zone=vms[0].zone)
     for name in names:
@@ -301,7 +301,7 @@ def _wait_or_give_up(tried: list[str], refused: list[tuple[str, str]]) -> None:
     tried.extend(f"{where}: {why}" for where, why in refused)
 
 
-def _record_request(deps: Deps, machine_id: str, ok: bool) -> None:
+def record_request(deps: Deps, machine_id: str, ok: bool) -> None:
     """Availability statistics: a failure to record them must not fail a placement."""
     try:
         deps.store.record_request(machine_id, ok, deps.clock())
@@ -309,7 +309,7 @@ def _record_request(deps: Deps, machine_id: str, ok: bool) -> None:
         logs.warning(f"could not record a request of {machine_id}: {err}")
 
 
-def _record_instance(
+def record_instance(
     deps: Deps, job: JobDoc, vm: Vm, option: Option, now: datetime, slot_taken: bool
 ) -> None:
     """The instance document; and the VM's slot, unless this call took it

@@ -11,15 +11,13 @@ from datetime import datetime
 
 from spotline.functions.deps import Deps
 from spotline.functions.ops.gang_rules import end_rule
-from spotline.functions.ops.jobs import settle, start
-from spotline.functions.ops.queue import queue_next_attempt
+from spotline.functions.ops.jobs import settle
+from spotline.functions.ops.node_replacement import gang_stopped, lost_node_saved, replace_node
+from spotline.functions.ops.relaunch import replace_attempt
 from spotline.functions.ops.restore_gate import open_restore_gate
 from spotline.functions.ops.slots import free_instance_slot
 from spotline.functions.ops.teardown import (
     Release,
-    begin_release,
-    delete_released,
-    end_release,
     release_instance,
     release_instances,
 )
@@ -30,6 +28,7 @@ from spotline.shared.domain import (
     gang_finish,
     late_finish,
     lifecycle,
+    node_replacement,
     nothing_saved,
 )
 from spotline.shared.domain.documents import InstanceDoc, JobDoc, QueueReason
@@ -75,10 +74,11 @@ def recover(
     store = deps.store
     job = store.update_job(
         instance.job_id,
-        lambda current: lifecycle.vm_lost(
-            current, instance.name, instance.attempt, cause, now, note, step, checkpoint_uri
+        lambda current: node_replacement.lost(
+            current, instance.name, instance.attempt, cause, now, note, step, checkpoint_uri,
+            saved=delete_vm,
         ),
-    )
+    )  # fmt: skip
     if job is None:
         raise PermanentError(f"instance {instance.name} belongs to unknown job {instance.job_id}")
     substatus = (
@@ -102,6 +102,16 @@ def recover(
         # the 30 s notice, so the user may hold one VM over the quota till then.
         if closed is not None and belongs_to(closed, owner):
             free_instance_slot(deps, instance.user, instance.name, now)
+    replacing = job.replacing
+    if replacing is not None and (replacing.lost, job.attempt) == (instance.name, instance.attempt):
+        # One node of a gang lost: the others stay, one VM replaces it.
+        logs.warning(
+            f"job {job.job_id}: {instance.name} {cause.lower()} ({note}); "
+            f"replacing it with {replacing.replacement}",
+            job_id=job.job_id,
+            instance=instance.name,
+        )
+        return replace_node(deps, job, releases, now)
     # A gang restarts whole: the other nodes of the lost attempt go too, all
     # deleted together (one after another, a gang of 4 waited for 4 deletes
     # in a row: minutes of makespan), and the next attempt is placed while
@@ -123,36 +133,6 @@ def recover(
     settle(deps, job, now)
     reason: QueueReason = "preempted" if cause == JobSubstatus.PREEMPTED else "stalled"
     return replace_attempt(deps, job, releases, reason, now)
-
-
-def replace_attempt(
-    deps: Deps, job: JobDoc, releases: list[Release], reason: QueueReason, now: datetime
-) -> JobDoc:
-    """Let the lost attempt's VMs go and place the next attempt, never
-    waiting for their deletes: 1. the old instances CLOSING; 2. the next
-    attempt's VMs inserted (with new names; the slots and quotas count both
-    for the overlap; they wait to restore: ``spotline.shared.domain.restore_gate``);
-    3. the old VMs deleted, their instances CLOSED; 4. the new attempt told
-    to restore. A crash after 1 leaves CLOSING instances the reaper deletes
-    (and then opens the gate) and a job in REQUESTING_SERVER it places; a
-    failed delete is raised after the placement, for a redelivery or the
-    reaper to finish."""
-    releasing = begin_release(deps, releases, now)
-    if job.substatus == JobSubstatus.REQUESTING_SERVER:
-        try:
-            job = relaunch(deps, job, reason, now)
-        except Exception:
-            # The placement failed (the queue entry and the reaper retry it):
-            # the lost VMs still go now, not a sweep later.
-            delete_released(deps, releasing)
-            end_release(deps, releasing, now)
-            raise
-    delete_released(deps, releasing)
-    end_release(deps, releasing, now)
-    if releasing.doomed:
-        gone = [instance.name for _, instance in releasing.doomed]
-        open_restore_gate(deps, job.job_id, now, gone=gone)
-    return job
 
 
 def restart(deps: Deps, job: JobDoc, attempt: int, now: datetime) -> JobDoc:
@@ -203,13 +183,6 @@ def judge_held_finish(deps: Deps, job_id: str, now: datetime) -> str | None:
     return "gang_failed"
 
 
-def relaunch(deps: Deps, job: JobDoc, reason: QueueReason, now: datetime) -> JobDoc:
-    """Queue the attempt first (if this process dies, the reaper places it),
-    then place it now, within the user's active-jobs quota (``start``)."""
-    queue_next_attempt(deps, job, reason, now)
-    return start(deps, job, now)
-
-
 def preempted(deps: Deps, instance: InstanceDoc, notice: PreemptionNotice, now: datetime) -> None:
     """A preemption report (the agent's or the log sink's): recover the job.
 
@@ -240,6 +213,8 @@ def preempted(deps: Deps, instance: InstanceDoc, notice: PreemptionNotice, now: 
         _nothing_saved(deps, instance, notice)
         if notice.source == "agent":
             _end_notice(deps, instance.name)
+            # A gang's lost node 0 reported by the log sink first: saved now.
+            lost_node_saved(deps, instance.job_id, instance.name, instance.attempt)
         raise
     _nothing_saved(deps, instance, notice)
 
@@ -262,6 +237,10 @@ def _saved(deps: Deps, instance: InstanceDoc, notice: PreemptionNotice) -> None:
     0, still saving when it comes, gets the agent unit's stop timeout to end.
     """
     step, uri = notice.step, notice.checkpoint_uri
+    if notice.gang_stop:
+        # Kept as the gang's stop too: node 0's is the save a regroup waits for.
+        gang_stopped(deps, instance.job_id, instance.name, instance.attempt, step, uri)
+        return
     if step is None:
         return
     deps.store.update_job(

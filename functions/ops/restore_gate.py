@@ -31,8 +31,8 @@ def open_restore_gate(deps: Deps, job_id: str, now: datetime, gone: Collection[s
     """
     store = deps.store
     job = store.get_job(job_id)
-    if job is None:
-        return True
+    if job is None or job.replacing is not None:
+        return True  # a gang replacing a node: its regroup opens the replacement's gate
     instances = store.instances_of_job(job_id)
     # What is left to wait for: none (open), or only VMs kept through their
     # notice (wait no later than its end: a gang's noticed node, kept to save

@@ -23,7 +23,7 @@ from spotline.functions.ops.slots import (
 from spotline.functions.ops.teardown import charge_claimed, end_cooling, release_instance
 from spotline.shared import logs
 from spotline.shared.contract.assignment import Assignment
-from spotline.shared.contract.cluster import master_port
+from spotline.shared.contract.cluster import gang_port
 from spotline.shared.domain.catalog import load_catalog
 from spotline.shared.domain.cooling import claim, claimable
 from spotline.shared.domain.documents import InstanceDoc, JobDoc, UserDoc
@@ -61,13 +61,17 @@ def assignment_for(deps: Deps, job: JobDoc) -> Assignment:
     """What a VM is told (its metadata): the job, where to save, how to reach its peers."""
     settings = deps.settings
     prefix = settings.job_prefix(job.job_id, job.user)
-    nodes = node_names(job.job_id, job.attempt, job.spec.nodes) if job.spec.nodes > 1 else []
+    nodes: list[str] = []
+    if job.spec.nodes > 1:
+        # A gang that replaced a node names it in its node list (node_replacement).
+        nodes = list(job.nodes) or node_names(job.job_id, job.attempt, job.spec.nodes)
     # Nodes reach each other by VM name (internal DNS); local "VMs" share loopback.
     hosts = ["127.0.0.1"] * len(nodes) if settings.compute_endpoint else list(nodes)
     return Assignment(
         nodes=nodes,
         hosts=hosts,
-        master_port=master_port(job.job_id, job.attempt) if nodes else 0,
+        master_port=gang_port(job.job_id, job.attempt, job.gang_generation) if nodes else 0,
+        generation=job.gang_generation,
         job_id=job.job_id,
         attempt=job.attempt,
         project=settings.project,

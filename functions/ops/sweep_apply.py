@@ -19,6 +19,7 @@ from spotline.functions.ops.jobs import (
     retry_waiting,
     settle,
 )
+from spotline.functions.ops.node_replacement import tend
 from spotline.functions.ops.queue import drop, give_up
 from spotline.functions.ops.recovery import judge_held_finish, recover
 from spotline.functions.ops.restore_gate import open_restore_gate
@@ -160,6 +161,10 @@ def _judge_finish(deps: Deps, action: r.JudgeFinish, now: datetime) -> str | Non
     return judge_held_finish(deps, action.job.job_id, now)
 
 
+def _tend_replacement(deps: Deps, action: r.TendReplacement, now: datetime) -> str | None:
+    return tend(deps, action.job.job_id, now)
+
+
 def _place_again(deps: Deps, action: r.PlaceAgain, now: datetime) -> str | None:
     return place_again(deps, action.job, now)
 
@@ -226,6 +231,7 @@ _APPLY: dict[type, Callable[..., str | None]] = {
     r.Accrue: _accrue,
     r.Cancel: _cancel,
     r.JudgeFinish: _judge_finish,
+    r.TendReplacement: _tend_replacement,
     r.PlaceAgain: _place_again,
     r.RetryQuota: _retry_quota,
     r.RetryPlacement: _retry_placement,

@@ -29,6 +29,7 @@ _COLOURS = {
     Phase.TRAINING: "#59a14f",
     Phase.RETURNING: "#f28e2b",
     Phase.PREEMPTED: "#e15759",
+    Phase.WAITING_FOR_NODE: "#8cd17d",
     Phase.RECOVERING: "#ff9da7",
 }
 

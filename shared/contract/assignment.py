@@ -12,6 +12,19 @@ from spotline.shared.domain.recording import Record
 from spotline.shared.domain.spec import JobSpec
 
 
+class Regroup(BaseModel):
+    """What a gang's nodes are told when a lost node's replacement joins (the
+    ``spotline-regroup`` metadata item): the node list's generation, its VMs
+    by rank, the addresses they reach each other at, and the rendezvous port."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    generation: int
+    nodes: list[str]
+    hosts: list[str]
+    master_port: int
+
+
 class Assignment(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
@@ -27,12 +40,26 @@ class Assignment(BaseModel):
     nodes: list[str] = []
     hosts: list[str] = []
     master_port: int = 0
+    # How many times the attempt's gang regrouped around a replaced node
+    # (``Regroup``): 0 for the gang as first placed.
+    generation: int = 0
     # The GPUs of the machine this VM is (catalog): how many trainer processes
     # a node runs by default (``ranks.processes_per_node``). 0: a CPU machine,
     # or an assignment from before the field.
     gpus: int = 0
     # A recorded job's snapshot, which every attempt runs (vm_image/agent/recorded.py).
     record: Record | None = None
+
+    def regrouped(self, regroup: Regroup) -> Assignment:
+        """The assignment with the gang's node list after ``regroup``."""
+        return self.model_copy(
+            update={
+                "nodes": list(regroup.nodes),
+                "hosts": list(regroup.hosts),
+                "master_port": regroup.master_port,
+                "generation": regroup.generation,
+            }
+        )
 
     def node_rank(self, instance: str) -> int:
         """The rank of ``instance`` in the job's gang (0 for a single node).

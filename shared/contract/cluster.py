@@ -22,6 +22,14 @@ def master_port(job_id: str, attempt: int) -> int:
     return 20000 + zlib.crc32(f"{job_id}/{attempt}".encode()) % 12000
 
 
+def gang_port(job_id: str, attempt: int, generation: int) -> int:
+    """The rendezvous port of a gang's ``generation`` (each regroup after a
+    replaced node is one): a regrouped gang never meets a stale rendezvous."""
+    if generation == 0:
+        return master_port(job_id, attempt)
+    return 20000 + zlib.crc32(f"{job_id}/{attempt}/g{generation}".encode()) % 12000
+
+
 def cluster_env(
     framework: str,
     hosts: list[str],

@@ -63,6 +63,18 @@ class HeldFinish(BaseModel):
     since: datetime  # when it was heard: judged once the window has passed
 
 
+class NodeReplacement(BaseModel):
+    """A gang's lost node being replaced within its attempt
+    (``spotline.shared.domain.node_replacement``)."""
+
+    rank: int  # the lost node's rank, which the replacement takes
+    lost: str  # the lost VM's name
+    replacement: str  # the new VM's name (``placement.replacement_name``)
+    since: datetime  # when the loss was recorded: the bound counts from here
+    booted: bool = False  # the replacement's agent is up
+    saved: bool = False  # node 0's save at the shared step is complete
+
+
 class JobDoc(_Doc):
     """jobs/{job_id}"""
 
@@ -117,6 +129,12 @@ class JobDoc(_Doc):
     # A gang node's non-zero exit, not yet judged: it may be another node's
     # preemption seen from here (``spotline.shared.domain.gang_finish``).
     held_finish: HeldFinish | None = None
+    # A gang node being replaced, the others waiting (``node_replacement``);
+    # how many times the current attempt's gang regrouped (its node list's
+    # generation); the nodes that stopped with their gang since the last regroup.
+    replacing: NodeReplacement | None = None
+    gang_generation: int = 0
+    gang_stops: list[str] = Field(default_factory=list)
     record: Record | None = None  # a recorded job's snapshot (``spotline.shared.domain.recording``)
     # SHA-256 of the event tokens handed to the VMs of an attempt, by attempt
     # (a string: Firestore's map keys), the current and previous attempts

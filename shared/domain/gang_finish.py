@@ -55,6 +55,8 @@ def holds(job: JobDoc, event: JobFinished) -> bool:
         and event.instance in job.nodes
         and job.status in JobStatus.active()
         and job.substatus in JobSubstatus.on_vm()
+        # While a node is replaced, a node's exit relaunches the gang at once.
+        and job.replacing is None
     )
 
 

@@ -109,7 +109,12 @@ def check_current(job: JobDoc, event: VmEvent) -> None:
 
 
 def advance(job: JobDoc, to: JobSubstatus, now: datetime, note: str = "") -> JobDoc:
-    """Move forward when the table allows it; a late event leaves the job as is."""
+    """Move forward when the table allows it; a late event leaves the job as is.
+    A gang replacing a node goes back to training only when it regroups
+    (``node_replacement``): a survivor's heartbeat saying TRAINING, sent as
+    its ranks stopped, is not the regroup."""
+    if job.substatus == JobSubstatus.REPLACING_NODE and to in VM_PHASES[:-1]:
+        return job
     try:
         return move_job(job, to, now, note)
     except IllegalTransition:
@@ -210,6 +215,11 @@ def finished(job: JobDoc, event: JobFinished, now: datetime) -> JobDoc:
         return job
     if event.exit_code == 0 and event.instance != job.instance:
         return job  # a worker node is done: the job ends with node 0
+    if event.exit_code != 0 and job.replacing is not None:
+        # A node that exits while its gang waits for a replacement will not
+        # regroup (its ranks died in the lost peer's collective, most often).
+        why = f"{event.instance} exited with code {event.exit_code} while the gang waited"
+        return relaunch_gang(job, now, why)
     outcome = "completed" if event.exit_code == 0 else "failed"
     job = end_attempt(job, now, outcome)
     if event.exit_code == 0:
@@ -337,6 +347,19 @@ def vm_lost(
     return next_attempt(job, cause, now, note, job.spec.max_attempts, give_up)
 
 
+def relaunch_gang(job: JobDoc, now: datetime, why: str) -> JobDoc:
+    """A node's replacement given up (``why``): the attempt ends as the
+    preemption it began with (counted then, not again) and the gang is
+    relaunched whole as a new attempt (``spotline.shared.domain.node_replacement``)."""
+    replacing = job.replacing
+    if replacing is None or job.status in JobStatus.terminal():
+        return job
+    note = f"{replacing.lost} could not be replaced ({why}); relaunching the whole gang"
+    ended = end_attempt(job, now, "preempted")
+    relaunched = next_attempt(ended, JobSubstatus.PREEMPTED, now, note, job.spec.max_attempts)
+    return relaunched.model_copy(update={"preemptions": job.preemptions})
+
+
 def saved_state(job: JobDoc, attempt: int, step: int, checkpoint_uri: str | None = None) -> JobDoc:
     """An agent's report of the state an attempt saved as it stopped, come
     apart from its loss: after it (the reaper saw the VM gone, or a gang's
@@ -378,7 +401,9 @@ def end_attempt(
     """Close the current attempt's record: how it ended, and what it cost. A
     gang node's finish held for the notice (``gang_finish``) goes with it:
     the attempt ended otherwise (a preemption of another node, node 0's exit 0)."""
-    job = _update_attempt(job, ended_at=now, outcome=outcome, checkpoint_step=checkpoint_step)
+    # A step saved before the end stays (a gang's node replaced within the attempt).
+    saved = {} if checkpoint_step is None else {"checkpoint_step": checkpoint_step}
+    job = _update_attempt(job, ended_at=now, outcome=outcome, **saved)
     return accrue(job.model_copy(update={"held_finish": None}), now)
 
 

@@ -36,7 +36,7 @@ BOOT_SCRIPTS = {
     "startup-script": "#!/bin/bash\nexec /opt/spotline/scripts/startup.sh\n",
     "shutdown-script": "#!/bin/bash\nexec /opt/spotline/scripts/shutdown.sh\n",
 }
-_VM_NAME = re.compile(r"^sl-(?P<job>.+)-a(?P<attempt>\d+)(?:-n\d+)?$")
+_VM_NAME = re.compile(r"^sl-(?P<job>.+)-a(?P<attempt>\d+)(?:-n\d+(?:-g\d+)?)?$")
 # A fixed namespace, so the same job attempt always yields the same requestId.
 _REQUEST_NAMESPACE = uuid.UUID("6f1b3a52-5d0e-4c1a-9a57-0b7f3f2d8e11")
 
@@ -119,6 +119,13 @@ def vm_name(job_id: str, attempt: int, rank: int | None = None) -> str:
     """Deterministic per attempt (and node): a redelivered submit finds the same VM."""
     base = f"sl-{job_id}-a{attempt}"
     return base if rank is None else f"{base}-n{rank}"
+
+
+def replacement_name(job_id: str, attempt: int, rank: int, generation: int) -> str:
+    """The VM that replaces a gang's lost node of ``rank``: the node's name
+    with the gang's generation, so each replacement's name is new (a name
+    Compute Engine may still hold for the lost VM is never asked for again)."""
+    return f"{vm_name(job_id, attempt, rank)}-g{generation}"
 
 
 def vm_attempt(name: str) -> tuple[str, int] | None:

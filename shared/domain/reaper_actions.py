@@ -108,6 +108,15 @@ class JudgeFinish:
     job: JobDoc
 
 
+@dataclass(frozen=True)
+class TendReplacement:
+    """A gang replacing a lost node: its replacement inserted if a function
+    died first, the gang regrouped if ready, or relaunched whole past its
+    bound (``spotline.shared.domain.node_replacement``)."""
+
+    job: JobDoc
+
+
 # -- stage 3: the queue --
 
 
@@ -170,7 +179,7 @@ VmAction = (
     | ForgetStopped
     | DeleteOrphan
 )
-JobAction = Accrue | Cancel | PlaceAgain | JudgeFinish
+JobAction = Accrue | Cancel | PlaceAgain | JudgeFinish | TendReplacement
 QueueAction = RetryQuota | RetryPlacement | GiveUp | DropEntry
 SlotAction = FreeJobSlot | FreeInstanceSlot | FreeStoppedSlot
 Action = VmAction | JobAction | QueueAction | SlotAction

@@ -61,6 +61,7 @@ from spotline.shared.domain.reaper_actions import (
     Release,
     RetryPlacement,
     RetryQuota,
+    TendReplacement,
     VmAction,
 )
 from spotline.shared.domain.reaper_actions import Action as Action  # callers read reaping.Action
@@ -203,6 +204,8 @@ def orphaned(vm: Vm, instance: InstanceDoc | None, job: JobDoc | None, now: date
         instance.status in InstanceStatus.live() or instance.substatus in STOPPING_OR_STOPPED
     ):
         return False
+    if job is not None and job.replacing is not None and vm.name == job.replacing.replacement:
+        return False  # a gang's replacement node, its instance written next
     attempt = vm.labels.get(ATTEMPT_LABEL, "")
     if attempt.isdigit() and being_placed(job, vm.labels.get(JOB_LABEL, ""), int(attempt)):
         return False
@@ -236,6 +239,8 @@ def decide_jobs(jobs: Sequence[JobDoc], timeouts: Timeouts, now: datetime) -> li
             # Stage 1 ran first: a node of its attempt gone from the listing was
             # recovered as a preemption there, which dropped the hold.
             actions.append(JudgeFinish(job))
+        if job.replacing is not None:
+            actions.append(TendReplacement(job))
         stuck_s = (now - job.updated_at).total_seconds()
         if job.substatus == JobSubstatus.REQUESTING_SERVER and stuck_s > timeouts.request_timeout_s:
             actions.append(PlaceAgain(job))

@@ -75,10 +75,15 @@ def earlier_slots(job: JobDoc, held: Iterable[str]) -> list[str]:
     """The active-instance slots (VM names) held for the job's earlier
     attempts: VMs being deleted while the next attempt's VMs are made. Both
     count in the user's list for that overlap; the next attempt is allowed
-    over the quota by these, as the same job's VMs, never another job's."""
+    over the quota by these, as the same job's VMs, never another job's. A
+    gang's node being replaced within the attempt (``node_replacement``) is
+    one too: its replacement is inserted before it is deleted."""
+    lost = job.replacing.lost if job.replacing is not None else None
     names = []
     for name in held:
         made_for = vm_attempt(name)
-        if made_for is not None and made_for[0] == job.job_id and made_for[1] < job.attempt:
+        if (
+            made_for is not None and made_for[0] == job.job_id and made_for[1] < job.attempt
+        ) or name == lost:
             names.append(name)
     return names

@@ -191,6 +191,19 @@ class JobSpec(BaseModel):
             "cluster before the job FAILS, naming how many joined."
         ),
     )
+    replace_node_timeout_s: int = Field(
+        default=300,
+        ge=0,
+        le=MAX_PERIOD_S,
+        description=(
+            "Multi-node jobs: when one node is preempted, the others stop at the shared "
+            "step, keep their VMs and wait while one VM replaces the lost node in the same "
+            "zone. If the gang has not regrouped this many seconds after the loss (no "
+            "capacity, a slow boot), the whole gang is relaunched as a new attempt. 0: "
+            "always relaunch the whole gang. Frameworks pytorch and command only; a gang of "
+            "another framework is always relaunched whole."
+        ),
+    )
     cool_down_period_s: Seconds = 0
     stop_period_s: int = Field(
         default=0,

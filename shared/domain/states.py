@@ -37,6 +37,9 @@ class JobSubstatus(StrEnum):
     # pip installing the code's requirements.txt into the job's own venv
     INSTALLING_REQUIREMENTS = "INSTALLING_REQUIREMENTS"
     TRAINING = "TRAINING"  # trainer running
+    # A gang lost one node: the others stopped at the shared step and wait for
+    # its replacement (``spotline.shared.domain.node_replacement``).
+    REPLACING_NODE = "REPLACING_NODE"
     RETURNING = "RETURNING"  # trainer done, outputs being uploaded
     PREEMPTED = "PREEMPTED"  # the Spot VM was taken away; a new attempt follows
     STALLED = "STALLED"  # the VM stopped sending heartbeats; a new attempt follows
@@ -59,6 +62,7 @@ class JobSubstatus(StrEnum):
                 cls.SENDING_MODEL_AND_DATA,
                 cls.INSTALLING_REQUIREMENTS,
                 cls.TRAINING,
+                cls.REPLACING_NODE,
                 cls.RETURNING,
             }
         )
@@ -91,7 +95,10 @@ JOB_TRANSITIONS: dict[JobSubstatus, frozenset[JobSubstatus]] = {
     S.GEARING_UP_ENV: frozenset({S.SENDING_MODEL_AND_DATA, *_FROM_SENDING}),
     S.SENDING_MODEL_AND_DATA: frozenset(_FROM_SENDING),
     S.INSTALLING_REQUIREMENTS: frozenset({S.TRAINING, S.RETURNING, *_ON_VM_END}),
-    S.TRAINING: frozenset({S.RETURNING, *_ON_VM_END}),
+    # A gang's node lost while training: the attempt stays, one node is replaced.
+    S.TRAINING: frozenset({S.RETURNING, S.REPLACING_NODE, *_ON_VM_END}),
+    # Back to training once the gang regrouped; any ending or loss as on a VM.
+    S.REPLACING_NODE: frozenset({S.TRAINING, S.RETURNING, *_ON_VM_END}),
     S.RETURNING: frozenset(_ON_VM_END),
     S.PREEMPTED: frozenset({S.REQUESTING_SERVER, S.WAITING_FOR_CAPACITY, *_GIVE_UP}),
     S.STALLED: frozenset({S.REQUESTING_SERVER, S.WAITING_FOR_CAPACITY, *_GIVE_UP}),
@@ -115,7 +122,7 @@ def job_status_for(substatus: JobSubstatus, attempt: int) -> JobStatus:
     """The status a person reads for a substatus on a given attempt."""
     if substatus in (S.TRAINING, S.RETURNING):
         return JobStatus.TRAINING
-    if substatus in _RESTARTED:
+    if substatus in {*_RESTARTED, S.REPLACING_NODE}:
         return JobStatus.RECOVERING
     if substatus in S.endings():
         return JobStatus(substatus.value)

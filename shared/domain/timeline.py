@@ -3,8 +3,10 @@
 Aibro's ``plot_timeline`` splits a job into requesting the server,
 connecting, gearing up, sending model and data, training and returning.
 spotline adds its own: waiting for capacity or quota, preempted (the VM lost,
-until the next request) and recovering (a later attempt's way back to training:
-requesting, connecting, gearing up, sending again).
+until the next request), waiting for a replacement node (a gang's survivors,
+idle but billed, while its one lost node is replaced) and recovering (a later
+attempt's way back to training: requesting, connecting, gearing up, sending
+again).
 
 A phase starts at a history line and lasts until the next one. History lines
 are in the order they were written; the VM's own times stamp its steps, so a
@@ -38,6 +40,8 @@ class Phase(StrEnum):
     TRAINING = "training"
     RETURNING = "returning"
     PREEMPTED = "preempted"
+    # A gang's surviving nodes idle (and billed) while one lost node is replaced.
+    WAITING_FOR_NODE = "waiting for a replacement node"
     RECOVERING = "recovering"
 
     @property
@@ -59,6 +63,7 @@ _OF_SUBSTATUS = {
     S.RETURNING: Phase.RETURNING,
     S.PREEMPTED: Phase.PREEMPTED,
     S.STALLED: Phase.PREEMPTED,
+    S.REPLACING_NODE: Phase.WAITING_FOR_NODE,
 }
 # The steps before training: on a later attempt they are the way back.
 _SETUP = frozenset(

@@ -118,6 +118,9 @@ def next_attempt(
             "nodes": [],
             "zone": None,
             "machine_id": None,
+            "replacing": None,
+            "gang_generation": 0,
+            "gang_stops": [],
         }
     )
     return move_job(bumped, JobSubstatus.REQUESTING_SERVER, now, note=f"attempt {job.attempt + 1}")

@@ -26,6 +26,11 @@ RESTORE_WAIT = "wait"
 RESTORE_UNTIL = "-until-"  # "wait-until-UNIX_TIME": the agent waits no later
 RESTORE_GO = "go"
 RESTORE_WAIT_S = 180.0
+# Metadata key of a gang's regroup (``spotline.shared.domain.node_replacement``):
+# the node list after a lost node was replaced (JSON: ``Regroup``). A node
+# whose ranks stopped with its gang waits for a generation newer than its own,
+# then restarts its ranks with it.
+REGROUP_METADATA_KEY = "spotline-regroup"
 # Labels every spotline VM carries, so the reaper can find orphans.
 MANAGED_LABEL = "spotline"
 

@@ -31,7 +31,7 @@ from typing import Any
 
 from spotline.shared import logs
 from spotline.shared.adapters.pubsub_bus import PubsubBus
-from spotline.shared.contract.assignment import Assignment
+from spotline.shared.contract.assignment import Assignment, Regroup
 from spotline.shared.contract.events import (
     EpochDone,
     Heartbeat,
@@ -54,8 +54,14 @@ from spotline.vm_image.agent.recorded import (
     expected_digest,
     job_sources,
 )
+from spotline.vm_image.agent.regroup import REGROUP_MARGIN_S, await_regroup
 from spotline.vm_image.agent.restore_gate import await_restore
-from spotline.vm_image.agent.trainer_launch import EXIT_PREPARE_FAILED, launch_trainer, prepare
+from spotline.vm_image.agent.trainer_launch import (
+    EXIT_PREPARE_FAILED,
+    Prepared,
+    launch_trainer,
+    prepare,
+)
 from spotline.vm_image.agent.trainer_process import TENSORBOARD_DIR, CannotStart, TrainerProcess
 from spotline.vm_image.agent.transfers import download_folder, restore_modes, upload_folder
 from spotline.vm_image.agent.workspace import CHECKPOINTS_DIR, OUTPUTS_DIR, job_folder
@@ -163,6 +169,8 @@ class Agent:
         self.step: int | None = None
         self.checkpoint_uri: str | None = None
         self.trainer: TrainerProcess | RankGroup | None = None
+        # What the trainer was started from, kept for a restart after a regroup.
+        self._launch: tuple[Path, Prepared] | None = None
         self.checkpoints: FolderMirror | None = None
         self.outputs: FolderMirror | None = None
         self.last_epoch: EpochDone | None = None
@@ -332,16 +340,24 @@ class Agent:
             self._enter(JobSubstatus.SENDING_MODEL_AND_DATA)
             code_uri, data_uri = job_sources(self.assignment)
             exit_code, log_tail, unrecoverable = self._train(code_uri, data_uri)
-            exited_at = time.monotonic()
-            # Before any report: the next attempt must find what was saved.
-            self._finish_mirrors()
-            self._upload_tensorboard()
-            if preempted_run(exit_code, self._notice_at, exited_at):
-                self._report_preempted()
-                return True
-            if gang_stopped(exit_code, self._notice_at, len(self.assignment.nodes)):
+            while True:
+                exited_at = time.monotonic()
+                # Before any report: the next attempt must find what was saved.
+                self._finish_mirrors()
+                self._upload_tensorboard()
+                if preempted_run(exit_code, self._notice_at, exited_at):
+                    self._report_preempted()
+                    return True
+                if not gang_stopped(exit_code, self._notice_at, len(self.assignment.nodes)):
+                    break
                 self._report_preempted(gang_stop=True)
-                return True
+                # A lost node replaced: the gang restarts its ranks from the save.
+                regroup = await_regroup(
+                    self.metadata, self.assignment, self.preempted, self._regroup_wait_s()
+                )
+                if regroup is None:
+                    return True
+                exit_code, log_tail, unrecoverable = self._rejoin(regroup)
             self._enter(JobSubstatus.RETURNING)
             event = JobFinished(
                 **self._common(),
@@ -356,6 +372,43 @@ class Agent:
             return self._publish_finished(event)
         finally:
             self.job_done.set()
+
+    def _regroup_wait_s(self) -> float:
+        """How long a node whose ranks stopped with its gang waits for the
+        regroup: the job's bound for a replacement, and a margin for the
+        reports and metadata writes around it (none: it does not wait)."""
+        bound = self.assignment.spec.replace_node_timeout_s
+        return bound + REGROUP_MARGIN_S if bound > 0 else 0.0
+
+    def _rejoin(self, regroup: Regroup) -> tuple[int, str, bool]:
+        """Restart this node's ranks with the regrouped gang (``regroup``),
+        from the gang's last save, as the first start does (the mirrors
+        restored first); the trainer's exit code, output and False."""
+        self.assignment = self.assignment.regrouped(regroup)
+        self._preemption_reported = False
+        logs.info(
+            f"the gang regrouped (generation {regroup.generation}: {', '.join(regroup.nodes)}); "
+            "restarting this node's ranks from the last save",
+            instance=self.name,
+        )
+        assert self._launch is not None  # the trainer ran once: its launch is kept
+        code_dir, prepared = self._launch
+        try:
+            self._start_mirrors()
+            self.trainer = launch_trainer(
+                self.assignment,
+                self.account,
+                self.metadata,
+                self.job_dir,
+                code_dir,
+                self.name,
+                self._on_report,
+                prepared,
+            )
+        except CannotStart as err:
+            logs.error(str(err), job_id=self.assignment.job_id, attempt=self.assignment.attempt)
+            return err.exit_code, f"{err}\n", err.unrecoverable
+        return exit_status(self.trainer.wait()), self.trainer.log_tail(), False
 
     def _train(self, code_uri: str | None, data_uri: str | None) -> tuple[int, str, bool]:
         """Prepare the job (code, data set, requirements), then run the trainer;
@@ -376,7 +429,13 @@ class Agent:
             self._check_snapshot(code_uri, data_uri, code_dir, prepared.data_dir)
             # The trainer restores the last save: only once the lost attempt's
             # VMs are gone (the restore gate), and then from storage.
-            await_restore(self.metadata, self.restore_wait_s)
+            # A gang's replacement node waits for its gang's regroup, as long
+            # as the job lets a replacement take.
+            wait_s = self.restore_wait_s
+            if self.assignment.generation > 0:
+                wait_s = max(wait_s, float(self.assignment.spec.replace_node_timeout_s))
+            await_restore(self.metadata, wait_s)
+            self._launch = (code_dir, prepared)
             self._start_mirrors()
             self._enter(JobSubstatus.TRAINING)
             self.trainer = launch_trainer(

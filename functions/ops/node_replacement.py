@@ -1,0 +1,261 @@
+"""Replacing a gang's lost node within its attempt, and regrouping the gang
+(``spotline.shared.domain.node_replacement`` decides; this applies).
+
+In order, each step re-entrant: 1. the loss is written on the job (the
+caller, ``recovery.recover``); 2. the lost node's instance CLOSING; 3. the
+replacement inserted (its slot counted beside the lost node's for the
+overlap), made with a shut restore gate: its trainer waits for the regroup;
+4. the lost VM deleted, its instance CLOSED; 5. once the replacement has
+booted and node 0's save is complete, every node told the new node list
+(``spotline-regroup`` metadata; the replacement's gate opened), then the job
+written back to TRAINING. A crash anywhere is finished by the reaper
+(``tend``): it inserts a replacement not made yet, regroups a gang that is
+ready, and relaunches the whole gang once ``replace_node_timeout_s`` has passed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime
+
+from spotline.functions.deps import Deps
+from spotline.functions.ops.event_tokens import issue_event_token
+from spotline.functions.ops.jobs import settle
+from spotline.functions.ops.placement import record_instance, record_request, vm_account_of
+from spotline.functions.ops.relaunch import replace_attempt
+from spotline.functions.ops.reuse import OverInstanceQuota, assignment_for, hold_instance_slots
+from spotline.functions.ops.slots import free_instance_slot
+from spotline.functions.ops.teardown import (
+    Release,
+    begin_release,
+    delete_released,
+    end_release,
+    release_instances,
+)
+from spotline.shared import logs
+from spotline.shared.contract.assignment import Regroup
+from spotline.shared.domain import node_replacement
+from spotline.shared.domain.catalog import load_catalog
+from spotline.shared.domain.documents import JobDoc
+from spotline.shared.domain.errors import CapacityError, Unplaceable
+from spotline.shared.domain.gang_network import gang_tag
+from spotline.shared.domain.liveness import Owner
+from spotline.shared.domain.placement import (
+    Option,
+    build_vm_request,
+    parse_machine_id,
+    request_id,
+)
+from spotline.shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
+from spotline.shared.domain.vms import (
+    REGROUP_METADATA_KEY,
+    RESTORE_GO,
+    RESTORE_METADATA_KEY,
+    RESTORE_WAIT,
+)
+
+# The reaper inserts a replacement the recovery did not (it died, or found no
+# capacity) only this long after the loss: before, that recovery may still
+# be inserting it, and a second insert, though deduplicated by its requestId,
+# is one more call.
+REINSERT_AFTER_S = 30.0
+
+
+def replace_node(deps: Deps, job: JobDoc, releases: list[Release], now: datetime) -> JobDoc:
+    """The loss is on the job (REPLACING_NODE): the lost VM (``releases``:
+    none while it is kept through its notice) goes while its replacement is
+    inserted, never waiting for the delete; then the gang regroups if it can.
+    A failed delete is raised after the insert, for a redelivery or the reaper."""
+    releasing = begin_release(deps, releases, now)
+    try:
+        job = ensure_replacement(deps, job, now)
+    finally:
+        delete_released(deps, releasing)
+        end_release(deps, releasing, now)
+    return regroup_if_ready(deps, job.job_id, now) or job
+
+
+def ensure_replacement(deps: Deps, job: JobDoc, now: datetime) -> JobDoc:
+    """Insert the replacement VM unless it exists (its instance document), in
+    the gang's zone, on the gang's machine. No capacity: left to the reaper's
+    next sweep, until the bound; refused for good, or over the user's quota:
+    the gang is relaunched whole at once."""
+    replacing = job.replacing
+    if replacing is None or job.substatus != JobSubstatus.REPLACING_NODE:
+        return job
+    name = replacing.replacement
+    if deps.store.get_instance(name) is not None:
+        return job
+    if job.machine_id is None or job.zone is None:
+        return abandon(deps, job, now, "the gang's machine and zone are not on record")
+    machine, provisioning = parse_machine_id(job.machine_id)
+    option = Option(machine=load_catalog()[machine], provisioning=provisioning, zone=job.zone)
+    made = deps.compute.get(job.zone, name)
+    if made is not None:  # inserted by a call that died before recording it
+        record_instance(deps, job, made, option, now, slot_taken=False)
+        return job
+    try:
+        hold_instance_slots(deps, job, [name], now)
+    except OverInstanceQuota as over:
+        return abandon(deps, job, now, str(over))
+    token = issue_event_token(deps, job)
+    request = build_vm_request(
+        option, assignment_for(deps, job), deps.settings.image, job.user,
+        vm_account_of(deps, job), event_token=token,
+        # Its trainer restores only once the gang regroups (node 0's save complete).
+        restore_gate=RESTORE_WAIT,
+    )  # fmt: skip
+    request = replace(
+        request,
+        name=name,
+        request_id=request_id(job.job_id, job.attempt, f"replace/{name}"),
+        # The attempt's tag: its firewall rule lets the gang's nodes, the
+        # replacement among them, reach each other.
+        network_tag=gang_tag(job.job_id, job.attempt),
+    )
+    try:
+        vm = deps.compute.insert(request)
+    except CapacityError as err:
+        free_instance_slot(deps, job.user, name, now)
+        record_request(deps, option.machine_id, ok=False)
+        logs.warning(
+            f"job {job.job_id}: no capacity for {name} in {job.zone} ({err.reason}); "
+            f"asked again until {job.spec.replace_node_timeout_s} s after the loss",
+            job_id=job.job_id,
+        )
+        return job
+    except Unplaceable as err:
+        free_instance_slot(deps, job.user, name, now)
+        return abandon(deps, job, now, err.detail)
+    record_request(deps, option.machine_id, ok=True)
+    record_instance(deps, job, vm, option, now, slot_taken=True)
+    logs.info(
+        f"job {job.job_id}: {name} replaces {replacing.lost} in {vm.zone}",
+        job_id=job.job_id,
+        instance=name,
+    )
+    return job
+
+
+def gang_stopped(
+    deps: Deps, job_id: str, instance: str, attempt: int, step: int | None, uri: str | None
+) -> None:
+    """A node stopped with its gang (its save, node 0's, complete): kept on
+    the job, then the gang regroups if it was waiting for that."""
+    job = deps.store.update_job(
+        job_id, lambda current: node_replacement.stopped(current, instance, attempt, step, uri)
+    )
+    if job is not None and job.replacing is not None:
+        regroup_if_ready(deps, job_id, deps.clock())
+
+
+def lost_node_saved(deps: Deps, job_id: str, instance: str, attempt: int) -> None:
+    """The lost node's agent reported its save after the log sink's report
+    recorded its loss: a lost node 0's save is complete."""
+    job = deps.store.update_job(
+        job_id, lambda current: node_replacement.lost_node_saved(current, instance, attempt)
+    )
+    if job is not None and job.replacing is not None:
+        regroup_if_ready(deps, job_id, deps.clock())
+
+
+def replacement_booted(deps: Deps, job_id: str, instance: str, attempt: int) -> None:
+    """The replacement's agent is up: recorded, then the gang regroups if it can."""
+    job = deps.store.update_job(
+        job_id, lambda current: node_replacement.booted(current, instance, attempt)
+    )
+    if job is not None and job.replacing is not None:
+        regroup_if_ready(deps, job_id, deps.clock())
+
+
+def regroup_if_ready(deps: Deps, job_id: str, now: datetime) -> JobDoc | None:
+    """Tell every node the gang's new node list, then write the job back to
+    TRAINING (told first: a crash between is told again by the reaper, the
+    same value). None: not ready (``node_replacement.ready``)."""
+    job = deps.store.get_job(job_id)
+    if job is None or not node_replacement.ready(job, now):
+        return None
+    assignment = assignment_for(deps, job)
+    regroup = Regroup(
+        generation=assignment.generation,
+        nodes=assignment.nodes,
+        hosts=assignment.hosts,
+        master_port=assignment.master_port,
+    )
+    items = {REGROUP_METADATA_KEY: regroup.model_dump_json(), RESTORE_METADATA_KEY: RESTORE_GO}
+    zone = job.zone or ""
+    for name in job.nodes:
+        # A node that cannot be told (gone): its loss is the reaper's to see.
+        try:
+            deps.compute.set_metadata(zone, name, items)
+        except Exception as err:
+            logs.warning(f"{name}: could not tell it the gang's regroup: {err}", job_id=job_id)
+    regrouped = deps.store.update_job(
+        job_id, lambda current: node_replacement.regrouped(current, deps.clock())
+    )
+    logs.info(
+        f"job {job_id}: the gang regrouped (generation {regroup.generation}: "
+        f"{', '.join(regroup.nodes)})",
+        job_id=job_id,
+    )
+    return regrouped
+
+
+def abandon(deps: Deps, job: JobDoc, now: datetime, why: str) -> JobDoc:
+    """Give the replacement up: the gang is relaunched whole as a new
+    attempt (the job written first; its nodes, the replacement included, go
+    as a lost attempt's do)."""
+    attempt = job.attempt
+    relaunched = deps.store.update_job(
+        job.job_id, lambda current: _abandoned(current, attempt, now, why)
+    )
+    if relaunched is None:
+        return job
+    if relaunched.attempt == attempt:
+        if relaunched.status in JobStatus.terminal():  # max_attempts: the gang goes
+            release_instances(deps, _live_nodes(deps, job.job_id, attempt, why), now)
+            settle(deps, relaunched, now)
+        return relaunched
+    logs.warning(f"job {job.job_id}: {why}; relaunching the whole gang", job_id=job.job_id)
+    return relaunch_gang(deps, relaunched, attempt, now)
+
+
+def relaunch_gang(deps: Deps, job: JobDoc, attempt: int, now: datetime) -> JobDoc:
+    """The job relaunched its gang after ``attempt`` gave up a replacement
+    (written on the job first): every live VM of that attempt goes, the
+    replacement too, and the next attempt is placed. Re-entrant."""
+    note = f"attempt {attempt} relaunched its whole gang"
+    return replace_attempt(
+        deps, job, _live_nodes(deps, job.job_id, attempt, note), "preempted", now
+    )
+
+
+def _live_nodes(deps: Deps, job_id: str, attempt: int, note: str) -> list[Release]:
+    """Every live VM of the job's ``attempt``, to let go with ``note``."""
+    return [
+        Release(node.name, note, owner=Owner.of(node))
+        for node in deps.store.instances_of_job(job_id)
+        if node.attempt == attempt and node.status in InstanceStatus.live()
+    ]
+
+
+def _abandoned(job: JobDoc, attempt: int, now: datetime, why: str) -> JobDoc:
+    if job.attempt != attempt:
+        return job
+    return node_replacement.abandon(job, now, why)
+
+
+def tend(deps: Deps, job_id: str, now: datetime) -> str | None:
+    """The reaper's look at a gang replacing a node: relaunched whole past
+    its bound, else its replacement inserted if missing and the gang
+    regrouped if ready. What was done, or None."""
+    job = deps.store.get_job(job_id)
+    if job is None or job.replacing is None or job.substatus != JobSubstatus.REPLACING_NODE:
+        return None
+    if node_replacement.overdue(job, now):
+        bound = job.spec.replace_node_timeout_s
+        abandon(deps, job, now, f"the gang did not regroup within {bound} s")
+        return "replacement_abandoned"
+    if (now - job.replacing.since).total_seconds() >= REINSERT_AFTER_S:
+        ensure_replacement(deps, job, now)
+    return "regrouped" if regroup_if_ready(deps, job_id, now) is not None else None

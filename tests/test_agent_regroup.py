@@ -1,0 +1,91 @@
+"""A node whose ranks stopped with its gang waits for the regroup around the
+lost node's replacement (``vm_image/agent/regroup``), against the local
+cloud's real per-VM metadata server."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from spotline.infra.localcloud.metadata_server import Identity, MetadataServer
+from spotline.shared.contract.assignment import Assignment, Regroup
+from spotline.shared.domain.spec import JobSpec
+from spotline.shared.domain.vms import REGROUP_METADATA_KEY
+from spotline.vm_image.agent.metadata import Metadata
+from spotline.vm_image.agent.regroup import await_regroup
+
+N0, N1, R1 = "sl-j1-a1-n0", "sl-j1-a1-n1", "sl-j1-a1-n1-g1"
+GANG = Assignment(
+    job_id="j1",
+    attempt=1,
+    project="p",
+    spec=JobSpec(user="alice", machine_ids=["g2-standard-4"], trainer="digits_mlp", nodes=2),
+    checkpoint_dir="gs://b/c",
+    output_dir="gs://b/o",
+    nodes=[N0, N1],
+    hosts=[N0, N1],
+    master_port=20001,
+)
+
+
+def regroup(generation: int) -> str:
+    nodes = [N0, f"{N1}-g{generation}"]
+    return Regroup(
+        generation=generation, nodes=nodes, hosts=nodes, master_port=20100
+    ).model_dump_json()
+
+
+@pytest.fixture
+def server() -> Iterator[MetadataServer]:
+    found = MetadataServer(Identity(N0, "1234", "us-central1-a", "g2-standard-4", "p", "42"), {})
+    found.start()
+    try:
+        yield found
+    finally:
+        found.close()
+
+
+def test_the_node_waits_for_the_regroup_then_takes_the_new_node_list(
+    server: MetadataServer,
+) -> None:
+    later = threading.Timer(1.0, lambda: server.set_attributes({REGROUP_METADATA_KEY: regroup(1)}))
+    started = time.monotonic()
+    later.start()
+    try:
+        found = await_regroup(Metadata(server.host), GANG, threading.Event(), wait_s=30)
+    finally:
+        later.cancel()
+    assert found is not None and found.generation == 1
+    assert GANG.regrouped(found).nodes == [N0, R1]
+    assert GANG.regrouped(found).master_port == 20100
+    assert 0.9 <= time.monotonic() - started < 10.0
+
+
+def test_a_regroup_of_its_own_generation_or_older_is_not_waited_for(
+    server: MetadataServer,
+) -> None:
+    """A node that joined as generation 1 and stopped again waits for 2."""
+    joined = GANG.model_copy(update={"generation": 1, "nodes": [N0, R1]})
+    server.set_attributes({REGROUP_METADATA_KEY: regroup(1)})
+    assert await_regroup(Metadata(server.host), joined, threading.Event(), wait_s=1.5) is None
+
+
+def test_a_deleted_vm_stops_waiting(server: MetadataServer) -> None:
+    """The gang relaunched whole: spotline deletes the VM, the agent's SIGTERM ends the wait."""
+    stop = threading.Event()
+    threading.Timer(0.5, stop.set).start()
+    started = time.monotonic()
+    assert await_regroup(Metadata(server.host), GANG, stop, wait_s=120) is None
+    assert time.monotonic() - started < 60.0  # not the whole bound
+
+
+def test_no_bound_no_wait(server: MetadataServer) -> None:
+    assert await_regroup(Metadata(server.host), GANG, threading.Event(), wait_s=0) is None
+
+
+def test_a_garbled_item_is_not_a_regroup(server: MetadataServer) -> None:
+    server.set_attributes({REGROUP_METADATA_KEY: "{not json"})
+    assert await_regroup(Metadata(server.host), GANG, threading.Event(), wait_s=1.5) is None

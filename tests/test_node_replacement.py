@@ -1,0 +1,200 @@
+"""A gang loses one node, not its attempt (``spotline.shared.domain.node_replacement``):
+the orders of events around a replaced node, each ending in a defined state.
+Pure: no emulator."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from spotline.shared.contract.events import Heartbeat, JobFinished
+from spotline.shared.domain import lifecycle, node_replacement
+from spotline.shared.domain.documents import JobDoc
+from spotline.shared.domain.lifecycle import StaleEvent, new_job, vm_recorded
+from spotline.shared.domain.spec import JobSpec
+from spotline.shared.domain.states import JobStatus, JobSubstatus
+from spotline.shared.domain.timeline import Phase, timeline
+from spotline.shared.domain.transitions import move_job
+
+T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
+S = JobSubstatus
+N0, N1, N2 = "sl-job1-a1-n0", "sl-job1-a1-n1", "sl-job1-a1-n2"
+R1 = "sl-job1-a1-n1-g1"  # node 1's first replacement
+R0 = "sl-job1-a1-n0-g1"
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def training_gang(nodes: int = 2, **spec: Any) -> JobDoc:
+    fields: dict[str, Any] = {
+        "user": "alice",
+        "machine_ids": ["g2-standard-4"],
+        "trainer": "digits_mlp",
+        "epochs": 4,
+        "nodes": nodes,
+    }
+    job = new_job(JobSpec(**fields | spec), "job1", "m1", T0)
+    names = [f"sl-job1-a1-n{rank}" for rank in range(nodes)]
+    job = vm_recorded(job, names[0], "us-central1-a", "g2-standard-4", at(1), 0.3, 1.0, nodes=names)
+    return move_job(job, S.TRAINING, at(2))
+
+
+def lose(job: JobDoc, name: str, seconds: float = 10, **kwargs: Any) -> JobDoc:
+    return node_replacement.lost(
+        job, name, job.attempt, S.PREEMPTED, at(seconds), f"{name} preempted", **kwargs
+    )
+
+
+def test_a_workers_preemption_keeps_the_attempt_and_names_a_replacement() -> None:
+    job = lose(training_gang(), N1, step=40, checkpoint_uri="gs://b/ckpt-40")
+    assert (job.status, job.substatus, job.attempt) == (JobStatus.RECOVERING, S.REPLACING_NODE, 1)
+    assert job.nodes == [N0, R1] and job.instance == N0
+    assert job.replacing is not None
+    assert (job.replacing.rank, job.replacing.lost, job.replacing.replacement) == (1, N1, R1)
+    assert (job.preemptions, job.gang_generation) == (1, 1)
+    assert job.attempts[0].node_names == [N0, R1] and job.attempts[0].checkpoint_step == 40
+    assert job.attempts[0].ended_at is None  # the attempt goes on
+    # Node 0 survived: its stop report is what the regroup waits for.
+    assert not job.replacing.saved
+
+
+def test_node_zeros_preemption_moves_the_gangs_head_to_the_replacement() -> None:
+    job = lose(training_gang(3), N0, step=12, saved=True)
+    assert job.nodes == [R0, N1, N2] and job.instance == R0
+    assert job.replacing is not None and job.replacing.saved  # its own report, after saving
+
+
+def test_the_regroup_waits_for_the_boot_and_node_zeros_save_in_either_order() -> None:
+    job = lose(training_gang(), N1)
+    job = node_replacement.booted(job, R1, 1)
+    assert not node_replacement.ready(job, at(11))
+    assert node_replacement.regrouped(job, at(11)) is job
+    job = node_replacement.stopped(job, N0, 1, 40, "gs://b/ckpt-40")
+    assert node_replacement.ready(job, at(12))
+    job = node_replacement.regrouped(job, at(12))
+    assert (job.status, job.substatus, job.attempt, job.replacing) == (
+        JobStatus.TRAINING,
+        S.TRAINING,
+        1,
+        None,
+    )
+    assert job.gang_stops == [] and job.nodes == [N0, R1]
+    assert node_replacement.regrouped(job, at(13)) == job  # a second regroup: nothing
+
+
+def test_node_zeros_stop_report_before_the_loss_counts() -> None:
+    job = node_replacement.stopped(training_gang(), N0, 1, 40, None)
+    job = node_replacement.booted(lose(job, N1), R1, 1)
+    assert node_replacement.ready(job, at(11))
+
+
+def test_a_lost_node_zero_reported_by_the_log_sink_waits_for_its_save_or_its_notice() -> None:
+    job = node_replacement.booted(lose(training_gang(), N0, saved=False), R0, 1)
+    assert not node_replacement.ready(job, at(12))
+    assert node_replacement.ready(job, at(10 + 60))  # the notice and its margin are over
+    saved = node_replacement.lost_node_saved(job, N0, 1)
+    assert node_replacement.ready(saved, at(12))
+
+
+def test_survivors_heartbeats_do_not_end_the_replacement() -> None:
+    job = lose(training_gang(), N1)
+    beat = Heartbeat(
+        job_id="job1", attempt=1, instance=N0, sent_at=at(11), phase=S.TRAINING, step=40
+    )
+    assert lifecycle.heartbeat(job, beat, at(11)).substatus == S.REPLACING_NODE
+
+
+@pytest.mark.parametrize("report", ["duplicate", "late-agent", "log-sink"])
+def test_a_second_report_of_the_lost_node_is_stale(report: str) -> None:
+    job = lose(training_gang(), N1)
+    with pytest.raises(StaleEvent):
+        lose(job, N1, seconds=12, step=41 if report == "late-agent" else None)
+    assert job.substatus == S.REPLACING_NODE
+
+
+def test_a_second_nodes_loss_while_replacing_relaunches_the_whole_gang() -> None:
+    job = node_replacement.stopped(training_gang(3), N0, 1, 40, None)
+    job = lose(job, N1)
+    job = lose(job, N2, seconds=20)
+    assert (job.status, job.substatus, job.attempt) == (
+        JobStatus.RECOVERING,
+        S.REQUESTING_SERVER,
+        2,
+    )
+    assert (job.preemptions, job.replacing, job.nodes, job.gang_generation) == (2, None, [], 0)
+    assert job.attempts[0].outcome == "preempted" and job.attempts[0].checkpoint_step == 40
+
+
+def test_the_replacements_own_preemption_before_it_joins_relaunches_the_gang() -> None:
+    job = node_replacement.booted(lose(training_gang(), N1), R1, 1)
+    job = lose(job, R1, seconds=20)
+    assert (job.substatus, job.attempt, job.preemptions) == (S.REQUESTING_SERVER, 2, 2)
+
+
+def test_a_replacement_that_joined_is_replaced_like_any_node() -> None:
+    job = node_replacement.stopped(lose(training_gang(), N1), N0, 1, 40, None)
+    job = node_replacement.regrouped(node_replacement.booted(job, R1, 1), at(12))
+    job = lose(job, R1, seconds=30)
+    assert job.substatus == S.REPLACING_NODE and job.attempt == 1
+    assert job.nodes == [N0, "sl-job1-a1-n1-g2"] and job.gang_generation == 2
+
+
+def test_no_regroup_within_the_bound_relaunches_the_gang_counting_one_preemption() -> None:
+    job = lose(training_gang(replace_node_timeout_s=120), N1)
+    assert not node_replacement.overdue(job, at(10 + 119))
+    assert node_replacement.overdue(job, at(10 + 120))
+    job = node_replacement.abandon(job, at(130), "not joined within 120 s")
+    assert (job.substatus, job.attempt, job.preemptions) == (S.REQUESTING_SERVER, 2, 1)
+    assert "could not be replaced" in job.history[-2].note
+    assert node_replacement.abandon(job, at(131), "again") is job
+
+
+def test_a_survivors_non_zero_exit_while_replacing_relaunches_without_failing() -> None:
+    job = lose(training_gang(max_restarts_on_errors=0), N1)
+    crashed = JobFinished(
+        job_id="job1", attempt=1, instance=N0, sent_at=at(11), exit_code=1, log_tail="peer"
+    )
+    job = lifecycle.finished(job, crashed, at(11))
+    assert (job.status, job.attempt, job.preemptions, job.error) == (
+        JobStatus.RECOVERING,
+        2,
+        1,
+        None,
+    )
+
+
+def test_node_zeros_exit_zero_while_replacing_completes_the_job() -> None:
+    job = lose(training_gang(), N1)
+    done = JobFinished(job_id="job1", attempt=1, instance=N0, sent_at=at(11), exit_code=0)
+    assert lifecycle.finished(job, done, at(11)).status == JobStatus.COMPLETED
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"replace_node_timeout_s": 0},
+        {"max_preemptions": 0},
+        {"framework": "xgboost", "trainer": None, "command": ["python", "train.py"]},
+    ],
+    ids=["off", "limit", "xgboost"],
+)
+def test_off_or_at_a_limit_the_loss_ends_the_attempt_as_before(spec: dict[str, Any]) -> None:
+    job = lose(training_gang(**spec), N1)
+    assert job.replacing is None and job.attempt == (1 if "max_preemptions" in spec else 2)
+
+
+def test_a_gang_not_training_is_relaunched_whole() -> None:
+    job = move_job(training_gang(), S.RETURNING, at(3))
+    assert lose(job, N1).attempt == 2
+
+
+def test_the_survivors_wait_is_a_phase_of_its_own() -> None:
+    job = node_replacement.stopped(lose(training_gang(), N1), N0, 1, 40, None)
+    job = node_replacement.regrouped(node_replacement.booted(job, R1, 1), at(70))
+    totals = timeline(job.history, now=at(100)).totals()
+    assert totals[Phase.WAITING_FOR_NODE] == 60.0
+    assert job.phase_seconds["waiting_for_node"] == 60.0

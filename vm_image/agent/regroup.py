@@ -1,0 +1,65 @@
+"""Waiting, after this node's ranks stopped with its gang (another node's
+notice), for the gang to regroup around the lost node's replacement
+(``spotline.shared.domain.node_replacement``): spotline writes the new node
+list into the ``spotline-regroup`` metadata item once the replacement is up
+and node 0's save is complete. If it relaunches the whole gang instead, it
+deletes this VM: the agent's SIGTERM ends the wait."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from pydantic import ValidationError
+
+from spotline.shared import logs
+from spotline.shared.contract.assignment import Assignment, Regroup
+from spotline.shared.domain.vms import REGROUP_METADATA_KEY
+from spotline.vm_image.agent.metadata import Metadata, MetadataError
+
+REGROUP_ATTRIBUTE = f"instance/attributes/{REGROUP_METADATA_KEY}"
+# Beyond the job's bound: the reports, the reaper's sweep (once a minute) and
+# the metadata writes that come between the loss and the regroup.
+REGROUP_MARGIN_S = 90.0
+# Each hanging read's bound: a notice (the VM deleted) is seen within it.
+_WAIT_STEP_S = 5.0
+
+
+def await_regroup(
+    metadata: Metadata, assignment: Assignment, stop: threading.Event, wait_s: float
+) -> Regroup | None:
+    """The gang's regroup newer than ``assignment``'s generation, once
+    written; None when ``wait_s`` passes first (0: no wait), or ``stop`` is
+    set (this VM is being deleted: the gang is relaunched whole)."""
+    if wait_s <= 0:
+        return None
+    deadline = time.monotonic() + wait_s
+    logs.info(f"stopped with the gang: waiting up to {wait_s:.0f} s for it to regroup")
+    etag: str | None = None
+    while not stop.is_set():
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            logs.warning(f"the gang did not regroup within {wait_s:.0f} s; this node stops")
+            return None
+        try:
+            if etag is None:
+                value, etag = metadata.get_with_etag(REGROUP_ATTRIBUTE)
+            else:
+                step = max(min(remaining, _WAIT_STEP_S), 1.0)
+                value, etag = metadata.wait_for_change(REGROUP_ATTRIBUTE, etag, timeout_s=step)
+        except MetadataError:  # no regroup yet (the item is absent), or a failed read
+            etag = None
+            stop.wait(min(1.0, max(remaining, 0.0)))
+            continue
+        regroup = _parsed(value)
+        if regroup is not None and regroup.generation > assignment.generation:
+            return regroup
+    return None
+
+
+def _parsed(value: str) -> Regroup | None:
+    try:
+        return Regroup.model_validate_json(value)
+    except ValidationError as err:
+        logs.warning(f"{REGROUP_ATTRIBUTE} is not a regroup: {err}")
+        return None
