@@ -168,6 +168,19 @@ def test_a_path_no_method_serves_is_not_found(
 
     assert answer.status_code == 404
     assert "No method of compute.v1 serves GET" in answer.json()["error"]["message"]
+    assert [v.path for v in wire_violations()] == [url.removeprefix(cloud.endpoint)]
+
+
+@pytest.mark.parametrize("path", ["/", "/favicon.ico", "/healthz"])
+def test_a_request_outside_every_api_is_not_found_and_no_violation(
+    cloud: LocalCloud, path: str
+) -> None:
+    """A stray probe of the port (another server's readiness check on a reused
+    port, a browser) is not a request of spotline's: Google's front end
+    answers 404, and the test that owns the server does not fail for it."""
+    answer = requests.get(cloud.endpoint + path, timeout=10)
+
+    assert answer.status_code == 404
 
 
 def test_a_misspelled_field_spotline_sends_fails_the_test(wire_violations: Violations) -> None:

@@ -174,6 +174,18 @@ def _path_parameters(method: Method, match: re.Match[str]) -> dict[str, str]:
     }
 
 
+def under_an_api(apis: Iterable[tuple[str, str]], path: str) -> bool:
+    """Whether ``path`` starts as some method of ``apis`` starts (``/compute/``
+    for Compute Engine, ``/v1/`` for IAM): a wrong path there is a caller's
+    mistake; one elsewhere (``/``, ``/favicon.ico``) was never an API call."""
+    first = path.lstrip("/").split("/", 1)[0]
+    return bool(first) and any(
+        method.pattern.pattern.startswith(f"^/{re.escape(first)}/")
+        for api, version in apis
+        for method in methods(api, version)
+    )
+
+
 def find_method(apis: Iterable[tuple[str, str]], http_method: str, path: str) -> list[Method]:
     """The methods whose HTTP method and path template fit, the most specific
     first; a ``{+name}`` parameter must fit its pattern to count."""
@@ -296,6 +308,8 @@ class Contract:
         if found is None:
             return None
         method_id, refusal = found
+        if not method_id and not under_an_api(self.apis, path):
+            return refusal  # a stray probe of the port (GET /): not a request of an API's
         api = method_id.split(".", 1)[0] if method_id else ",".join(a for a, _ in self.apis)
         with _violations_lock:
             _violations.append(Violation(api, http_method, path, refusal.message))
