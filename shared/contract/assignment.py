@@ -33,6 +33,10 @@ class Assignment(BaseModel):
     gpus: int = 0
     # A recorded job's snapshot, which every attempt runs (vm_image/agent/recorded.py).
     record: Record | None = None
+    # The topics this VM publishes its events on, by key (``"epoch_done"``),
+    # where they are not the shared ones: its user's own, in the per-user mode
+    # (``spotline.shared.topics.vm_topics_for``). Only those are open to it.
+    topics: dict[str, str] = {}
 
     def node_rank(self, instance: str) -> int:
         """The rank of ``instance`` in the job's gang (0 for a single node).
