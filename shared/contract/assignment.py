@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict
 
 from spotline.shared.domain.recording import Record
 from spotline.shared.domain.spec import JobSpec
+from spotline.shared.topics import TOPICS, VM_EVENT_KEYS
 
 
 class Assignment(BaseModel):
@@ -37,6 +38,11 @@ class Assignment(BaseModel):
     # where they are not the shared ones: its user's own, in the per-user mode
     # (``spotline.shared.topics.vm_topics_for``). Only those are open to it.
     topics: dict[str, str] = {}
+
+    def event_topics(self) -> dict[str, str]:
+        """Every topic by key, this VM's own event topics in place of the shared ones."""
+        own = {key: name for key, name in self.topics.items() if key in VM_EVENT_KEYS}
+        return {**TOPICS, **own}
 
     def node_rank(self, instance: str) -> int:
         """The rank of ``instance`` in the job's gang (0 for a single node).

@@ -130,7 +130,8 @@ class Agent:
         self.instance_id = metadata.get("instance/id")
         self._job_raw, self._job_etag = metadata.get_with_etag(JOB_ATTRIBUTE)
         self.assignment = Assignment.model_validate_json(self._job_raw)
-        self.bus = bus or PubsubBus(self.assignment.project)
+        self._given_bus = bus
+        self.bus: Bus = bus or PubsubBus(self.assignment.project)  # _start: its topics
         self.preempted = threading.Event()
         self._notice_at: float | None = None  # monotonic time of the preemption notice
         self.stopped = threading.Event()  # the agent is exiting
@@ -156,6 +157,10 @@ class Agent:
         # next job gets that job's with it, and every event from then on
         # carries the new one.
         self.event_token = event_token
+        # ... and the topics of its user (the per-user mode): a cooling VM is
+        # handed only a job of the user whose account it runs as.
+        if self._given_bus is None:
+            self.bus = PubsubBus(assignment.project, assignment.event_topics())
         self.phase = JobSubstatus.SENDING_MODEL_AND_DATA if reused else JobSubstatus.GEARING_UP_ENV
         self.phases: dict[JobSubstatus, datetime] = {}
         if not reused:
