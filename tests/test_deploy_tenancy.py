@@ -305,3 +305,22 @@ def test_in_the_per_user_mode_the_shared_vm_account_holds_nothing(
     assert not set(iam.shared_vm_bindings(config_for(project).iam_config)) & set(
         iam.bindings(config_for(project).iam_config)
     )
+
+
+def test_a_deploy_takes_the_users_accounts_off_the_shared_vm_event_topics(
+    cloud: CloudDouble, project: str
+) -> None:
+    """An earlier deploy granted each user's VM account publisher on the shared
+    VM event topics; the next one leaves it only on the user's own."""
+    config = config_for(project)
+    run(cloud, config)
+    email = tenancy.vm_account_email("alice", project)
+    shared = f"projects/{project}/topics/spotline-epoch-done"
+    earlier = {"role": "roles/pubsub.publisher", "members": [f"serviceAccount:{email}"]}
+    cloud.project_apis.policies.setdefault(shared, {}).setdefault("bindings", []).append(earlier)
+
+    run(cloud, config)
+
+    granted = users_grants(cloud, project)
+    wanted = {declared(b) for b in iam.user_bindings(config.iam_config, PROJECT_NUMBER)}
+    assert granted == wanted

@@ -70,6 +70,8 @@ def test_only_the_owners_own_topic_cancels_their_job(
     assert "on spotline-submit-u-alice" in capsys.readouterr().out
     store = FirestoreStore(stack.options.project)
     eventually(lambda: vms_of(stack, "alices-job"))
+    # Its VM's events arrive only through alice's own event topics in this mode.
+    eventually(lambda: (job := store.get_job("alices-job")) and job.epoch >= 1, timeout_s=120)
 
     request = CancelRequest(job_id="alices-job", reason="bob tries")
     PubsubBus(stack.options.project, topics_for("bob", USERS)).publish("cancel", request)

@@ -31,10 +31,11 @@ compute.admin, ...) appears in them or on the wire. Least privilege:
   account's rights narrowed to the user, objects under ``users/USER/`` only
   (its jobs, and the folders uploaded for them), Secret Manager's
   ``spotline-u-USER_*`` secrets only, publisher on the user's own VM event
-  topics (``spotline-epoch-done-u-USER``, ...) only, and the functions' account may attach
-  it (and no user may). The shared VM account has no right in that mode
-  (``shared_vm_bindings`` says why): a deploy revokes what an earlier one
-  granted it.
+  topics (``spotline-epoch-done-u-USER``, ...) only, and the functions'
+  account may attach it (and no user may). The shared VM account has no
+  right in that mode (``shared_vm_bindings`` says why): a deploy revokes what
+  an earlier one granted it, and the users' accounts' publisher on the shared
+  VM event topics (``superseded_bindings``).
 - the submit and cancel topics take messages from the principals the
   configuration lists, and no one else; in the per-user mode each person's
   principal publishes on that person's own two topics only.
@@ -134,7 +135,6 @@ BUILD_ACCOUNT = Account(
     "Builds spotline's Cloud Functions from source: reads the upload, pushes the image.",
 )
 ACCOUNTS = (FUNCTIONS_ACCOUNT, VM_ACCOUNT, BUILD_ACCOUNT)
-VM_EVENT_TOPICS = VM_EVENT_KEYS
 USER_TOPICS = ("submit", "cancel")
 # What the functions publish: each job's state changes (``spotline.functions.ops.outbox``)
 # and the reaper tick's pages (``spotline.functions.ops.sweep``).
@@ -338,7 +338,7 @@ def user_bindings(config: IamConfig, project_number: str) -> list[Binding]:
                 vm,
                 f"{user}'s VM events",
             )
-            for key in VM_EVENT_TOPICS
+            for key in VM_EVENT_KEYS
         ]
     return found
 
@@ -446,7 +446,30 @@ def shared_vm_bindings(config: IamConfig) -> list[Binding]:
         ),
         *(
             Binding(Scope.TOPIC, config.topic(key), Role.PUBLISHER, vm, "VM events")
-            for key in VM_EVENT_TOPICS
+            for key in VM_EVENT_KEYS
+        ),
+    ]
+
+
+def superseded_bindings(config: IamConfig) -> list[Binding]:
+    """What an earlier deploy may have granted that this one does not: in the
+    per-user mode, the shared VM account's rights (``shared_vm_bindings``), and
+    each user's VM account's publisher on the shared VM event topics (before
+    the users had event topics of their own). A deploy revokes them."""
+    if not config.users:
+        return []
+    return [
+        *shared_vm_bindings(config),
+        *(
+            Binding(
+                Scope.TOPIC,
+                config.topic(key),
+                Role.PUBLISHER,
+                f"serviceAccount:{tenancy.vm_account_email(user, config.project)}",
+                f"{user}'s VM events, before they had topics of their own",
+            )
+            for user in config.users
+            for key in VM_EVENT_KEYS
         ),
     ]
 
