@@ -131,7 +131,7 @@ class Agent:
         self._job_raw, self._job_etag = metadata.get_with_etag(JOB_ATTRIBUTE)
         self.assignment = Assignment.model_validate_json(self._job_raw)
         self._given_bus = bus
-        self.bus: Bus = bus or PubsubBus(self.assignment.project)  # _start: its topics
+        self.bus = self._bus_for(self.assignment)
         self.preempted = threading.Event()
         self._notice_at: float | None = None  # monotonic time of the preemption notice
         self.stopped = threading.Event()  # the agent is exiting
@@ -141,6 +141,12 @@ class Agent:
         except AccountMissing as err:  # each job fails, saying why; none runs as root
             self.account = err
         self._start(self.assignment, read_event_token(metadata), reused=False)
+
+    def _bus_for(self, assignment: Assignment) -> Bus:
+        """The bus the agent was given (tests), else Pub/Sub on the topics
+        ``assignment`` names: its user's own, in the per-user mode, the only
+        ones its account may publish on."""
+        return self._given_bus or PubsubBus(assignment.project, assignment.event_topics())
 
     def _start(self, assignment: Assignment, event_token: str, reused: bool) -> None:
         """Reset the per-job state; a reused (cooling) VM skips gearing up."""
@@ -159,8 +165,7 @@ class Agent:
         self.event_token = event_token
         # ... and the topics of its user (the per-user mode): a cooling VM is
         # handed only a job of the user whose account it runs as.
-        if self._given_bus is None:
-            self.bus = PubsubBus(assignment.project, assignment.event_topics())
+        self.bus = self._bus_for(assignment)
         self.phase = JobSubstatus.SENDING_MODEL_AND_DATA if reused else JobSubstatus.GEARING_UP_ENV
         self.phases: dict[JobSubstatus, datetime] = {}
         if not reused:
