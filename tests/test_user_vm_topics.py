@@ -116,6 +116,10 @@ def test_alices_events_on_her_own_topics_are_taken(
         assert call(target, key, event, message_id=f"a{n}", topic_name=topic).status_code == 200
     job = state_of(host, JOB)["job"]
     assert (job["substatus"], job["epoch"]) == ("TRAINING", 3)
+    target, key, notice = events()[-1]  # the agent's preemption report
+    topic = user_topic(key, "alice")
+    assert call(target, key, notice, message_id="p", topic_name=topic).status_code == 200
+    assert state_of(host, JOB)["job"]["attempt"] == 2
 
 
 def test_a_preemption_log_entry_is_taken_only_on_the_shared_topic(
