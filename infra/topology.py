@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from spotline.shared.topics import TOPICS, USER_TOPIC_KEYS, user_topic
+from spotline.shared.topics import PER_USER_KEYS, TOPICS, user_topic
 
 
 @dataclass(frozen=True)
@@ -102,13 +102,14 @@ def topic_names() -> list[str]:
 
 @dataclass(frozen=True)
 class UserRoute:
-    """A user's own submit or cancel topic, pushed to its function.
+    """A user's own topic (submit, cancel, or one of their VMs' events),
+    pushed to its function.
 
-    In the per-user mode (``Settings.user_topics``, SECURITY.md) each user
-    publishes on topics of their own; a push subscription delivers each to the
-    function with the topic in the endpoint's path, which the functions
-    framework makes the CloudEvent's source: how the function knows who
-    published. Its delivery policy is the function's own.
+    In the per-user mode (``Settings.user_topics``, SECURITY.md) each user, and
+    each user's VMs, publish on topics of their own; a push subscription
+    delivers each to the function with the topic in the endpoint's path, which
+    the functions framework makes the CloudEvent's source: how the function
+    knows whose it is. Its delivery policy is the function's own.
     """
 
     function: Function
@@ -126,5 +127,5 @@ def user_routes(users: tuple[str, ...] | list[str]) -> list[UserRoute]:
     return [
         UserRoute(by_topic[key], user, user_topic(key, user))
         for user in users
-        for key in USER_TOPIC_KEYS
+        for key in PER_USER_KEYS
     ]

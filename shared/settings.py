@@ -185,7 +185,8 @@ class Settings(BaseSettings):
     user_topics: Annotated[tuple[str, ...], NoDecode] = Field(
         default=(),
         description="users who each publish on their own submit and cancel topics "
-        "(spotline-submit-u-USER, spotline-cancel-u-USER; comma list); when set, only "
+        "(spotline-submit-u-USER, spotline-cancel-u-USER; comma list), whose VMs publish "
+        "on their own event topics (spotline-epoch-done-u-USER, ...); when set, only "
         "those topics are obeyed",
     )
 

@@ -20,13 +20,18 @@ TOPICS = {
 # who published (``Settings.user_topics``; SECURITY.md): only that person may
 # publish on them, so a message that arrives through one is that person's.
 USER_TOPIC_KEYS = ("submit", "cancel")
+# What a VM publishes. In the per-user mode each user's VMs publish on that
+# user's own copies of these, which only the user's VM account may publish on:
+# an event that arrives through one is about a job of that user's.
+VM_EVENT_KEYS = ("vm_booted", "epoch_done", "job_finished", "spot_preempted")
+PER_USER_KEYS = USER_TOPIC_KEYS + VM_EVENT_KEYS
 _USER_MARK = "-u-"
 
 
 def user_topic(key: str, user: str) -> str:
     """``spotline-submit-u-alice``: the topic ``key`` of ``user``."""
-    if key not in USER_TOPIC_KEYS:
-        raise KeyError(f"{key} has no per-user topics (only {', '.join(USER_TOPIC_KEYS)})")
+    if key not in PER_USER_KEYS:
+        raise KeyError(f"{key} has no per-user topics (only {', '.join(PER_USER_KEYS)})")
     return f"{TOPICS[key]}{_USER_MARK}{user}"
 
 
@@ -44,3 +49,12 @@ def topics_for(user: str | None, users: tuple[str, ...] | list[str]) -> dict[str
     if user is not None and user in users:
         topics.update({key: user_topic(key, user) for key in USER_TOPIC_KEYS})
     return topics
+
+
+def vm_topics_for(user: str, users: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """The topics the VMs of ``user``'s jobs publish on, by key, where they
+    differ from the shared ones: the user's own in the per-user mode (``user``
+    one of ``users``), else none."""
+    if user not in users:
+        return {}
+    return {key: user_topic(key, user) for key in VM_EVENT_KEYS}

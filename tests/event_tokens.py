@@ -45,6 +45,22 @@ def tokens_for(cloud: LocalCloud, job_id: str, attempt: int) -> list[str]:
     return found
 
 
+def assignments_sent(cloud: LocalCloud, job_id: str) -> list[dict[str, Any]]:
+    """Every ``spotline-job`` assignment handed to a VM of the job, oldest first."""
+    found = []
+    for request in cloud.requests:
+        if request.method != "POST":
+            continue
+        for items in _metadata_sent(request.body):
+            try:
+                assignment = json.loads(items.get(JOB_METADATA_KEY, ""))
+            except ValueError:
+                continue
+            if isinstance(assignment, dict) and assignment.get("job_id") == job_id:
+                found.append(assignment)
+    return found
+
+
 def token_for(cloud: LocalCloud, job_id: str, attempt: int) -> str:
     """The newest token handed to the job's attempt; "" when none was."""
     found = tokens_for(cloud, job_id, attempt)

@@ -45,20 +45,23 @@ sys.exit(3)
 class Topics:
     """The agent's topics in the test's project, each with a pull subscription."""
 
-    def __init__(self, project: str) -> None:
+    def __init__(self, project: str, label: str = "agent-test") -> None:
         from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
 
         self.project = project
+        self.label = label  # the subscriptions' names start with it
         self.publisher = PublisherClient()
         self.subscriber = SubscriberClient()
 
-    def create(self, key: str) -> None:
-        topic = self.publisher.topic_path(self.project, TOPICS[key])
+    def create(self, key: str, name: str | None = None) -> None:
+        """The topic of ``key`` (named ``name``, e.g. a user's own, or the
+        shared one), and a pull subscription on it."""
+        topic = self.publisher.topic_path(self.project, name or TOPICS[key])
         self.publisher.create_topic(name=topic)
         self.subscriber.create_subscription(name=self._subscription(key), topic=topic)
 
     def _subscription(self, key: str) -> str:
-        return self.subscriber.subscription_path(self.project, f"agent-test-{key}")
+        return self.subscriber.subscription_path(self.project, f"{self.label}-{key}")
 
     def pull(self, key: str, wait_s: float) -> list[bytes]:
         """Every message on ``key`` that arrives within ``wait_s`` (at least one

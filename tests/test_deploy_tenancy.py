@@ -113,8 +113,16 @@ def test_each_user_gets_a_vm_account_granted_exactly_the_narrowed_declaration(
             f'resource.name.startsWith("projects/{PROJECT_NUMBER}/secrets/spotline-u-{user}_")'
         )
         topics = {g[0].rsplit("/", 1)[-1] for g in mine if g[1] == "roles/pubsub.publisher"}
-        assert topics == {"spotline-vm-booted", "spotline-epoch-done",
-                          "spotline-job-finished", "spotline-spot-preempted"}  # fmt: skip
+        # Its user's own VM event topics only: not the shared ones, not the other user's.
+        assert topics == {f"spotline-vm-booted-u-{user}", f"spotline-epoch-done-u-{user}",
+                          f"spotline-job-finished-u-{user}",
+                          f"spotline-spot-preempted-u-{user}"}  # fmt: skip
+        publishers = {
+            g[2]
+            for g in on_wire(cloud)
+            if g[1] == "roles/pubsub.publisher" and g[0].endswith(tuple(topics))
+        }
+        assert publishers == {f"serviceAccount:{email}"}  # and no one else publishes there
         # No condition-free grant beyond logs and metrics.
         assert {g[1] for g in mine if not g[3]} == {
             "roles/logging.logWriter",
@@ -142,6 +150,32 @@ def test_the_iam_check_catches_a_grant_wider_than_the_declaration(
 
     assert granted - wanted == {
         ("acme-spotline", "roles/storage.objectUser", f"serviceAccount:{email}", "")
+    }
+
+
+def test_the_iam_check_catches_a_vm_account_publishing_on_another_users_topic(
+    cloud: CloudDouble, project: str
+) -> None:
+    config = config_for(project)
+    run(cloud, config)
+    email = tenancy.vm_account_email("alice", project)
+    for topic in ("spotline-epoch-done-u-bob", "spotline-epoch-done"):
+        # (No one publishes on the shared one in this mode: it has no policy yet.)
+        policy = cloud.project_apis.policies.setdefault(f"projects/{project}/topics/{topic}", {})
+        policy.setdefault("bindings", []).append(
+            {"role": "roles/pubsub.publisher", "members": [f"serviceAccount:{email}"]}
+        )
+    granted = users_grants(cloud, project)
+    wanted = {declared(b) for b in iam.user_bindings(config.iam_config, PROJECT_NUMBER)}
+
+    assert granted - wanted == {
+        (
+            f"projects/{project}/topics/{topic}",
+            "roles/pubsub.publisher",
+            f"serviceAccount:{email}",
+            "",
+        )
+        for topic in ("spotline-epoch-done-u-bob", "spotline-epoch-done")
     }
 
 
@@ -271,3 +305,22 @@ def test_in_the_per_user_mode_the_shared_vm_account_holds_nothing(
     assert not set(iam.shared_vm_bindings(config_for(project).iam_config)) & set(
         iam.bindings(config_for(project).iam_config)
     )
+
+
+def test_a_deploy_takes_the_users_accounts_off_the_shared_vm_event_topics(
+    cloud: CloudDouble, project: str
+) -> None:
+    """An earlier deploy granted each user's VM account publisher on the shared
+    VM event topics; the next one leaves it only on the user's own."""
+    config = config_for(project)
+    run(cloud, config)
+    email = tenancy.vm_account_email("alice", project)
+    shared = f"projects/{project}/topics/spotline-epoch-done"
+    earlier = {"role": "roles/pubsub.publisher", "members": [f"serviceAccount:{email}"]}
+    cloud.project_apis.policies.setdefault(shared, {}).setdefault("bindings", []).append(earlier)
+
+    run(cloud, config)
+
+    granted = users_grants(cloud, project)
+    wanted = {declared(b) for b in iam.user_bindings(config.iam_config, PROJECT_NUMBER)}
+    assert granted == wanted

@@ -19,11 +19,19 @@ from spotline.infra.deploy.destroy import Destroyer
 from spotline.infra.deploy.plan import DeployConfig, problems
 from spotline.infra.localstack.emulators import Emulator
 from spotline.infra.topology import FUNCTIONS
+from spotline.shared.domain import tenancy
 from tests.cloud_double import CloudDouble
 from tests.test_deploy import deploy_config
 
 pytestmark = pytest.mark.emulators
 REGION = "us-central1"
+# A VM event topic's name (spotline-KEY-u-USER) and the function it goes to.
+VM_TOPICS = {
+    "vm-booted": "on_vm_booted",
+    "epoch-done": "on_epoch_done",
+    "job-finished": "on_job_finished",
+    "spot-preempted": "on_spot_preempted",
+}
 ALICE, BOB = "user:alice@example.com", "group:bob-team@example.com"
 
 
@@ -54,11 +62,13 @@ def test_each_user_gets_topics_only_they_publish_on_pushed_to_the_functions(
         for t in PublisherClient().list_topics(project=f"projects/{project}")
     }
     mine = {f"spotline-{k}-u-{u}" for k in ("submit", "cancel") for u in ("alice", "bob")}
+    vms = {f"spotline-{k}-u-{u}" for k in VM_TOPICS for u in ("alice", "bob")}
+    mine |= vms
     assert mine <= topics
     subscriber = SubscriberClient()
     function_of = {f.entry_point: f for f in FUNCTIONS}
     for user in ("alice", "bob"):
-        for key, entry in (("submit", "submit_job"), ("cancel", "cancel_job")):
+        for key, entry in (("submit", "submit_job"), ("cancel", "cancel_job"), *VM_TOPICS.items()):
             function = function_of[entry]
             name = f"{function.function_id}-u-{user}"
             assert actions[f"subscription {name}"] == "created"
@@ -82,9 +92,21 @@ def test_each_user_gets_topics_only_they_publish_on_pushed_to_the_functions(
             ]
             members = {m for b in policy["bindings"] for m in b["members"]}
             assert members == {principal}
+        # Its VMs' event topics: that user's VM account, and no one else.
+        for key in VM_TOPICS:
+            policy = cloud.project_apis.policies[
+                f"projects/{project}/topics/spotline-{key}-u-{user}"
+            ]
+            members = {m for b in policy["bindings"] for m in b["members"]}
+            assert members == {f"serviceAccount:{tenancy.vm_account_email(user, project)}"}
     # The shared topics take no user's messages.
     shared = cloud.project_apis.policies.get(f"projects/{project}/topics/spotline-submit", {})
     assert not [b for b in shared.get("bindings", []) if b["role"] == iam.Role.PUBLISHER]
+    # Nor the shared VM event topics any VM's: only the log sink writes preemptions there.
+    for key in VM_TOPICS:
+        policy = cloud.project_apis.policies.get(f"projects/{project}/topics/spotline-{key}", {})
+        members = {m for b in policy.get("bindings", []) for m in b["members"]}
+        assert not [m for m in members if "slvm-" in m or "spotline-vm@" in m], key
 
 
 def test_a_second_deploy_changes_nothing_and_destroy_removes_it_all(

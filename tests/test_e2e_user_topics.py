@@ -1,7 +1,10 @@
 """The per-user mode on the whole local stack (`spotline up --user-topics`):
 each user's own topics reach the functions through push subscriptions whose
 path names the topic, as deploy sets them up in a project; the CLI publishes on
-them; a cancel or submit on anyone else's or the shared topic changes nothing."""
+them, and each user's VMs publish their events on that user's own event
+topics (the functions refuse them anywhere else in this mode, so a job that
+trains to its end got there through them); a cancel or submit on anyone
+else's or the shared topic changes nothing."""
 
 from __future__ import annotations
 
@@ -19,7 +22,8 @@ from spotline.shared.adapters.firestore_store import FirestoreStore
 from spotline.shared.adapters.pubsub_bus import PubsubBus
 from spotline.shared.contract.events import CancelRequest
 from spotline.shared.domain.states import JobStatus
-from spotline.shared.topics import topics_for
+from spotline.shared.topics import topics_for, vm_topics_for
+from tests.event_tokens import assignments_sent
 from tests.test_e2e_recovery import vms_of
 
 pytestmark = [pytest.mark.emulators, pytest.mark.e2e]
@@ -66,6 +70,8 @@ def test_only_the_owners_own_topic_cancels_their_job(
     assert "on spotline-submit-u-alice" in capsys.readouterr().out
     store = FirestoreStore(stack.options.project)
     eventually(lambda: vms_of(stack, "alices-job"))
+    # Its VM's events arrive only through alice's own event topics in this mode.
+    eventually(lambda: (job := store.get_job("alices-job")) and job.epoch >= 1, timeout_s=120)
 
     request = CancelRequest(job_id="alices-job", reason="bob tries")
     PubsubBus(stack.options.project, topics_for("bob", USERS)).publish("cancel", request)
@@ -112,3 +118,7 @@ def test_submit_follow_watches_the_job_to_its_end(
     assert "bobs-job  QUEUING/REQUESTING_SERVER" in out
     assert "bobs-job  epoch 2/2" in out
     assert out.rstrip().endswith("bobs-job  COMPLETED/COMPLETED")
+    # The VM was told bob's own topics; its boot, epochs and finish came that way.
+    assert stack.cloud is not None
+    told = [a["topics"] for a in assignments_sent(stack.cloud, "bobs-job")]
+    assert told and all(t == vm_topics_for("bob", USERS) for t in told)

@@ -22,6 +22,7 @@ from spotline.shared.contract.events import SpotPreempted
 from spotline.shared.domain.spec import JobSpec
 from spotline.shared.domain.vms import EVENT_TOKEN_METADATA_KEY, JOB_METADATA_KEY
 from spotline.shared.settings import TOPICS
+from spotline.shared.topics import user_topic, vm_topics_for
 from spotline.vm_image.agent.metadata import Metadata
 from spotline.vm_image.agent.shutdown_notice import NoticeError, publish, report
 
@@ -31,7 +32,9 @@ INSTANCE = "sl-j1-a3"
 TOKEN = "an-event-token-of-attempt-3"
 
 
-def _assignment(project: str, checkpoint_dir: str) -> Assignment:
+def _assignment(
+    project: str, checkpoint_dir: str, topics: dict[str, str] | None = None
+) -> Assignment:
     spec = JobSpec(user="alice", machine_ids=["g2-standard-4"], trainer="digits_mlp")
     return Assignment(
         job_id="j1",
@@ -40,6 +43,7 @@ def _assignment(project: str, checkpoint_dir: str) -> Assignment:
         spec=spec,
         checkpoint_dir=checkpoint_dir,
         output_dir="file:///nowhere",
+        topics=topics or {},
     )
 
 
@@ -77,14 +81,14 @@ def _save_checkpoints(checkpoint_dir: str, steps: list[int]) -> list[str]:
 class Subscription:
     """A pull subscription on spot-preempted in the test's project."""
 
-    def __init__(self, project: str) -> None:
+    def __init__(self, project: str, topic_name: str = TOPICS["spot_preempted"]) -> None:
         from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
 
         self.publisher = PublisherClient()
         self.subscriber = SubscriberClient()
-        topic = self.publisher.topic_path(project, TOPICS["spot_preempted"])
+        topic = self.publisher.topic_path(project, topic_name)
         self.publisher.create_topic(name=topic)
-        self.path = self.subscriber.subscription_path(project, "shutdown-notice-test")
+        self.path = self.subscriber.subscription_path(project, f"notice-test-{topic_name}")
         self.subscriber.create_subscription(name=self.path, topic=topic)
 
     def pull(self, wait_s: float) -> list[SpotPreempted]:
@@ -191,6 +195,26 @@ def test_a_preemption_publishes_the_newest_checkpoint(
     assert event.checkpoint_uri == uris[-1]
     assert event.checkpoint_uri.endswith("/ckpt-000000000120.pt")
     assert event.step == 120
+
+
+@pytest.mark.emulators
+def test_in_the_per_user_mode_the_notice_goes_to_the_users_own_topic(
+    project: str, subscription: Subscription, tmp_path: Path
+) -> None:
+    """Its account may publish there only; the shared topic gets nothing."""
+    own = Subscription(project, user_topic("spot_preempted", "alice"))
+    topics = vm_topics_for("alice", ("alice", "bob"))
+    server = _metadata_server(_assignment(project, tmp_path.as_uri(), topics))
+    server.set_preempted()
+    try:
+        done = _run_notice(server)
+        assert done.returncode == 0, done.stdout + done.stderr
+        [event] = own.pull(wait_s=2.0)
+        assert (event.job_id, event.token) == ("j1", TOKEN)
+        assert subscription.pull(wait_s=0.5) == []
+    finally:
+        server.close()
+        own.close()
 
 
 @pytest.mark.emulators

@@ -28,7 +28,7 @@ def test_a_users_topic_names_them_and_no_one_else() -> None:
     assert user_of_topic("submit", "spotline-submit") is None
     assert user_of_topic("submit", "spotline-submit-u-") is None
     with pytest.raises(KeyError):
-        user_topic("epoch_done", "alice")
+        user_topic("reaper_tick", "alice")
     users = ("alice", "bob")
     assert publisher("submit", SOURCE.format("spotline-submit-u-alice"), users) == "alice"
     assert publisher("submit", SOURCE.format("spotline-submit-u-carol"), users) is None

@@ -44,7 +44,13 @@ class Vm:
         self.server: MetadataServer | None = None
         self.agent: RunningAgent | None = None
 
-    def assignment(self, job_id: str, command: list[str], **spec: Any) -> str:
+    def assignment(
+        self,
+        job_id: str,
+        command: list[str],
+        topics: dict[str, str] | None = None,
+        **spec: Any,
+    ) -> str:
         fields = {"user": "alice", "machine_ids": ["g2-standard-4"], "framework": "command"}
         return Assignment(
             job_id=job_id,
@@ -54,6 +60,7 @@ class Vm:
             checkpoint_dir=self.tmp_path.joinpath(job_id, "ckpt").as_uri(),
             output_dir=self.tmp_path.joinpath(job_id, "out").as_uri(),
             heartbeat_s=0.5,
+            topics=topics or {},
         ).model_dump_json()
 
     def boot(self, assignment: str, **env: str) -> RunningAgent:

@@ -6,7 +6,7 @@ from pydantic import ValidationError
 
 from spotline.functions.deps import Deps
 from spotline.functions.handlers.envelope import Message, pubsub_handler
-from spotline.functions.handlers.vm_events import apply_to_job
+from spotline.functions.handlers.vm_events import apply_to_job, arrival
 from spotline.functions.ops.node_replacement import replacement_booted
 from spotline.shared.contract.events import EpochDone, progress_adapter
 from spotline.shared.domain import lifecycle
@@ -24,15 +24,16 @@ def on_epoch_done(message: Message, deps: Deps) -> None:
     except ValidationError as err:
         raise InvalidMessage(describe_validation_error(err)) from err
     now = deps.clock()
+    via = arrival(deps, "epoch_done", message.source)
     store = deps.store
     if isinstance(event, EpochDone):
         epoch = event
-        apply_to_job(deps, epoch, lambda current: lifecycle.epoch_done(current, epoch, now))
+        apply_to_job(deps, via, epoch, lambda current: lifecycle.epoch_done(current, epoch, now))
         store.put_epoch(epoch.job_id, lifecycle.epoch_doc(epoch, now))
         training = True
     else:
         beat = event
-        job = apply_to_job(deps, beat, lambda current: lifecycle.heartbeat(current, beat, now))
+        job = apply_to_job(deps, via, beat, lambda current: lifecycle.heartbeat(current, beat, now))
         training = beat.phase in (JobSubstatus.TRAINING, JobSubstatus.RETURNING)
         if job.replacing is not None and job.replacing.replacement == beat.instance:
             # Its boot's report may be lost (the agent goes on): a beat says it is up.

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from spotline.functions.deps import Deps
 from spotline.functions.handlers.envelope import Message, pubsub_handler
-from spotline.functions.handlers.vm_events import apply_to_job
+from spotline.functions.handlers.vm_events import apply_to_job, arrival
 from spotline.functions.ops.jobs import settle
 from spotline.functions.ops.node_replacement import relaunch_gang
 from spotline.functions.ops.recovery import release_superseded, restart
@@ -40,6 +40,7 @@ def on_job_finished(message: Message, deps: Deps) -> None:
     now = deps.clock()
     job = apply_to_job(
         deps,
+        arrival(deps, "job_finished", message.source),
         event,
         lambda current: nothing_saved.after_finish(
             late_finish.job_finished(current, event, now), event

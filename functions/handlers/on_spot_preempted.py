@@ -15,6 +15,8 @@ job's current attempt's and whose numeric id is the entry's: the id spotline
 recorded, or, where none is recorded yet (the VM was not read back when
 made, and has not booted), the id Compute Engine gives for the VM of that
 name and zone. A VM deleted and re-created under the same name is another VM.
+In the per-user mode only the sink's writer publishes on the shared topic (the
+VMs publish on their users' own), so an entry is taken from there alone.
 """
 
 from __future__ import annotations
@@ -23,12 +25,14 @@ from pydantic import ValidationError
 
 from spotline.functions.deps import Deps
 from spotline.functions.handlers.envelope import Message, pubsub_handler
-from spotline.functions.handlers.vm_events import authenticated_job
+from spotline.functions.handlers.vm_events import arrival, authenticated_job
 from spotline.functions.ops.recovery import preempted
 from spotline.shared.contract.events import PreemptionNotice, parse_preemption
 from spotline.shared.domain.documents import InstanceDoc
 from spotline.shared.domain.errors import InvalidMessage, PermanentError
+from spotline.shared.domain.identity import topic_of
 from spotline.shared.domain.lifecycle import StaleEvent, current_vms
+from spotline.shared.topics import TOPICS
 
 
 class UnmatchedPreemption(PermanentError):
@@ -44,9 +48,12 @@ def on_spot_preempted(message: Message, deps: Deps) -> None:
     if notice.source == "agent":
         if notice.job_id is None or notice.attempt is None:  # a SpotPreempted names both
             raise InvalidMessage("a preemption from a VM must name its job and attempt")
+        via = arrival(deps, "spot_preempted", message.source)
         authenticated_job(
-            deps, "SpotPreempted", notice.job_id, notice.attempt, notice.instance, notice.token
+            deps, via, "SpotPreempted", notice.job_id, notice.attempt, notice.instance, notice.token
         )
+    else:
+        _check_log_route(deps, message.source)
     instance = deps.store.get_instance(notice.instance)
     if instance is None:
         raise PermanentError(f"preemption of {notice.instance}, which spotline does not know")
@@ -68,6 +75,22 @@ def _check_agent(notice: PreemptionNotice, instance: InstanceDoc) -> None:
         raise StaleEvent(
             f"{notice.instance}: job {notice.job_id} attempt {notice.attempt} is not the "
             f"instance's (job {instance.job_id} attempt {instance.attempt})"
+        )
+
+
+def _check_log_route(deps: Deps, source: str) -> None:
+    """In the per-user mode the VMs publish on their users' own topics, and
+    only the log sink's writer on the shared one: a log entry that came any
+    other way was written by a VM.
+
+    Raises:
+        UnmatchedPreemption: it came through another topic than the shared one.
+    """
+    topic = topic_of(source)
+    if deps.settings.user_topics and topic != TOPICS["spot_preempted"]:
+        raise UnmatchedPreemption(
+            f"preemption log entry dropped: it came through {topic or source}, and only "
+            f"{TOPICS['spot_preempted']} carries the log sink's entries"
         )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from spotline.functions.deps import Deps
 from spotline.functions.handlers.envelope import Message, pubsub_handler
-from spotline.functions.handlers.vm_events import apply_to_job
+from spotline.functions.handlers.vm_events import apply_to_job, arrival
 from spotline.functions.ops.node_replacement import replacement_booted
 from spotline.shared.contract.events import VmBooted
 from spotline.shared.domain import lifecycle
@@ -16,7 +16,8 @@ def on_vm_booted(message: Message, deps: Deps) -> None:
     event = message.parse(VmBooted)
     now = deps.clock()
     store = deps.store
-    job = apply_to_job(deps, event, lambda current: lifecycle.booted(current, event, now))
+    via = arrival(deps, "vm_booted", message.source)
+    job = apply_to_job(deps, via, event, lambda current: lifecycle.booted(current, event, now))
     # Not once the VM is another job's (claimed, restarted): a late boot of
     # this job's agent says nothing of that one.
     store.update_instance(

@@ -48,6 +48,7 @@ from spotline.shared.domain.vms import (
     RESTORE_METADATA_KEY,
     Vm,
 )
+from spotline.shared.topics import vm_topics_for
 
 Found = tuple[list[Vm], Option]
 Single = tuple[Vm, Option]
@@ -80,6 +81,7 @@ def assignment_for(deps: Deps, job: JobDoc) -> Assignment:
         output_dir=f"{prefix}/outputs",
         heartbeat_s=settings.heartbeat_s,
         record=job.record,
+        topics=vm_topics_for(job.user, settings.user_topics),
     )
 
 

@@ -305,7 +305,7 @@ def dry_run(config: DeployConfig) -> int:
             wanted.append(iam.sink_writer_binding(access, writer))
         setup.ensure_bindings(wanted)
         if access.users:
-            setup.revoke_bindings(iam.shared_vm_bindings(access))
+            setup.revoke_bindings(iam.superseded_bindings(access))
         Deployer(config, endpoints=setup.endpoints, report=lambda c: print(c)).preview()
     except (GoogleAPICallError, GoogleAuthError, RuntimeError) as err:
         print(f"spotline deploy --dry-run: {' '.join(str(err).split())}", file=sys.stderr)

@@ -108,8 +108,9 @@ class Deployer:
         if writer:
             wanted.append(iam.sink_writer_binding(access, writer))
         setup.ensure_bindings(wanted)
-        if access.users:  # every VM runs as its user's account: the shared one needs nothing
-            setup.revoke_bindings(iam.shared_vm_bindings(access))
+        # In the per-user mode: the shared VM account's rights, the users' on the shared topics.
+        if access.users:
+            setup.revoke_bindings(iam.superseded_bindings(access))
         self.seed_catalog()
         deployed = self.ensure_functions(build_archive())
         subscriptions = [

@@ -112,7 +112,7 @@ class Destroyer:
         declared = iam.bindings(access)
         if access.users:
             declared += iam.user_bindings(access, self.setup.project_number)
-            declared += iam.shared_vm_bindings(access)  # an earlier deploy's, if any
+            declared += iam.superseded_bindings(access)  # an earlier deploy's, if any
         ours = [b for b in declared if b.scope in revoke]
         self.setup.revoke_bindings(ours)
         self.setup.custom_roles.delete()

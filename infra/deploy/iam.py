@@ -30,10 +30,12 @@ compute.admin, ...) appears in them or on the wire. Least privilege:
   (``user_bindings``; ``spotline.shared.domain.tenancy`` names it): the VM
   account's rights narrowed to the user, objects under ``users/USER/`` only
   (its jobs, and the folders uploaded for them), Secret Manager's
-  ``spotline-u-USER_*`` secrets only, and the functions' account may attach
-  it (and no user may). The shared VM account has no right in that mode
-  (``shared_vm_bindings`` says why): a deploy revokes what an earlier one
-  granted it.
+  ``spotline-u-USER_*`` secrets only, publisher on the user's own VM event
+  topics (``spotline-epoch-done-u-USER``, ...) only, and the functions'
+  account may attach it (and no user may). The shared VM account has no
+  right in that mode (``shared_vm_bindings`` says why): a deploy revokes what
+  an earlier one granted it, and the users' accounts' publisher on the shared
+  VM event topics (``superseded_bindings``).
 - the submit and cancel topics take messages from the principals the
   configuration lists, and no one else; in the per-user mode each person's
   principal publishes on that person's own two topics only.
@@ -56,7 +58,7 @@ from typing import Any
 
 from spotline.infra.deploy import custom_roles
 from spotline.shared.domain import tenancy
-from spotline.shared.topics import TOPICS, user_topic
+from spotline.shared.topics import TOPICS, VM_EVENT_KEYS, user_topic
 
 Policy = dict[str, Any]
 # Conditions need policy version 3; reading asks for it too, or conditions are hidden.
@@ -133,7 +135,6 @@ BUILD_ACCOUNT = Account(
     "Builds spotline's Cloud Functions from source: reads the upload, pushes the image.",
 )
 ACCOUNTS = (FUNCTIONS_ACCOUNT, VM_ACCOUNT, BUILD_ACCOUNT)
-VM_EVENT_TOPICS = ("vm_booted", "epoch_done", "job_finished", "spot_preempted")
 USER_TOPICS = ("submit", "cancel")
 # What the functions publish: each job's state changes (``spotline.functions.ops.outbox``)
 # and the reaper tick's pages (``spotline.functions.ops.sweep``).
@@ -325,12 +326,19 @@ def user_bindings(config: IamConfig, project_number: str) -> list[Binding]:
                 user_condition(config, user),
             ),
         ]
-        # The VM event topics are shared: each event carries its job's token
-        # (``spotline.shared.domain.event_auth``), which one user's VM does not
-        # hold for another user's job.
+        # The user's own VM event topics, and no other: the functions take an
+        # event about a user's job only through that user's own topic
+        # (``identity.vm_event_refusal``), so one user's VMs can neither act
+        # on another user's jobs nor crowd their topics.
         found += [
-            Binding(Scope.TOPIC, config.topic(key), Role.PUBLISHER, vm, f"{user}'s VM events")
-            for key in VM_EVENT_TOPICS
+            Binding(
+                Scope.TOPIC,
+                f"{project}/topics/{user_topic(key, user)}",
+                Role.PUBLISHER,
+                vm,
+                f"{user}'s VM events",
+            )
+            for key in VM_EVENT_KEYS
         ]
     return found
 
@@ -438,7 +446,30 @@ def shared_vm_bindings(config: IamConfig) -> list[Binding]:
         ),
         *(
             Binding(Scope.TOPIC, config.topic(key), Role.PUBLISHER, vm, "VM events")
-            for key in VM_EVENT_TOPICS
+            for key in VM_EVENT_KEYS
+        ),
+    ]
+
+
+def superseded_bindings(config: IamConfig) -> list[Binding]:
+    """What an earlier deploy may have granted that this one does not: in the
+    per-user mode, the shared VM account's rights (``shared_vm_bindings``), and
+    each user's VM account's publisher on the shared VM event topics (before
+    the users had event topics of their own). A deploy revokes them."""
+    if not config.users:
+        return []
+    return [
+        *shared_vm_bindings(config),
+        *(
+            Binding(
+                Scope.TOPIC,
+                config.topic(key),
+                Role.PUBLISHER,
+                f"serviceAccount:{tenancy.vm_account_email(user, config.project)}",
+                f"{user}'s VM events, before they had topics of their own",
+            )
+            for user in config.users
+            for key in VM_EVENT_KEYS
         ),
     ]
 

@@ -13,8 +13,8 @@ from spotline.shared.settings import TOPICS
 def apply_topology(project: str, endpoints: dict[str, str], users: Sequence[str] = ()) -> None:
     """Create every topic, and for each function a push subscription to its
     local server; with ``users`` (the per-user mode), each user's own submit and
-    cancel topics too, pushed to the same servers. ``endpoints`` maps entry
-    point -> base URL.
+    cancel topics and their VMs' own event topics too, pushed to the same
+    servers. ``endpoints`` maps entry point -> base URL.
 
     The push path is ``/projects/P/topics/T``: the functions framework reads
     the topic from it to build the CloudEvent's source, as in production.

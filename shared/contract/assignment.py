@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict
 
 from spotline.shared.domain.recording import Record
 from spotline.shared.domain.spec import JobSpec
+from spotline.shared.topics import TOPICS, VM_EVENT_KEYS
 
 
 class Regroup(BaseModel):
@@ -49,6 +50,15 @@ class Assignment(BaseModel):
     gpus: int = 0
     # A recorded job's snapshot, which every attempt runs (vm_image/agent/recorded.py).
     record: Record | None = None
+    # The topics this VM publishes its events on, by key (``"epoch_done"``),
+    # where they are not the shared ones: its user's own, in the per-user mode
+    # (``spotline.shared.topics.vm_topics_for``). Only those are open to it.
+    topics: dict[str, str] = {}
+
+    def event_topics(self) -> dict[str, str]:
+        """Every topic by key, this VM's own event topics in place of the shared ones."""
+        own = {key: name for key, name in self.topics.items() if key in VM_EVENT_KEYS}
+        return {**TOPICS, **own}
 
     def regrouped(self, regroup: Regroup) -> Assignment:
         """The assignment with the gang's node list after ``regroup``."""

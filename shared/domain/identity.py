@@ -8,6 +8,9 @@ push subscription whose endpoint path names the topic. The functions framework
 turns that path into the CloudEvent's source, and only the functions' own
 invoker may call them, so the topic a message came through is its publisher's.
 
+A VM's events are judged the same way (``vm_event_refusal``): in the mode,
+each user's VMs publish on that user's own event topics.
+
 Without the mode, ``user`` in a spec is a quota and reuse key inside one trusted
 project: anyone who may publish on the shared topics may name anyone.
 """
@@ -55,4 +58,32 @@ def refusal(key: str, owner: str, source: str, users: Sequence[str]) -> str | No
     if by != owner:
         job = f"user {owner}" if key == "submit" else f"a job of {owner}'s"
         return f"{by} published on their own {key} topic for {job}: only {owner} may"
+    return None
+
+
+def vm_event_refusal(key: str, owner: str, source: str, users: Sequence[str]) -> str | None:
+    """Why a VM's ``key`` event about a job of ``owner``'s that came from
+    ``source`` may not act; None: it may.
+
+    In the per-user mode a user's VMs publish on that user's own topics, which
+    only that user's VM account may publish on: an event about ``owner``'s job
+    is taken only through ``owner``'s own topic, so one user's VMs cannot act
+    on, nor crowd, another user's events, whatever token they carry. With no
+    per-user topics configured, the shared topics are the VMs' (the token
+    alone binds an event to its job).
+    """
+    if not users:
+        return None
+    by = publisher(key, source, users)
+    if by is None:
+        topic = topic_of(source) or source or "an unknown source"
+        return (
+            f"{topic} is not a user's own {key} topic: in this deployment a VM publishes "
+            f"its events on its user's own ({TOPICS[key]}-u-USER)"
+        )
+    if by != owner:
+        return (
+            f"it came through {by}'s own {key} topic and the job is {owner}'s: only "
+            f"{owner}'s VMs' events are taken, on {owner}'s own topics"
+        )
     return None

@@ -136,7 +136,8 @@ class Agent:
         self.instance_id = metadata.get("instance/id")
         self._job_raw, self._job_etag = metadata.get_with_etag(JOB_ATTRIBUTE)
         self.assignment = Assignment.model_validate_json(self._job_raw)
-        self.bus = bus or PubsubBus(self.assignment.project)
+        self._given_bus = bus
+        self.bus = self._bus_for(self.assignment)
         self.preempted = threading.Event()
         self._notice_at: float | None = None  # monotonic time of the preemption notice
         self.stopped = threading.Event()  # the agent is exiting
@@ -146,6 +147,12 @@ class Agent:
         except AccountMissing as err:  # each job fails, saying why; none runs as root
             self.account = err
         self._start(self.assignment, read_event_token(metadata), reused=False)
+
+    def _bus_for(self, assignment: Assignment) -> Bus:
+        """The bus the agent was given (tests), else Pub/Sub on the topics
+        ``assignment`` names: its user's own, in the per-user mode, the only
+        ones its account may publish on."""
+        return self._given_bus or PubsubBus(assignment.project, assignment.event_topics())
 
     def _start(self, assignment: Assignment, event_token: str, reused: bool) -> None:
         """Reset the per-job state; a reused (cooling) VM skips gearing up."""
@@ -162,6 +169,9 @@ class Agent:
         # next job gets that job's with it, and every event from then on
         # carries the new one.
         self.event_token = event_token
+        # ... and the topics of its user (the per-user mode): a cooling VM is
+        # handed only a job of the user whose account it runs as.
+        self.bus = self._bus_for(assignment)
         self.phase = JobSubstatus.SENDING_MODEL_AND_DATA if reused else JobSubstatus.GEARING_UP_ENV
         self.phases: dict[JobSubstatus, datetime] = {}
         if not reused:

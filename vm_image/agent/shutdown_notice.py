@@ -155,7 +155,8 @@ def report(metadata: Metadata, deadline: float) -> int:
             step=found.step,
         )
         publish_s = max(deadline - time.monotonic(), 1.0)
-        message_id = publish(PubsubBus(assignment.project), event, publish_s)
+        bus = PubsubBus(assignment.project, assignment.event_topics())  # its user's, if own
+        message_id = publish(bus, event, publish_s)
     except NoticeError as err:
         logs.error(f"preempted, but spotline was not told: {err}")
         return 1
