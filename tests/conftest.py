@@ -56,21 +56,62 @@ _NO_STORAGE = storage_emulator_missing()
 pytest_plugins = ["tests.local_cloud", "tests.vm_agent"]
 
 
-# Markers a test gets from what it uses, whatever its file says: a test whose
-# fixtures start an emulator is an emulator test, one on the whole local stack
-# is end to end. `make test-fast` runs the rest, less the tests marked
-# `frameworks` or `slow` in their files (Makefile: FAST).
+# Tests live in a folder of their kind, lightest first; the folder gives its
+# markers, which `-m` selects on. `make test-fast` runs tests/unit.
+_KINDS = ("unit", "slow", "frameworks", "emulators", "e2e")
+_FOLDER_MARKERS = {
+    "unit": (),
+    "slow": ("slow",),
+    "frameworks": ("frameworks",),
+    "emulators": ("emulators",),
+    "e2e": ("emulators", "e2e"),
+}
+# A test also gets markers from what it uses, whatever its folder or file says:
+# a test whose fixtures start an emulator is an emulator test, one on the whole
+# local stack is end to end. This is all a test file left in tests/ itself gets.
 _EMULATOR_FIXTURES = frozenset({"emulators", "storage_emulator", "shared_stack"})
 _E2E_FIXTURES = frozenset({"shared_stack"})
+_TESTS = Path(__file__).resolve().parent
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def _needs(item: pytest.Item) -> tuple[str, str]:
+    """The lightest kind whose folder may hold this test, and why."""
+    used = set(getattr(item, "fixturenames", ()))
+    marks = {mark.name for mark in item.iter_markers()}
+    for kind, fixtures in (("e2e", _E2E_FIXTURES), ("emulators", _EMULATOR_FIXTURES)):
+        if used & fixtures:
+            return kind, f"fixture {', '.join(sorted(used & fixtures))}"
+        if kind in marks:
+            return kind, f"marker {kind}"
+    kind = next((kind for kind in ("frameworks", "slow") if kind in marks), "unit")
+    return kind, f"marker {kind}"
+
+
+def _folder(item: pytest.Item) -> str | None:
+    parts = item.path.resolve().relative_to(_TESTS).parts
+    return parts[0] if len(parts) > 1 and parts[0] in _FOLDER_MARKERS else None
+
+
+_LOOSE = pytest.StashKey[list[str]]()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    misplaced = []
     for item in items:
-        used = set(getattr(item, "fixturenames", ()))
-        if used & _EMULATOR_FIXTURES and item.get_closest_marker("emulators") is None:
-            item.add_marker(pytest.mark.emulators)
-        if used & _E2E_FIXTURES and item.get_closest_marker("e2e") is None:
-            item.add_marker(pytest.mark.e2e)
+        (needs, why), folder = _needs(item), _folder(item)
+        if folder is not None and _KINDS.index(needs) > _KINDS.index(folder):
+            misplaced.append(f"  {item.nodeid} ({why}): move its file to tests/{needs}/")
+        for name in {*_FOLDER_MARKERS[needs], *_FOLDER_MARKERS[folder or "unit"]}:
+            if item.get_closest_marker(name) is None:
+                item.add_marker(name)
+    if misplaced:
+        raise pytest.UsageError(
+            "tests in a folder lighter than what they use: a file goes to the folder "
+            "of its heaviest test (e2e > emulators > frameworks > slow > unit), or "
+            "split in two; tests/unit is what `make test-fast` runs, with no "
+            "emulator, local stack, framework or wait:\n" + "\n".join(misplaced)
+        )
+    config.stash[_LOOSE] = sorted({item.path.name for item in items if _folder(item) is None})
 
 
 def pytest_report_header() -> list[str]:
@@ -82,7 +123,16 @@ def pytest_report_header() -> list[str]:
     return lines
 
 
-def pytest_terminal_summary(terminalreporter: Any) -> None:
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    loose = config.stash.get(_LOOSE, [])
+    if loose:
+        terminalreporter.write_line(
+            f"!!! {len(loose)} test files in tests/ itself, marked by their fixtures only and "
+            f"left out of `make test-fast`: move each to tests/unit, slow, frameworks, "
+            f"emulators or e2e: {', '.join(loose)} !!!",
+            yellow=True,
+            bold=True,
+        )
     fuzz = sys.modules.get("tests.test_fuzz_events")
     line = fuzz.summary() if fuzz is not None else None
     if line:

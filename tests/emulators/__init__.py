@@ -1,0 +1,1 @@
+"""Tests on the Firestore, Pub/Sub and Cloud Storage emulators."""

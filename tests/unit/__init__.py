@@ -1,0 +1,2 @@
+"""Unit tests: no emulator, no local stack, no ML framework, no seconds of
+waiting (`make test-fast`)."""
