@@ -98,7 +98,7 @@ SOAK_JOBS ?= 150
 SOAK_SEEDS ?= 101,102,103
 soak-replay: $(INSTALLED)
 	SPOTLINE_REPLAY_JOBS=$(SOAK_JOBS) SPOTLINE_REPLAY_SEED=$(SOAK_SEEDS) SPOTLINE_CRASH_EVERY=1 \
-	  $(BIN)/pytest -q -p no:cacheprovider tests/test_replay.py tests/test_crash_points.py
+	  $(BIN)/pytest -q -p no:cacheprovider tests/slow/test_replay.py tests/slow/test_crash_points.py
 
 # Dependencies failing, at length: more jobs and seeds while Compute
 # fails 90 % of its answers for 40 steps (deliveries dead-letter; the reaper
@@ -109,13 +109,13 @@ DEPS_SEEDS ?= 1,2,3
 soak-deps: $(INSTALLED)
 	SPOTLINE_DEPS_JOBS=$(DEPS_JOBS) SPOTLINE_DEPS_SEEDS=$(DEPS_SEEDS) SPOTLINE_DEPS_SHARE=0.9 \
 	  SPOTLINE_DEPS_STEPS=40 SPOTLINE_DEPS_FREEZE_S=35 SPOTLINE_DEPS_RESTART=1 \
-	  $(BIN)/pytest -q -p no:cacheprovider tests/test_dependency_failures.py tests/test_emulator_outages.py
+	  $(BIN)/pytest -q -p no:cacheprovider tests/slow/test_dependency_failures.py tests/emulators/test_emulator_outages.py
 
 # The hostile-input fuzzer at length (not part of `make test`, which runs it
 # briefly): SPOTLINE_FUZZ_EXAMPLES inputs per message kind.
 FUZZ_EXAMPLES ?= 5000
 soak: $(INSTALLED)
-	SPOTLINE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest -q -p no:cacheprovider tests/test_fuzz_events.py
+	SPOTLINE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest -q -p no:cacheprovider tests/slow/test_fuzz_events.py
 
 bench: $(INSTALLED)
 	$(BIN)/python benchmarks/bench_skeleton.py

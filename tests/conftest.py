@@ -133,7 +133,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
             yellow=True,
             bold=True,
         )
-    fuzz = sys.modules.get("tests.test_fuzz_events")
+    fuzz = sys.modules.get("tests.slow.test_fuzz_events")
     line = fuzz.summary() if fuzz is not None else None
     if line:
         terminalreporter.write_line(line, bold=True)

@@ -1,5 +1,5 @@
 """A deterministic simulation of spotline under Pub/Sub's delivery rules, for
-the adversarial suites (``tests/test_replay.py``, ``tests/test_crash_points.py``).
+the adversarial suites (``tests/slow/test_replay.py``, ``tests/slow/test_crash_points.py``).
 
 One ``World`` holds one shared ``Deps``: the in-memory store (or a wrapper of
 it), GceCompute on a local cloud whose VMs are records, a RecordingBus and a

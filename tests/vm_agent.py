@@ -20,8 +20,8 @@ from spotline.shared.contract.assignment import Assignment
 from spotline.shared.contract.events import JobFinished
 from spotline.shared.domain.spec import JobSpec
 from spotline.shared.domain.vms import JOB_METADATA_KEY
+from tests.emulators.test_agent_failures import RunningAgent, Topics
 from tests.spare_account import nobody_must_be_idle
-from tests.test_agent_failures import RunningAgent, Topics
 
 REPO = Path(__file__).resolve().parent.parent
 INSTANCE = "sl-j1-a1"

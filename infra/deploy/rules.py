@@ -5,7 +5,7 @@ Why: the functions use the server client library, authorized by IAM, to which
 security rules do not apply; the web and mobile SDKs obey them. A database made
 in test mode, or rules opened by hand, would let anyone who knows the project id
 read and rewrite jobs through a client SDK. Denying all closes that door and
-costs spotline nothing (``tests/test_firestore_rules.py`` shows both halves on
+costs spotline nothing (``tests/emulators/test_firestore_rules.py`` shows both halves on
 the Firestore emulator).
 
 The Firebase Rules API keeps rules as rulesets (immutable source, given a

@@ -1,0 +1,150 @@
+"""Issue 10's replayer: many jobs' lifecycles on one shared Deps, every message
+delivered 1 to 5 times in shuffled order (``tests.replay``), against the same
+plans run clean (each message once, in order). The end must be the clean
+run's, job by job, with nothing left behind.
+
+``SPOTLINE_REPLAY_JOBS`` (default 30) and ``SPOTLINE_REPLAY_SEED`` (default:
+seed 1) size the run; ``make soak-replay`` runs a big one.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from typing import Any
+
+import pytest
+
+from spotline.shared.domain.states import JobStatus
+from tests.replay import PROJECT, Delivery, Plan, Shuffled, World, draw_plans, log_entry
+from tests.replay_checks import outcome, problems
+
+JOBS = int(os.environ.get("SPOTLINE_REPLAY_JOBS", "30"))
+GANG_JOBS = max(JOBS // 2, 1)
+SEEDS = [int(s) for s in os.environ.get("SPOTLINE_REPLAY_SEED", "1").split(",")]
+
+
+def run(plans: list[Plan], delivery: Delivery) -> World:
+    with World(delivery) as world:
+        world.run(plans)
+        world.settle()
+    return world
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", SEEDS)
+def test_shuffled_redelivered_events_end_as_the_clean_run(
+    seed: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    started = time.monotonic()
+    plans = draw_plans(random.Random(seed), JOBS)
+    clean = run([p.fresh() for p in plans], Delivery())
+    assert clean.failures == [], f"seed={seed}: the clean run failed: {clean.failures}"
+    assert problems(clean) == [], f"seed={seed}: the clean run: {problems(clean)}"
+
+    replayed = run([p.fresh() for p in plans], Shuffled(random.Random(seed)))
+    took = time.monotonic() - started
+    with capsys.disabled():  # the numbers, not the functions' log lines
+        print(
+            f"\nreplay seed={seed}: {JOBS} jobs, {len(replayed.bus.published)} events published, "
+            f"{replayed.delivered} deliveries (clean run: {clean.delivered}), {took:.1f} s"
+        )
+    assert replayed.failures == [], f"seed={seed}: deliveries failed: {replayed.failures}"
+    assert problems(replayed) == [], f"seed={seed}: {problems(replayed)}"
+    for plan in plans:
+        want = outcome(clean.memory.get_job(plan.job_id))  # type: ignore[arg-type]
+        got = outcome(replayed.memory.get_job(plan.job_id))  # type: ignore[arg-type]
+        assert got == want, f"seed={seed}: job {plan.job_id} ({plan}) differs from the clean run"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", SEEDS)
+def test_cooling_vms_claimed_under_shuffled_events_leave_nothing_behind(
+    seed: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Which job claims a cooling VM depends on the order of one step's
+    messages, so the clean run's costs are no reference here: each job ends as
+    planned, with no second VM for an attempt and nothing left behind."""
+    started = time.monotonic()
+    plans = draw_plans(random.Random(seed), JOBS, cooling=True)
+    clean = run([p.fresh() for p in plans], Delivery())
+    assert clean.failures == [], f"seed={seed}: the clean run failed: {clean.failures}"
+    assert problems(clean, claims=True) == [], (
+        f"seed={seed}: the clean run: {problems(clean, claims=True)}"
+    )
+    replayed = run([p.fresh() for p in plans], Shuffled(random.Random(seed)))
+    claimed = sum(1 for a in replayed.agents.values() if a.reused)
+    with capsys.disabled():
+        print(
+            f"\nreplay with cooling seed={seed}: {JOBS} jobs, {claimed} cooling VMs claimed, "
+            f"{replayed.delivered} deliveries, {time.monotonic() - started:.1f} s"
+        )
+    assert replayed.failures == [], f"seed={seed}: deliveries failed: {replayed.failures}"
+    assert problems(replayed, claims=True) == [], f"seed={seed}: {problems(replayed, claims=True)}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", SEEDS)
+def test_gangs_under_shuffled_redelivered_reports_of_every_node_end_as_the_clean_run(
+    seed: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Gangs of 2 and 3: each loss takes a drawn node, and every node reports
+    (the lost one's agent or the log sink, the others' gang stop, or their
+    failed runs when the notice was missed), each report duplicated, late
+    and shuffled. Each job ends as its clean run does, one insert an attempt."""
+    started = time.monotonic()
+    plans = draw_plans(random.Random(seed), GANG_JOBS, gangs=True)
+    clean = run([p.fresh() for p in plans], Delivery())
+    assert clean.failures == [], f"seed={seed}: the clean run failed: {clean.failures}"
+    assert problems(clean) == [], f"seed={seed}: the clean run: {problems(clean)}"
+    replayed = run([p.fresh() for p in plans], Shuffled(random.Random(seed)))
+    with capsys.disabled():
+        print(
+            f"\nreplay of gangs seed={seed}: {GANG_JOBS} jobs, {replayed.delivered} deliveries "
+            f"(clean run: {clean.delivered}), {time.monotonic() - started:.1f} s"
+        )
+    assert replayed.failures == [], f"seed={seed}: deliveries failed: {replayed.failures}"
+    assert problems(replayed) == [], f"seed={seed}: {problems(replayed)}"
+    for plan in plans:
+        want = outcome(clean.memory.get_job(plan.job_id))  # type: ignore[arg-type]
+        got = outcome(replayed.memory.get_job(plan.job_id))  # type: ignore[arg-type]
+        if plan.fail_epoch is not None:
+            # A failed node's finish is held for the notice, then judged by
+            # the reaper's sweep or the finish's redelivery, whichever comes
+            # first; the VMs run (and bill) until then, so the cost depends
+            # on the delivery order, as Compute Engine's bill would.
+            want, got = _without_cost(want), _without_cost(got)
+        assert got == want, f"seed={seed}: job {plan.job_id} ({plan}) differs from the clean run"
+
+
+def _without_cost(ended: dict[str, Any]) -> dict[str, Any]:
+    attempts = [(n, how, step) for n, how, step, _ in ended["attempts"]]
+    drop = {"cost_usd", "on_demand_cost_usd", "attempts"}
+    return {**{k: v for k, v in ended.items() if k not in drop}, "attempts": attempts}
+
+
+def test_a_job_that_finished_just_before_its_vm_was_preempted_is_not_run_again() -> None:
+    """Found by the replay: the log sink's preemption came before the
+    JobFinished(exit 0) of the same attempt and started attempt 2; the late
+    finish now completes the job on attempt 1 (``spotline.shared.domain.late_finish``;
+    every order: ``tests/unit/test_finish_race.py``)."""
+    with World() as world:
+        world.plans["c"] = Plan("c", "alice", epochs=1, submit_step=1)
+        for _ in range(4):  # submitted, booted, training, epoch 1: all delivered
+            world.run_step()
+        agent = world.agents["sl-c-a1"]
+        world.advance()
+        agent.finish(0)  # the trainer exited 0: JobFinished is published...
+        world.cloud.preempt("sl-c-a1", zone=agent.zone, notice_s=0.0)  # ...and the VM taken
+        finished = world.delivery.take(world.step)
+        sink = log_entry(PROJECT, agent.zone, "sl-c-a1", agent.instance_id)
+        world.deliver(world.publish("spot_preempted", sink, scheduled=False))  # comes first
+        for message in finished:
+            world.deliver(message)
+        world.run([])
+        world.settle()
+    job = world.memory.get_job("c")
+    assert job is not None and job.status == JobStatus.COMPLETED
+    assert (job.attempt, job.preemptions) == (1, 0)
+    assert problems(world) == []
