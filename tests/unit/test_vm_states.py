@@ -12,7 +12,6 @@ from spotline.infra.localcloud.cloud import LocalCloud
 from spotline.shared.adapters import gce_requests
 from spotline.shared.adapters.gce_compute import GceCompute
 from spotline.shared.domain import reaping
-from spotline.shared.domain.errors import TransientError
 from spotline.shared.domain.vms import VmState
 from tests.discovery import enum
 from tests.documents import T0, vm
@@ -64,22 +63,6 @@ def test_a_vm_already_going_is_no_orphan(state: VmState) -> None:
 def test_a_vm_of_unknown_state_that_nothing_owns_is_an_orphan() -> None:
     odd = vm("sl-ghost-a1", VmState.UNKNOWN, {"spotline-job": "ghost", "spotline-attempt": "1"})
     assert reaping.orphaned(odd, None, None, T0)
-
-
-@pytest.mark.slow
-def test_an_unknown_operation_status_is_not_done_and_logged(
-    cloud: LocalCloud, caplog: pytest.LogCaptureFixture
-) -> None:
-    """An operation status Compute Engine adds later: the wait goes on (the
-    call ends as any unfinished one, transient), never a crash."""
-    cloud.operations.unfinished_status = "QUEUED_FOR_LATER"
-    cloud.operation_polls = 10**9
-    compute = client(cloud, operation_timeout_s=1.0)
-
-    with caplog.at_level(logging.WARNING), pytest.raises(TransientError, match="not done"):
-        compute.insert(vm_request(name="later"))
-
-    assert any("operation status spotline does not know" in r.getMessage() for r in caplog.records)
 
 
 def test_an_unknown_operation_status_that_ends_done_is_done(cloud: LocalCloud) -> None:
