@@ -1,9 +1,10 @@
-"""The Spot economics simulator (``benchmarks/econ``): deterministic per seed;
-with no preemption spotline costs the Spot price of its VM time and on-demand
-the on-demand price; one preemption loses exactly what each strategy's rules
-say; and spotline's real handlers take no longer to recover than its model
-says. The runs go through the real handlers over the local cloud (VMs are
-records) and the in-memory store, on a virtual clock: a few seconds each."""
+"""The Spot economics simulator (``benchmarks/econ``): with no preemption
+spotline costs the Spot price of its VM time and on-demand the on-demand
+price; one preemption loses exactly what each strategy's rules say. The runs
+go through the real handlers over the local cloud (VMs are records) and the
+in-memory store, on a virtual clock: under a second each. Determinism per
+seed and the real handlers against the model over a day of preemptions are
+in ``tests/slow/test_econ_runs.py``."""
 
 from __future__ import annotations
 
@@ -29,15 +30,6 @@ ONE = Trace("one", (Preemption(HIT_S / 3600, 0),))
 
 def spotline(job: Job, trace: Trace, params: Params = PARAMS) -> Outcome:
     return SpotlineRun(job, trace, params).run()
-
-
-@pytest.mark.slow
-def test_the_same_seed_gives_the_same_run_and_another_seed_another() -> None:
-    job = Job("short", "g2-standard-4", hours=0.5)
-    first = traces.poisson(4.0, 1, 24, seed=7)
-    assert first == traces.poisson(4.0, 1, 24, seed=7)
-    assert first != traces.poisson(4.0, 1, 24, seed=8)
-    assert spotline(job, first) == spotline(job, traces.poisson(4.0, 1, 24, seed=7))
 
 
 @pytest.mark.parametrize("job", [ONE_GPU, GANG], ids=["one VM", "gang of 4"])
@@ -146,21 +138,6 @@ def test_a_preemption_while_booting_is_reported_by_the_log_sink_and_loses_the_bo
     assert run.preemptions == 1 and run.finished
     assert run.vm_s == pytest.approx(expected)
     assert run.makespan_s == pytest.approx(30 + p.deliver_s + p.boot_s + ONE_GPU.work_s + 0.43)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("job", [Job("short", "n1-standard-8-t4", 1.0), GANG], ids=["1", "4"])
-def test_spotline_real_code_recovers_as_fast_as_its_model(job: Job) -> None:
-    """Many preemptions, some while booting, on every node: the handlers add
-    no delay to the relaunch (nor drop one) that the model does not have; a
-    gang's lost VMs deleted one after another, not together, would."""
-    trace = traces.poisson(3.0, job.nodes, 24, seed=3)
-    real = spotline(job, trace)
-    model = baselines.run(baselines.SPOTLINE_MODEL, job, trace, PARAMS)
-    assert real.preemptions == model.preemptions >= 3
-    assert real.vm_s == pytest.approx(model.vm_s)
-    assert real.makespan_s == pytest.approx(model.makespan_s)
-    assert real.cost_usd == pytest.approx(model.cost_usd, abs=1e-4)
 
 
 def test_a_run_that_cannot_finish_is_cut_off() -> None:
