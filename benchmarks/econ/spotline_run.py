@@ -210,6 +210,9 @@ class SpotlineRun(ModelledAgents):
             "trainer": "digits_mlp",
             "nodes": self.job.nodes,
             "max_attempts": MAX_ATTEMPTS,
+            # The stand-in agents do not regroup: a gang here is relaunched
+            # whole on a loss (replacing one node is modelled in gang_model).
+            "replace_node_timeout_s": 0,
         }
         self._publish("submit", json.dumps(spec).encode(), delay=0.0)
 
