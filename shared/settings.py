@@ -31,6 +31,7 @@ from pydantic_settings import (
 )
 
 from spotline.shared.domain.bounds import JOB_ID_PATTERN as USER_PATTERN
+from spotline.shared.domain.errors import SpotlineError
 from spotline.shared.domain.pricing import CoolingRule
 from spotline.shared.domain.tenancy import user_prefix
 from spotline.shared.settings_file import config_path
@@ -49,7 +50,7 @@ Origin = Literal["default", "config", "env", "flag"]
 _DEFAULT_REGION = "us-central1"
 
 
-class SettingsError(ValueError):
+class SettingsError(SpotlineError, ValueError):
     """One or more settings are bad; ``str()`` names each: where, value, expected."""
 
     def __init__(self, problems: list[str]) -> None:

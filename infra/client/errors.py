@@ -28,7 +28,7 @@ class NotConnected(SpotlineError):
     in the working folder, no deployed project in the config file."""
 
 
-class ConfigError(SpotlineError, SettingsError):
+class ConfigError(SettingsError):
     """A setting (a variable or the config file) is bad; ``problems`` names each."""
 
 

@@ -35,6 +35,7 @@ from spotline.infra.deploy import iam
 from spotline.infra.deploy.changes import Change
 from spotline.infra.deploy.clients import ProjectClients
 from spotline.infra.deploy.custom_roles import CustomRoles
+from spotline.infra.deploy.errors import DeployError
 from spotline.infra.deploy.network_setup import VmNetwork
 from spotline.infra.deploy.rules import FirestoreRules
 from spotline.infra.endpoints import Endpoints
@@ -200,7 +201,7 @@ class ProjectSetup:
             self._record("database", DATABASE, "created", f"native mode, {self.config.region}")
             return
         if current.type_ != Database.DatabaseType.FIRESTORE_NATIVE:
-            raise RuntimeError(
+            raise DeployError(
                 f"the project's {DATABASE} database is in {current.type_.name}: spotline "
                 "needs Firestore in native mode (a project's mode cannot be changed once used)"
             )
@@ -263,7 +264,10 @@ class ProjectSetup:
                 self._record("account", email.split("@")[0], "unchanged", email)
                 continue
             if account is None:
-                raise RuntimeError(f"the service account {email} does not exist")
+                raise DeployError(
+                    f"the service account {email} does not exist: create it, or leave the "
+                    "option out to let deploy make spotline's own"
+                )
             if not self.dry_run:
                 body = {
                     "accountId": account.account_id,

@@ -33,6 +33,7 @@ from google.api_core import exceptions as api_exceptions
 from spotline.infra.deploy import iam, plan
 from spotline.infra.deploy.bootstrap import ProjectSetup
 from spotline.infra.deploy.changes import Change
+from spotline.infra.deploy.errors import DeployError
 from spotline.infra.deploy.source import SourceArchive, build_archive
 from spotline.infra.endpoints import Endpoints, client_options
 from spotline.infra.topology import FUNCTIONS, Function
@@ -92,7 +93,7 @@ class Deployer:
     def run(self) -> list[Change]:
         problems = plan.problems(self.config)
         if problems:
-            raise ValueError("cannot deploy: " + "; ".join(problems))
+            raise DeployError("cannot deploy: " + "; ".join(problems))
         setup = self.setup
         setup.ensure_services()
         setup.ensure_database()
@@ -266,7 +267,7 @@ class Deployer:
         except _UploadRefused as refused:
             done = refused.answer
         if not done.ok:
-            raise RuntimeError(f"source upload failed: HTTP {done.status_code} {done.text[:300]}")
+            raise DeployError(f"source upload failed: HTTP {done.status_code} {done.text[:300]}")
         return answer.storage_source
 
     # -- 4: the delivery policy on each trigger's subscription -----------------------------

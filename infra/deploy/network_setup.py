@@ -11,6 +11,7 @@ from google.api_core import exceptions as api_exceptions
 
 from spotline.infra.deploy import iam, network
 from spotline.infra.deploy.clients import ProjectClients
+from spotline.infra.deploy.errors import DeployError
 
 Record = Callable[[str, str, str, str], None]  # kind, name, action, detail
 OPERATION_TIMEOUT_S = 300
@@ -79,7 +80,7 @@ class VmNetwork:
             self._record("network", network.NETWORK, "created", "auto mode, no ingress but gangs'")
             return
         if not current.auto_create_subnetworks:
-            raise RuntimeError(
+            raise DeployError(
                 f"the project's network {network.NETWORK} is not in auto mode: spotline's VMs "
                 "need a subnet in every region it places them in; delete or rename that network"
             )

@@ -19,6 +19,8 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+from spotline.infra.localstack.errors import StackError
+
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -67,7 +69,7 @@ class ManagedProcess:
         started = time.monotonic()
         while time.monotonic() - started < timeout_s:
             if not self.alive():
-                raise RuntimeError(
+                raise StackError(
                     f"{self.name} exited with code {self.process.returncode} before it was "
                     f"ready; see {self.log_path}:\n{self.log_tail()}"
                 )

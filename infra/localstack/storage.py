@@ -20,6 +20,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from spotline.infra.localstack.errors import StackError
 from spotline.infra.localstack.processes import ManagedProcess, free_port
 
 BUCKET = "spotline-local"
@@ -42,7 +43,7 @@ class StorageEmulator:
     ) -> None:
         missing = storage_emulator_missing()
         if missing:
-            raise RuntimeError(f"the local stack needs its Cloud Storage emulator: {missing}")
+            raise StackError(f"the local stack needs its Cloud Storage emulator: {missing}")
         self.bucket = bucket
         self.port = port or free_port()
         self.host = f"127.0.0.1:{self.port}"

@@ -19,6 +19,7 @@ from spotline.infra.cli.commands import main
 from spotline.infra.deploy import iam
 from spotline.infra.deploy.bootstrap import SERVICES
 from spotline.infra.deploy.deployer import Deployer, Endpoints
+from spotline.infra.deploy.errors import DeployError
 from spotline.infra.deploy.plan import DeployConfig
 from spotline.infra.deploy.source import build_archive
 from spotline.infra.localcloud.wire import ApiError, RecordedRequest
@@ -391,13 +392,13 @@ def test_a_source_upload_refused_while_permissions_propagate_is_tried_again(
     again = Deployer(deploy_config(project), endpoints=cloud.endpoints(), upload_backoff=quick)
     cloud.refuse_uploads = [ApiError(400, "not a zip")]
     puts = len(uploads_sent(cloud))
-    with pytest.raises(RuntimeError, match="source upload failed: HTTP 400"):
+    with pytest.raises(DeployError, match="source upload failed: HTTP 400"):
         again._upload(build_archive())
     assert len(uploads_sent(cloud)) == puts + 1
 
     cloud.refuse_uploads = [propagating] * 10_000
     started = time.monotonic()
-    with pytest.raises(RuntimeError, match="source upload failed: HTTP 403"):
+    with pytest.raises(DeployError, match="source upload failed: HTTP 403"):
         again._upload(build_archive())
     assert time.monotonic() - started < quick.deadline_s + 30  # generous: a loaded machine
     assert len(cloud.refuse_uploads) < 10_000 - 1  # it did try again
