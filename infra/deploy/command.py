@@ -208,9 +208,9 @@ def cli_config(settings: Settings) -> dict[str, object]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from google.api_core.exceptions import GoogleAPICallError
-    from google.auth.exceptions import GoogleAuthError
-
+    """``spotline deploy``. A failure (a step that cannot go on, Google's
+    refusal, no credentials) is the CLI's one line with its exit code
+    (``spotline.infra.cli.failures``)."""
     from spotline.infra.deploy.deployer import Deployer, Endpoints
 
     config = config_from(args)
@@ -224,11 +224,7 @@ def run(args: argparse.Namespace) -> int:
     deployer = Deployer(
         config, endpoints=Endpoints.from_env(), report=lambda c: print(c, flush=True)
     )
-    try:
-        changes = deployer.run()
-    except (GoogleAPICallError, GoogleAuthError, RuntimeError, ValueError) as err:
-        print(f"spotline deploy failed: {' '.join(str(err).split())}", file=sys.stderr)
-        return 1
+    changes = deployer.run()
     # The functions run even where a delivery policy is left to set by hand:
     # the CLI can reach them from now on.
     path = save_config(config)
@@ -247,9 +243,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_destroy(args: argparse.Namespace) -> int:
-    from google.api_core.exceptions import GoogleAPICallError
-    from google.auth.exceptions import GoogleAuthError
-
     from spotline.infra.deploy.destroy import Destroyer
     from spotline.infra.endpoints import Endpoints
 
@@ -267,11 +260,7 @@ def run_destroy(args: argparse.Namespace) -> int:
         dry_run=args.dry_run,
         report=lambda c: print(c, flush=True),
     )
-    try:
-        destroyer.run()
-    except (GoogleAPICallError, GoogleAuthError, RuntimeError) as err:
-        print(f"spotline destroy: {' '.join(str(err).split())}", file=sys.stderr)
-        return 1
+    destroyer.run()
     print(f"spotline {'would be' if args.dry_run else 'is'} removed from {config.project}")
     return 0
 
@@ -279,9 +268,6 @@ def run_destroy(args: argparse.Namespace) -> int:
 def dry_run(config: DeployConfig) -> int:
     """Read the project: print, per resource, what deploy would change and what is
     already right, then what the topology declares (functions' settings)."""
-    from google.api_core.exceptions import GoogleAPICallError
-    from google.auth.exceptions import GoogleAuthError
-
     from spotline.infra.deploy import iam
     from spotline.infra.deploy.bootstrap import ProjectSetup
     from spotline.infra.deploy.deployer import Deployer, Endpoints
@@ -290,26 +276,22 @@ def dry_run(config: DeployConfig) -> int:
         config, endpoints=Endpoints.from_env(), dry_run=True, report=lambda c: print(c)
     )
     print(f"spotline deploy --dry-run: project {config.project}, region {config.region}")
-    try:
-        setup.ensure_services()
-        setup.ensure_database()
-        setup.rules.ensure()
-        setup.ensure_bucket()
-        setup.ensure_accounts()
-        setup.network.ensure()
-        setup.custom_roles.ensure()
-        writer = setup.ensure_sink()
-        access = config.iam_config
-        wanted = iam.project_bindings(access, setup.project_number)
-        if writer:
-            wanted.append(iam.sink_writer_binding(access, writer))
-        setup.ensure_bindings(wanted)
-        if access.users:
-            setup.revoke_bindings(iam.superseded_bindings(access))
-        Deployer(config, endpoints=setup.endpoints, report=lambda c: print(c)).preview()
-    except (GoogleAPICallError, GoogleAuthError, RuntimeError) as err:
-        print(f"spotline deploy --dry-run: {' '.join(str(err).split())}", file=sys.stderr)
-        return 1
+    setup.ensure_services()
+    setup.ensure_database()
+    setup.rules.ensure()
+    setup.ensure_bucket()
+    setup.ensure_accounts()
+    setup.network.ensure()
+    setup.custom_roles.ensure()
+    writer = setup.ensure_sink()
+    access = config.iam_config
+    wanted = iam.project_bindings(access, setup.project_number)
+    if writer:
+        wanted.append(iam.sink_writer_binding(access, writer))
+    setup.ensure_bindings(wanted)
+    if access.users:
+        setup.revoke_bindings(iam.superseded_bindings(access))
+    Deployer(config, endpoints=setup.endpoints, report=lambda c: print(c)).preview()
     print()
     print("\n".join(describe(config)))
     return 0

@@ -26,8 +26,8 @@ from tests.documents import job
 ROOT = Path(__file__).resolve().parents[2]
 DIGITS = ROOT / "infra" / "cli" / "digits.json"
 
-# Every command that reads or changes the deployment (`settings`, `schema` and
-# `deploy --dry-run` need no credentials; `up`, `demo` and `preempt` are local).
+# Every command that reads or changes the deployment (`settings` and `schema`
+# need no credentials; `up`, `demo` and `preempt` are local).
 NEEDS_THE_PROJECT = [
     ["status"],
     ["status", "j-1"],
@@ -41,6 +41,10 @@ NEEDS_THE_PROJECT = [
     ["checkpoints", "j-1", "out"],
     ["tensorboard", "j-1", "out"],
     ["replay", "j-1"],
+    ["deploy"],
+    ["deploy", "--dry-run"],
+    ["destroy", "--yes"],
+    ["destroy", "--dry-run"],
 ]
 
 
