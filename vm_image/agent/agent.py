@@ -402,23 +402,11 @@ class Agent:
             instance=self.name,
         )
         assert self._launch is not None  # the trainer ran once: its launch is kept
-        code_dir, prepared = self._launch
         try:
             self._start_mirrors()
-            self.trainer = launch_trainer(
-                self.assignment,
-                self.account,
-                self.metadata,
-                self.job_dir,
-                code_dir,
-                self.name,
-                self._on_report,
-                prepared,
-            )
+            return self._run_trainer(*self._launch)
         except CannotStart as err:
-            logs.error(str(err), job_id=self.assignment.job_id, attempt=self.assignment.attempt)
-            return err.exit_code, f"{err}\n", err.unrecoverable
-        return exit_status(self.trainer.wait()), self.trainer.log_tail(), False
+            return self._cannot_start(err)
 
     def _train(self, code_uri: str | None, data_uri: str | None) -> tuple[int, str, bool]:
         """Prepare the job (code, data set, requirements), then run the trainer;
@@ -448,22 +436,32 @@ class Agent:
             self._launch = (code_dir, prepared)
             self._start_mirrors()
             self._enter(JobSubstatus.TRAINING)
-            self.trainer = launch_trainer(
-                self.assignment,
-                self.account,
-                self.metadata,
-                self.job_dir,
-                code_dir,
-                self.name,
-                self._on_report,
-                prepared,
-            )
+            return self._run_trainer(code_dir, prepared)
         except CannotStart as err:
-            logs.error(str(err), job_id=self.assignment.job_id, attempt=self.assignment.attempt)
-            return err.exit_code, f"{err}\n", err.unrecoverable
-        # A death by a signal as a shell reports it (SIGABRT: 134, not -6), so
-        # restart_on_exit_codes can name it.
+            return self._cannot_start(err)
+
+    def _run_trainer(self, code_dir: Path, prepared: Prepared) -> tuple[int, str, bool]:
+        """Start the trainer from ``code_dir`` (the mirrors started) and
+        wait for it: its exit code, last output lines and False. A death by a
+        signal is reported as a shell reports it (SIGABRT: 134, not -6), so
+        restart_on_exit_codes can name it. Raises CannotStart."""
+        self.trainer = launch_trainer(
+            self.assignment,
+            self.account,
+            self.metadata,
+            self.job_dir,
+            code_dir,
+            self.name,
+            self._on_report,
+            prepared,
+        )
         return exit_status(self.trainer.wait()), self.trainer.log_tail(), False
+
+    def _cannot_start(self, err: CannotStart) -> tuple[int, str, bool]:
+        """A job that cannot be prepared, or a trainer that cannot start: it
+        ends with the reason as its output."""
+        logs.error(str(err), job_id=self.assignment.job_id, attempt=self.assignment.attempt)
+        return err.exit_code, f"{err}\n", err.unrecoverable
 
     def _publish_finished(self, event: JobFinished) -> bool:
         """Publish job finished, trying again with backoff for
