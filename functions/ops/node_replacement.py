@@ -34,7 +34,8 @@ from spotline.functions.ops.teardown import (
 )
 from spotline.shared import logs
 from spotline.shared.contract.assignment import Regroup
-from spotline.shared.domain import node_replacement
+from spotline.shared.contract.cluster import gang_port
+from spotline.shared.domain import gang_resize, node_replacement
 from spotline.shared.domain.catalog import load_catalog
 from spotline.shared.domain.documents import JobDoc
 from spotline.shared.domain.errors import CapacityError, Unplaceable
@@ -48,6 +49,7 @@ from spotline.shared.domain.placement import (
 )
 from spotline.shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
 from spotline.shared.domain.vms import (
+    GANG_STOP_METADATA_KEY,
     REGROUP_METADATA_KEY,
     RESTORE_GO,
     RESTORE_METADATA_KEY,
@@ -59,6 +61,9 @@ from spotline.shared.domain.vms import (
 # be inserting it, and a second insert, though deduplicated by its requestId,
 # is one more call.
 REINSERT_AFTER_S = 30.0
+# A job's substatus while it replaces a node: the gang waiting, or an
+# elastic gang training at a smaller size meanwhile (``gang_resize``).
+_REPLACING = (JobSubstatus.REPLACING_NODE, JobSubstatus.TRAINING)
 
 
 def replace_node(deps: Deps, job: JobDoc, releases: list[Release], now: datetime) -> JobDoc:
@@ -81,7 +86,7 @@ def ensure_replacement(deps: Deps, job: JobDoc, now: datetime) -> JobDoc:
     next sweep, until the bound; refused for good, or over the user's quota:
     the gang is relaunched whole at once."""
     replacing = job.replacing
-    if replacing is None or job.substatus != JobSubstatus.REPLACING_NODE:
+    if replacing is None or job.substatus not in _REPLACING:
         return job
     name = replacing.replacement
     if deps.store.get_instance(name) is not None:
@@ -138,12 +143,19 @@ def ensure_replacement(deps: Deps, job: JobDoc, now: datetime) -> JobDoc:
 
 
 def gang_stopped(
-    deps: Deps, job_id: str, instance: str, attempt: int, step: int | None, uri: str | None
+    deps: Deps,
+    job_id: str,
+    instance: str,
+    attempt: int,
+    step: int | None,
+    uri: str | None,
+    generation: int | None = None,
 ) -> None:
-    """A node stopped with its gang (its save, node 0's, complete): kept on
-    the job, then the gang regroups if it was waiting for that."""
+    """A node stopped with its gang (its save, the head's, complete): kept
+    on the job, then the gang regroups if it was waiting for that."""
     job = deps.store.update_job(
-        job_id, lambda current: node_replacement.stopped(current, instance, attempt, step, uri)
+        job_id,
+        lambda current: node_replacement.stopped(current, instance, attempt, step, uri, generation),
     )
     if job is not None and job.replacing is not None:
         regroup_if_ready(deps, job_id, deps.clock())
@@ -160,38 +172,61 @@ def lost_node_saved(deps: Deps, job_id: str, instance: str, attempt: int) -> Non
 
 
 def replacement_booted(deps: Deps, job_id: str, instance: str, attempt: int) -> None:
-    """The replacement's agent is up: recorded, then the gang regroups if it can."""
+    """The replacement's agent is up: recorded, then the gang regroups if it
+    can, or an elastic gang training without it is asked to stop and grow back."""
     job = deps.store.update_job(
         job_id, lambda current: node_replacement.booted(current, instance, attempt)
     )
     if job is not None and job.replacing is not None:
+        grow_if_up(deps, job_id, deps.clock())
         regroup_if_ready(deps, job_id, deps.clock())
 
 
-def regroup_if_ready(deps: Deps, job_id: str, now: datetime) -> JobDoc | None:
-    """Tell every node the gang's new node list, then write the job back to
-    TRAINING (told first: a crash between is told again by the reaper, the
-    same value). None: not ready (``node_replacement.ready``)."""
+def grow_if_up(deps: Deps, job_id: str, now: datetime) -> JobDoc | None:
+    """An elastic gang training at a smaller size, its replacement up: every
+    node of the smaller gang is asked to stop (``spotline-gang-stop``: its
+    generation), then the job written to wait for the stop's save (asked
+    first: a crash between is asked again by the reaper, the same value).
+    None: nothing to ask (``gang_resize.grows``)."""
     job = deps.store.get_job(job_id)
-    if job is None or not node_replacement.ready(job, now):
+    if job is None or job.replacing is None or not gang_resize.grows(job):
         return None
-    assignment = assignment_for(deps, job)
-    regroup = Regroup(
-        generation=assignment.generation,
-        nodes=assignment.nodes,
-        hosts=assignment.hosts,
-        master_port=assignment.master_port,
+    items = {GANG_STOP_METADATA_KEY: str(job.gang_generation)}
+    _tell(deps, job, job.replacing.shrunk, items, "the request to stop and grow back")
+    asked = deps.store.update_job(job_id, lambda current: gang_resize.grow_asked(current, now))
+    logs.info(
+        f"job {job_id}: {job.replacing.replacement} is up; the gang stops to grow back "
+        f"to {len(job.nodes)} nodes",
+        job_id=job_id,
     )
-    items = {REGROUP_METADATA_KEY: regroup.model_dump_json(), RESTORE_METADATA_KEY: RESTORE_GO}
-    zone = job.zone or ""
-    for name in job.nodes:
-        # A node that cannot be told (gone): its loss is the reaper's to see.
-        try:
-            deps.compute.set_metadata(zone, name, items)
-        except Exception as err:
-            logs.warning(f"{name}: could not tell it the gang's regroup: {err}", job_id=job_id)
+    return asked
+
+
+def regroup_if_ready(deps: Deps, job_id: str, now: datetime) -> JobDoc | None:
+    """Tell the gang's nodes its new node list, then write the job back to
+    TRAINING (told first: a crash between is told again by the reaper, the
+    same value). The whole gang, its replacement's restore gate opened; or an
+    elastic gang's survivors alone, the replacement still booting
+    (``gang_resize``). None: not ready (``node_replacement.plan``)."""
+    job = deps.store.get_job(job_id)
+    planned = None if job is None else node_replacement.plan(job, now)
+    if job is None or planned is None:
+        return None
+    nodes = list(planned.nodes)
+    assignment = assignment_for(deps, job)
+    host_of = dict(zip(assignment.nodes, assignment.hosts, strict=True))
+    regroup = Regroup(
+        generation=planned.generation,
+        nodes=nodes,
+        hosts=[host_of[name] for name in nodes],
+        master_port=gang_port(job.job_id, job.attempt, planned.generation),
+    )
+    items = {REGROUP_METADATA_KEY: regroup.model_dump_json()}
+    if not planned.shrink:
+        items[RESTORE_METADATA_KEY] = RESTORE_GO
+    _tell(deps, job, nodes, items, "the gang's regroup")
     regrouped = deps.store.update_job(
-        job_id, lambda current: node_replacement.regrouped(current, deps.clock())
+        job_id, lambda current: node_replacement.regrouped(current, planned, deps.clock())
     )
     logs.info(
         f"job {job_id}: the gang regrouped (generation {regroup.generation}: "
@@ -199,6 +234,16 @@ def regroup_if_ready(deps: Deps, job_id: str, now: datetime) -> JobDoc | None:
         job_id=job_id,
     )
     return regrouped
+
+
+def _tell(deps: Deps, job: JobDoc, nodes: list[str], items: dict[str, str], what: str) -> None:
+    """Write ``items`` into each of ``nodes``' metadata. A node that cannot
+    be told (gone): its loss is the reaper's to see."""
+    for name in nodes:
+        try:
+            deps.compute.set_metadata(job.zone or "", name, items)
+        except Exception as err:
+            logs.warning(f"{name}: could not tell it {what}: {err}", job_id=job.job_id)
 
 
 def abandon(deps: Deps, job: JobDoc, now: datetime, why: str) -> JobDoc:
@@ -247,10 +292,11 @@ def _abandoned(job: JobDoc, attempt: int, now: datetime, why: str) -> JobDoc:
 
 def tend(deps: Deps, job_id: str, now: datetime) -> str | None:
     """The reaper's look at a gang replacing a node: relaunched whole past
-    its bound, else its replacement inserted if missing and the gang
-    regrouped if ready. What was done, or None."""
+    its bound, else its replacement inserted if missing, an elastic gang
+    asked to grow back once it is up, and the gang regrouped if ready. What
+    was done, or None."""
     job = deps.store.get_job(job_id)
-    if job is None or job.replacing is None or job.substatus != JobSubstatus.REPLACING_NODE:
+    if job is None or job.replacing is None or job.substatus not in _REPLACING:
         return None
     if node_replacement.overdue(job, now):
         bound = job.spec.replace_node_timeout_s
@@ -258,4 +304,6 @@ def tend(deps: Deps, job_id: str, now: datetime) -> str | None:
         return "replacement_abandoned"
     if (now - job.replacing.since).total_seconds() >= REINSERT_AFTER_S:
         ensure_replacement(deps, job, now)
+    if grow_if_up(deps, job_id, now) is not None:
+        return "grow_asked"
     return "regrouped" if regroup_if_ready(deps, job_id, now) is not None else None

@@ -73,6 +73,11 @@ class NodeReplacement(BaseModel):
     since: datetime  # when the loss was recorded: the bound counts from here
     booted: bool = False  # the replacement's agent is up
     saved: bool = False  # node 0's save at the shared step is complete
+    # An elastic gang (``min_nodes``, ``spotline.shared.domain.gang_resize``):
+    # the nodes training on at the smaller size, by rank, once it shrank
+    # (empty: the gang waits), and whether it was asked to stop to grow back.
+    shrunk: list[str] = Field(default_factory=list)
+    grow_asked: bool = False
 
 
 class JobDoc(_Doc):
@@ -135,6 +140,8 @@ class JobDoc(_Doc):
     replacing: NodeReplacement | None = None
     gang_generation: int = 0
     gang_stops: list[str] = Field(default_factory=list)
+    # An elastic gang's changes of size (each a restart from the last save).
+    resizes: int = 0
     record: Record | None = None  # a recorded job's snapshot (``spotline.shared.domain.recording``)
     # SHA-256 of the event tokens handed to the VMs of an attempt, by attempt
     # (a string: Firestore's map keys), the current and previous attempts

@@ -12,7 +12,7 @@ import re
 from datetime import datetime
 
 from spotline.shared.contract.events import EpochDone, Heartbeat, JobFinished, VmBooted, VmEvent
-from spotline.shared.domain import failure_policy
+from spotline.shared.domain import failure_policy, gang_resize
 from spotline.shared.domain.cooling import segment_cost
 from spotline.shared.domain.documents import (
     AttemptRecord,
@@ -213,8 +213,10 @@ def finished(job: JobDoc, event: JobFinished, now: datetime) -> JobDoc:
         job = record_progress(job, event.last_epoch, now)
     if job.status in JobStatus.terminal():
         return job
-    if event.exit_code == 0 and event.instance != job.instance:
-        return job  # a worker node is done: the job ends with node 0
+    if event.exit_code == 0 and event.instance != gang_resize.head(job):
+        # A worker node is done: the job ends with node 0 (or, while an
+        # elastic gang trains without its replacement, with its first node).
+        return job
     if event.exit_code != 0 and job.replacing is not None:
         # A node that exits while its gang waits for a replacement will not
         # regroup (its ranks died in the lost peer's collective, most often).

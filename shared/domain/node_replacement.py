@@ -32,19 +32,18 @@ The orders of events, each with one defined end:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from spotline.shared.domain import failure_policy, lifecycle
+from spotline.shared.domain import failure_policy, gang_resize, lifecycle
 from spotline.shared.domain.documents import JobDoc, NodeReplacement
 from spotline.shared.domain.liveness import NOTICE_MARGIN_S, PREEMPTION_NOTICE_S
 from spotline.shared.domain.placement import replacement_name
+from spotline.shared.domain.spec import REPLACEABLE_FRAMEWORKS
 from spotline.shared.domain.states import JobSubstatus
 from spotline.shared.domain.transitions import move_job
 
 S = JobSubstatus
-# The frameworks whose nodes restart their ranks on a regroup (the agent's
-# ``regroup``); a gang of another framework is relaunched whole.
-REPLACEABLE_FRAMEWORKS = frozenset({"pytorch", "command"})
 
 
 def replaces(job: JobDoc, instance: str, attempt: int, cause: S) -> bool:
@@ -123,18 +122,27 @@ def lost(
 
 
 def stopped(
-    job: JobDoc, instance: str, attempt: int, step: int | None, checkpoint_uri: str | None
+    job: JobDoc,
+    instance: str,
+    attempt: int,
+    step: int | None,
+    checkpoint_uri: str | None,
+    generation: int | None = None,
 ) -> JobDoc:
-    """A node of the gang stopped with it (another node's notice), its save
-    (node 0's) complete: the step is kept on the attempt, and the node on
-    ``gang_stops`` while it is one of the current attempt's."""
+    """A node of the gang stopped with it (another node's notice, or the
+    request to grow back), its save (the head's) complete: the step is kept
+    on the attempt, and the node on ``gang_stops`` while it is one of the
+    current attempt's. Once an elastic gang shrank, only a stop of the
+    smaller gang (its ``generation``) counts: an earlier one is no save of it."""
     if step is not None:
         job = lifecycle.saved_state(job, attempt, step, checkpoint_uri)
     if attempt != job.attempt or instance not in job.nodes or instance in job.gang_stops:
         return job
-    update: dict[str, object] = {"gang_stops": [*job.gang_stops, instance]}
     replacing = job.replacing
-    if replacing is not None and instance == job.nodes[0]:
+    if replacing is not None and replacing.shrunk and generation != job.gang_generation:
+        return job
+    update: dict[str, object] = {"gang_stops": [*job.gang_stops, instance]}
+    if replacing is not None and instance == gang_resize.head(job):
         update["replacing"] = replacing.model_copy(update={"saved": True})
     return job.model_copy(update=update)
 
@@ -145,7 +153,7 @@ def lost_node_saved(job: JobDoc, instance: str, attempt: int) -> JobDoc:
     replacing = job.replacing
     if replacing is None or attempt != job.attempt or replacing.lost != instance:
         return job
-    if replacing.rank != 0:
+    if replacing.rank != 0 or replacing.shrunk:  # shrunk: the smaller gang saved since
         return job
     return job.model_copy(update={"replacing": replacing.model_copy(update={"saved": True})})
 
@@ -158,26 +166,103 @@ def booted(job: JobDoc, instance: str, attempt: int) -> JobDoc:
     return job.model_copy(update={"replacing": replacing.model_copy(update={"booted": True})})
 
 
+def save_complete(job: JobDoc, now: datetime) -> bool:
+    """Whether the head's save at the gang's stop is complete: its report
+    came, or a lost node 0's notice is over (Compute Engine has taken it,
+    whatever it was writing)."""
+    replacing = job.replacing
+    if replacing is None:
+        return False
+    if replacing.saved:
+        return True
+    notice_over = replacing.since + timedelta(seconds=PREEMPTION_NOTICE_S + NOTICE_MARGIN_S)
+    return not replacing.shrunk and replacing.rank == 0 and now >= notice_over
+
+
 def ready(job: JobDoc, now: datetime) -> bool:
-    """Whether the gang can regroup: the replacement is up, and node 0's save
-    is complete (its report came, or a lost node 0's notice is over: Compute
-    Engine has taken it, whatever it was writing)."""
+    """Whether the gang can regroup at its full size: the replacement is up,
+    and the head's save is complete (an elastic gang that shrank: its save
+    at the stop it was asked for)."""
     replacing = job.replacing
     if replacing is None or job.substatus != S.REPLACING_NODE or not replacing.booted:
         return False
-    notice_over = replacing.since + timedelta(seconds=PREEMPTION_NOTICE_S + NOTICE_MARGIN_S)
-    return replacing.saved or (replacing.rank == 0 and now >= notice_over)
+    if replacing.shrunk and not replacing.grow_asked:
+        return False
+    return save_complete(job, now)
 
 
-def regrouped(job: JobDoc, now: datetime) -> JobDoc:
-    """The gang regrouped with its replacement: training again, on the same
-    attempt. Unchanged unless ``ready`` (a second regroup is a no-op)."""
+@dataclass(frozen=True)
+class RegroupPlan:
+    """A regroup to tell the gang's nodes, then record (``regrouped``)."""
+
+    replacement: str  # the replacement it is for
+    base: int  # the job's gang generation it was planned from
+    generation: int  # the node list's generation it makes
+    nodes: tuple[str, ...]  # the gang's nodes by rank, after it
+    shrink: bool  # the survivors alone (``gang_resize``), or the whole gang
+
+
+def plan(job: JobDoc, now: datetime) -> RegroupPlan | None:
+    """The regroup the gang is ready for: the whole gang (``ready``), or an
+    elastic gang's survivors (``gang_resize.shrinks``); None: neither yet."""
     replacing = job.replacing
-    if replacing is None or not ready(job, now):
+    if replacing is None:
+        return None
+    base = job.gang_generation
+    if ready(job, now):
+        # The replacement was made for this generation, unless the gang shrank since.
+        generation = base + 1 if replacing.shrunk else base
+        return RegroupPlan(replacing.replacement, base, generation, tuple(job.nodes), False)
+    if gang_resize.shrinks(job, save_complete(job, now)):
+        survivors = tuple(gang_resize.survivors(job))
+        return RegroupPlan(replacing.replacement, base, base + 1, survivors, True)
+    return None
+
+
+def regrouped(job: JobDoc, planned: RegroupPlan, now: datetime) -> JobDoc:
+    """The gang told of ``planned``: training again, on the same attempt, at
+    the size it names. Unchanged unless the job is still where the plan was
+    made (the same replacement and generation, waiting): a second record of
+    it, or one after the gang was relaunched, is a no-op. Once told, a plan
+    is recorded even if the job moved on meanwhile (the replacement booted
+    as the survivors were told to shrink): the nodes act on what they read."""
+    replacing = job.replacing
+    if (
+        replacing is None
+        or replacing.replacement != planned.replacement
+        or job.gang_generation != planned.base
+        or job.substatus != S.REPLACING_NODE
+    ):
         return job
-    note = f"{replacing.replacement} joined; the gang restarts from its last save"
+    if planned.shrink:
+        note = (
+            f"the gang trains on at {len(planned.nodes)} of {len(job.nodes)} nodes from its "
+            f"last save while {replacing.replacement} boots"
+        )
+        moved = move_job(job, S.TRAINING, now, note=note)
+        shrunk = replacing.model_copy(update={"shrunk": list(planned.nodes), "saved": False})
+        return moved.model_copy(
+            update={
+                "replacing": shrunk,
+                "gang_generation": planned.generation,
+                "gang_stops": [],
+                "resizes": job.resizes + 1,
+            }
+        )
+    if replacing.shrunk:
+        restart = f"grows back to {len(job.nodes)} nodes from its last save"
+    else:
+        restart = "restarts from its last save"
+    note = f"{replacing.replacement} joined; the gang {restart}"
     moved = move_job(job, S.TRAINING, now, note=note)
-    return moved.model_copy(update={"replacing": None, "gang_stops": []})
+    return moved.model_copy(
+        update={
+            "replacing": None,
+            "gang_stops": [],
+            "gang_generation": planned.generation,
+            "resizes": job.resizes + bool(replacing.shrunk),
+        }
+    )
 
 
 def overdue(job: JobDoc, now: datetime) -> bool:

@@ -47,6 +47,11 @@ from spotline.shared.domain.secret_env import (
 )
 from spotline.shared.domain.webhooks import ANY_NETWORK, MAX_URL_CHARS, url_problem
 
+# The frameworks whose nodes restart their ranks on a regroup (the agent's
+# ``regroup``): a gang of another framework is relaunched whole when it loses
+# a node (``spotline.shared.domain.node_replacement``).
+REPLACEABLE_FRAMEWORKS = frozenset({"pytorch", "command"})
+
 # Names end up in VM names and labels: lowercase letters, digits and hyphens.
 NAME_PATTERN = JOB_ID_PATTERN
 MACHINE_ID_PATTERN = r"^[a-z0-9][-a-z0-9]*(\.od)?$"
@@ -202,6 +207,18 @@ class JobSpec(BaseModel):
             "capacity, a slow boot), the whole gang is relaunched as a new attempt. 0: "
             "always relaunch the whole gang. Frameworks pytorch and command only; a gang of "
             "another framework is always relaunched whole."
+        ),
+    )
+    min_nodes: int | None = Field(
+        default=None,
+        ge=1,
+        le=63,
+        description=(
+            "Multi-node jobs, elastic: when one node is preempted, the other nodes, if at "
+            "least this many, train on at the smaller size from the saved step while the "
+            "replacement boots, and the gang grows back when it joins; each change of size "
+            "is a restart from the last save. Below nodes; pytorch and command only. Unset: "
+            "the others wait for the replacement. It changes the effective batch size."
         ),
     )
     cool_down_period_s: Seconds = 0
@@ -384,6 +401,7 @@ class JobSpec(BaseModel):
                 "image: a container runs a 'command'; the built-in trainers run in the VM image"
             )
         self._one_process_where_needed()
+        self._elastic()
         on_demand = self.on_demand_fallback or any(m.endswith(".od") for m in self.machine_ids)
         if self.stop_period_s > 0 and not on_demand:
             raise ValueError(
@@ -391,6 +409,29 @@ class JobSpec(BaseModel):
                 "on demand (add a NAME.od id, or on_demand_fallback)"
             )
         return self
+
+    def _elastic(self) -> None:
+        """``min_nodes``: a gang that trains on at a smaller size while a lost
+        node is replaced, so one whose nodes regroup and which replaces them."""
+        if self.min_nodes is None:
+            return
+        if self.min_nodes >= self.nodes:
+            raise ValueError(
+                f"min_nodes: {self.min_nodes} is not below nodes ({self.nodes}); set it "
+                "between 1 and nodes - 1, or leave it unset for a gang that always trains "
+                "at its full size"
+            )
+        if self.framework not in REPLACEABLE_FRAMEWORKS:
+            raise ValueError(
+                f"min_nodes: a {self.framework} gang cannot change its size (only "
+                f"{' and '.join(sorted(REPLACEABLE_FRAMEWORKS))} gangs regroup); leave it unset"
+            )
+        if self.replace_node_timeout_s == 0:
+            raise ValueError(
+                "min_nodes: replace_node_timeout_s is 0, so a lost node is never replaced "
+                "and the gang could not grow back; give replace_node_timeout_s a bound, or "
+                "leave min_nodes unset"
+            )
 
     def _one_process_where_needed(self) -> None:
         """Jobs whose one process per node drives every GPU itself; a second

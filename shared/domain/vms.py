@@ -31,6 +31,10 @@ RESTORE_WAIT_S = 180.0
 # whose ranks stopped with its gang waits for a generation newer than its own,
 # then restarts its ranks with it.
 REGROUP_METADATA_KEY = "spotline-regroup"
+# An elastic gang training at a smaller size (``gang_resize``): the
+# generation asked to stop, so that the gang grows back. A node whose
+# assignment is of that generation stops its ranks as on a peer's notice.
+GANG_STOP_METADATA_KEY = "spotline-gang-stop"
 # Labels every spotline VM carries, so the reaper can find orphans.
 MANAGED_LABEL = "spotline"
 

@@ -49,6 +49,12 @@ def lose(job: JobDoc, name: str, seconds: float = 10, **kwargs: Any) -> JobDoc:
     )
 
 
+def regroup(job: JobDoc, now: datetime) -> JobDoc:
+    """The regroup the gang is ready for, told and recorded (the job as is: none)."""
+    planned = node_replacement.plan(job, now)
+    return job if planned is None else node_replacement.regrouped(job, planned, now)
+
+
 def test_a_workers_preemption_keeps_the_attempt_and_names_a_replacement() -> None:
     job = lose(training_gang(), N1, step=40, checkpoint_uri="gs://b/ckpt-40")
     assert (job.status, job.substatus, job.attempt) == (JobStatus.RECOVERING, S.REPLACING_NODE, 1)
@@ -72,10 +78,10 @@ def test_the_regroup_waits_for_the_boot_and_node_zeros_save_in_either_order() ->
     job = lose(training_gang(), N1)
     job = node_replacement.booted(job, R1, 1)
     assert not node_replacement.ready(job, at(11))
-    assert node_replacement.regrouped(job, at(11)) is job
+    assert regroup(job, at(11)) is job
     job = node_replacement.stopped(job, N0, 1, 40, "gs://b/ckpt-40")
     assert node_replacement.ready(job, at(12))
-    job = node_replacement.regrouped(job, at(12))
+    job = regroup(job, at(12))
     assert (job.status, job.substatus, job.attempt, job.replacing) == (
         JobStatus.TRAINING,
         S.TRAINING,
@@ -83,7 +89,7 @@ def test_the_regroup_waits_for_the_boot_and_node_zeros_save_in_either_order() ->
         None,
     )
     assert job.gang_stops == [] and job.nodes == [N0, R1]
-    assert node_replacement.regrouped(job, at(13)) == job  # a second regroup: nothing
+    assert regroup(job, at(13)) == job  # a second regroup: nothing
 
 
 def test_node_zeros_stop_report_before_the_loss_counts() -> None:
@@ -137,7 +143,7 @@ def test_the_replacements_own_preemption_before_it_joins_relaunches_the_gang() -
 
 def test_a_replacement_that_joined_is_replaced_like_any_node() -> None:
     job = node_replacement.stopped(lose(training_gang(), N1), N0, 1, 40, None)
-    job = node_replacement.regrouped(node_replacement.booted(job, R1, 1), at(12))
+    job = regroup(node_replacement.booted(job, R1, 1), at(12))
     job = lose(job, R1, seconds=30)
     assert job.substatus == S.REPLACING_NODE and job.attempt == 1
     assert job.nodes == [N0, "sl-job1-a1-n1-g2"] and job.gang_generation == 2
@@ -194,7 +200,7 @@ def test_a_gang_not_training_is_relaunched_whole() -> None:
 
 def test_the_survivors_wait_is_a_phase_of_its_own() -> None:
     job = node_replacement.stopped(lose(training_gang(), N1), N0, 1, 40, None)
-    job = node_replacement.regrouped(node_replacement.booted(job, R1, 1), at(70))
+    job = regroup(node_replacement.booted(job, R1, 1), at(70))
     totals = timeline(job.history, now=at(100)).totals()
     assert totals[Phase.WAITING_FOR_NODE] == 60.0
     assert job.phase_seconds["waiting_for_node"] == 60.0
