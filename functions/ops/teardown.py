@@ -38,7 +38,7 @@ from spotline.shared.domain.documents import InstanceDoc, JobDoc
 from spotline.shared.domain.errors import PermanentError
 from spotline.shared.domain.liveness import Owner, belongs_to, if_owned
 from spotline.shared.domain.placement import vm_name
-from spotline.shared.domain.states import InstanceStatus, InstanceSubstatus
+from spotline.shared.domain.states import InstanceStatus, InstanceSubstatus, JobStatus
 from spotline.shared.domain.stopping import (
     STOPPING_OR_STOPPED,
     stop_ended,
@@ -228,6 +228,12 @@ def after_job(deps: Deps, job: JobDoc, name: str, now: datetime) -> None:
             _still_held(cooling, owner)  # logs it when the VM was another job's
     else:
         retire_instance(deps, owner, name, now, note=f"job {job.status.lower()}")
+    replacing = job.replacing
+    if replacing is not None and job.status in JobStatus.terminal():
+        # The gang ended (an elastic one at its smaller size, most often)
+        # before a lost node's replacement joined: that VM runs nothing.
+        note = f"job {job.status.lower()} before it joined the gang"
+        retire_instance(deps, owner, replacing.replacement, now, note=note)
     if job.nodes:  # a node kept stopped for a later job must not reach its old peers
         end_rule(deps, job.job_id, job.attempt)
 
