@@ -13,9 +13,10 @@ import pytest
 from spotline.infra.localcloud.metadata_server import Identity, MetadataServer
 from spotline.shared.contract.assignment import Assignment, Regroup
 from spotline.shared.domain.spec import JobSpec
-from spotline.shared.domain.vms import REGROUP_METADATA_KEY
+from spotline.shared.domain.vms import GANG_STOP_METADATA_KEY, REGROUP_METADATA_KEY
+from spotline.vm_image.agent.agent import gang_stopped
 from spotline.vm_image.agent.metadata import Metadata
-from spotline.vm_image.agent.regroup import await_regroup
+from spotline.vm_image.agent.regroup import await_regroup, newer_regroup, watch_gang_stop
 
 N0, N1, R1 = "sl-j1-a1-n0", "sl-j1-a1-n1", "sl-j1-a1-n1-g1"
 GANG = Assignment(
@@ -89,3 +90,65 @@ def test_no_bound_no_wait(server: MetadataServer) -> None:
 def test_a_garbled_item_is_not_a_regroup(server: MetadataServer) -> None:
     server.set_attributes({REGROUP_METADATA_KEY: "{not json"})
     assert await_regroup(Metadata(server.host), GANG, threading.Event(), wait_s=1.5) is None
+
+
+def test_an_elastic_node_stops_once_its_own_generation_is_asked_to(
+    server: MetadataServer,
+) -> None:
+    """The smaller gang (generation 2) is asked to stop to grow back; a
+    request for an older generation (left from before) is not for it."""
+    server.set_attributes({GANG_STOP_METADATA_KEY: "1"})
+    asked = threading.Event()
+    done = threading.Event()
+    watcher = threading.Thread(
+        target=watch_gang_stop, args=(Metadata(server.host), 2, done, asked.set), daemon=True
+    )
+    watcher.start()
+    try:
+        assert not asked.wait(1.5)
+        server.set_attributes({GANG_STOP_METADATA_KEY: "2"})
+        assert asked.wait(30)
+    finally:
+        done.set()
+    watcher.join(30)
+    assert not watcher.is_alive()
+
+
+def test_the_watch_ends_with_the_trainer_when_nothing_was_asked(server: MetadataServer) -> None:
+    done = threading.Event()
+    asked = threading.Event()
+    watcher = threading.Thread(
+        target=watch_gang_stop, args=(Metadata(server.host), 2, done, asked.set), daemon=True
+    )
+    watcher.start()
+    done.set()
+    watcher.join(30)
+    assert not watcher.is_alive() and not asked.is_set()
+
+
+def test_a_replacement_joins_at_the_generation_its_gang_grew_back_at(
+    server: MetadataServer,
+) -> None:
+    made = GANG.model_copy(update={"generation": 1, "nodes": [N0, R1]})
+    assert newer_regroup(Metadata(server.host), made) is None  # nothing written
+    server.set_attributes({REGROUP_METADATA_KEY: regroup(1)})
+    assert newer_regroup(Metadata(server.host), made) is None  # its own generation
+    server.set_attributes({REGROUP_METADATA_KEY: regroup(3)})
+    found = newer_regroup(Metadata(server.host), made)
+    assert found is not None and made.regrouped(found).generation == 3
+
+
+@pytest.mark.parametrize(
+    ("code", "notice_at", "nodes", "asked", "stopped"),
+    [
+        (143, None, 2, False, True),  # a peer's notice
+        (143, None, 1, True, True),  # an elastic gang of one node asked to grow back
+        (143, None, 1, False, False),  # a single node's 143: its own run's end
+        (143, 5.0, 2, True, False),  # its own notice: a preemption
+        (1, None, 2, True, False),  # failed
+    ],
+)
+def test_a_stop_with_the_gang_is_told_apart(
+    code: int, notice_at: float | None, nodes: int, asked: bool, stopped: bool
+) -> None:
+    assert gang_stopped(code, notice_at, nodes, asked) is stopped

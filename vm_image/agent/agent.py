@@ -54,7 +54,12 @@ from spotline.vm_image.agent.recorded import (
     expected_digest,
     job_sources,
 )
-from spotline.vm_image.agent.regroup import REGROUP_MARGIN_S, await_regroup
+from spotline.vm_image.agent.regroup import (
+    REGROUP_MARGIN_S,
+    await_regroup,
+    newer_regroup,
+    watch_gang_stop,
+)
 from spotline.vm_image.agent.restore_gate import await_restore
 from spotline.vm_image.agent.trainer_launch import (
     EXIT_PREPARE_FAILED,
@@ -83,14 +88,15 @@ def preempted_run(exit_code: int, notice_at: float | None, exited_at: float) -> 
     return notice_at <= exited_at or exit_code != 0
 
 
-def gang_stopped(exit_code: int, notice_at: float | None, nodes: int) -> bool:
+def gang_stopped(exit_code: int, notice_at: float | None, nodes: int, asked: bool = False) -> bool:
     """Whether a node of a gang that got no notice of its own stopped with its
-    gang: another node was noticed, the ranks agreed on a step to stop at,
-    rank 0 saved it, and every rank exited 143 (what a shell reports for
-    SIGTERM, the contract's "stopped to save"). Reported as such, not as a
-    failed run: a JobFinished with 143 would fail (or restart) the job for a
+    gang: another node was noticed (or spotline ``asked`` an elastic gang to
+    stop and grow back, a gang of one node too), the ranks agreed on a step to
+    stop at, rank 0 saved it, and every rank exited 143 (what a shell reports
+    for SIGTERM, the contract's "stopped to save"). Reported as such, not as
+    a failed run: a JobFinished with 143 would fail (or restart) the job for a
     preemption (``spotline.shared.contract.events.SpotPreempted``)."""
-    return nodes > 1 and notice_at is None and exit_code == EXIT_STOPPED
+    return (nodes > 1 or asked) and notice_at is None and exit_code == EXIT_STOPPED
 
 
 TOKEN_ATTRIBUTE = f"instance/attributes/{EVENT_TOKEN_METADATA_KEY}"
@@ -187,6 +193,7 @@ class Agent:
         self._tensorboard_uploaded_at = float("-inf")  # the first epoch's logs go up
         self.job_done = threading.Event()
         self._preemption_reported = False
+        self._asked_to_grow = False  # an elastic gang's stop to grow back (``watch_gang_stop``)
         # Each job its own folder: a cooling or restarted VM runs several, and
         # must not replay one job's reports, upload its logs for the next, or
         # show the next job its files (workspace: earlier folders are removed).
@@ -358,7 +365,8 @@ class Agent:
                 if preempted_run(exit_code, self._notice_at, exited_at):
                     self._report_preempted()
                     return True
-                if not gang_stopped(exit_code, self._notice_at, len(self.assignment.nodes)):
+                nodes = len(self.assignment.nodes)
+                if not gang_stopped(exit_code, self._notice_at, nodes, self._asked_to_grow):
                     break
                 self._report_preempted(gang_stop=True)
                 # A lost node replaced: the gang restarts its ranks from the save.
@@ -396,6 +404,7 @@ class Agent:
         restored first); the trainer's exit code, output and False."""
         self.assignment = self.assignment.regrouped(regroup)
         self._preemption_reported = False
+        self._asked_to_grow = False
         logs.info(
             f"the gang regrouped (generation {regroup.generation}: {', '.join(regroup.nodes)}); "
             "restarting this node's ranks from the last save",
@@ -431,8 +440,15 @@ class Agent:
             # as the job lets a replacement take.
             wait_s = self.restore_wait_s
             if self.assignment.generation > 0:
-                wait_s = max(wait_s, float(self.assignment.spec.replace_node_timeout_s))
+                bound = self.assignment.spec.replace_node_timeout_s
+                wait_s = max(wait_s, bound + REGROUP_MARGIN_S)
             await_restore(self.metadata, wait_s)
+            if self.assignment.generation > 0:
+                # An elastic gang shrank and grew back since this VM was made:
+                # it joins at the generation the gang grew back at.
+                regroup = newer_regroup(self.metadata, self.assignment)
+                if regroup is not None and self.name in regroup.nodes:
+                    self.assignment = self.assignment.regrouped(regroup)
             self._launch = (code_dir, prepared)
             self._start_mirrors()
             self._enter(JobSubstatus.TRAINING)
@@ -455,7 +471,29 @@ class Agent:
             self._on_report,
             prepared,
         )
-        return exit_status(self.trainer.wait()), self.trainer.log_tail(), False
+        done = threading.Event()
+        if self.assignment.spec.min_nodes is not None and self.assignment.nodes:
+            generation = self.assignment.generation
+            threading.Thread(
+                target=watch_gang_stop,
+                args=(self.metadata, generation, done, lambda: self._on_grow(generation)),
+                daemon=True,
+            ).start()
+        try:
+            return exit_status(self.trainer.wait()), self.trainer.log_tail(), False
+        finally:
+            done.set()
+
+    def _on_grow(self, generation: int) -> None:
+        """spotline asked the elastic gang of ``generation`` to stop and grow
+        back: this node's ranks stop as on a peer's notice (rank 0 saves),
+        and the node then waits for the regroup at the full size."""
+        trainer = self.trainer
+        if trainer is None or self.assignment.generation != generation:
+            return
+        self._asked_to_grow = True
+        logs.info("the gang's replacement is up: stopping at the next step to grow back")
+        trainer.signal(signal.SIGTERM)
 
     def _cannot_start(self, err: CannotStart) -> tuple[int, str, bool]:
         """A job that cannot be prepared, or a trainer that cannot start: it
@@ -509,6 +547,7 @@ class Agent:
                 step=self.step,
                 gang_stop=gang_stop,
                 mirrored_checkpoints=_units(self.checkpoints),
+                generation=self.assignment.generation,
             )
             self.bus.publish("spot_preempted", event)
         what = "stopped with its gang (another node's notice)" if gang_stop else "preempted"

@@ -3,26 +3,35 @@ notice), for the gang to regroup around the lost node's replacement
 (``spotline.shared.domain.node_replacement``): spotline writes the new node
 list into the ``spotline-regroup`` metadata item once the replacement is up
 and node 0's save is complete. If it relaunches the whole gang instead, it
-deletes this VM: the agent's SIGTERM ends the wait."""
+deletes this VM: the agent's SIGTERM ends the wait.
+
+An elastic gang (``spotline.shared.domain.gang_resize``) regroups at a
+smaller size without the replacement; once that is up, spotline asks the
+smaller gang to stop (``spotline-gang-stop``: its generation), which the
+agent turns into the stop a peer's notice causes (``watch_gang_stop``)."""
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 from pydantic import ValidationError
 
 from spotline.shared import logs
 from spotline.shared.contract.assignment import Assignment, Regroup
-from spotline.shared.domain.vms import REGROUP_METADATA_KEY
+from spotline.shared.domain.vms import GANG_STOP_METADATA_KEY, REGROUP_METADATA_KEY
 from spotline.vm_image.agent.metadata import Metadata, MetadataError
 
 REGROUP_ATTRIBUTE = f"instance/attributes/{REGROUP_METADATA_KEY}"
+GANG_STOP_ATTRIBUTE = f"instance/attributes/{GANG_STOP_METADATA_KEY}"
 # Beyond the job's bound: the reports, the reaper's sweep (once a minute) and
 # the metadata writes that come between the loss and the regroup.
 REGROUP_MARGIN_S = 90.0
 # Each hanging read's bound: a notice (the VM deleted) is seen within it.
 _WAIT_STEP_S = 5.0
+# How often an absent item is read again (a hanging read needs it to exist).
+_ABSENT_POLL_S = 2.0
 
 
 def await_regroup(
@@ -63,3 +72,41 @@ def _parsed(value: str) -> Regroup | None:
     except ValidationError as err:
         logs.warning(f"{REGROUP_ATTRIBUTE} is not a regroup: {err}")
         return None
+
+
+def newer_regroup(metadata: Metadata, assignment: Assignment) -> Regroup | None:
+    """The regroup written for this node newer than ``assignment``'s
+    generation, if any: a replacement made before its elastic gang shrank
+    and grew back joins at the generation the gang grew back at."""
+    try:
+        value = metadata.get(REGROUP_ATTRIBUTE)
+    except MetadataError:
+        return None
+    regroup = _parsed(value)
+    if regroup is None or regroup.generation <= assignment.generation:
+        return None
+    return regroup
+
+
+def watch_gang_stop(
+    metadata: Metadata, generation: int, done: threading.Event, on_stop: Callable[[], None]
+) -> None:
+    """Until ``done`` is set, call ``on_stop`` once (and return) when spotline
+    asks the gang of ``generation`` to stop: an elastic gang at a smaller
+    size whose replacement is up, to grow back."""
+    etag: str | None = None
+    while not done.is_set():
+        try:
+            if etag is None:
+                value, etag = metadata.get_with_etag(GANG_STOP_ATTRIBUTE)
+            else:
+                value, etag = metadata.wait_for_change(
+                    GANG_STOP_ATTRIBUTE, etag, timeout_s=_WAIT_STEP_S
+                )
+        except MetadataError:  # not asked (the item is absent), or a failed read
+            etag = None
+            done.wait(_ABSENT_POLL_S)
+            continue
+        if value.strip() == str(generation):
+            on_stop()
+            return
