@@ -57,9 +57,10 @@ from spotline.shared.domain.vms import (
 )
 
 # The reaper inserts a replacement the recovery did not (it died, or found no
-# capacity) only this long after the loss: before, that recovery may still
-# be inserting it, and a second insert, though deduplicated by its requestId,
-# is one more call.
+# capacity) only this long after the loss, or after the last insert refused
+# for capacity: before, that recovery may still be inserting it, and a second
+# insert, though deduplicated by its requestId, is one more call (and one
+# more event token written on the job).
 REINSERT_AFTER_S = 30.0
 # A job's substatus while it replaces a node: the gang waiting, or an
 # elastic gang training at a smaller size meanwhile (``gang_resize``).
@@ -113,7 +114,7 @@ def ensure_replacement(deps: Deps, job: JobDoc, now: datetime) -> JobDoc:
     request = replace(
         request,
         name=name,
-        request_id=request_id(job.job_id, job.attempt, f"replace/{name}"),
+        request_id=request_id(job.job_id, job.attempt, _insert_key(name, replacing.refusals)),
         # The attempt's tag: its firewall rule lets the gang's nodes, the
         # replacement among them, reach each other.
         network_tag=gang_tag(job.job_id, job.attempt),
@@ -123,9 +124,12 @@ def ensure_replacement(deps: Deps, job: JobDoc, now: datetime) -> JobDoc:
     except CapacityError as err:
         free_instance_slot(deps, job.user, name, now)
         record_request(deps, option.machine_id, ok=False)
+        deps.store.update_job(
+            job.job_id, lambda current: node_replacement.insert_refused(current, name, now)
+        )
         logs.warning(
             f"job {job.job_id}: no capacity for {name} in {job.zone} ({err.reason}); "
-            f"asked again until {job.spec.replace_node_timeout_s} s after the loss",
+            f"asked again in {REINSERT_AFTER_S:.0f} s",
             job_id=job.job_id,
         )
         return job
@@ -140,6 +144,11 @@ def ensure_replacement(deps: Deps, job: JobDoc, now: datetime) -> JobDoc:
         instance=name,
     )
     return job
+
+
+def _insert_key(name: str, refusals: int) -> str:
+    """The replacement's insert's key: one per try after a refusal."""
+    return f"replace/{name}" + (f"/{refusals}" if refusals else "")
 
 
 def gang_stopped(
@@ -302,7 +311,8 @@ def tend(deps: Deps, job_id: str, now: datetime) -> str | None:
         bound = job.spec.replace_node_timeout_s
         abandon(deps, job, now, f"the gang did not regroup within {bound} s")
         return "replacement_abandoned"
-    if (now - job.replacing.since).total_seconds() >= REINSERT_AFTER_S:
+    asked = job.replacing.refused_at or job.replacing.since
+    if (now - asked).total_seconds() >= REINSERT_AFTER_S:
         ensure_replacement(deps, job, now)
     if grow_if_up(deps, job_id, now) is not None:
         return "grow_asked"

@@ -78,6 +78,12 @@ class NodeReplacement(BaseModel):
     # (empty: the gang waits), and whether it was asked to stop to grow back.
     shrunk: list[str] = Field(default_factory=list)
     grow_asked: bool = False
+    # When the replacement's insert was last refused for capacity (the
+    # reaper asks again REINSERT_AFTER_S later, not at every sweep), and how
+    # many times: each try is a new request (Compute Engine answers a
+    # requestId it has seen with that request's operation, refused again).
+    refused_at: datetime | None = None
+    refusals: int = 0
 
 
 class JobDoc(_Doc):

@@ -158,10 +158,21 @@ def lost_node_saved(job: JobDoc, instance: str, attempt: int) -> JobDoc:
     return job.model_copy(update={"replacing": replacing.model_copy(update={"saved": True})})
 
 
+def insert_refused(job: JobDoc, replacement: str, now: datetime) -> JobDoc:
+    """The replacement's insert was refused for capacity at ``now``."""
+    replacing = job.replacing
+    if replacing is None or replacing.replacement != replacement:
+        return job
+    refused = replacing.model_copy(update={"refused_at": now, "refusals": replacing.refusals + 1})
+    return job.model_copy(update={"replacing": refused})
+
+
 def booted(job: JobDoc, instance: str, attempt: int) -> JobDoc:
     """The replacement's agent is up."""
     replacing = job.replacing
     if replacing is None or attempt != job.attempt or replacing.replacement != instance:
+        return job
+    if replacing.booted:  # each of its heartbeats says so again
         return job
     return job.model_copy(update={"replacing": replacing.model_copy(update={"booted": True})})
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from spotline.shared.adapters.firestore_store import FirestoreStore
 from spotline.shared.contract.cluster import gang_port
 from spotline.shared.contract.events import Heartbeat, JobFinished, ReaperTick, SpotPreempted
 from spotline.shared.domain import node_replacement
+from spotline.shared.domain.documents import JobDoc
 from spotline.shared.domain.states import JobStatus, JobSubstatus
 from spotline.shared.domain.vms import (
     GANG_STOP_METADATA_KEY,
@@ -157,3 +159,41 @@ def test_a_survivors_loss_while_the_smaller_gang_trains_relaunches_the_whole_gan
     job = job_of(project)
     assert (job.attempt, job.preemptions, job.replacing, job.resizes) == (2, 2, None, 1)
     assert names(host) == ["sl-job1-a2-n0", "sl-job1-a2-n1", "sl-job1-a2-n2"]
+
+
+def test_with_no_capacity_the_smaller_gang_trains_and_the_replacement_is_asked_for_at_intervals(
+    call: Callable[..., Any], host: LocalCloud, project: str
+) -> None:
+    """The bound does not run while the smaller gang trains: the reaper asks
+    for the replacement again REINSERT_AFTER_S after each refusal (not at each
+    sweep: each try writes an event token on the job), until it is placed."""
+    elastic_gang(call)
+    host.capacity_errors["us-central1-a"] = "ZONE_RESOURCE_POOL_EXHAUSTED"
+    start = len(host.requests)
+    preempt(call, N1, step=38)
+    gang_stop(call, N0, 40, generation=0, mid="g0")
+    assert told(host, N2) == regroup(2, [N0, N2]) and R1 not in names(host)
+    backdate(project, 400)  # past replace_node_timeout_s (300): still training at 2
+    for tick in ("t1", "t2"):
+        call("reaper", "reaper_tick", ReaperTick(), message_id=tick)
+    tries = [w for w in wire(host, start) if w == f"insert {R1}"]
+    assert len(tries) == 2  # the loss's, and the first sweep's; the second waits
+    job = job_of(project)
+    assert (job.attempt, job.substatus, job.resizes) == (1, S.TRAINING, 1)
+    del host.capacity_errors["us-central1-a"]
+    backdate(project, 400)
+    call("reaper", "reaper_tick", ReaperTick(), message_id="t3")
+    assert R1 in names(host)
+    assert metadata(host, R1)[RESTORE_METADATA_KEY] == "wait"
+
+
+def backdate(project: str, seconds: float) -> None:
+    """The loss, and the last refused insert, ``seconds`` ago."""
+
+    def back(job: JobDoc) -> JobDoc:
+        assert job.replacing is not None
+        then = datetime.now(UTC) - timedelta(seconds=seconds)
+        earlier = job.replacing.model_copy(update={"since": then, "refused_at": then})
+        return job.model_copy(update={"replacing": earlier})
+
+    FirestoreStore(project).update_job("job1", back)
