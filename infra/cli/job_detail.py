@@ -7,7 +7,14 @@ import json
 from collections.abc import Sequence
 from datetime import datetime
 
-from spotline.infra.cli.job_fields import age, display_spec, duration, failure_counts, short_span
+from spotline.infra.cli.job_fields import (
+    age,
+    display_spec,
+    duration,
+    failure_counts,
+    resizes_of,
+    short_span,
+)
 from spotline.infra.cli.report import timeline
 from spotline.shared.domain.documents import EpochDoc, JobDoc
 
@@ -35,7 +42,7 @@ def detail_text(
         f"job          {job.job_id} of {job.user}"
         + (f": {job.description}" if job.description else ""),
         f"status       {job.status}/{job.substatus}, progress {job.progress}, "
-        f"attempt {job.attempt}, preemptions {job.preemptions}",
+        f"attempt {job.attempt}, preemptions {job.preemptions}{resizes_of(job)}",
         f"restarts     {failure_counts(job)}",
         f"submitted    {job.created_at:%Y-%m-%d %H:%M:%S} UTC ({age(job.created_at, now)}), "
         f"duration {short_span(duration(job, now))}",

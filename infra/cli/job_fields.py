@@ -82,6 +82,13 @@ def failure_counts(job: JobDoc) -> str:
     return f"{line}; preemptions {job.preemptions} ({cap})"
 
 
+def resizes_of(job: JobDoc) -> str:
+    """``, resizes N (min_nodes=M)`` for an elastic gang; empty for another job."""
+    if job.spec.min_nodes is None and not job.resizes:
+        return ""
+    return f", resizes {job.resizes} (min_nodes={job.spec.min_nodes})"
+
+
 def summary(job: JobDoc, now: datetime) -> dict[str, Any]:
     """One job in ``spotline status --json``."""
     return {
@@ -95,6 +102,7 @@ def summary(job: JobDoc, now: datetime) -> dict[str, Any]:
         "epochs": job.epochs,
         "attempt": job.attempt,
         "preemptions": job.preemptions,
+        "resizes": job.resizes,
         "restarts_on_errors": job.restarts_on_errors,
         "restarts_on_exit_codes": job.restarts_on_exit_codes,
         "machine_id": job.machine_id,

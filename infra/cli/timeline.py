@@ -89,6 +89,7 @@ def table(job: JobDoc, found: Timeline) -> str:
     summary = (
         f"job {job.job_id}: {job.status}, {duration(found.seconds)}{ongoing}, "
         f"{len(attempts)} attempt(s), {job.preemptions} preemption(s)"
+        + (f", {job.resizes} resize(s)" if job.resizes else "")
     )
     return "\n".join([summary, text_table(headers, rows, right=set(headers[1:]))])
 

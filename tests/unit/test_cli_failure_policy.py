@@ -1,6 +1,6 @@
 """``spotline status JOB`` shows the failure policy's counters against their
-limits (issue 13), for a person and in ``--json``. Pure: the text and the
-JSON are built from the job document."""
+limits (issue 13), and an elastic gang's changes of size, for a person and in
+``--json``. Pure: the text and the JSON are built from the job document."""
 
 from __future__ import annotations
 
@@ -35,3 +35,13 @@ def test_with_no_policy_set_status_says_there_is_no_preemption_limit() -> None:
         "restarts     0 on errors (max_restarts_on_errors=0); "
         "preemptions 1 (max_preemptions: no limit)" in text
     )
+
+
+def test_status_counts_an_elastic_gangs_changes_of_size() -> None:
+    elastic = {"nodes": 3, "min_nodes": 2}
+    shown = job("one", spec=elastic, preemptions=1, resizes=2)
+    text = detail_text(shown, [], "file:///ckpt", "p", local=True, now=T0)
+    assert "attempt 1, preemptions 1, resizes 2 (min_nodes=2)" in text
+    assert summary(shown, T0)["resizes"] == 2
+    fixed = detail_text(job("two", preemptions=1), [], "file:///ckpt", "p", local=True, now=T0)
+    assert "resizes" not in fixed
