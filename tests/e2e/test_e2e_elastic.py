@@ -34,10 +34,12 @@ def test_an_elastic_gang_trains_on_at_two_nodes_and_grows_back_to_three(
     cloud = local_stack.cloud
     assert cloud is not None
     store = FirestoreStore(local_stack.options.project)
-    # 4 epochs of 45 steps, half a second each: the smaller gang is still
-    # training when the replacement, kept out for a while, joins.
+    # 6 epochs of 45 steps, half a second each. Node 1 is lost early in
+    # epoch 2 and its zone has no capacity until the smaller gang has ended
+    # epoch 2; the reaper asks again 30 s after each refusal, so the
+    # replacement may join some 80 steps later: the run must still be going.
     hyper = {"lr": 0.01, "hidden": 64, "step_time_s": 0.5}
-    job_id = submit(local_stack, nodes=3, min_nodes=2, epochs=4, hyperparameters=hyper)
+    job_id = submit(local_stack, nodes=3, min_nodes=2, epochs=6, hyperparameters=hyper)
     start = len(cloud.requests)
     events: list[str] = []
 
@@ -55,7 +57,7 @@ def test_an_elastic_gang_trains_on_at_two_nodes_and_grows_back_to_three(
             cloud.capacity_errors.pop(job.zone or "", None)
             events.append("trained at 2")
 
-    job = wait_for_job(store, job_id, 420, echo=False, on_update=drive)
+    job = wait_for_job(store, job_id, 900, echo=False, on_update=drive)
     assert job.status == JobStatus.COMPLETED, job.error
     assert events == ["preempted", "trained at 2"]
     n0, n1, n2 = (f"sl-{job_id}-a1-n{rank}" for rank in range(3))
@@ -77,9 +79,10 @@ def test_an_elastic_gang_trains_on_at_two_nodes_and_grows_back_to_three(
     assert "the gang regrouped (generation 3" in node0  # at 3
     saved = [int(step) for step in re.findall(r"stopped at step (\d+) .*state in ", node0)]
     resumed = [int(step) for step in RESUMED.findall(node0)]
+    print(f"node 0 saved at steps {saved}, resumed at {resumed}")
     assert len(saved) == 2 and resumed == saved, node0[-3000:]
     assert saved[0] % 45 != 0  # the notice's save, mid-epoch
-    assert saved[0] < saved[1]  # the smaller gang trained
+    assert saved[0] + 40 <= saved[1]  # the smaller gang trained to the end of epoch 2
     # Node 2 trained as rank 1 of 2, then as rank 2 of 3; the replacement
     # joined at the second save.
     assert RESUMED.findall(log_of(local_stack, n2)) == [str(step) for step in saved]
