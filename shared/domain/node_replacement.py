@@ -35,7 +35,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from spotline.shared.domain import failure_policy, lifecycle
-from spotline.shared.domain.documents import JobDoc, NodeReplacement
+from spotline.shared.domain.documents import AttemptRecord, JobDoc, NodeReplacement, ReplacedNode
 from spotline.shared.domain.liveness import NOTICE_MARGIN_S, PREEMPTION_NOTICE_S
 from spotline.shared.domain.placement import replacement_name
 from spotline.shared.domain.states import JobSubstatus
@@ -119,6 +119,56 @@ def lost(
             "gang_stops": [n for n in job.gang_stops if n in nodes],
             "attempts": records,
         }
+    )
+
+
+def placed(job: JobDoc, name: str, instance_id: str | None, now: datetime) -> JobDoc:
+    """The replacement VM ``name`` exists (``instance_id``: Compute Engine's id): the
+    attempt's record names it beside the lost node, and its log query finds
+    every VM the attempt ran on, the lost one and the replacement included.
+    Unchanged unless a replacement is under way, or when it is recorded already."""
+    replacing = job.replacing
+    if replacing is None or replacing.replacement != name:
+        return job
+    records = [
+        _with_replacement(r, job.job_id, replacing, instance_id, now)
+        if r.attempt == job.attempt
+        else r
+        for r in job.attempts
+    ]
+    return job.model_copy(update={"attempts": records})
+
+
+def _with_replacement(
+    record: AttemptRecord,
+    job_id: str,
+    replacing: NodeReplacement,
+    instance_id: str | None,
+    now: datetime,
+) -> AttemptRecord:
+    if any(r.replacement == replacing.replacement for r in record.replaced_nodes):
+        return record
+    ids = list(record.node_ids)
+    rank = replacing.rank
+    lost_id = ids[rank] if rank < len(ids) else None
+    if rank < len(ids):
+        ids[rank] = instance_id or ""
+    swapped = ReplacedNode(
+        rank=rank,
+        lost=replacing.lost,
+        lost_instance_id=lost_id or None,
+        replacement=replacing.replacement,
+        instance_id=instance_id or None,
+        at=now,
+    )
+    replaced = [*record.replaced_nodes, swapped]
+    # Every VM of the attempt, those replaced too: their logs are the attempt's.
+    # A record without its nodes' ids (made before they were kept) is found
+    # by the job and attempt labels alone.
+    every = [*ids, *(r.lost_instance_id or "" for r in replaced)]
+    query = lifecycle.logs_query(every if ids else [""], job_id, record.attempt)
+    return record.model_copy(
+        update={"node_ids": ids, "replaced_nodes": replaced, "logs_query": query}
     )
 
 

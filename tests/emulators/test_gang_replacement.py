@@ -308,3 +308,19 @@ def test_a_lost_node_zero_reported_by_the_log_sink_regroups_once_its_agent_saved
     )
     assert json.loads(metadata(host, N1)[REGROUP_METADATA_KEY])["nodes"] == [R0, N1]
     assert names(host) == [R0, N1]  # the agent's report let the kept VM go
+
+
+def test_the_attempt_record_names_the_replacement_and_finds_its_logs(
+    call: Callable[..., Any], host: LocalCloud, project: str
+) -> None:
+    training_gang(call)
+    ids = {name: str(host.get(name)["id"]) for name in (N0, N1)}  # type: ignore[index]
+    preempt(call, N1, step=40)
+    made = str(host.get(R1)["id"])  # type: ignore[index]
+    [record] = job_of(project).attempts
+    assert record.node_names == [N0, R1] and record.node_ids == [ids[N0], made]
+    [swap] = record.replaced_nodes
+    assert (swap.rank, swap.lost, swap.lost_instance_id) == (1, N1, ids[N1])
+    assert (swap.replacement, swap.instance_id) == (R1, made)
+    for instance_id in (*ids.values(), made):
+        assert f'"{instance_id}"' in (record.logs_query or "")
