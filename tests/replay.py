@@ -155,6 +155,8 @@ class Plan:
             Otherwise the gang is relaunched whole on every loss.
         replacement_boots: False: the replacement's VM never runs its agent
             (a bad host), and the gang is relaunched whole past the bound.
+        cancel_replacing: the user cancels while the gang waits for its
+            replacement (the step after the loss).
     """
 
     job_id: str
@@ -172,6 +174,7 @@ class Plan:
     lost_node: int = 0
     replace: bool = False
     replacement_boots: bool = True
+    cancel_replacing: bool = False
     saved_epoch: int = 0  # the newest checkpoint in the job's storage
     canceled: bool = False
     taken: set[int] = field(default_factory=set)  # the attempts whose loss came
@@ -200,10 +203,17 @@ class Plan:
 
     def regroups(self) -> bool:
         """Whether the gang's loss ends in a regroup, not a whole relaunch."""
-        return self.replace and self.replacement_boots and bool(self.losses)
+        return (
+            self.replace
+            and self.replacement_boots
+            and bool(self.losses)
+            and not self.cancel_replacing
+        )
 
     def expected(self) -> tuple[JobStatus, int, int]:
         """(status, attempt, preemptions) a run of this plan ends with."""
+        if self.cancel_replacing:
+            return JobStatus.CANCELED, 1, len(self.losses)
         if self.cancel_epoch is not None:
             return JobStatus.CANCELED, self.cancel_attempt, self.cancel_attempt - 1
         status = JobStatus.FAILED if self.fail_epoch is not None else JobStatus.COMPLETED
@@ -277,6 +287,7 @@ def draw_replacing(rng: random.Random, n: int) -> Plan:
     elif fate < 0.9:
         plan.losses[1] = (rng.randint(first, epochs), rng.choice(("agent", "log-sink", "both")))
         plan.replacement_boots = rng.random() < 0.8
+        plan.cancel_replacing = rng.random() < 0.1
     return plan
 
 
@@ -727,6 +738,10 @@ class AgentSim:
         the gang's last save; past the job's bound and a margin, it stops."""
         since = self.waiting_since
         assert since is not None
+        plan = self.plan
+        if plan.cancel_replacing and not plan.canceled and self.world.now > since:
+            plan.canceled = True
+            self.world.cancel(plan.job_id)
         told = self.metadata(REGROUP_METADATA_KEY)
         regroup = Regroup.model_validate_json(told) if told else None
         if regroup is not None and regroup.generation > self.assignment.generation:

@@ -213,6 +213,7 @@ REPLACEMENTS = [
         replacing(replacement_boots=False),
         while_replacing("reaper_tick", booted=False),
     ),
+    Target("replace/cancel_job/while-replacing", replacing(cancel_replacing=True), first("cancel")),
     Target(
         "replace/on_job_finished/the-regrouped-gang-ends",
         replacing(),

@@ -152,6 +152,11 @@ def test_gangs_replacing_a_lost_node_under_shuffled_reports_end_as_the_clean_run
         # heard, and the gang's VMs bill until it ends: the cost is the order's.
         want = _without_cost(outcome(clean.memory.get_job(plan.job_id)))  # type: ignore[arg-type]
         got = _without_cost(outcome(replayed.memory.get_job(plan.job_id)))  # type: ignore[arg-type]
+        if plan.cancel_replacing:
+            # The lost node's late epoch reports are stale once it is lost
+            # (``lifecycle.check_current``), and nothing reports an epoch
+            # after the cancel: the progress shown is what was heard in time.
+            del want["progress"], got["progress"]
         assert got == want, f"seed={seed}: job {plan.job_id} ({plan}) differs from the clean run"
 
 
