@@ -799,6 +799,7 @@ class AgentSim:
             checkpoint_uri=saved.checkpoint_uri if saved else None,
             step=saved.step if saved else None,
             gang_stop=True,
+            generation=self.assignment.generation,
         )
         self.world.publish("spot_preempted", event)
         if self.assignment.spec.replace_node_timeout_s > 0:

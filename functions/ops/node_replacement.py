@@ -151,12 +151,19 @@ def record_replacement(
 
 
 def gang_stopped(
-    deps: Deps, job_id: str, instance: str, attempt: int, step: int | None, uri: str | None
+    deps: Deps,
+    job_id: str,
+    instance: str,
+    attempt: int,
+    step: int | None,
+    uri: str | None,
+    generation: int | None = None,
 ) -> None:
     """A node stopped with its gang (its save, node 0's, complete): kept on
     the job, then the gang regroups if it was waiting for that."""
     job = deps.store.update_job(
-        job_id, lambda current: node_replacement.stopped(current, instance, attempt, step, uri)
+        job_id,
+        lambda current: node_replacement.stopped(current, instance, attempt, step, uri, generation),
     )
     if job is not None and job.replacing is not None:
         regroup_if_ready(deps, job_id, deps.clock())

@@ -239,7 +239,9 @@ def _saved(deps: Deps, instance: InstanceDoc, notice: PreemptionNotice) -> None:
     step, uri = notice.step, notice.checkpoint_uri
     if notice.gang_stop:
         # Kept as the gang's stop too: node 0's is the save a regroup waits for.
-        gang_stopped(deps, instance.job_id, instance.name, instance.attempt, step, uri)
+        gang_stopped(
+            deps, instance.job_id, instance.name, instance.attempt, step, uri, notice.generation
+        )
         return
     if step is None:
         return

@@ -169,6 +169,9 @@ class SpotPreempted(VmEvent):
     step: Step | None = None
     gang_stop: bool = False
     mirrored_checkpoints: int | None = Field(default=None, ge=0)  # as in JobFinished
+    # The gang's generation the node ran in (``Assignment.generation``): a
+    # late copy of its stop for an earlier loss is not its save for this one.
+    generation: int | None = Field(default=None, ge=0)
 
 
 class CancelRequest(_Event):
@@ -200,6 +203,7 @@ class PreemptionNotice(_Event):
     source: Literal["agent", "log-sink"] = "agent"
     gang_stop: bool = False  # the agent's: its node stopped for another's notice
     mirrored_checkpoints: int | None = None  # the agent's (SpotPreempted)
+    generation: int | None = None  # the agent's (SpotPreempted)
 
 
 PREEMPTED_METHOD = "compute.instances.preempted"
@@ -247,4 +251,5 @@ def parse_preemption(data: bytes) -> PreemptionNotice:
         checkpoint_uri=event.checkpoint_uri,
         gang_stop=event.gang_stop,
         mirrored_checkpoints=event.mirrored_checkpoints,
+        generation=event.generation,
     )

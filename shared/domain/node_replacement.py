@@ -173,20 +173,35 @@ def _with_replacement(
 
 
 def stopped(
-    job: JobDoc, instance: str, attempt: int, step: int | None, checkpoint_uri: str | None
+    job: JobDoc,
+    instance: str,
+    attempt: int,
+    step: int | None,
+    checkpoint_uri: str | None,
+    generation: int | None = None,
 ) -> JobDoc:
     """A node of the gang stopped with it (another node's notice), its save
     (node 0's) complete: the step is kept on the attempt, and the node on
-    ``gang_stops`` while it is one of the current attempt's."""
+    ``gang_stops`` while it is one of the current attempt's, for the loss at
+    hand (``generation``: the gang's when the node stopped; None: not said)."""
     if step is not None:
         job = lifecycle.saved_state(job, attempt, step, checkpoint_uri)
     if attempt != job.attempt or instance not in job.nodes or instance in job.gang_stops:
         return job
+    if generation is not None and generation < _stopping_generation(job):
+        return job  # a late copy of its stop for a loss the gang regrouped after
     update: dict[str, object] = {"gang_stops": [*job.gang_stops, instance]}
     replacing = job.replacing
     if replacing is not None and instance == job.nodes[0]:
         update["replacing"] = replacing.model_copy(update={"saved": True})
     return job.model_copy(update=update)
+
+
+def _stopping_generation(job: JobDoc) -> int:
+    """The generation a node runs in when it stops for the loss at hand: the
+    one before the loss's replacement while replacing, else the gang's own
+    (a stop heard before the loss it is for)."""
+    return job.gang_generation - 1 if job.replacing is not None else job.gang_generation
 
 
 def lost_node_saved(job: JobDoc, instance: str, attempt: int) -> JobDoc:

@@ -238,3 +238,33 @@ def test_a_replacement_of_a_record_without_node_ids_is_found_by_its_labels() -> 
     assert record.replaced_nodes[0].instance_id == "201"
     assert "instance_id" not in (record.logs_query or "")
     assert 'jsonPayload.job_id="job1" AND jsonPayload.attempt=1' in (record.logs_query or "")
+
+
+def test_a_late_copy_of_node_zeros_last_stop_does_not_count_as_its_next_save() -> None:
+    """Node 0's stop for the first loss comes again after the gang regrouped
+    (Pub/Sub redelivers late); then the replacement is lost too. The second
+    regroup must wait for node 0's save at the second stop: a copy of the
+    first one is not it (the new replacement would restore the older save)."""
+    job = node_replacement.stopped(lose(training_gang(), N1, step=40), N0, 1, 40, None)
+    job = node_replacement.regrouped(node_replacement.booted(job, R1, 1), at(12))
+    assert job.substatus == S.TRAINING
+    job = node_replacement.stopped(job, N0, 1, 40, None, generation=0)  # the late copy
+    job = lose(job, R1, seconds=60)
+    assert job.replacing is not None and not job.replacing.saved
+    job = node_replacement.booted(job, "sl-job1-a1-n1-g2", 1)
+    assert not node_replacement.ready(job, at(61))
+    job = node_replacement.stopped(job, N0, 1, 90, None, generation=1)  # node 0's new save
+    assert node_replacement.ready(job, at(62))
+
+
+def test_node_zeros_stop_before_the_loss_it_is_for_still_counts() -> None:
+    """Generation by generation: node 0's stop for the second loss, heard
+    before that loss (its generation is the gang's), is that loss's save."""
+    job = node_replacement.stopped(lose(training_gang(), N1), N0, 1, 40, None, generation=0)
+    job = node_replacement.regrouped(node_replacement.booted(job, R1, 1), at(12))
+    job = node_replacement.stopped(job, N0, 1, 90, None, generation=1)
+    job = lose(job, R1, seconds=60)
+    assert job.replacing is not None and job.replacing.saved
+    # A stop of an agent that does not say its generation counts, as before.
+    job = node_replacement.stopped(lose(training_gang(), N1), N0, 1, 40, None)
+    assert job.replacing is not None and job.replacing.saved

@@ -509,6 +509,7 @@ class Agent:
                 step=self.step,
                 gang_stop=gang_stop,
                 mirrored_checkpoints=_units(self.checkpoints),
+                generation=self.assignment.generation,
             )
             self.bus.publish("spot_preempted", event)
         what = "stopped with its gang (another node's notice)" if gang_stop else "preempted"
