@@ -49,7 +49,7 @@ from spotline.infra.localcloud.quotas import DEFAULT_LIMITS
 from spotline.shared.adapters.gce_compute import GceCompute
 from spotline.shared.adapters.memory_store import InMemoryStore
 from spotline.shared.adapters.recording_bus import RecordingBus
-from spotline.shared.contract.assignment import Assignment
+from spotline.shared.contract.assignment import Assignment, Regroup
 from spotline.shared.contract.events import (
     PREEMPTED_METHOD,
     CancelRequest,
@@ -61,10 +61,18 @@ from spotline.shared.contract.events import (
     VmBooted,
 )
 from spotline.shared.domain.states import JobStatus, JobSubstatus
-from spotline.shared.domain.vms import EVENT_TOKEN_METADATA_KEY, JOB_METADATA_KEY, MANAGED_LABEL
+from spotline.shared.domain.vms import (
+    EVENT_TOKEN_METADATA_KEY,
+    JOB_METADATA_KEY,
+    MANAGED_LABEL,
+    REGROUP_METADATA_KEY,
+    RESTORE_GO,
+    RESTORE_METADATA_KEY,
+)
 from spotline.shared.ports.compute import Compute
 from spotline.shared.ports.store import Store
 from spotline.shared.settings import TOPICS, Settings
+from spotline.vm_image.agent.regroup import REGROUP_MARGIN_S
 
 PROJECT = "spotline-replay"
 ZONES = ("us-central1-a", "us-central1-b")
@@ -80,6 +88,9 @@ STEPS_PER_EPOCH = 45  # the trainer's optimizer steps in one epoch
 TIMING = frozenset({"submit", "cancel", "job_finished", "spot_preempted", "reaper_tick"})
 MAX_DELAY = 3
 MAX_REDELIVERY = 8
+# A replacing gang's bound (``replace_node_timeout_s``): past the crash
+# suite's pauses (2 x 130 s), so a crash alone never makes it relaunch.
+REPLACE_BOUND_S = 400
 
 HANDLERS: dict[str, Callable[[Any], None]] = {
     "submit": submit_job,
@@ -138,6 +149,14 @@ class Plan:
             the node of rank ``lost_node``, and its peers' ranks stop with it
             (node 0's agent reports the gang's stop with rank 0's save, the
             others' with none), as the built-in trainer's stop flag does.
+        replace: the gang's lost node is replaced within its attempt
+            (``replace_node_timeout_s`` is ``REPLACE_BOUND_S``): the others
+            wait for the regroup, then every node restarts from the save.
+            Otherwise the gang is relaunched whole on every loss.
+        replacement_boots: False: the replacement's VM never runs its agent
+            (a bad host), and the gang is relaunched whole past the bound.
+        cancel_replacing: the user cancels while the gang waits for its
+            replacement (the step after the loss).
     """
 
     job_id: str
@@ -153,12 +172,16 @@ class Plan:
     cool_down_s: int = 0
     nodes: int = 1
     lost_node: int = 0
+    replace: bool = False
+    replacement_boots: bool = True
+    cancel_replacing: bool = False
     saved_epoch: int = 0  # the newest checkpoint in the job's storage
     canceled: bool = False
+    taken: set[int] = field(default_factory=set)  # the attempts whose loss came
 
     def fresh(self) -> Plan:
         """The plan before any run (a run writes what its agents saved and did)."""
-        return replace(self, losses=dict(self.losses), saved_epoch=0, canceled=False)
+        return replace(self, losses=dict(self.losses), saved_epoch=0, canceled=False, taken=set())
 
     def spec(self) -> dict[str, Any]:
         return {
@@ -168,24 +191,51 @@ class Plan:
             "trainer": "digits_mlp",
             "epochs": self.epochs,
             "cool_down_period_s": self.cool_down_s,
-            # The stand-in agents relaunch a gang whole: they do not regroup.
-            **({"nodes": self.nodes, "replace_node_timeout_s": 0} if self.nodes > 1 else {}),
+            **(
+                {"nodes": self.nodes, "replace_node_timeout_s": self.replace_bound_s()}
+                if self.nodes > 1
+                else {}
+            ),
         }
+
+    def replace_bound_s(self) -> int:
+        return REPLACE_BOUND_S if self.replace else 0
+
+    def regroups(self) -> bool:
+        """Whether the gang's loss ends in a regroup, not a whole relaunch."""
+        return (
+            self.replace
+            and self.replacement_boots
+            and bool(self.losses)
+            and not self.cancel_replacing
+        )
 
     def expected(self) -> tuple[JobStatus, int, int]:
         """(status, attempt, preemptions) a run of this plan ends with."""
+        if self.cancel_replacing:
+            return JobStatus.CANCELED, 1, len(self.losses)
         if self.cancel_epoch is not None:
             return JobStatus.CANCELED, self.cancel_attempt, self.cancel_attempt - 1
         status = JobStatus.FAILED if self.fail_epoch is not None else JobStatus.COMPLETED
-        return status, 1 + len(self.losses), len(self.losses)
+        relaunches = 0 if self.regroups() else len(self.losses)
+        return status, 1 + relaunches, len(self.losses)
 
 
 def draw_plans(
-    rng: random.Random, jobs: int, *, cooling: bool = False, gangs: bool = False
+    rng: random.Random,
+    jobs: int,
+    *,
+    cooling: bool = False,
+    gangs: bool = False,
+    replacing: bool = False,
 ) -> list[Plan]:
     """``jobs`` plans; ``cooling``: some jobs keep their VM cooling, and the
     submissions are spread out, so the users' next jobs claim those VMs;
-    ``gangs``: every job a gang of 2 or 3, its losses on a node drawn too."""
+    ``gangs``: every job a gang of 2 or 3, its losses on a node drawn too;
+    ``replacing``: every job a gang of 2 or 3 whose lost node is replaced
+    (``draw_replacing``)."""
+    if replacing:
+        return [draw_replacing(rng, n) for n in range(jobs)]
     plans = []
     spread = 8 * TICK_EVERY if cooling else 2 * TICK_EVERY
     for n in range(jobs):
@@ -210,6 +260,35 @@ def draw_plans(
                 plan.losses[attempt] = (rng.randint(0, epochs), rng.choice(LOSS_REPORTS))
         plans.append(plan)
     return plans
+
+
+def draw_replacing(rng: random.Random, n: int) -> Plan:
+    """A gang of 2 or 3 that replaces a lost node: most lose a drawn node
+    while training in attempt 1 (reported by its agent, the log sink or
+    both; the survivors stop with it), some with a replacement that never
+    comes up; the others are canceled, fail, or run to the end.
+
+    A loss comes once the gang's first TRAINING report is surely heard
+    (``MAX_DELAY`` steps into training): a loss heard while the job still
+    reads as setting up relaunches the whole gang, as a gang's loss in its
+    set-up does (``node_replacement.replaces``), which the clean run does not."""
+    first = MAX_DELAY + 1
+    epochs = rng.randint(first, first + 2)
+    plan = Plan(f"r{n:03d}", f"u{n % 7}", epochs, submit_step=rng.randint(1, 2 * TICK_EVERY))
+    plan.nodes = rng.choice([2, 3])
+    plan.lost_node = rng.randrange(plan.nodes)
+    plan.replace = True
+    plan.twice = rng.random() < 0.1
+    fate = rng.random()
+    if fate < 0.1:
+        plan.cancel_epoch = rng.randint(1, epochs)
+    elif fate < 0.2:
+        plan.fail_epoch = rng.randint(1, epochs)
+    elif fate < 0.9:
+        plan.losses[1] = (rng.randint(first, epochs), rng.choice(("agent", "log-sink", "both")))
+        plan.replacement_boots = rng.random() < 0.8
+        plan.cancel_replacing = rng.random() < 0.1
+    return plan
 
 
 # -- the messages --
@@ -493,6 +572,8 @@ class World:
                 if not running.done or same == (assignment.job_id, assignment.attempt):
                     continue
             plan = self.plans[assignment.job_id]
+            if assignment.generation > 0 and not plan.replacement_boots:
+                continue  # a replacement that never comes up
             self.agents[vm["name"]] = AgentSim(self, vm, assignment, plan, reused=reused)
 
     def heartbeats(self) -> None:
@@ -536,13 +617,18 @@ class AgentSim:
         # each step's fate for every node, as the ranks' collectives do).
         self.rank = assignment.nodes.index(self.name) if self.name in assignment.nodes else 0
         self.gang = len(assignment.nodes) > 1
+        # Its ranks stopped with the gang, waiting for it to regroup around a
+        # replacement (``spotline.vm_image.agent.regroup``): since when.
+        self.waiting_since: datetime | None = None
+        self.regroups: list[Regroup] = []  # what it was told, in order
 
     def peers(self) -> list[AgentSim]:
-        """The other nodes' agents of this attempt, woken so far."""
+        """The other nodes' agents of this attempt in this node's gang, woken so far."""
         return [
             agent
             for agent in self.world.agents.values()
             if agent is not self
+            and agent.name in self.assignment.nodes
             and (agent.assignment.job_id, agent.assignment.attempt)
             == (self.assignment.job_id, self.assignment.attempt)
         ]
@@ -557,6 +643,10 @@ class AgentSim:
     def vm_running(self) -> bool:
         vm = self.world.cloud.get(self.name, self.zone)
         return vm is not None and vm["state"] == "RUNNING"
+
+    def metadata(self, key: str) -> str | None:
+        vm = self.world.cloud.get(self.name, self.zone)
+        return None if vm is None else vm["metadata"].get(key)
 
     def common(self) -> dict[str, Any]:
         return {
@@ -585,6 +675,16 @@ class AgentSim:
             return
         world, attempt = self.world, self.assignment.attempt
         loss = self.plan.losses.get(attempt) if self.rank == self.plan.lost_node else None
+        if attempt in self.plan.taken:
+            loss = None
+        if self.waiting_since is not None:
+            self.await_regroup()
+            return
+        if self.stage == 1 and self.assignment.generation > 0 and not self.gate_open():
+            # A replacement's trainer restores once its gang regroups; its
+            # agent's heartbeat goes on meanwhile.
+            world.publish("epoch_done", self.beat(self.phase))
+            return
         if self.gang and self.stage >= 2 and (self.rank != 0 or not self.gang_training()):
             return  # a worker follows its leader; a gang short of a node cannot step
         if self.gang and self.stage >= 2:
@@ -629,12 +729,41 @@ class AgentSim:
             self.finish(0)
         self.stage += 1
 
+    def gate_open(self) -> bool:
+        return self.metadata(RESTORE_METADATA_KEY) == RESTORE_GO
+
+    def await_regroup(self) -> None:
+        """A node whose ranks stopped with its gang: once the functions tell it
+        the gang's new node list (a newer generation), its ranks restart from
+        the gang's last save; past the job's bound and a margin, it stops."""
+        since = self.waiting_since
+        assert since is not None
+        plan = self.plan
+        if plan.cancel_replacing and not plan.canceled and self.world.now > since:
+            plan.canceled = True
+            self.world.cancel(plan.job_id)
+        told = self.metadata(REGROUP_METADATA_KEY)
+        regroup = Regroup.model_validate_json(told) if told else None
+        if regroup is not None and regroup.generation > self.assignment.generation:
+            self.assignment = self.assignment.regrouped(regroup)
+            self.rank = self.assignment.nodes.index(self.name)
+            self.waiting_since = None
+            self.next_epoch = self.plan.saved_epoch + 1
+            self.regroups.append(regroup)
+            self.world.publish("epoch_done", self.beat(JobSubstatus.TRAINING))
+            return
+        bound = self.assignment.spec.replace_node_timeout_s + REGROUP_MARGIN_S
+        if (self.world.now - since).total_seconds() > bound:
+            self.done = True  # it did not regroup: this node's agent stops
+            return
+        self.world.publish("epoch_done", self.beat(self.phase))  # its heartbeat goes on
+
     def lead(self) -> None:
         """Rank 0's step, for the whole gang: the loss the plan puts on a node
         (its peers' ranks stop with it), a failure, an epoch, or the end."""
         plan, attempt = self.plan, self.assignment.attempt
         nodes = {agent.rank: agent for agent in [self, *self.peers()]}
-        loss = plan.losses.get(attempt)
+        loss = plan.losses.get(attempt) if attempt not in plan.taken else None
         if loss and loss[0] <= self.next_epoch:
             nodes[plan.lost_node].lose(loss[1])
             for agent in nodes.values():
@@ -670,9 +799,13 @@ class AgentSim:
             checkpoint_uri=saved.checkpoint_uri if saved else None,
             step=saved.step if saved else None,
             gang_stop=True,
+            generation=self.assignment.generation,
         )
         self.world.publish("spot_preempted", event)
-        self.done = True
+        if self.assignment.spec.replace_node_timeout_s > 0:
+            self.waiting_since = self.world.now  # for the gang to regroup
+        else:
+            self.done = True
 
     def epoch(self) -> None:
         epoch = self.next_epoch
@@ -708,6 +841,7 @@ class AgentSim:
 
     def lose(self, report: str) -> None:
         """Compute Engine takes the Spot VM; who reports it is the plan's."""
+        self.plan.taken.add(self.assignment.attempt)
         self.world.cloud.preempt(self.name, zone=self.zone, notice_s=0.0)
         self.report_loss(report)
         self.done = True

@@ -3,16 +3,20 @@ ended as planned, in the state a clean run gives, with nothing left behind."""
 
 from __future__ import annotations
 
-from collections import Counter
+import re
+from collections import Counter, defaultdict
 from datetime import timedelta
 from typing import Any
 
+from spotline.shared.contract.assignment import Regroup
 from spotline.shared.domain.documents import HistoryEntry, JobDoc
 from spotline.shared.domain.job_events import JobEvent
 from spotline.shared.domain.late_finish import SUPERSEDED, ended_after_loss
 from spotline.shared.domain.lifecycle import VM_PHASES
+from spotline.shared.domain.placement import vm_attempt
 from spotline.shared.domain.pricing import vm_cost
 from spotline.shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
+from spotline.shared.domain.vms import REGROUP_METADATA_KEY
 from tests.replay import T0, World
 
 
@@ -38,10 +42,13 @@ def outcome(job: JobDoc) -> dict[str, Any]:
 
 def inserts(world: World) -> Counter[tuple[str, int]]:
     """VM inserts Compute Engine received, by the job and attempt their labels
-    name; a gang's bulk insert counts once, whatever its nodes."""
+    name; a gang's bulk insert counts once, whatever its nodes. A gang's
+    replacement node is not an attempt's insert (``replacement_inserts``)."""
     counted: Counter[tuple[str, int]] = Counter()
     singles = world.cloud.requests_to("POST", "/instances")
     for request in singles:
+        if _REPLACEMENT.search(request.body.get("name", "")):
+            continue
         labels = request.body.get("labels", {})
         counted[(labels.get("spotline-job", ""), int(labels.get("spotline-attempt", 0)))] += 1
     for request in world.cloud.requests_to("POST", "/instances/bulkInsert"):
@@ -77,6 +84,11 @@ def problems(world: World, *, claims: bool = False) -> list[str]:
             if j == plan.job_id and n > job.attempt and (n not in superseded or count > 1):
                 found.append(f"{plan.job_id}: {count} inserts for attempt {n}, past {job.attempt}")
         found += cost_problems(job) + phase_problems(job) + event_problems(world, job)
+        found += replacement_problems(world, job) + regroup_problems(world, job)
+        if plan.regroups() and job.status == JobStatus.COMPLETED:
+            replaced = [r.replacement for a in job.attempts for r in a.replaced_nodes]
+            if len(replaced) != len(plan.losses):
+                found.append(f"{plan.job_id}: replaced by {replaced}, {len(plan.losses)} lost")
     found += [f"VM left: {vm['name']} {vm['state']}" for vm in world.cloud.list()]
     for instance in store.list_instances():
         if instance.status != InstanceStatus.CLOSED:
@@ -90,6 +102,72 @@ def problems(world: World, *, claims: bool = False) -> list[str]:
 
 
 _SLOTS = {"active_jobs", "active_instances", "stopped_instances"}
+# A gang's replacement node's name (``placement.replacement_name``).
+_REPLACEMENT = re.compile(r"-g\d+$")
+
+
+def replacement_inserts(world: World) -> Counter[str]:
+    """Inserts of gangs' replacement nodes Compute Engine received, by VM name."""
+    return Counter(
+        request.body["name"]
+        for request in world.cloud.requests_to("POST", "/instances")
+        if _REPLACEMENT.search(request.body.get("name", ""))
+    )
+
+
+def replacement_problems(world: World, job: JobDoc) -> list[str]:
+    """Each replacement node inserted once (never a second VM for a rank),
+    every one the job's attempt records name, with its id; each lost node's
+    VM gone (deleted by spotline, or by Compute Engine at the notice's end:
+    a Spot VM's termination action is DELETE)."""
+    found = []
+    mine = {
+        name: count
+        for name, count in replacement_inserts(world).items()
+        if (vm_attempt(name) or ("", 0))[0] == job.job_id
+    }
+    found += [
+        f"{job.job_id}: {count} inserts of {name}" for name, count in mine.items() if count > 1
+    ]
+    recorded = {r.replacement: r for a in job.attempts for r in a.replaced_nodes}
+    if set(mine) != set(recorded):
+        found.append(f"{job.job_id}: inserted {sorted(mine)}, its attempts name {sorted(recorded)}")
+    for swap in recorded.values():
+        if not swap.instance_id:
+            found.append(f"{job.job_id}: {swap.replacement} recorded with no instance id")
+        if any(vm["name"] == swap.lost for vm in world.cloud.list()):
+            found.append(f"{job.job_id}: the lost {swap.lost} is left")
+    return found
+
+
+def regroup_problems(world: World, job: JobDoc) -> list[str]:
+    """Every node of a regroup told the same node list for its generation,
+    and no node anything else; a job that ended regrouped told its last one."""
+    found = []
+    told: dict[int, dict[str, str]] = defaultdict(dict)  # generation -> node -> what it was told
+    for request in world.cloud.requests_to("POST", "/setMetadata"):
+        name = request.path.rsplit("/", 2)[-2]
+        if (vm_attempt(name) or ("", 0))[0] != job.job_id:
+            continue
+        items = {i["key"]: i.get("value") for i in request.body.get("items", [])}
+        value = items.get(REGROUP_METADATA_KEY)
+        if value is None:
+            continue
+        generation = Regroup.model_validate_json(value).generation
+        if told[generation].setdefault(name, value) != value:
+            found.append(f"{job.job_id}: {name} told two regroups of generation {generation}")
+    for generation, nodes in sorted(told.items()):
+        values = set(nodes.values())
+        if len(values) != 1:
+            found.append(f"{job.job_id}: generation {generation} told as {sorted(values)}")
+            continue
+        gang = Regroup.model_validate_json(values.pop()).nodes
+        if sorted(nodes) != sorted(gang):
+            found.append(f"{job.job_id}: generation {generation} of {gang} told {sorted(nodes)}")
+    last = job.gang_generation
+    if job.status == JobStatus.COMPLETED and last and last not in told:
+        found.append(f"{job.job_id}: ended on generation {job.gang_generation}, never told")
+    return found
 
 
 def event_problems(world: World, job: JobDoc) -> list[str]:
@@ -148,9 +226,14 @@ def phase_problems(job: JobDoc) -> list[str]:
     reports are not written behind the loss).
 
     A line that repeats the state of the line before is a note on the state
-    (a late finish while the next attempt trains), not a step."""
+    (a late finish while the next attempt trains), not a step; nor is a
+    gang's return to TRAINING once it regrouped around a replaced node."""
     found = []
-    moves = [h for i, h in enumerate(job.history) if i == 0 or not _repeats(h, job.history[i - 1])]
+    moves = [
+        h
+        for i, h in enumerate(job.history)
+        if i == 0 or not (_repeats(h, job.history[i - 1]) or _regrouped(h, job.history[i - 1]))
+    ]
     for attempt in range(1, job.attempt + 1):
         seen = [h.substatus for h in moves if h.attempt == attempt and h.substatus in VM_PHASES]
         if seen != [p for p in VM_PHASES if p in seen]:
@@ -161,6 +244,13 @@ def phase_problems(job: JobDoc) -> list[str]:
     if completed and not set(VM_PHASES) - _OPTIONAL <= set(seen):
         found.append(f"{job.job_id}: completed through {seen}")
     return found
+
+
+def _regrouped(entry: HistoryEntry, before: HistoryEntry) -> bool:
+    return (before.substatus, entry.substatus) == (
+        JobSubstatus.REPLACING_NODE,
+        JobSubstatus.TRAINING,
+    )
 
 
 def _repeats(entry: HistoryEntry, before: HistoryEntry) -> bool:

@@ -54,6 +54,7 @@ from spotline.shared.domain.vms import (
     RESTORE_GO,
     RESTORE_METADATA_KEY,
     RESTORE_WAIT,
+    Vm,
 )
 
 # The reaper inserts a replacement the recovery did not (it died, or found no
@@ -98,7 +99,7 @@ def ensure_replacement(deps: Deps, job: JobDoc, now: datetime) -> JobDoc:
     option = Option(machine=load_catalog()[machine], provisioning=provisioning, zone=job.zone)
     made = deps.compute.get(job.zone, name)
     if made is not None:  # inserted by a call that died before recording it
-        record_instance(deps, job, made, option, now, slot_taken=False)
+        record_replacement(deps, job, made, option, now, slot_taken=False)
         return job
     try:
         hold_instance_slots(deps, job, [name], now)
@@ -137,7 +138,7 @@ def ensure_replacement(deps: Deps, job: JobDoc, now: datetime) -> JobDoc:
         free_instance_slot(deps, job.user, name, now)
         return abandon(deps, job, now, err.detail)
     record_request(deps, option.machine_id, ok=True)
-    record_instance(deps, job, vm, option, now, slot_taken=True)
+    record_replacement(deps, job, vm, option, now, slot_taken=True)
     logs.info(
         f"job {job.job_id}: {name} replaces {replacing.lost} in {vm.zone}",
         job_id=job.job_id,
@@ -149,6 +150,18 @@ def ensure_replacement(deps: Deps, job: JobDoc, now: datetime) -> JobDoc:
 def _insert_key(name: str, refusals: int) -> str:
     """The replacement's insert's key: one per try after a refusal."""
     return f"replace/{name}" + (f"/{refusals}" if refusals else "")
+
+
+def record_replacement(
+    deps: Deps, job: JobDoc, vm: Vm, option: Option, now: datetime, slot_taken: bool
+) -> None:
+    """The replacement VM on the attempt's record (its name and id, in the
+    attempt's log query), then its instance document: in this order, as the
+    instance document is what tells a later call that the VM is recorded."""
+    deps.store.update_job(
+        job.job_id, lambda current: node_replacement.placed(current, vm.name, vm.id, now)
+    )
+    record_instance(deps, job, vm, option, now, slot_taken=slot_taken)
 
 
 def gang_stopped(

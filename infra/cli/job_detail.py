@@ -72,6 +72,12 @@ def detail_text(
             for a in job.attempts
             if a.logs_query
         ]
+    lines += [
+        f"             attempt {a.attempt}: node {r.rank} {r.lost} replaced by {r.replacement}"
+        + (f" (instance id {r.instance_id})" if r.instance_id else "")
+        for a in job.attempts
+        for r in a.replaced_nodes
+    ]
     if job.error:
         lines.append(f"error        {job.error}")
     if job.nothing_saved:

@@ -81,12 +81,19 @@ class LocalSource:
     def new_lines(self, job_id: str, attempt: AttemptRecord, node: int | None) -> list[LogLine]:
         lines: list[LogLine] = []
         for rank in range(attempt.nodes) if node is None else [node]:
-            instance = node_instance(attempt, rank)
-            key = (attempt.attempt, instance)
-            path = self.vms / f"{instance}.log"
-            text, self._read[key] = _full_lines(path, self._read.get(key, 0))
-            lines += file_lines(text, job_id, attempt, rank, instance)
+            for instance in rank_instances(attempt, rank):
+                key = (attempt.attempt, instance)
+                path = self.vms / f"{instance}.log"
+                text, self._read[key] = _full_lines(path, self._read.get(key, 0))
+                lines += file_lines(text, job_id, attempt, rank, instance)
         return lines
+
+
+def rank_instances(attempt: AttemptRecord, node: int) -> list[str]:
+    """Every VM that ran ``node`` in the attempt, in order: those a gang
+    replaced (``replaced_nodes``), then the one it runs on now."""
+    replaced = [r.lost for r in attempt.replaced_nodes if r.rank == node]
+    return [*replaced, node_instance(attempt, node)]
 
 
 def _full_lines(path: Path, start: int) -> tuple[str, int]:

@@ -169,8 +169,9 @@ class SpotPreempted(VmEvent):
     step: Step | None = None
     gang_stop: bool = False
     mirrored_checkpoints: int | None = Field(default=None, ge=0)  # as in JobFinished
-    # The gang's node list generation the node trained at (``Assignment.generation``):
-    # an elastic gang's stop at a smaller size is told apart from an earlier one.
+    # The gang's node list generation the node ran in (``Assignment.generation``):
+    # a late copy of its stop for an earlier loss is not its save for this
+    # one, and an elastic gang's stop at a smaller size is told apart.
     generation: int | None = Field(default=None, ge=0)
 
 

@@ -33,6 +33,18 @@ class HistoryEntry(_Doc):
     note: str = ""
 
 
+class ReplacedNode(BaseModel):
+    """A gang's node replaced within its attempt (``node_replacement``): both
+    VMs' names and ids, so that each one's logs can be found after it is gone."""
+
+    rank: int
+    lost: str  # the lost VM's name
+    lost_instance_id: str | None = None
+    replacement: str  # the VM that took its rank
+    instance_id: str | None = None  # the replacement's Compute Engine id
+    at: datetime  # when the replacement was inserted
+
+
 class AttemptRecord(_Doc):
     """One VM's part in a job: where it ran and how it ended."""
 
@@ -51,6 +63,8 @@ class AttemptRecord(_Doc):
     on_demand_price_per_hour: float = 0.0  # what the same VM costs on demand
     nodes: int = 1  # VMs in the attempt, each at price_per_hour
     node_names: list[str] = Field(default_factory=list)  # a gang's VMs, by rank
+    node_ids: list[str] = Field(default_factory=list)  # their Compute Engine ids ("": unknown)
+    replaced_nodes: list[ReplacedNode] = Field(default_factory=list)  # in the order replaced
     cost_usd: float = 0.0  # up to ended_at, or up to the last sweep while it runs
     on_demand_cost_usd: float = 0.0
 

@@ -281,6 +281,7 @@ def vm_recorded(
         logs_query=logs_query(node_ids or [instance_id or ""], job.job_id, job.attempt),
         nodes=len(nodes or [instance]),
         node_names=list(nodes or []),
+        node_ids=list(node_ids or []),
     )
     kept = [r for r in job.attempts if r.attempt != job.attempt]
     return job.model_copy(

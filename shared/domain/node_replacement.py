@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from spotline.shared.domain import failure_policy, gang_resize, lifecycle
-from spotline.shared.domain.documents import JobDoc, NodeReplacement
+from spotline.shared.domain.documents import AttemptRecord, JobDoc, NodeReplacement, ReplacedNode
 from spotline.shared.domain.liveness import NOTICE_MARGIN_S, PREEMPTION_NOTICE_S
 from spotline.shared.domain.placement import replacement_name
 from spotline.shared.domain.spec import REPLACEABLE_FRAMEWORKS
@@ -121,6 +121,56 @@ def lost(
     )
 
 
+def placed(job: JobDoc, name: str, instance_id: str | None, now: datetime) -> JobDoc:
+    """The replacement VM ``name`` exists (``instance_id``: Compute Engine's id): the
+    attempt's record names it beside the lost node, and its log query finds
+    every VM the attempt ran on, the lost one and the replacement included.
+    Unchanged unless a replacement is under way, or when it is recorded already."""
+    replacing = job.replacing
+    if replacing is None or replacing.replacement != name:
+        return job
+    records = [
+        _with_replacement(r, job.job_id, replacing, instance_id, now)
+        if r.attempt == job.attempt
+        else r
+        for r in job.attempts
+    ]
+    return job.model_copy(update={"attempts": records})
+
+
+def _with_replacement(
+    record: AttemptRecord,
+    job_id: str,
+    replacing: NodeReplacement,
+    instance_id: str | None,
+    now: datetime,
+) -> AttemptRecord:
+    if any(r.replacement == replacing.replacement for r in record.replaced_nodes):
+        return record
+    ids = list(record.node_ids)
+    rank = replacing.rank
+    lost_id = ids[rank] if rank < len(ids) else None
+    if rank < len(ids):
+        ids[rank] = instance_id or ""
+    swapped = ReplacedNode(
+        rank=rank,
+        lost=replacing.lost,
+        lost_instance_id=lost_id or None,
+        replacement=replacing.replacement,
+        instance_id=instance_id or None,
+        at=now,
+    )
+    replaced = [*record.replaced_nodes, swapped]
+    # Every VM of the attempt, those replaced too: their logs are the attempt's.
+    # A record without its nodes' ids (made before they were kept) is found
+    # by the job and attempt labels alone.
+    every = [*ids, *(r.lost_instance_id or "" for r in replaced)]
+    query = lifecycle.logs_query(every if ids else [""], job_id, record.attempt)
+    return record.model_copy(
+        update={"node_ids": ids, "replaced_nodes": replaced, "logs_query": query}
+    )
+
+
 def stopped(
     job: JobDoc,
     instance: str,
@@ -132,19 +182,31 @@ def stopped(
     """A node of the gang stopped with it (another node's notice, or the
     request to grow back), its save (the head's) complete: the step is kept
     on the attempt, and the node on ``gang_stops`` while it is one of the
-    current attempt's. Once an elastic gang shrank, only a stop of the
-    smaller gang (its ``generation``) counts: an earlier one is no save of it."""
+    current attempt's, for the loss at hand (``generation``: the gang's when
+    the node stopped; None: not said). A late copy of a stop for an earlier
+    loss is no save for this one; once an elastic gang shrank, only a stop of
+    the smaller gang (its generation) counts."""
     if step is not None:
         job = lifecycle.saved_state(job, attempt, step, checkpoint_uri)
     if attempt != job.attempt or instance not in job.nodes or instance in job.gang_stops:
         return job
     replacing = job.replacing
-    if replacing is not None and replacing.shrunk and generation != job.gang_generation:
-        return job
+    if replacing is not None and replacing.shrunk:
+        if generation != job.gang_generation:
+            return job
+    elif generation is not None and generation < _stopping_generation(job):
+        return job  # a late copy of its stop for a loss the gang regrouped after
     update: dict[str, object] = {"gang_stops": [*job.gang_stops, instance]}
     if replacing is not None and instance == gang_resize.head(job):
         update["replacing"] = replacing.model_copy(update={"saved": True})
     return job.model_copy(update=update)
+
+
+def _stopping_generation(job: JobDoc) -> int:
+    """The generation a node runs in when it stops for the loss at hand: the
+    one before the loss's replacement while replacing, else the gang's own
+    (a stop heard before the loss it is for)."""
+    return job.gang_generation - 1 if job.replacing is not None else job.gang_generation
 
 
 def lost_node_saved(job: JobDoc, instance: str, attempt: int) -> JobDoc:

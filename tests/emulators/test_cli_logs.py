@@ -20,9 +20,12 @@ from spotline.infra.cli.logs import follow
 from spotline.infra.client.log_sources import CloudSource
 from spotline.infra.localcloud.wire import HttpService
 from spotline.shared.adapters.firestore_store import FirestoreStore
-from spotline.shared.domain.documents import AttemptRecord
-from spotline.shared.domain.lifecycle import logs_query
+from spotline.shared.domain import node_replacement
+from spotline.shared.domain.documents import AttemptRecord, JobDoc
+from spotline.shared.domain.lifecycle import logs_query, new_job, vm_recorded
+from spotline.shared.domain.spec import JobSpec
 from spotline.shared.domain.states import JobStatus, JobSubstatus
+from spotline.shared.domain.transitions import move_job
 from tests.documents import job
 from tests.logging_double import LoggingDouble, an_entry
 
@@ -95,6 +98,41 @@ def test_a_gangs_logs_come_from_every_node(
     [*_, last] = logging_api.requests_to("POST", "/entries:list")
     assert 'resource.labels.instance_id=("100" OR "101")' in last.body["filter"]
     assert last.body["filter"].endswith("AND jsonPayload.node=1")
+
+
+def replaced_gang() -> JobDoc:
+    """A gang of 2 whose node 1 (id 101) was replaced by a VM of id 201."""
+    spec = JobSpec(
+        user="alice", machine_ids=["g2-standard-4"], trainer="digits_mlp", epochs=2, nodes=2
+    )
+    gang = new_job(spec, "gang", "m1", STARTED)
+    gang = vm_recorded(
+        gang, "sl-gang-a1-n0", "us-central1-a", "g2-standard-4", STARTED, 0.3, 1.0, "100",
+        nodes=["sl-gang-a1-n0", "sl-gang-a1-n1"], node_ids=["100", "101"],
+    )  # fmt: skip
+    gang = move_job(gang, JobSubstatus.TRAINING, STARTED)
+    gang = node_replacement.lost(
+        gang, "sl-gang-a1-n1", 1, JobSubstatus.PREEMPTED, STARTED, "preempted"
+    )
+    return node_replacement.placed(gang, "sl-gang-a1-n1-g1", "201", STARTED)
+
+
+def test_a_replaced_nodes_logs_are_the_lost_vms_then_the_replacements(
+    project: str, logging_api: LoggingDouble, capsys: pytest.CaptureFixture[str]
+) -> None:
+    logging_api.entries += [
+        an_entry("gang", 1, at(1), "rank 1 epoch 1", instance_id="101", node=1),
+        an_entry("gang", 1, at(5), "rank 1 restored", instance_id="201", node=1),
+    ]
+    FirestoreStore(project).create_job(replaced_gang())
+    assert cli(["logs", "gang", "--node", "1"]) == 0
+    assert capsys.readouterr().out.splitlines()[1:] == [
+        "[node 1] rank 1 epoch 1",
+        "[node 1] rank 1 restored",
+    ]
+    assert cli(["status", "gang"]) == 0
+    shown = capsys.readouterr().out
+    assert "node 1 sl-gang-a1-n1 replaced by sl-gang-a1-n1-g1 (instance id 201)" in shown
 
 
 def test_follow_prints_each_line_once_into_the_next_attempt_until_the_job_ends(

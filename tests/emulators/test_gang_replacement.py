@@ -308,3 +308,48 @@ def test_a_lost_node_zero_reported_by_the_log_sink_regroups_once_its_agent_saved
     )
     assert json.loads(metadata(host, N1)[REGROUP_METADATA_KEY])["nodes"] == [R0, N1]
     assert names(host) == [R0, N1]  # the agent's report let the kept VM go
+
+
+def test_the_attempt_record_names_the_replacement_and_finds_its_logs(
+    call: Callable[..., Any], host: LocalCloud, project: str
+) -> None:
+    training_gang(call)
+    ids = {name: str(host.get(name)["id"]) for name in (N0, N1)}  # type: ignore[index]
+    preempt(call, N1, step=40)
+    made = str(host.get(R1)["id"])  # type: ignore[index]
+    [record] = job_of(project).attempts
+    assert record.node_names == [N0, R1] and record.node_ids == [ids[N0], made]
+    [swap] = record.replaced_nodes
+    assert (swap.rank, swap.lost, swap.lost_instance_id) == (1, N1, ids[N1])
+    assert (swap.replacement, swap.instance_id) == (R1, made)
+    for instance_id in (*ids.values(), made):
+        assert f'"{instance_id}"' in (record.logs_query or "")
+
+
+def test_a_late_copy_of_node_zeros_first_stop_does_not_open_the_second_regroup(
+    call: Callable[..., Any], host: LocalCloud, project: str
+) -> None:
+    """Node 0's stop for the first loss is delivered again after the gang
+    regrouped; then the replacement is lost too. The second replacement's
+    gate stays shut until node 0's save at the second stop: opened on the
+    late copy, it would restore the first stop's older save while node 0 is
+    still writing the new one."""
+    training_gang(call)
+    preempt(call, N1, step=40)
+    stop = node(SpotPreempted, N0, step=40, gang_stop=True, generation=0)
+    assert call("on_spot_preempted", "spot_preempted", stop, message_id="g0").status_code == 200
+    boot(call, R1)
+    assert job_of(project).substatus == JobSubstatus.TRAINING
+    # Pub/Sub delivers the same message again, long after.
+    assert call("on_spot_preempted", "spot_preempted", stop, message_id="g0").status_code == 200
+    preempt(call, R1, step=90, mid="p2")
+    r2 = "sl-job1-a1-n1-g2"
+    boot(call, r2, mid="b2")
+    job = job_of(project)
+    assert (job.substatus, job.nodes) == (JobSubstatus.REPLACING_NODE, [N0, r2])
+    assert metadata(host, r2)[RESTORE_METADATA_KEY] == "wait"
+    second = node(SpotPreempted, N0, step=90, gang_stop=True, generation=1)
+    assert call("on_spot_preempted", "spot_preempted", second, message_id="g1").status_code == 200
+    assert job_of(project).substatus == JobSubstatus.TRAINING
+    assert metadata(host, r2)[RESTORE_METADATA_KEY] == "go"
+    assert json.loads(metadata(host, N0)[REGROUP_METADATA_KEY])["generation"] == 2

@@ -19,9 +19,10 @@ from typing import Any
 
 import pytest
 
+from spotline.shared.domain.liveness import NOTICE_MARGIN_S, PREEMPTION_NOTICE_S
 from spotline.shared.domain.states import InstanceStatus
 from tests.faults import Fault, FaultyCompute, FaultyStore
-from tests.replay import Crash, Plan, Published, World
+from tests.replay import REPLACE_BOUND_S, Crash, Plan, Published, World
 from tests.replay_checks import problems
 
 # Past request_timeout_s (120 s), short of the stall and boot timeouts.
@@ -142,11 +143,89 @@ GANGS = [
     Target("gang/on_job_finished/completed", gang(), first("job_finished", b'"exit_code":0')),
     Target("gang/cancel_job", gang(cancel_epoch=1), first("cancel")),
 ]
+
+
+def replacing(nodes: int = 2, lost_node: int = 1, report: str = "agent", **fields: Any) -> Plan:
+    """A gang that replaces its node of rank ``lost_node``, lost in epoch 2."""
+    return plan(
+        nodes=nodes,
+        lost_node=lost_node,
+        replace=True,
+        losses={1: (2, report)},
+        **{"epochs": 3, **fields},
+    )
+
+
+def while_replacing(topic: str, booted: bool) -> Callable[[World, Published], bool]:
+    """The first message of ``topic`` while the job replaces a node whose
+    replacement has (or has not) booted: past the bound when it has not (the
+    reaper relaunches the gang whole), else once the lost node 0's notice is
+    over (the replacement's heartbeat regroups the gang)."""
+
+    def when(world: World, message: Published) -> bool:
+        job = world.memory.get_job("c")
+        replacing = job.replacing if job is not None else None
+        if message.topic != topic or replacing is None or replacing.booted != booted:
+            return False
+        if booted and replacing.replacement.encode() not in message.data:
+            return False
+        waited = (world.now - replacing.since).total_seconds()
+        return waited >= (PREEMPTION_NOTICE_S + NOTICE_MARGIN_S if booted else REPLACE_BOUND_S)
+
+    return when
+
+
+# A gang replacing one lost node within its attempt: a crash at every side
+# effect of the replacement (the loss written, the lost instance CLOSING, the
+# replacement's slot, its insert, its record, its instance, the lost VM's
+# delete, each node's regroup metadata, the job back to TRAINING), then the
+# redelivery and the reaper's sweeps: one replacement VM ever inserted, every
+# node told the same generation, and the end the uncrashed run has.
+REPLACEMENTS = [
+    Target(
+        "replace/on_spot_preempted/worker-by-its-agent",
+        replacing(),
+        first("spot_preempted", b'"gang_stop":false'),
+    ),
+    Target(
+        "replace/on_spot_preempted/node-0-of-3-by-its-agent",
+        replacing(nodes=3, lost_node=0),
+        first("spot_preempted", b'"gang_stop":false'),
+    ),
+    Target(
+        "replace/on_spot_preempted/worker-of-3-by-the-log-sink",
+        replacing(nodes=3, report="log-sink"),
+        first("spot_preempted"),
+    ),
+    Target(
+        "replace/on_spot_preempted/node-0s-gang-stop",
+        replacing(),
+        first("spot_preempted", b'"gang_stop":true'),
+    ),
+    Target("replace/on_vm_booted/the-replacement", replacing(nodes=3), first("vm_booted", b'-g1"')),
+    Target(
+        "replace/on_epoch_done/regroup-after-node-0s-notice",
+        replacing(lost_node=0, report="log-sink"),
+        while_replacing("epoch_done", booted=True),
+    ),
+    Target(
+        "replace/reaper/relaunch-past-the-bound",
+        replacing(replacement_boots=False),
+        while_replacing("reaper_tick", booted=False),
+    ),
+    Target("replace/cancel_job/while-replacing", replacing(cancel_replacing=True), first("cancel")),
+    Target(
+        "replace/on_job_finished/the-regrouped-gang-ends",
+        replacing(),
+        first("job_finished", b'"exit_code":0'),
+    ),
+]
 PARAMS = [
     *TARGETS,
     *LATE_FINISH,
     Target("reaper/missed-preemption", plan(losses={1: (2, "silent")}), tick_after_loss),
     *GANGS,
+    *REPLACEMENTS,
 ]
 # Every EVERY-th crash point (each mode at its own offset); 1 in ``make soak-replay``.
 EVERY = int(os.environ.get("SPOTLINE_CRASH_EVERY", "3"))

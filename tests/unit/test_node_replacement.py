@@ -204,3 +204,73 @@ def test_the_survivors_wait_is_a_phase_of_its_own() -> None:
     totals = timeline(job.history, now=at(100)).totals()
     assert totals[Phase.WAITING_FOR_NODE] == 60.0
     assert job.phase_seconds["waiting_for_node"] == 60.0
+
+
+def test_the_attempt_record_names_the_replacement_and_its_logs_query_finds_it() -> None:
+    names = [N0, N1]
+    job = new_job(training_gang().spec, "job1", "m1", T0)
+    job = vm_recorded(
+        job, N0, "us-central1-a", "g2-standard-4", at(1), 0.3, 1.0, "100",
+        nodes=names, node_ids=["100", "101"],
+    )  # fmt: skip
+    job = lose(move_job(job, S.TRAINING, at(2)), N1)
+    placed = node_replacement.placed(job, R1, "201", at(11))
+    assert node_replacement.placed(placed, R1, "201", at(12)) == placed  # recorded once
+    [record] = placed.attempts
+    assert record.node_names == [N0, R1] and record.node_ids == ["100", "201"]
+    [swap] = record.replaced_nodes
+    assert (swap.rank, swap.lost, swap.lost_instance_id) == (1, N1, "101")
+    assert (swap.replacement, swap.instance_id, swap.at) == (R1, "201", at(11))
+    # The lost node's lines and the replacement's: both the attempt's.
+    query = record.logs_query or ""
+    assert all(f'"{i}"' in query for i in ("100", "101", "201")), query
+    assert 'jsonPayload.job_id="job1" AND jsonPayload.attempt=1' in query
+    # The replacement joins, then is lost too: its own replacement is named as well.
+    joined = regroup(
+        node_replacement.booted(node_replacement.stopped(placed, N0, 1, 40, None), R1, 1), at(20)
+    )
+    again = node_replacement.placed(lose(joined, R1, 30), "sl-job1-a1-n1-g2", "301", at(31))
+    [record] = again.attempts
+    assert [(s.lost, s.lost_instance_id, s.instance_id) for s in record.replaced_nodes] == [
+        (N1, "101", "201"),
+        (R1, "201", "301"),
+    ]
+    assert all(f'"{i}"' in (record.logs_query or "") for i in ("100", "101", "201", "301"))
+
+
+def test_a_replacement_of_a_record_without_node_ids_is_found_by_its_labels() -> None:
+    placed = node_replacement.placed(lose(training_gang(), N1), R1, "201", at(11))
+    [record] = placed.attempts
+    assert record.replaced_nodes[0].instance_id == "201"
+    assert "instance_id" not in (record.logs_query or "")
+    assert 'jsonPayload.job_id="job1" AND jsonPayload.attempt=1' in (record.logs_query or "")
+
+
+def test_a_late_copy_of_node_zeros_last_stop_does_not_count_as_its_next_save() -> None:
+    """Node 0's stop for the first loss comes again after the gang regrouped
+    (Pub/Sub redelivers late); then the replacement is lost too. The second
+    regroup must wait for node 0's save at the second stop: a copy of the
+    first one is not it (the new replacement would restore the older save)."""
+    job = node_replacement.stopped(lose(training_gang(), N1, step=40), N0, 1, 40, None)
+    job = regroup(node_replacement.booted(job, R1, 1), at(12))
+    assert job.substatus == S.TRAINING
+    job = node_replacement.stopped(job, N0, 1, 40, None, generation=0)  # the late copy
+    job = lose(job, R1, seconds=60)
+    assert job.replacing is not None and not job.replacing.saved
+    job = node_replacement.booted(job, "sl-job1-a1-n1-g2", 1)
+    assert not node_replacement.ready(job, at(61))
+    job = node_replacement.stopped(job, N0, 1, 90, None, generation=1)  # node 0's new save
+    assert node_replacement.ready(job, at(62))
+
+
+def test_node_zeros_stop_before_the_loss_it_is_for_still_counts() -> None:
+    """Generation by generation: node 0's stop for the second loss, heard
+    before that loss (its generation is the gang's), is that loss's save."""
+    job = node_replacement.stopped(lose(training_gang(), N1), N0, 1, 40, None, generation=0)
+    job = regroup(node_replacement.booted(job, R1, 1), at(12))
+    job = node_replacement.stopped(job, N0, 1, 90, None, generation=1)
+    job = lose(job, R1, seconds=60)
+    assert job.replacing is not None and job.replacing.saved
+    # A stop of an agent that does not say its generation counts, as before.
+    job = node_replacement.stopped(lose(training_gang(), N1), N0, 1, 40, None)
+    assert job.replacing is not None and job.replacing.saved
