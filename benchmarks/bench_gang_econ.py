@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         default="L4:4:1",
         help='cells run through the handlers too, GPU:NODES:RATE, comma-separated ("": none)',
     )
-    parser.add_argument("--handler-seeds", type=int, default=3, help="seeded traces per cell")
+    parser.add_argument("--handler-seeds", type=int, default=2, help="seeded traces per cell")
     args = parser.parse_args(argv)
     unknown = set(args.gpus.split(",")) - set(MACHINES)
     if unknown:
