@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.econ.model import Job, Params
+from benchmarks.econ.model import Job, Outcome, Params
 from benchmarks.econ.spotline_run import SpotlineRun
 from benchmarks.econ.traces import Preemption, Trace
 from spotline.shared.domain.states import JobStatus, JobSubstatus
@@ -18,10 +18,9 @@ from tests.unit.test_econ import GANG, HIT_S, PARAMS
 ORIGINAL = {f"sl-econ-a1-n{rank}" for rank in range(GANG.nodes)}
 
 
-def replaced(trace: Trace, params: Params = PARAMS) -> SpotlineRun:
+def replaced(trace: Trace, params: Params = PARAMS) -> tuple[SpotlineRun, Outcome]:
     run = SpotlineRun(GANG, trace, params, replace_one=True)
-    run.run()
-    return run
+    return run, run.run()
 
 
 def inserted(run: SpotlineRun) -> set[str]:
@@ -39,8 +38,7 @@ def test_a_worker_lost_is_replaced_alone_and_the_gang_restarts_from_the_save() -
     VM for rank 2 at once; it boots, reports, the functions regroup the gang
     (node 0's save came at HIT + 10 s), and every rank restarts from 810 s."""
     p = PARAMS
-    run = replaced(Trace("node 2", (Preemption(HIT_S / 3600, 2),)))
-    outcome = run._outcome(run.now_s)
+    run, outcome = replaced(Trace("node 2", (Preemption(HIT_S / 3600, 2),)))
     job = run.store.get_job("econ")
     assert job is not None and job.status == JobStatus.COMPLETED
     assert job.attempt == 1 and outcome.preemptions == 1 and outcome.finished
@@ -59,13 +57,13 @@ def test_a_worker_lost_is_replaced_alone_and_the_gang_restarts_from_the_save() -
 
 def test_node_0_lost_is_replaced_once_its_own_save_is_reported() -> None:
     p = PARAMS
-    run = replaced(Trace("node 0", (Preemption(HIT_S / 3600, 0),)))
+    run, outcome = replaced(Trace("node 0", (Preemption(HIT_S / 3600, 0),)))
     job = run.store.get_job("econ")
     assert job is not None and job.status == JobStatus.COMPLETED and job.attempt == 1
     assert inserted(run) == ORIGINAL | {"sl-econ-a1-n0-g1"}
     reported = HIT_S + p.checkpoint_s + p.deliver_s  # its agent reports after the save
     makespan = reported + p.boot_s + p.deliver_s + p.restart_s + GANG.work_s - 810 + p.deliver_s
-    assert run._outcome(run.now_s).makespan_s == pytest.approx(makespan)
+    assert outcome.makespan_s == pytest.approx(makespan)
 
 
 def test_every_loss_is_one_insert_and_a_second_loss_while_replacing_relaunches_whole() -> None:
@@ -74,7 +72,7 @@ def test_every_loss_is_one_insert_and_a_second_loss_while_replacing_relaunches_w
     2), which the survivors leave with; later losses are replaced again."""
     hits = ((HIT_S, 2), (HIT_S + 30, 3), (HIT_S + 1800, 1))
     trace = Trace("three", tuple(Preemption(t / 3600, node) for t, node in hits))
-    run = replaced(trace)
+    run, _ = replaced(trace)
     job = run.store.get_job("econ")
     assert job is not None and job.status == JobStatus.COMPLETED
     assert job.attempt == 2 and run.preemptions == 3
