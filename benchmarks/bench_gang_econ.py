@@ -1,15 +1,21 @@
 """Multi-node Spot economics: how a gang is recovered, with Google's latencies.
 
-Full relaunch (spotline today), relaunch waiting for the old nodes' deletes
-(spotline before), replace-one and elastic (MODELS of strategies spotline
-does not have yet), and a SkyPilot-like poller with 60 s, 10 min and 30 min
-periodic checkpoints, on the same seeded Poisson traces and boot draws, for
-2-, 4- and 8-node gangs of T4 and L4 VMs at 0.5, 1 and 2 preemptions per
-VM-hour (``benchmarks.econ.gang_model``). Prints cost against on demand and
-makespan, then the goals for a 4-node gang at 1 preemption per VM-hour.
+Full relaunch, relaunch waiting for the old nodes' deletes (spotline
+before), replace-one (spotline, for pytorch and command gangs), elastic (a
+MODEL of a strategy spotline does not have yet), and a SkyPilot-like poller
+with 60 s, 10 min and 30 min periodic checkpoints, on the same seeded Poisson
+traces and boot draws, for 2-, 4- and 8-node gangs of T4 and L4 VMs at 0.5, 1
+and 2 preemptions per VM-hour (``benchmarks.econ.gang_model``). Prints cost
+against on demand and makespan, then the goals for a 4-node gang at 1
+preemption per VM-hour.
 
-    python benchmarks/bench_gang_econ.py                 # BENCHMARKS.md's table
-    python benchmarks/bench_gang_econ.py --nodes 4 --rates 1 --seeds 50
+Then relaunch and replace-one of the ``--handlers`` cells through spotline's
+real handlers, beside the model's figures for the same traces and boot
+draws (``benchmarks.econ.gang_handlers``), with the goals by the handlers'
+figures and the wall time they took.
+
+    python benchmarks/bench_gang_econ.py                 # BENCHMARKS.md's tables
+    python benchmarks/bench_gang_econ.py --nodes 4 --rates 1 --seeds 50 --handlers ""
 """
 
 from __future__ import annotations
@@ -17,12 +23,13 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.econ import gang_model, traces
+from benchmarks.econ import gang_handlers, gang_model, traces
 from benchmarks.econ.gang_model import Latencies
 from benchmarks.econ.model import Job
 
@@ -100,23 +107,27 @@ def markdown(cells: list[Cell]) -> str:
 
 def goals(cells: list[Cell]) -> list[str]:
     """The goals for a 4-node gang at 1 preemption/VM-hour, met or not, per strategy."""
-    verdicts = []
-    for c in cells:
-        if c.nodes != 4 or c.rate != 1.0:
-            continue
-        if c.gpu == "T4":
-            cost_goal, met = f">= {GOAL_T4_SAVINGS:g} %", c.savings >= GOAL_T4_SAVINGS
-        else:
-            floor = spot_discount("L4") - GOAL_L4_POINTS
-            cost_goal, met = f">= {floor:.1f} % (Spot discount - 2 points)", c.savings >= floor
-        line = f"{c.gpu} {c.strategy}: {c.savings:.1f} % cheaper ({_met(met)}: {cost_goal})"
-        bound = GOAL_MAKESPAN.get(c.strategy)
-        if bound is not None:
-            line += f", makespan {c.makespan:+.1f} % ({_met(c.makespan <= bound)}: <= +{bound:g} %)"
-        else:
-            line += f", makespan {c.makespan:+.1f} %"
-        verdicts.append(line)
-    return verdicts
+    return [
+        verdict(c.gpu, c.strategy, c.savings, c.makespan)
+        for c in cells
+        if c.nodes == 4 and c.rate == 1.0
+    ]
+
+
+def verdict(gpu: str, strategy: str, savings: float, makespan: float) -> str:
+    """The goals for one strategy of a 4-node gang at 1 preemption/VM-hour:
+    T4 at least 60 % cheaper (L4 within 2 points of its Spot discount), and
+    the makespan bound of replace-one and elastic."""
+    if gpu == "T4":
+        cost_goal, met = f">= {GOAL_T4_SAVINGS:g} %", savings >= GOAL_T4_SAVINGS
+    else:
+        floor = spot_discount("L4") - GOAL_L4_POINTS
+        cost_goal, met = f">= {floor:.1f} % (Spot discount - 2 points)", savings >= floor
+    line = f"{gpu} {strategy}: {savings:.1f} % cheaper ({_met(met)}: {cost_goal})"
+    bound = GOAL_MAKESPAN.get(strategy)
+    if bound is not None:
+        return line + f", makespan {makespan:+.1f} % ({_met(makespan <= bound)}: <= +{bound:g} %)"
+    return line + f", makespan {makespan:+.1f} %"
 
 
 def _met(met: bool) -> str:
@@ -130,10 +141,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rates", default="0.5,1,2", help="preemptions per VM-hour")
     parser.add_argument("--hours", type=float, default=24.0, help="the job's work, whole gang")
     parser.add_argument("--seeds", type=int, default=20, help="seeded traces per cell")
+    parser.add_argument(
+        "--handlers",
+        default="L4:4:1",
+        help='cells run through the handlers too, GPU:NODES:RATE, comma-separated ("": none)',
+    )
+    parser.add_argument("--handler-seeds", type=int, default=2, help="seeded traces per cell")
     args = parser.parse_args(argv)
     unknown = set(args.gpus.split(",")) - set(MACHINES)
     if unknown:
         parser.error(f"--gpus: unknown {', '.join(sorted(unknown))} (one of {', '.join(MACHINES)})")
+    try:
+        handled = [handler_cell(text) for text in args.handlers.split(",") if text]
+    except ValueError as err:
+        parser.error(f"--handlers: {err}")
     lat = Latencies()
     cells: list[Cell] = []
     for gpu in args.gpus.split(","):
@@ -149,7 +170,41 @@ def main(argv: list[str] | None = None) -> int:
     print("\nlatencies (seconds) and where each comes from:")
     for name, source in gang_model.SOURCES.items():
         print(f"  {name} = {getattr(lat, name):g}: {source}")
+    if handled:
+        print_handled(handled, args.hours, args.handler_seeds, lat)
     return 0
+
+
+def handler_cell(text: str) -> tuple[str, int, float]:
+    """GPU:NODES:RATE, e.g. L4:4:1. Raises ValueError naming what is wrong."""
+    parts = text.split(":")
+    if len(parts) != 3 or parts[0] not in MACHINES:
+        raise ValueError(f"{text!r} is not GPU:NODES:RATE with GPU one of {', '.join(MACHINES)}")
+    try:
+        nodes, rate = int(parts[1]), float(parts[2])
+    except ValueError:
+        raise ValueError(f"{text!r}: NODES is a whole number, RATE a number") from None
+    if nodes < 2 or rate < 0:
+        raise ValueError(f"{text!r}: a gang has NODES >= 2, and RATE >= 0")
+    return parts[0], nodes, rate
+
+
+def print_handled(
+    cells: list[tuple[str, int, float]], hours: float, seeds: int, lat: Latencies
+) -> None:
+    """Relaunch and replace-one through the handlers, beside the model."""
+    began = time.monotonic()
+    rows: list[gang_handlers.Agreement] = []
+    for gpu, nodes, rate in cells:
+        rows += gang_handlers.compare(gpu, MACHINES[gpu], nodes, rate, hours, seeds, lat)
+    same = f"same traces and boot draws, {seeds} seeds"
+    print(f"\nthrough spotline's handlers, beside the model ({same}):\n")
+    print(gang_handlers.markdown(rows))
+    print("\ngoals by the handlers' figures:")
+    for r in rows:
+        if r.nodes == 4 and r.rate == 1.0:
+            print(f"  {verdict(r.gpu, r.strategy, r.savings, r.makespan)}")
+    print(f"\n{len(rows)} rows through the handlers in {time.monotonic() - began:.0f} s")
 
 
 if __name__ == "__main__":

@@ -1,12 +1,22 @@
 """The VMs' agents and trainers of a simulated run, modelled (``model.Params``).
 
-A VM boots for ``boot_s``, then trains; on a preemption the trainer
+A VM boots for ``boot_s`` (or a drawn time), then trains; on a preemption the trainer
 checkpoints (the step in progress is lost) and the agent reports. On a gang's
 other nodes the ranks agree on the step to stop at, in the step's collective
 (``vm_image/trainers/digits_mlp.py``): the noticed node's agent reports, with
 no step, once its ranks have stopped; rank 0 saves that step on node 0, whose
-agent reports the gang's stop (``gang_stop``) once it is written. Before its
-boot only the preemption log sink reports it.
+agent reports the gang's stop (``gang_stop``) once it is written, and every
+other survivor reports its stop too. Before its boot (or while its ranks are
+not running) only the preemption log sink reports it.
+
+When the job lets a lost node be replaced (``replace_node_timeout_s`` > 0),
+the survivors then wait, as the real agent does (``vm_image/agent/regroup.py``):
+once the functions write the ``spotline-regroup`` metadata on the local cloud
+(seen at once: the real agent's read hangs on it), every node restarts its
+ranks from the save, ``restart_s`` later. A replacement VM boots,
+reports its boot, and waits behind its restore gate for the same
+regroup. If the functions relaunch the gang whole instead, the survivors go
+with their attempt (the functions delete them).
 """
 
 from __future__ import annotations
@@ -24,13 +34,14 @@ from benchmarks.econ.cloud_time import TimedCompute
 from benchmarks.econ.model import Job, Params
 from benchmarks.econ.wire import log_entry
 from spotline.infra.localcloud.cloud import LocalCloud
-from spotline.shared.contract.assignment import Assignment
+from spotline.shared.contract.assignment import Assignment, Regroup
 from spotline.shared.contract.events import Heartbeat, JobFinished, SpotPreempted, VmBooted
 from spotline.shared.domain.states import JobSubstatus
 from spotline.shared.domain.vms import (
     EVENT_TOKEN_METADATA_KEY,
     JOB_METADATA_KEY,
     MANAGED_LABEL,
+    REGROUP_METADATA_KEY,
     RESTORE_GO,
     RESTORE_METADATA_KEY,
     RESTORE_UNTIL,
@@ -39,6 +50,9 @@ from spotline.shared.domain.vms import (
 
 JOB_ID = "econ"
 GATE_POLL_S = 1.0
+# The real agent's wait for a regroup beyond the job's bound
+# (``vm_image/agent/regroup.py`` REGROUP_MARGIN_S).
+REGROUP_MARGIN_S = 90.0
 
 
 @dataclass
@@ -56,12 +70,38 @@ class Vm:
 
 @dataclass
 class Attempt:
+    """One attempt's gang, as its agents see it.
+
+    Attributes:
+        vms: the VM of each rank now (a replacement takes its lost node's place).
+        train_start: when its ranks last started training (None: not yet).
+        lost: let go: its VMs are going (or it finished).
+        stop: its last stop.
+        stopped_s: when its ranks stopped with a node's loss, to wait for a
+            regroup (None: not waiting).
+        hung: its ranks restarted with a node whose agent had stopped (taken
+            in its wait, before the functions heard of it): they wait in the
+            rendezvous for a node that never comes, and no longer for a
+            regroup, until the functions let the attempt go.
+        generation: the regroup its ranks run at.
+        runs: counts its ranks' starts and stops: a finish planned before is void.
+    """
+
     number: int
     started: float  # seconds since submission
     vms: list[Vm]
     train_start: float | None = None
     lost: bool = False
-    stop: Stop | None = None  # how it was lost
+    stop: Stop | None = None
+    stopped_s: float | None = None
+    generation: int = 0
+    runs: int = 0
+    hung: bool = False
+
+    @property
+    def training(self) -> bool:
+        running = self.train_start is not None and self.stopped_s is None
+        return running and not self.lost and not self.hung
 
 
 class ModelledAgents:
@@ -73,8 +113,13 @@ class ModelledAgents:
     cloud: LocalCloud
     compute: TimedCompute
     attempts: dict[int, Attempt]
+    known: dict[str, Vm]  # every VM of the run, by name
     saved_s: float  # training progress in the newest checkpoint
     preemptions: int
+    replacements: int  # VMs inserted for a lost node, within its attempt
+    stops: list[Stop]
+    regroup_wait_s: float  # the job's replace_node_timeout_s (0: a gang never waits)
+    boots: Callable[[int], list[float]]  # insert -> training of so many VMs
     now_s: float
 
     def _at(self, at: float, action: Callable[[], None]) -> None:
@@ -90,24 +135,97 @@ class ModelledAgents:
         raise NotImplementedError
 
     def _wake_agents(self) -> None:
-        """An agent for each VM of an attempt not seen before."""
+        """An agent for each VM not seen before: a new attempt's gang, or a
+        lost node's replacement in its attempt. A new attempt lets the
+        earlier ones go (their VMs are being deleted)."""
         fresh: dict[int, list[Vm]] = {}
         for vm in self.cloud.list({MANAGED_LABEL: "true"}):
-            if vm["state"] != "RUNNING":
+            if vm["state"] != "RUNNING" or vm["name"] in self.known:
                 continue
             assignment = Assignment.model_validate_json(vm["metadata"][JOB_METADATA_KEY])
-            if assignment.attempt in self.attempts:
-                continue
             rank = assignment.nodes.index(vm["name"]) if assignment.nodes else 0
             token = str(vm["metadata"].get(EVENT_TOKEN_METADATA_KEY, ""))
-            fresh.setdefault(assignment.attempt, []).append(
-                Vm(vm["name"], vm["zone"], str(vm["id"]), rank, token)
-            )
-        for number, vms in fresh.items():
+            found = Vm(vm["name"], vm["zone"], str(vm["id"]), rank, token)
+            self.known[found.name] = found
+            fresh.setdefault(assignment.attempt, []).append(found)
+        for number, vms in sorted(fresh.items()):
+            attempt = self.attempts.get(number)
+            if attempt is not None:
+                for replacement in vms:
+                    self._replaced(attempt, replacement)
+                continue
+            for earlier in self.attempts.values():
+                earlier.lost = True
             started = min(self.compute.billing.born.get(v.name, self._local_s()) for v in vms)
             attempt = Attempt(number, started, sorted(vms, key=lambda v: v.rank))
             self.attempts[number] = attempt
-            self._at(started + self.params.boot_s, functools.partial(self._boot, attempt))
+            # The ranks start together: the gang waits for its slowest node.
+            up = started + max(self.boots(len(vms)))
+            self._at(up, functools.partial(self._boot, attempt))
+
+    def _replaced(self, attempt: Attempt, vm: Vm) -> None:
+        """A VM inserted for a lost node of ``attempt``: it boots, reports,
+        and waits for the gang's regroup (its restore gate)."""
+        self.replacements += 1
+        attempt.vms[vm.rank] = vm
+        born = self.compute.billing.born.get(vm.name, self._local_s())
+        up = born + self.boots(1)[0]
+        self._at(up, functools.partial(self._boot_replacement, attempt, vm))
+
+    def _boot_replacement(self, attempt: Attempt, vm: Vm) -> None:
+        found = self.cloud.get(vm.name, vm.zone)
+        if attempt.lost or vm.noticed_s is not None or found is None:
+            return
+        if found["state"] != "RUNNING":
+            return
+        vm.booted = True
+        common = self._common(attempt, vm)
+        self._publish("vm_booted", VmBooted(**common, zone=vm.zone, instance_id=vm.instance_id))
+
+    def _regroups(self) -> None:
+        """Survivors waiting for a regroup restart their ranks once the
+        functions wrote it on their VMs (the replacement's gate opens with it)."""
+        for attempt in self.attempts.values():
+            if attempt.lost or attempt.stopped_s is None:
+                continue
+            if self.now_s > attempt.stopped_s + self.regroup_wait_s + REGROUP_MARGIN_S:
+                attempt.lost = True  # the agents gave up waiting; their VMs idle until deleted
+                continue
+            regroup = self._regroup_of(attempt.vms[0])
+            if regroup is None or regroup.generation <= attempt.generation:
+                continue
+            if any(self._regroup_of(vm) != regroup for vm in attempt.vms):
+                continue  # not every node told yet (a node gone: the functions' to see)
+            self._restart(attempt, regroup.generation)
+
+    def _regroup_of(self, vm: Vm) -> Regroup | None:
+        found = self.cloud.get(vm.name, vm.zone)
+        if found is None or found["state"] != "RUNNING":
+            return None
+        value = found.get("metadata", {}).get(REGROUP_METADATA_KEY)
+        return None if value is None else Regroup.model_validate_json(str(value))
+
+    def _restart(self, attempt: Attempt, generation: int) -> None:
+        """Every rank restarts from the save, ``restart_s`` on (if every
+        node's agent is still there to start them)."""
+        attempt.generation = generation
+        attempt.stopped_s = None
+        attempt.runs += 1
+        if any(vm.noticed_s is not None for vm in attempt.vms):
+            attempt.hung = True
+            return
+        attempt.train_start = self.now_s + self.params.restart_s
+        step = self._step(self.saved_s)
+        for vm in attempt.vms:
+            vm.booted = True
+            beat = Heartbeat(
+                **self._common(attempt, vm),
+                phase=JobSubstatus.TRAINING,
+                step=step,
+                resumed_from_step=step if step else None,
+            )
+            self._publish("epoch_done", beat)
+        self._plan_finish(attempt)
 
     def _common(self, attempt: Attempt, vm: Vm) -> dict[str, Any]:
         return {
@@ -127,6 +245,7 @@ class ModelledAgents:
             self._at(self.now_s + GATE_POLL_S, functools.partial(self._boot, attempt))
             return
         attempt.train_start = self.now_s
+        attempt.runs += 1
         step = self._step(self.saved_s)
         for vm in attempt.vms:
             vm.booted = True
@@ -139,8 +258,12 @@ class ModelledAgents:
                 resumed_from_step=step if step else None,
             )
             self._publish("epoch_done", beat)
-        end = self.now_s + (self.job.work_s - self.saved_s)
-        self._at(end, lambda: self._finish(attempt))
+        self._plan_finish(attempt)
+
+    def _plan_finish(self, attempt: Attempt) -> None:
+        assert attempt.train_start is not None
+        end = attempt.train_start + (self.job.work_s - self.saved_s)
+        self._at(end, functools.partial(self._finish, attempt, attempt.runs))
 
     def _gate_shut(self, vm: Vm) -> bool:
         """Whether the VM's restore gate still holds its trainer back
@@ -152,8 +275,8 @@ class ModelledAgents:
         until = value.removeprefix(f"{RESTORE_WAIT}{RESTORE_UNTIL}")
         return not until.isdigit() or self._clock().timestamp() < int(until)
 
-    def _finish(self, attempt: Attempt) -> None:
-        if attempt.lost:
+    def _finish(self, attempt: Attempt, runs: int) -> None:
+        if not attempt.training or attempt.runs != runs:
             return
         # Workers first: node 0's exit ends the job (``on_job_finished``).
         for vm in reversed(attempt.vms):
@@ -166,6 +289,8 @@ class ModelledAgents:
             if attempt.lost or attempt.train_start is None:
                 continue
             for vm in attempt.vms:
+                if not vm.booted or vm.noticed_s is not None:
+                    continue
                 beat = Heartbeat(**self._common(attempt, vm), phase=JobSubstatus.TRAINING)
                 self._publish("epoch_done", beat, delay=0.0)
 
@@ -176,41 +301,59 @@ class ModelledAgents:
             return  # (a VM inserted after its deletes' wait was not there yet)
         vm = attempt.vms[node]
         found = self.cloud.get(vm.name, vm.zone)
-        if found is None or found["state"] != "RUNNING":
-            return  # deleted or stopped already (the attempt is being let go)
+        if found is None or found["state"] != "RUNNING" or vm.noticed_s is not None:
+            return  # deleted, stopped or in its notice already (being let go)
         self.preemptions += 1
-        attempt.lost = True
         vm.noticed_s = self.now_s
         stop = attempt.stop = Stop(attempt.number, node, self.now_s, attempt.started)
-        if vm.booted and attempt.train_start is not None:
-            stop.trained_s = self.now_s - attempt.train_start
+        self.stops.append(stop)
+        if vm.booted and attempt.training and attempt.train_start is not None:
+            stop.trained_s = max(0.0, self.now_s - attempt.train_start)
             progress = self.saved_s + stop.trained_s
             # The trainer saves at the end of its step, then the agent reports.
             self.saved_s = self.params.saved_on_notice(progress)
-            step = self._step(self.saved_s)
-            uri = f"memory://econ/checkpoints/step-{step}"
-            saved_at = self.now_s + self.params.checkpoint_s
-            if node == 0:
-                report = SpotPreempted(**self._common(attempt, vm), step=step, checkpoint_uri=uri)
-                self._at(saved_at, lambda: self._publish("spot_preempted", report))
-            else:
-                # Another node: its ranks stop at the step's end and save
-                # nothing, and its agent says so; rank 0 saves on node 0.
-                noticed = SpotPreempted(**self._common(attempt, vm))
-                self._at(
-                    self.now_s + self.params.step_s,
-                    lambda: self._publish("spot_preempted", noticed),
-                )
-                node_0 = attempt.vms[0]
-                stopped = SpotPreempted(
-                    **self._common(attempt, node_0), step=step, checkpoint_uri=uri, gang_stop=True
-                )
-                self._at(saved_at, lambda: self._publish("spot_preempted", stopped))
             stop.lost_work_s = progress - self.saved_s
+            self._stop_ranks(attempt, node)
+            if len(attempt.vms) > 1 and self.regroup_wait_s > 0:
+                attempt.stopped_s = self.now_s  # the survivors wait for a regroup
+                attempt.runs += 1
+            else:
+                attempt.lost = True
         else:
-            # Before the agent is up only the log sink reports it.
+            # Before the agent is up, or while its ranks are not running,
+            # only the log sink reports it. A gang booting is lost whole; one
+            # waiting for a regroup (or hung) goes only if the functions say.
+            if attempt.stopped_s is None and not attempt.hung:
+                attempt.lost = True
             self._publish("spot_preempted", log_entry(vm.zone, vm.name, vm.instance_id))
         self._at(self.now_s + self.params.notice_s, lambda: self._terminate(vm))
+
+    def _stop_ranks(self, attempt: Attempt, node: int) -> None:
+        """The reports of a notice on ``node`` of a training attempt: the step
+        saved (``saved_s``) by rank 0 on node 0; the other nodes' agents say
+        they stopped, a step on."""
+        vm = attempt.vms[node]
+        step = self._step(self.saved_s)
+        uri = f"memory://econ/checkpoints/step-{step}"
+        saved_at = self.now_s + self.params.checkpoint_s
+        stopped_at = self.now_s + self.params.step_s
+        if node == 0:
+            report = SpotPreempted(**self._common(attempt, vm), step=step, checkpoint_uri=uri)
+            self._at(saved_at, lambda: self._publish("spot_preempted", report))
+        else:
+            # Another node: its ranks stop at the step's end and save
+            # nothing, and its agent says so; rank 0 saves on node 0.
+            noticed = SpotPreempted(**self._common(attempt, vm))
+            self._at(stopped_at, lambda: self._publish("spot_preempted", noticed))
+            node_0 = attempt.vms[0]
+            saved = SpotPreempted(
+                **self._common(attempt, node_0), step=step, checkpoint_uri=uri, gang_stop=True
+            )
+            self._at(saved_at, lambda: self._publish("spot_preempted", saved))
+        for other in attempt.vms[1:]:
+            if other is not vm:
+                done = SpotPreempted(**self._common(attempt, other), gang_stop=True)
+                self._at(stopped_at, functools.partial(self._publish, "spot_preempted", done))
 
     def _terminate(self, vm: Vm) -> None:
         """The notice is over: Compute Engine stops the VM (if still there)."""

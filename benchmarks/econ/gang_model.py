@@ -3,15 +3,18 @@ gang is recovered decides its cost and makespan.
 
 Strategies, all on the same traces and the same seeded boot times:
 
-* ``relaunch``: what spotline does: any node's notice stops the gang (rank 0
+* ``relaunch``: what spotline does for gangs of other frameworks (and with
+  ``replace_node_timeout_s`` 0): any node's notice stops the gang (rank 0
   saves), and a whole new gang is inserted as soon as the report is handled,
   while the old nodes are deleted; it restores once they are gone
   (``spotline.shared.domain.restore_gate``).
 * ``relaunch, waiting for deletes``: the same, the new gang inserted only
   once every old node's delete returned (spotline before the restore gate).
-* ``replace-one (model)``: NOT BUILT: the survivors stay (idle, billed), one
-  replacement is inserted, and every rank restarts from the save when it
-  has booted.
+* ``replace-one``: what spotline does for ``pytorch`` and ``command`` gangs
+  (``spotline.shared.domain.node_replacement``): the survivors stay (idle,
+  billed), one replacement is inserted, and every rank restarts from the save
+  when it has booted. ``gang_handlers`` runs it through the handlers on the
+  same traces, to compare.
 * ``elastic (model)``: NOT BUILT: as replace-one, but the survivors train on
   at the smaller size (``min_nodes``) while the replacement boots, and the
   gang grows back when it joins; each change of size is a restart from a save.
@@ -107,7 +110,7 @@ SOURCES = {
 PERIODS_S = (60.0, 600.0, 1800.0)
 RELAUNCH = "relaunch (spotline)"
 RELAUNCH_WAITING = "relaunch, waiting for deletes (before)"
-REPLACE_ONE = "replace-one (model: not built)"
+REPLACE_ONE = "replace-one (spotline: pytorch, command)"
 ELASTIC = "elastic (model: not built)"
 
 

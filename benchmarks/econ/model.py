@@ -43,6 +43,9 @@ class Params:
             for Spot VMs), which the agent's unit may use (``TimeoutStopSec=28``):
             the whole 30 s is assumed. A VM in its notice is gone at the
             notice's end; a stopped one at once.
+        restart_s: a gang's ranks restarted in place from the save once it
+            regrouped around a lost node's replacement (a new process group,
+            the state read back).
     """
 
     boot_s: float = 90.0
@@ -54,14 +57,18 @@ class Params:
     detect_s: float = 15.0
     max_hours: float = 168.0
     delete_s: float = 30.0
+    restart_s: float = 20.0
 
     def __post_init__(self) -> None:
         if self.checkpoint_s > self.notice_s:
             raise ValueError(
                 f"checkpoint_s={self.checkpoint_s} does not fit in the notice ({self.notice_s} s)"
             )
-        if min(self.boot_s, self.checkpoint_s, self.deliver_s, self.detect_s, self.delete_s) < 0:
-            raise ValueError("boot_s, checkpoint_s, deliver_s, detect_s and delete_s must be >= 0")
+        timings = (self.boot_s, self.checkpoint_s, self.deliver_s, self.detect_s, self.delete_s)
+        if min(*timings, self.restart_s) < 0:
+            raise ValueError(
+                "boot_s, checkpoint_s, deliver_s, detect_s, delete_s and restart_s must be >= 0"
+            )
         if min(self.step_s, self.period_s, self.max_hours) <= 0:
             raise ValueError("step_s, period_s and max_hours must be > 0")
 
@@ -90,6 +97,7 @@ SOURCES = {
     "deliver_s": "BENCHMARKS.md: median preemption -> replacement insert, event path",
     "delete_s": "Compute API skipGuestOsShutdown: a Spot VM's guest gets 30 s to shut "
     "down; the agent's unit takes up to 28 s (TimeoutStopSec)",
+    "restart_s": "assumption: torchrun restarting a regrouped gang's ranks from the save",
     "period_s": "issue 14: the SkyPilot-like poller checkpoints every 30 min",
     "detect_s": "issue 14: the poller notices a preempted VM 15 s after it is gone",
     "max_hours": "the simulation's cut-off",

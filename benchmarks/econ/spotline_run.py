@@ -7,14 +7,17 @@ through their Pub/Sub wrapper with real CloudEvents, and everything under them
 in-memory store; google-cloud-compute's client against the local cloud
 (``spotline.infra.localcloud``), whose VMs are records.
 
-What is modelled: each VM's agent and trainer (``agents``), and Compute
+What is modelled: each VM's agent and trainer (``agents``: with
+``replace_one`` a gang's survivors wait for the regroup the functions write,
+and restart from the save), and Compute
 Engine's time (``cloud_time``). Every event reaches its function
 ``deliver_s`` after it is published; each delivery runs on its own clock
 (functions run side by side), which a delete spotline waits for moves on. The
 VMs bill from their insert until they are gone; the cost reported is that
 time at the price spotline placed them at. Cloud Scheduler's tick runs the
-reaper on the whole minute after anything waits in the queue (the reaper has
-nothing else to do here: every loss is reported).
+reaper on the whole minute after anything waits in the queue, and each
+minute while a gang replaces a node (the reaper has nothing else to do here:
+every loss is reported).
 """
 
 from __future__ import annotations
@@ -33,8 +36,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from benchmarks.econ.agents import JOB_ID, Attempt, ModelledAgents
-from benchmarks.econ.breakdown import Breakdown, breakdown
+from benchmarks.econ.agents import JOB_ID, Attempt, ModelledAgents, Vm
+from benchmarks.econ.breakdown import Breakdown, Stop, breakdown
 from benchmarks.econ.cloud_time import TimedCompute
 from benchmarks.econ.model import Job, Outcome, Params
 from benchmarks.econ.traces import Trace
@@ -46,6 +49,7 @@ from spotline.functions.handlers.on_job_finished import on_job_finished
 from spotline.functions.handlers.on_spot_preempted import on_spot_preempted
 from spotline.functions.handlers.on_vm_booted import on_vm_booted
 from spotline.functions.handlers.reaper import reaper
+from spotline.functions.handlers.reaper_page import reaper_page
 from spotline.functions.handlers.submit_job import submit_job
 from spotline.infra.localcloud.cloud import LocalCloud
 from spotline.infra.localcloud.launchers import RecordLauncher
@@ -58,9 +62,12 @@ from spotline.shared.contract.events import (
 )
 from spotline.shared.domain.bounds import MAX_ATTEMPTS
 from spotline.shared.domain.pricing import vm_cost
+from spotline.shared.domain.spec import JobSpec
 from spotline.shared.domain.states import JobStatus
 
 T0 = datetime(2026, 1, 5, 0, 0, tzinfo=UTC)
+# The job's default bound for a replacement to join.
+REPLACE_NODE_TIMEOUT_S = JobSpec.model_fields["replace_node_timeout_s"].default
 HANDLERS: dict[str, Callable[[Any], None]] = {
     "submit": submit_job,
     "vm_booted": on_vm_booted,
@@ -68,6 +75,7 @@ HANDLERS: dict[str, Callable[[Any], None]] = {
     "job_finished": on_job_finished,
     "spot_preempted": on_spot_preempted,
     "reaper_tick": reaper,
+    "reaper_page": reaper_page,
 }
 
 
@@ -84,22 +92,42 @@ class SpotlineRun(ModelledAgents):
     Args:
         on_demand: place the job on the machine's on-demand twin (``ID.od``):
             Compute Engine never preempts it, so the trace does not apply.
+        replace_one: a gang's lost node is replaced within its attempt (the
+            job's default ``replace_node_timeout_s``); otherwise (0) the gang
+            is relaunched whole on any node's loss.
+        boots: the insert -> training time of each of so many VMs, drawn
+            as they are inserted (default: ``params.boot_s`` each).
     """
 
-    def __init__(self, job: Job, trace: Trace, params: Params, *, on_demand: bool = False) -> None:
+    def __init__(
+        self,
+        job: Job,
+        trace: Trace,
+        params: Params,
+        *,
+        on_demand: bool = False,
+        replace_one: bool = False,
+        boots: Callable[[int], list[float]] | None = None,
+    ) -> None:
         self.job, self.trace, self.params = job, trace, params
+        self.boots = boots or (lambda count: [params.boot_s] * count)
         self.on_demand = on_demand
+        self.regroup_wait_s = float(REPLACE_NODE_TIMEOUT_S if replace_one else 0)
         self.events: list[_Event] = []
         self._seq = itertools.count()
         self._ids = itertools.count(1)
         self.now_s = 0.0
         self.saved_s = 0.0
         self.attempts: dict[int, Attempt] = {}
+        self.known: dict[str, Vm] = {}
         self.preemptions = 0
+        self.replacements = 0
+        self.stops: list[Stop] = []
         self.ticks = 0
         self._tick_due: float | None = None
         self.failures: list[str] = []
         self._elapsed = 0.0  # the running delivery's own time, from now_s
+        self._bus_read = 0  # what the functions published, delivered up to here
 
     # -- the world --
 
@@ -108,6 +136,7 @@ class SpotlineRun(ModelledAgents):
         with LocalCloud(PROJECT, RecordLauncher(), stop_grace_s=0.0, quota_limits=limits) as cloud:
             self.cloud = cloud
             self.store = InMemoryStore()
+            self.bus = RecordingBus(PROJECT)
             self.compute = TimedCompute(
                 GceCompute(
                     PROJECT, api_endpoint=cloud.endpoint, operation_timeout_s=5.0, read_retry_s=1.0
@@ -120,7 +149,7 @@ class SpotlineRun(ModelledAgents):
                 settings(cloud.endpoint),
                 store=self.store,
                 compute=self.compute,
-                bus=RecordingBus(PROJECT),
+                bus=self.bus,
                 clock=self._clock,
             )
             self._at(0.0, self._submit)
@@ -167,8 +196,18 @@ class SpotlineRun(ModelledAgents):
             if attempt.stop is not None:  # this delivery recorded the loss
                 attempt.stop.recorded_s = (record.ended_at - T0).total_seconds()
                 attempt.stop.teardown_s = self._elapsed
+        self._fan_out()
         self._wake_agents()
+        self._regroups()
         self._schedule_tick()
+
+    def _fan_out(self) -> None:
+        """The reaper's pages, which its tick published, to their function."""
+        published = self.bus.published
+        for topic, event in published[self._bus_read :]:
+            if topic == "reaper_page":
+                self._publish(topic, event)
+        self._bus_read = len(published)
 
     def _job_attempts(self) -> list[Any]:
         job = self.store.get_job(JOB_ID)
@@ -185,7 +224,7 @@ class SpotlineRun(ModelledAgents):
     def _delete_done_s(self, name: str, sent_s: float) -> float:
         """When a delete sent at ``sent_s`` has VM ``name`` gone: at once if
         Compute Engine has it stopped already or never had it."""
-        vm = next((v for a in self.attempts.values() for v in a.vms if v.name == name), None)
+        vm = self.known.get(name)
         found = self.cloud.get(name, vm.zone) if vm is not None else None
         if found is None or found["state"] != "RUNNING":
             return sent_s
@@ -210,19 +249,23 @@ class SpotlineRun(ModelledAgents):
             "trainer": "digits_mlp",
             "nodes": self.job.nodes,
             "max_attempts": MAX_ATTEMPTS,
-            # The stand-in agents do not regroup: a gang here is relaunched
-            # whole on a loss (replacing one node is modelled in gang_model).
-            "replace_node_timeout_s": 0,
+            # 0: a gang is relaunched whole on any node's loss.
+            "replace_node_timeout_s": int(self.regroup_wait_s),
         }
         self._publish("submit", json.dumps(spec).encode(), delay=0.0)
 
     def _schedule_tick(self) -> None:
         """Cloud Scheduler's next whole minute, when the queue holds an entry
-        due by then (its retry, or the safety net of an attempt placed at once)."""
+        due by then (its retry, or the safety net of an attempt placed at
+        once), or while a gang replaces a node (the reaper tends it)."""
         entry = self.store.get_queue(JOB_ID)
-        if entry is None:
+        job = self.store.get_job(JOB_ID)
+        if entry is not None:
+            first = max((entry.not_before - T0).total_seconds(), self.now_s)
+        elif job is not None and job.replacing is not None:
+            first = self.now_s
+        else:
             return
-        first = max((entry.not_before - T0).total_seconds(), self.now_s)
         minute = math.floor(first / 60 + 1) * 60
         if self._tick_due is None or minute < self._tick_due or self._tick_due <= self.now_s:
             self._tick_due = minute
@@ -255,7 +298,7 @@ class SpotlineRun(ModelledAgents):
         vm_s = billing.vm_s(max([self._local_s(), *billing.gone.values()]) if finished else end_s)
         price = job.attempts[0].price_per_hour if job.attempts else 0.0
         return Outcome(
-            strategy="all on-demand" if self.on_demand else "spotline",
+            strategy=self.strategy,
             cost_usd=vm_cost(price, vm_s),
             makespan_s=makespan,
             vm_s=vm_s,
@@ -265,17 +308,23 @@ class SpotlineRun(ModelledAgents):
             breakdown=self.breakdown(),
         )
 
+    @property
+    def strategy(self) -> str:
+        if self.on_demand:
+            return "all on-demand"
+        return "spotline, replace-one" if self.regroup_wait_s else "spotline"
+
     def breakdown(self) -> Breakdown:
         """Where the time past an on-demand run went, stop by stop."""
         return breakdown(
-            [a.stop for a in self.attempts.values() if a.stop is not None],
+            self.stops,
             {a.number: a.started for a in self.attempts.values()},
             {a.number: a.train_start for a in self.attempts.values()},
             self.params.boot_s,
         )
 
     def _kept(self, end_s: float) -> float:
-        running = next((a for a in self.attempts.values() if not a.lost), None)
+        running = next((a for a in self.attempts.values() if a.training), None)
         if running is None or running.train_start is None:
             return self.saved_s
         return self.saved_s + max(0.0, end_s - running.train_start)

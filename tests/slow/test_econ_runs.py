@@ -1,13 +1,16 @@
 """The Spot economics simulator over a day of preemptions: the same seed gives
 the same run, and spotline's real handlers (over the local cloud, VMs as
 records, and the in-memory store, on a virtual clock) recover as fast as its
-model says. Seconds each; the rest is in ``tests/unit/test_econ.py``."""
+model says, and replace-one as near its model as their choices allow. Seconds
+each (half a minute for replace-one); the rest is in ``tests/unit/test_econ.py``
+and ``tests/unit/test_econ_replace_one.py``."""
 
 from __future__ import annotations
 
 import pytest
 
-from benchmarks.econ import baselines, traces
+from benchmarks.econ import baselines, gang_handlers, gang_model, traces
+from benchmarks.econ.gang_model import Latencies
 from benchmarks.econ.model import Job
 from tests.unit.test_econ import GANG, PARAMS, spotline
 
@@ -32,3 +35,22 @@ def test_spotline_real_code_recovers_as_fast_as_its_model(job: Job) -> None:
     assert real.vm_s == pytest.approx(model.vm_s)
     assert real.makespan_s == pytest.approx(model.makespan_s)
     assert real.cost_usd == pytest.approx(model.cost_usd, abs=1e-4)
+
+
+def test_replace_one_through_the_handlers_agrees_with_its_model() -> None:
+    """A 4-node L4 gang at 2 preemptions per VM-hour, Google's latencies and
+    drawn boots: the whole relaunch through the handlers is the model's to
+    the cent; replace-one (the stand-in agents waiting for the regroup the
+    functions write) stays within a point of its model, which replaces every
+    loss where the functions relaunch the gang whole on a loss while booting
+    or replacing."""
+    rows = gang_handlers.compare("L4", "g2-standard-4", 4, 2.0, 2.0, 1, Latencies())
+    by = {row.strategy: row for row in rows}
+    relaunch, replace_one = by[gang_model.RELAUNCH], by[gang_model.REPLACE_ONE]
+    assert relaunch.finished == replace_one.finished == 1
+    assert relaunch.savings == pytest.approx(relaunch.model_savings, abs=1e-6)
+    assert relaunch.makespan == pytest.approx(relaunch.model_makespan, abs=1e-6)
+    assert relaunch.replacements == 0
+    assert replace_one.preemptions >= 20 and replace_one.replacements >= 15
+    assert replace_one.savings == pytest.approx(replace_one.model_savings, abs=1.0)
+    assert replace_one.makespan == pytest.approx(replace_one.model_makespan, abs=1.0)

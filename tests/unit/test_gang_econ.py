@@ -1,11 +1,12 @@
 """The multi-node economics model (``benchmarks/econ/gang_model``): exact
-timings of one preemption with fixed boot times, and the same seed giving
-the same run."""
+timings of one preemption with fixed boot times, the same seed giving
+the same run, the strategies' labels, and the benchmark's cells named when wrong."""
 
 from __future__ import annotations
 
 import pytest
 
+from benchmarks import bench_gang_econ
 from benchmarks.econ import gang_model, traces
 from benchmarks.econ.gang_model import Latencies
 from benchmarks.econ.model import Job
@@ -86,3 +87,26 @@ def test_the_same_seed_gives_the_same_runs() -> None:
 def test_an_unknown_strategy_is_named() -> None:
     with pytest.raises(ValueError, match="unknown strategy 'spare'"):
         gang_model.run("spare", GANG, NONE, FIXED, seed=1)
+
+
+def test_replace_one_is_labelled_built_and_elastic_a_model() -> None:
+    assert gang_model.REPLACE_ONE == "replace-one (spotline: pytorch, command)"
+    assert gang_model.ELASTIC == "elastic (model: not built)"
+
+
+@pytest.mark.parametrize(
+    ("cells", "problem"),
+    [
+        ("A100:4:1", "is not GPU:NODES:RATE with GPU one of T4, L4"),
+        ("L4:four:1", "NODES is a whole number, RATE a number"),
+        ("L4:1:1", "a gang has NODES >= 2"),
+    ],
+)
+def test_a_bad_handler_cell_is_named(
+    cells: str, problem: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        bench_gang_econ.main(["--nodes", "2", "--rates", "1", "--seeds", "1", "--handlers", cells])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"--handlers: '{cells}'" in err and problem in err
