@@ -400,12 +400,15 @@ class PagePull:
 
 def vm_event(cls: type, **fields: Any) -> Any:
     """A VM event as the agent of the attempt's VM sends it: with the event
-    token the functions handed that attempt's VMs in the running test's local
-    cloud (none if no VM of it was ever made there), unless ``token`` is given."""
+    token the functions handed that VM (else that attempt's VMs) in the
+    running test's local cloud (none if no VM of it was ever made there),
+    unless ``token`` is given."""
     base = {"job_id": "job1", "attempt": 1, "instance": "sl-job1-a1", "sent_at": datetime.now(UTC)}
     event = {**base, **fields}
     if "token" not in event and _HOSTS:
-        event["token"] = token_for(_HOSTS[-1], event["job_id"], event["attempt"])
+        event["token"] = token_for(
+            _HOSTS[-1], event["job_id"], event["attempt"], event["instance"]
+        )
     return cls(**event)
 
 

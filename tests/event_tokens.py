@@ -28,11 +28,14 @@ def _metadata_sent(body: Any) -> Iterator[dict[str, str]]:
             yield {str(i.get("key")): str(i.get("value", "")) for i in holder["items"]}
 
 
-def tokens_for(cloud: LocalCloud, job_id: str, attempt: int) -> list[str]:
-    """Every token handed to a VM of the job's attempt, oldest first."""
+def tokens_for(cloud: LocalCloud, job_id: str, attempt: int, instance: str = "") -> list[str]:
+    """Every token handed to a VM of the job's attempt (``instance``: to
+    that one), oldest first."""
     found = []
     for request in cloud.requests:
         if request.method != "POST":
+            continue
+        if instance and instance not in _names(request.path, request.body):
             continue
         for items in _metadata_sent(request.body):
             token = items.get(EVENT_TOKEN_METADATA_KEY)
@@ -61,10 +64,26 @@ def assignments_sent(cloud: LocalCloud, job_id: str) -> list[dict[str, Any]]:
     return found
 
 
-def token_for(cloud: LocalCloud, job_id: str, attempt: int) -> str:
-    """The newest token handed to the job's attempt; "" when none was."""
-    found = tokens_for(cloud, job_id, attempt)
+def token_for(cloud: LocalCloud, job_id: str, attempt: int, instance: str = "") -> str:
+    """The newest token handed to the job's attempt (``instance``: to that
+    VM, as a gang's replacement holds its own; else the attempt's newest);
+    "" when none was."""
+    found = tokens_for(cloud, job_id, attempt, instance)
+    if instance and not found:
+        found = tokens_for(cloud, job_id, attempt)
     return found[-1] if found else ""
+
+
+def _names(path: str, body: Any) -> set[str]:
+    """The VMs a request hands its metadata to: an insert's, a bulkInsert's
+    (its named instances), a setMetadata's (its path)."""
+    if path.endswith("/setMetadata"):
+        return {path.rsplit("/", 2)[-2]}
+    if not isinstance(body, dict):
+        return set()
+    if isinstance(body.get("perInstanceProperties"), dict):
+        return set(body["perInstanceProperties"])
+    return {str(body["name"])} if body.get("name") else set()
 
 
 def vm_token(cloud: LocalCloud, name: str) -> str:

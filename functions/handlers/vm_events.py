@@ -81,7 +81,7 @@ def authentic(
     """
     why = identity.vm_event_refusal(via.key, job.user, via.source, via.users)
     if why is None:
-        why = event_auth.refusal(job, attempt, token)
+        why = event_auth.refusal(job, attempt, token, instance)
     if why is not None:
         raise ForgedEvent(
             f"{kind} from {instance} for job {job.job_id} attempt {attempt} dropped: {why}"

@@ -105,7 +105,7 @@ def ensure_replacement(deps: Deps, job: JobDoc, now: datetime) -> JobDoc:
         hold_instance_slots(deps, job, [name], now)
     except OverInstanceQuota as over:
         return abandon(deps, job, now, str(over))
-    token = issue_event_token(deps, job)
+    token = issue_event_token(deps, job, holder=name)
     request = build_vm_request(
         option, assignment_for(deps, job), deps.settings.image, job.user,
         vm_account_of(deps, job), event_token=token,

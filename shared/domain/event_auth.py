@@ -12,6 +12,11 @@ redelivered submit, a function that died between its write and its insert runs
 again), and Compute Engine dedupes inserts by requestId, so a VM may hold the
 token of an earlier run of the same placement. Every hash kept for an attempt
 belongs to a token only ever handed to that attempt's VMs (or to none).
+
+A gang's replacement node (``node_replacement``) gets a token of its own,
+kept under its name (``"ATTEMPT/NAME"``) while it is one of the gang's nodes
+or the node being replaced: an attempt may replace nodes without end, and a
+replacement's runs must never push out the token its gang's other nodes hold.
 """
 
 from __future__ import annotations
@@ -50,26 +55,54 @@ def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def with_token_hash(job: JobDoc, attempt: int, digest: str) -> JobDoc:
+def with_token_hash(job: JobDoc, attempt: int, digest: str, holder: str | None = None) -> JobDoc:
     """The job keeping ``digest`` for ``attempt`` (pure; a redelivery adds
-    nothing twice), bounded as the constants above say."""
+    nothing twice), bounded as the constants above say; ``holder``: the one
+    replacement VM it is for (None: the attempt's placement)."""
     kept = dict(job.event_token_hashes)
-    hashes = kept.get(str(attempt), [])
+    key = _key(attempt, holder)
+    hashes = kept.get(key, [])
     if digest not in hashes:
-        kept[str(attempt)] = [*hashes, digest][-MAX_HASHES_PER_ATTEMPT:]
+        kept[key] = [*hashes, digest][-MAX_HASHES_PER_ATTEMPT:]
     newest = max(job.attempt, attempt)
-    kept = {key: value for key, value in kept.items() if int(key) > newest - ATTEMPTS_KEPT}
+    kept = {
+        key: value
+        for key, value in kept.items()
+        if _attempt_of(key) > newest - ATTEMPTS_KEPT and _holding(job, key)
+    }
     if kept == job.event_token_hashes:
         return job
     return job.model_copy(update={"event_token_hashes": kept})
 
 
-def refusal(job: JobDoc, attempt: int, token: str) -> str | None:
-    """Why an event of ``attempt`` carrying ``token`` is not the job's; None: it is."""
+def _key(attempt: int, holder: str | None) -> str:
+    return str(attempt) if holder is None else f"{attempt}/{holder}"
+
+
+def _attempt_of(key: str) -> int:
+    return int(key.partition("/")[0])
+
+
+def _holding(job: JobDoc, key: str) -> bool:
+    """Whether a key's VM may still send events worth hearing: a placement's
+    (every VM of the attempt), or a replacement of an earlier attempt (a late
+    save there still counts), or one of the current attempt's nodes, or the
+    node being replaced (its late save report)."""
+    attempt, _, holder = key.partition("/")
+    if not holder or int(attempt) != job.attempt or holder in job.nodes:
+        return True
+    return job.replacing is not None and holder == job.replacing.lost
+
+
+def refusal(job: JobDoc, attempt: int, token: str, instance: str = "") -> str | None:
+    """Why an event of ``attempt`` from ``instance`` carrying ``token`` is
+    not the job's; None: it is."""
     if not token:
         return "it carries no token"
     digest = token_hash(token)
     kept = job.event_token_hashes.get(str(attempt), [])
+    if instance:
+        kept = [*kept, *job.event_token_hashes.get(_key(attempt, instance), [])]
     # Every stored digest is compared, in constant time each: nothing is
     # learned from how long a refusal takes.
     matched = False

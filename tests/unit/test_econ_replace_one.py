@@ -81,14 +81,6 @@ def test_every_loss_is_one_insert_and_a_second_loss_while_replacing_relaunches_w
     assert replacements_recorded(run) == run.replacements == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="product defect: each replacement issues its attempt a new event token, and an "
-    "attempt keeps at most MAX_HASHES_PER_ATTEMPT (16) token hashes "
-    "(spotline.shared.domain.event_auth): after 16 replacements node 0's own token is "
-    "dropped, its heartbeats and reports are refused as forged, and the reaper relaunches "
-    "the whole gang as stalled",
-)
 def test_a_gang_that_replaced_sixteen_nodes_still_hears_its_node_0() -> None:
     """Node 1 lost 16 times, 200 s apart; node 0 never: every loss is
     replaced within attempt 1, and the job completes there."""

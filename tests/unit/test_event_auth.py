@@ -61,3 +61,29 @@ def test_the_current_and_the_previous_attempt_are_kept() -> None:
     job = with_token_hash(job.model_copy(update={"attempt": 3}), 3, token_hash(three))
     assert sorted(job.event_token_hashes) == ["2", "3"]
     assert refusal(job, 1, one) is not None and refusal(job, 2, two) is None
+
+
+def test_each_replacement_holds_its_own_token_and_the_gangs_never_goes() -> None:
+    """A gang that replaces node 1 more times than the bound within one
+    attempt: node 0's token (the gang's placement run) still authenticates,
+    and so does each replacement's while it is one of the gang's nodes (or
+    the node being replaced); a replacement lost two losses ago does not,
+    and no token serves another node's name."""
+    gang = new_token()
+    job = with_token_hash(a_job(), 1, token_hash(gang))
+    job = job.model_copy(update={"nodes": ["n0", "n1"]})
+    held: dict[str, str] = {}
+    for k in range(1, MAX_HASHES_PER_ATTEMPT + 3):
+        name = f"n1-g{k}"
+        job = job.model_copy(update={"nodes": ["n0", name]})
+        held[name] = new_token()
+        for _ in range(2):  # a capacity refusal, then the run whose VM holds it
+            refused = new_token()
+            job = with_token_hash(job, 1, token_hash(refused), holder=name)
+        job = with_token_hash(job, 1, token_hash(held[name]), holder=name)
+    last = f"n1-g{MAX_HASHES_PER_ATTEMPT + 2}"
+    assert refusal(job, 1, gang, "n0") is None
+    assert refusal(job, 1, held[last], last) is None
+    assert refusal(job, 1, held[last], "n0") is not None
+    assert refusal(job, 1, held["n1-g1"], "n1-g1") is not None
+    assert len(job.event_token_hashes) <= 3  # the gang's runs, the node and the one replaced
