@@ -406,3 +406,33 @@ def test_a_source_upload_refused_while_permissions_propagate_is_tried_again(
 
 def uploads_sent(cloud: CloudDouble) -> list[RecordedRequest]:
     return [r for r in cloud.requests if r.method == "PUT" and r.path.startswith("/upload/")]
+
+
+def test_spotline_deploy_json_prints_what_it_changed_as_one_document(
+    cloud: CloudDouble,
+    project: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    point_at(cloud, monkeypatch)
+
+    assert main([*cli_args(project), "--json"]) == 0
+
+    said = capsys.readouterr()
+    printed = json.loads(said.out)  # stdout is the document alone
+    assert (printed["project"], printed["region"], printed["dry_run"]) == (project, REGION, False)
+    changes = {f"{c['kind']} {c['name']}": c for c in printed["changes"]}
+    assert changes["function spotline-submit-job"]["action"] == "created"
+    assert set(printed["changes"][0]) == {"kind", "name", "action", "detail"}
+    assert printed["config_path"] == str(config_path(os.environ))
+    assert printed["config"]["project"] == project
+    # The progress a person watches for minutes goes to stderr.
+    assert "spotline-submit-job" in said.err and "deploying spotline" in said.err
+
+    # A dry run after it: every change "unchanged", nothing written.
+    writes = len(cloud.writes())
+    assert main([*cli_args(project), "--dry-run", "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["dry_run"] is True and len(cloud.writes()) == writes
+    assert {c["action"] for c in again["changes"]} == {"unchanged"}
+    assert ("function", "spotline-submit-job") in {(c["kind"], c["name"]) for c in again["changes"]}

@@ -4,6 +4,7 @@ again as a no-op, and refuses while jobs are active."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -184,3 +185,31 @@ def test_spotline_destroy_asks_for_yes_and_dry_run_changes_nothing(
     assert "account spotline-vm would delete" in said and "bucket acme-spotline kept" in said
     assert main(["destroy", *target, "--yes"]) == 0
     assert cloud.functions == {} and cloud.project_apis.accounts == {}
+
+
+def test_spotline_destroy_json_prints_what_went_as_one_document(
+    cloud: CloudDouble,
+    project: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from tests.emulators.test_deploy import cli_args, point_at
+
+    point_at(cloud, monkeypatch)
+    assert main(cli_args(project)) == 0
+    target = cli_args(project)[1:]
+    capsys.readouterr()
+
+    assert main(["destroy", *target, "--dry-run", "--json"]) == 0
+    would = json.loads(capsys.readouterr().out)
+    assert main(["destroy", *target, "--yes", "--json"]) == 0
+    said = capsys.readouterr()
+
+    went = json.loads(said.out)  # stdout is the document alone
+    assert (would["project"], would["dry_run"], went["dry_run"]) == (project, True, False)
+    actions = {f"{c['kind']} {c['name']}": c["action"] for c in went["changes"]}
+    assert actions["function spotline-reaper"] == "deleted"
+    assert actions["bucket acme-spotline"] == "kept"
+    assert {f"{c['kind']} {c['name']}" for c in would["changes"]} == set(actions)
+    assert "spotline-reaper" in said.err  # the progress, for a person
+    assert cloud.functions == {}
