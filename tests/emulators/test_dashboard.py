@@ -1,4 +1,4 @@
-"""Issue 12 item 4: ``spotline dashboard``, a read-only page of jobs and
+"""``spotline dashboard``, a read-only page of jobs and
 instances, one job's history, epochs chart and timeline, updated live through
 Firestore listeners and Server-Sent Events. Here through Flask's test client
 against the Firestore emulator; ``test_dashboard_browser`` drives Chromium."""

@@ -1,4 +1,4 @@
-"""Issue 12 item 3: the seed's timeline, per attempt and in total, written on
+"""A job's timeline, per attempt and in total, written on
 the job document at every move, and ``spotline timeline`` (a table, JSON, the
 pie and funnel charts as PNG files)."""
 
@@ -64,7 +64,7 @@ def test_spotline_timeline_prints_the_table_and_json(
 
 
 @pytest.mark.parametrize("chart", ["pie", "funnel"])
-def test_spotline_timeline_draws_the_seeds_charts(
+def test_spotline_timeline_draws_the_pie_and_funnel_charts(
     stored: JobDoc, chart: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     pytest.importorskip("matplotlib")

@@ -1,4 +1,4 @@
-"""Issue 12 item 2: ``spotline watch`` follows jobs through Firestore listeners
+"""``spotline watch`` follows jobs through Firestore listeners
 (the emulator pushes each change), a line per change to a pipe or a redrawn
 table with progress bars on a terminal, and ends with the job's outcome."""
 

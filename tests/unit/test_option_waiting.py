@@ -1,4 +1,4 @@
-"""The seed's waiting rule: ``machine_ids[0]`` is asked for (retried while it
+"""The waiting rule: ``machine_ids[0]`` is asked for (retried while it
 has no capacity) for up to ``wait_request_s``, then ``machine_ids[1]``, and
 so on; after ``wait_total_s`` in all the job is CANCELED, naming what it
 asked for. Duplicate submissions and reaper ticks in between change nothing.

@@ -13,7 +13,7 @@ from tests.documents import T0, at
 from tests.emulators.test_timeline import SPEC, a_preempted_job
 
 
-def test_each_attempt_shows_the_seeds_phases_and_the_total_is_a_partition() -> None:
+def test_each_attempt_shows_its_phases_and_the_total_is_a_partition() -> None:
     found = timeline(a_preempted_job().history)
 
     attempts = found.by_attempt()
