@@ -9,9 +9,7 @@ import pytest
 
 from spotline.infra.cli.commands import main as cli
 from spotline.infra.dashboard.epochs_svg import epochs_svg
-from tests.emulators.test_dashboard import (
-    an_epoch,
-)
+from tests.emulators.test_dashboard import an_epoch
 
 
 def test_the_epochs_chart_draws_each_metric_over_the_epochs() -> None:

@@ -4,12 +4,7 @@ and the dashboard: tests/emulators/test_nothing_saved.py)."""
 from __future__ import annotations
 
 from spotline.shared.domain.nothing_saved import after_finish, after_preemption
-from tests.emulators.test_nothing_saved import (
-    a_job,
-    completed,
-    finished,
-    notice,
-)
+from tests.emulators.test_nothing_saved import a_job, completed, finished, notice
 
 
 def test_messages_of_an_agent_before_the_mirror_still_validate_and_are_not_judged() -> None:
