@@ -3,7 +3,7 @@ records (no process): fixtures ``cloud`` and ``compute``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -11,6 +11,7 @@ import pytest
 from spotline.infra.localcloud.cloud import LocalCloud
 from spotline.infra.localcloud.launchers import RecordLauncher
 from spotline.shared.adapters.gce_compute import GceCompute
+from spotline.shared.domain.errors import CapacityError, TransientError
 
 
 @pytest.fixture
@@ -57,3 +58,29 @@ def add_instance(
 def vm_keys(cloud: LocalCloud) -> list[tuple[str, str]]:
     """(zone, name) of every VM, sorted."""
     return sorted((vm["zone"], vm["name"]) for vm in cloud.list())
+
+
+# How an insert of one VM and a gang's bulk insert end when Compute Engine
+# refuses them or never finishes: the same for both.
+
+
+def assert_refused_as(error: type[Exception], insert: Callable[[], object]) -> None:
+    """``insert`` raises ``error``, and not as a capacity error (which would
+    send the job on to its next zone)."""
+    with pytest.raises(error) as raised:
+        insert()
+
+    assert not isinstance(raised.value, CapacityError)
+
+
+def assert_an_endless_operation_is_transient(
+    cloud: LocalCloud, insert: Callable[[GceCompute], object]
+) -> None:
+    """An operation that is never done: ``insert`` on a client that waits 0.3 s
+    for it is transient, to be retried."""
+    cloud.operation_polls = 10**9
+
+    # Under load the last, short wait may time out in the HTTP client rather
+    # than in the adapter's loop: either way the insert is transient.
+    with pytest.raises(TransientError, match=r"not done|timed out"):
+        insert(client(cloud, operation_timeout_s=0.3))

@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 SCRIPT_TIMEOUT_S = 300
 
 
@@ -80,3 +82,71 @@ def events(folder: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+# What a framework's notice tests check of the run after a SIGTERM, whatever
+# the framework (Lightning, Hugging Face): its script trains two epochs of
+# ``steps // 2`` steps and saves every ``save_steps``.
+
+
+def assert_resumed_redoing_none(
+    script: Path, folder: Path, stopped_at: int, steps: int, metric: str
+) -> None:
+    """Run ``script`` again after a notice saved at ``stopped_at``: it ends,
+    redoes no step, says it resumed there, and reports each epoch once, the
+    last with ``metric``."""
+    resumed = run(script, script_env(folder, integrated=True))
+
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-3000:]
+    assert steps_done(folder / "steps.txt") == list(range(1, steps + 1))  # none twice
+    assert [e["step"] for e in events(folder) if e["type"] == "resumed"] == [stopped_at]
+    reports = [e for e in events(folder) if e["type"] == "epoch"]
+    epochs = [(e["epoch"], e["epochs"], e["step"]) for e in reports]
+    assert epochs == [(1, 2, steps // 2), (2, 2, steps)]
+    assert metric in reports[-1]["metrics"]
+
+
+def assert_same_weights(final: dict[str, Any], uninterrupted: dict[str, Any]) -> None:
+    """Tensors by name, equal to a run never stopped's (rtol 1e-5)."""
+    from torch.testing import assert_close
+
+    assert final.keys() == uninterrupted.keys()
+    for name, tensor in uninterrupted.items():
+        assert_close(final[name], tensor, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def assert_rerun_redoes_what_followed_the_last_save(
+    script: Path, folder: Path, steps: int, save_steps: int
+) -> None:
+    """Without the integration: run ``script`` again after a SIGTERM; it starts
+    again after its last periodic save, so the steps since are lost and redone."""
+    stopped_at = steps_done(folder / "steps.txt")[-1]
+    resumed = run(script, script_env(folder, integrated=False))
+
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-3000:]
+    redone = steps_done(folder / "steps.txt")[stopped_at:]  # the second run's steps
+    last_save = stopped_at - stopped_at % save_steps
+    assert redone[0] == last_save + 1 and redone[-1] == steps
+    assert 0 < stopped_at - last_save <= save_steps  # lost, and done again
+
+
+def assert_a_notice_on_an_epochs_last_step_reports_it_once(
+    script: Path, folder: Path, steps: int
+) -> None:
+    """SIGTERM in the first epoch's last step: the run after it reports the
+    first epoch once (not again) and resumes at that step. Skips where the
+    signal came a step late (a loaded machine)."""
+    epoch_end = steps // 2
+    stopped = run_until_sigterm(
+        script, script_env(folder, integrated=True, step_sleep_s=0.5), epoch_end
+    )
+    assert stopped.returncode == 143, stopped.stdout[-3000:]
+    if steps_done(folder / "steps.txt")[-1] != epoch_end:
+        pytest.skip("the signal came a step late (a loaded machine): nothing to check")
+
+    resumed = run(script, script_env(folder, integrated=True))
+
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-3000:]
+    reports = [(e["epoch"], e["step"]) for e in events(folder) if e["type"] == "epoch"]
+    assert reports == [(1, epoch_end), (2, steps)]
+    assert [e["step"] for e in events(folder) if e["type"] == "resumed"] == [epoch_end]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 
 @dataclass(frozen=True)
@@ -18,3 +18,7 @@ class Change:
         return f"{self.kind:<12}  {self.name:<28}  {self.action}" + (
             f": {self.detail}" if self.detail else ""
         )
+
+    def as_record(self) -> dict[str, str]:
+        """What ``--json`` prints of it: ``kind``, ``name``, ``action``, ``detail``."""
+        return asdict(self)

@@ -19,16 +19,23 @@ import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
+from spotline.infra.cli.output import print_json
 from spotline.infra.topology import RUNTIME
 from spotline.shared.settings_file import config_path, write_config
 
 if TYPE_CHECKING:
     # The client libraries cost over half a second, pydantic-settings over a
     # tenth: only deploy pays for them, not every `spotline` command.
+    from spotline.infra.deploy.changes import Change
     from spotline.infra.deploy.plan import DeployConfig
     from spotline.shared.settings import Settings
+
+JSON_HELP = (
+    "print one JSON document on stdout: project, dry_run, and changes (each kind, name, "
+    "action, detail); the progress goes to stderr"
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -60,6 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="read the project and print what deploy would change; change nothing",
     )
+    parser.add_argument("--json", action="store_true", help=JSON_HELP)
 
 
 def add_destroy_arguments(parser: argparse.ArgumentParser) -> None:
@@ -76,6 +84,7 @@ def add_destroy_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dry-run", action="store_true", help="read the project and print what would go"
     )
+    parser.add_argument("--json", action="store_true", help=JSON_HELP)
 
 
 def add_target_arguments(parser: argparse.ArgumentParser) -> None:
@@ -207,6 +216,29 @@ def cli_config(settings: Settings) -> dict[str, object]:
     }
 
 
+class Progress:
+    """Where deploy and destroy say what they do, change by change: stdout for a
+    person; with ``--json``, stderr (a deploy takes minutes), and the changes are
+    kept for the one document printed at the end."""
+
+    def __init__(self, as_json: bool) -> None:
+        self.as_json = as_json
+        self.changes: list[Change] = []
+        self._stream: TextIO = sys.stderr if as_json else sys.stdout
+
+    def say(self, line: str = "") -> None:
+        print(line, file=self._stream, flush=True)
+
+    def report(self, change: Change) -> None:
+        self.changes.append(change)
+        self.say(str(change))
+
+    def document(self, **fields: object) -> None:
+        """With ``--json``: ``fields`` and every change, as one JSON document."""
+        if self.as_json:
+            print_json({**fields, "changes": [c.as_record() for c in self.changes]})
+
+
 def run(args: argparse.Namespace) -> int:
     """``spotline deploy``. A failure (a step that cannot go on, Google's
     refusal, no credentials) is the CLI's one line with its exit code
@@ -214,22 +246,20 @@ def run(args: argparse.Namespace) -> int:
     from spotline.infra.deploy.deployer import Deployer, Endpoints
 
     config = config_from(args)
+    progress = Progress(args.json)
     if args.dry_run:
-        return dry_run(config)
-    print(
+        return dry_run(config, progress)
+    progress.say(
         f"deploying spotline to project {config.project}, region {config.region} "
-        "(each function's build takes minutes; they run side by side)",
-        flush=True,
+        "(each function's build takes minutes; they run side by side)"
     )
-    deployer = Deployer(
-        config, endpoints=Endpoints.from_env(), report=lambda c: print(c, flush=True)
-    )
-    changes = deployer.run()
+    changes = Deployer(config, endpoints=Endpoints.from_env(), report=progress.report).run()
     # The functions run even where a delivery policy is left to set by hand:
     # the CLI can reach them from now on.
     path = save_config(config)
     if path is not None:
-        print(f"the CLI's config ({', '.join(cli_config(config.settings))}): {path}")
+        progress.say(f"the CLI's config ({', '.join(cli_config(config.settings))}): {path}")
+    progress.document(**_target(config, dry_run=False), **_config_file(config, path))
     unset = [change for change in changes if change.action == "not set"]
     if unset:
         print(
@@ -238,8 +268,20 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    print("spotline is deployed: publish a job to spotline-submit")
+    progress.say("spotline is deployed: publish a job to spotline-submit")
     return 0
+
+
+def _target(config: DeployConfig, dry_run: bool) -> dict[str, object]:
+    return {"project": config.project, "region": config.region, "dry_run": dry_run}
+
+
+def _config_file(config: DeployConfig, path: Path | None) -> dict[str, object]:
+    """The CLI's config file a deploy writes (a dry run: would write), for ``--json``."""
+    return {
+        "config_path": None if path is None else str(path),
+        "config": cli_config(config.settings),
+    }
 
 
 def run_destroy(args: argparse.Namespace) -> int:
@@ -252,20 +294,22 @@ def run_destroy(args: argparse.Namespace) -> int:
             f"spotline destroy: this removes spotline from project {config.project}; "
             "pass --yes to go on (or --dry-run to see what would go)"
         )
+    progress = Progress(args.json)
     destroyer = Destroyer(
         config,
         endpoints=Endpoints.from_env(),
         delete_data=args.delete_data,
         cancel_jobs=args.cancel_jobs,
         dry_run=args.dry_run,
-        report=lambda c: print(c, flush=True),
+        report=progress.report,
     )
     destroyer.run()
-    print(f"spotline {'would be' if args.dry_run else 'is'} removed from {config.project}")
+    progress.say(f"spotline {'would be' if args.dry_run else 'is'} removed from {config.project}")
+    progress.document(**_target(config, dry_run=args.dry_run))
     return 0
 
 
-def dry_run(config: DeployConfig) -> int:
+def dry_run(config: DeployConfig, progress: Progress) -> int:
     """Read the project: print, per resource, what deploy would change and what is
     already right, then what the topology declares (functions' settings)."""
     from spotline.infra.deploy import iam
@@ -273,9 +317,9 @@ def dry_run(config: DeployConfig) -> int:
     from spotline.infra.deploy.deployer import Deployer, Endpoints
 
     setup = ProjectSetup(
-        config, endpoints=Endpoints.from_env(), dry_run=True, report=lambda c: print(c)
+        config, endpoints=Endpoints.from_env(), dry_run=True, report=progress.report
     )
-    print(f"spotline deploy --dry-run: project {config.project}, region {config.region}")
+    progress.say(f"spotline deploy --dry-run: project {config.project}, region {config.region}")
     setup.ensure_services()
     setup.ensure_database()
     setup.rules.ensure()
@@ -291,9 +335,12 @@ def dry_run(config: DeployConfig) -> int:
     setup.ensure_bindings(wanted)
     if access.users:
         setup.revoke_bindings(iam.superseded_bindings(access))
-    Deployer(config, endpoints=setup.endpoints, report=lambda c: print(c)).preview()
-    print()
-    print("\n".join(describe(config)))
+    Deployer(config, endpoints=setup.endpoints, report=progress.report).preview()
+    progress.say()
+    progress.say("\n".join(describe(config)))
+    progress.document(
+        **_target(config, dry_run=True), **_config_file(config, config_path(os.environ))
+    )
     return 0
 
 

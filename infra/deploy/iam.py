@@ -2,7 +2,7 @@
 declared once and typed.
 
 ``spotline deploy`` grants these bindings, ``spotline destroy`` removes them, and
-``tests/emulators/test_deploy_iam.py`` fails if any role outside ``Role`` (owner, editor,
+``tests/unit/test_deploy_iam.py`` fails if any role outside ``Role`` (owner, editor,
 compute.admin, ...) appears in them or on the wire. Least privilege:
 
 - the functions' account creates, stops, starts and deletes VMs and reads the

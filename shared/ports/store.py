@@ -2,7 +2,7 @@
 
 Two adapters implement it: ``FirestoreStore`` (Firestore, in production and on
 the emulator) and ``InMemoryStore`` (a process's memory, for fast tests of the
-orchestration). ``tests/emulators/test_store_contract.py`` runs one suite against both.
+orchestration). ``tests/store_contract.py`` is one suite run against both.
 
 Contract, for every adapter:
 

@@ -75,12 +75,11 @@ def test_a_published_job_runs_to_completion(
     assert cli(["--workdir", str(local_stack.workdir), "status"]) == 0
     assert job_id in capsys.readouterr().out
 
-    # TensorBoard logs, uploaded by the agent, downloaded as the seed's
-    # get_tensorboard_logs does: into DIR/logs/JOB/.
+    # TensorBoard logs, uploaded by the agent, downloaded into DIR/logs/JOB/.
     assert cli(["--workdir", str(local_stack.workdir), "tensorboard", job_id, str(tmp_path)]) == 0
     assert list((tmp_path / "logs" / job_id).glob("events.out.tfevents.*"))
 
-    # Its saved state and outputs, as the seed's directory_to_save_ckpt.
+    # Its saved state and outputs, downloaded into DIR/JOB/.
     assert cli(["--workdir", str(local_stack.workdir), "checkpoints", job_id, str(tmp_path)]) == 0
     saved = capsys.readouterr().out
     assert f"checkpoints of {job_id}: " in saved and f"outputs of {job_id}: " in saved

@@ -1,4 +1,4 @@
-"""The failure policy on the whole local stack (issue 13): a command job that
+"""The failure policy on the whole local stack: a command job that
 exits 3 on its first attempt (no marker in its checkpoint folder yet) is
 restarted on a new VM and resumes from its checkpoint; preempted then, its
 next attempt goes to the other zone (``avoid_preempted_zone_s``)."""

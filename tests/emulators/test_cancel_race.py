@@ -1,4 +1,4 @@
-"""Issue 10's leftover: a cancel that comes while the placement's VM is made
+"""A cancel that comes while the placement's VM is made
 but not yet recorded on the job. The cancel ends the job with no attempt
 record of that VM; the VM is found and deleted later (by the placement's own
 next step, or by the reaper as an orphan), and the minutes it ran must still

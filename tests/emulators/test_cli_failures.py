@@ -6,21 +6,17 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from spotline.infra.cli import failures
 from spotline.infra.cli.commands import main as cli
 from spotline.infra.cli.exit_codes import Exit
 from spotline.infra.client.errors import JobNotFound
-from spotline.infra.localstack.stack import STACK_FILE
 from spotline.shared.adapters.firestore_store import FirestoreStore
 from spotline.shared.domain.states import JobStatus, JobSubstatus
-from tests.doc_examples import section
 from tests.documents import job
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -144,37 +140,8 @@ def test_an_ended_job_reads_and_is_not_cancelled_again(
     assert len(errors) == 2 and all("job ended-f has no" in line for line in errors), errors
 
 
-def test_an_unexpected_error_is_one_line_pointing_at_traceback() -> None:
-    code, message = failures.describe(KeyError("attempts"))
-
-    assert code == Exit.SOFTWARE
-    assert message.splitlines() == [message]
-    assert "KeyError" in message and "--traceback" in message
-
-
 def test_traceback_shows_the_error_as_raised(project: str) -> None:
     with pytest.raises(JobNotFound):
         cli(["--traceback", "status", "no-such-job"])
     with pytest.raises(JobNotFound):
         cli(["status", "no-such-job", "--traceback"])
-
-
-def test_a_corrupt_stack_file_is_named_with_what_to_do(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """A stack file cut short (the disk filled while `spotline up` wrote it)."""
-    (tmp_path / STACK_FILE).write_text('{"env": {"FIRESTORE_EMU')
-    names = [name for name in os.environ if name.endswith("_EMULATOR_HOST")]
-    saved = {name: os.environ.pop(name) for name in names}
-    try:
-        assert cli(["--workdir", str(tmp_path), "status"]) == Exit.NOT_CONNECTED
-    finally:
-        os.environ.update(saved)
-    [line] = capsys.readouterr().err.strip().splitlines()
-    assert str(tmp_path / STACK_FILE) in line and "spotline up" in line
-
-
-def test_the_cli_reference_documents_every_exit_code() -> None:
-    table = section("docs/reference/cli.md", "## When a command fails: one line and an exit code")
-    documented = {int(code) for code in re.findall(r"^\| (\d+) \|", table, flags=re.M)}
-    assert documented == {int(code) for code in Exit}

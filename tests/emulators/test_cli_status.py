@@ -18,8 +18,7 @@ from rich.console import Console
 
 from spotline.functions import deps
 from spotline.infra.cli.commands import main as cli
-from spotline.infra.cli.exit_codes import Exit
-from spotline.infra.cli.jobs_table import fitted, jobs_table
+from spotline.infra.cli.jobs_table import jobs_table
 from spotline.infra.localcloud.wire import HttpService
 from spotline.shared.adapters.firestore_store import FirestoreStore
 from spotline.shared.domain.documents import (
@@ -154,13 +153,6 @@ def test_a_terminal_gets_colors_and_still_fits(jobs: FirestoreStore) -> None:
         text = console.export_text(styles=False, clear=False)
         assert all(len(line) <= width for line in text.splitlines()), text
         assert "\x1b[" in console.export_text(styles=True)
-
-
-def test_a_narrow_terminal_still_gets_the_job_and_its_status() -> None:
-    long = job("a-job-id-longer-than-the-terminal-is-wide")
-    for width in (20, 40):
-        columns, description = fitted([long], NOW, width)
-        assert [c.header for c in columns] == ["JOB", "STATUS"] and description == 0
 
 
 def test_status_of_one_job_shows_spec_checkpoints_and_logs(
@@ -347,13 +339,6 @@ def test_submit_json_prints_what_was_published_and_nothing_else_on_stdout(
     assert upload["written"] == 1 and upload["bytes"] == len(source)
     assert shown["recorded"] is None and shown["topic"].endswith("spotline-submit")
     assert "code: " in err and "uploaded 1 file(s)" in err
-
-
-def test_submit_json_and_follow_are_one_or_the_other(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as ended:
-        cli(["submit", "job.json", "--json", "--follow"])
-    assert ended.value.code == Exit.USAGE
-    assert "not allowed with argument" in capsys.readouterr().err
 
 
 # -- logs ---------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Issue 12 item 4: ``spotline dashboard``, a read-only page of jobs and
+"""``spotline dashboard``, a read-only page of jobs and
 instances, one job's history, epochs chart and timeline, updated live through
 Firestore listeners and Server-Sent Events. Here through Flask's test client
 against the Firestore emulator; ``test_dashboard_browser`` drives Chromium."""
@@ -13,9 +13,7 @@ from datetime import UTC, datetime
 import pytest
 from flask.testing import FlaskClient
 
-from spotline.infra.cli.commands import main as cli
 from spotline.infra.dashboard.app import create_app
-from spotline.infra.dashboard.epochs_svg import epochs_svg
 from spotline.infra.dashboard.events import Hub
 from spotline.shared.adapters.firestore_store import FirestoreStore
 from spotline.shared.contract.events import JobFinished
@@ -135,28 +133,6 @@ def test_a_job_page_shows_its_history_epochs_and_timeline(store: FirestoreStore)
     assert png.data.startswith(b"\x89PNG")
 
 
-def test_the_epochs_chart_draws_each_metric_over_the_epochs() -> None:
-    svg = epochs_svg([an_epoch(1, 0.9), an_epoch(2, 0.5), an_epoch(3, 0.1, accuracy=None)])
-    loss = re.search(r'data-metric="loss"[^>]*>.*?<polyline points="([^"]+)"', svg, re.S)
-    assert loss is not None
-    points = [tuple(map(float, p.split(","))) for p in loss.group(1).split()]
-    xs, ys = [x for x, _ in points], [y for _, y in points]
-    assert len(points) == 3 and xs == sorted(xs)
-    assert ys == sorted(ys)  # a falling loss goes down the panel: y grows downwards
-    accuracy = re.search(r'data-metric="accuracy"[^>]*>.*?<polyline points="([^"]+)"', svg, re.S)
-    assert accuracy is not None and len(accuracy.group(1).split()) == 2  # None is left out
-    empty = epochs_svg([])
-    assert "no epochs yet" in empty and 'width="' in empty
-
-
-def test_a_later_attempts_epoch_replaces_the_earlier_record_of_it() -> None:
-    again = an_epoch(2, 0.3).model_copy(update={"attempt": 2})
-    svg = epochs_svg([an_epoch(1, 0.9), an_epoch(2, 0.5), again])
-    loss = re.search(r'data-metric="loss"[^>]*>.*?<polyline points="([^"]+)"', svg, re.S)
-    assert loss is not None and len(loss.group(1).split()) == 2
-    assert "0.3" in svg and "0.5" not in svg.split('data-metric="loss"')[1].split("</g>")[0]
-
-
 def test_user_input_is_shown_as_text_never_as_markup(store: FirestoreStore) -> None:
     job = fail_job(training(a_job("j-xss", 0, description=XSS)), S.FAILED, at(90), XSS)
     store.create_job(job)
@@ -252,12 +228,6 @@ def test_the_event_stream_sends_the_topic_that_changed(store: FirestoreStore) ->
         answer.close()
         assert got[0].startswith("retry: ")
         assert "data: instances\n\n" in got[-1]
-
-
-def test_the_command_checks_its_port() -> None:
-    with pytest.raises(SystemExit) as exit_:
-        cli(["dashboard", "--port", "70000"])
-    assert exit_.value.code == 2
 
 
 def test_the_jobs_fragment_is_the_pages_table(store: FirestoreStore) -> None:

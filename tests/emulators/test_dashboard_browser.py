@@ -1,4 +1,4 @@
-"""Issue 12 item 4 in a real browser: headless Chromium (Debian's ``chromium``,
+"""The dashboard in a real browser: headless Chromium (Debian's ``chromium``,
 installed by ``make tools``) driven by Playwright opens the dashboard while a
 job runs, and checks what a person sees: the job's row, its status changing
 without a reload as the handlers move it, the progress bar, then the job's

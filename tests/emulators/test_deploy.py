@@ -9,7 +9,6 @@ import os
 import time
 import zipfile
 from collections.abc import Iterator
-from dataclasses import fields
 
 import pytest
 from google.cloud import firestore
@@ -18,7 +17,7 @@ from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
 from spotline.infra.cli.commands import main
 from spotline.infra.deploy import iam
 from spotline.infra.deploy.bootstrap import SERVICES
-from spotline.infra.deploy.deployer import Deployer, Endpoints
+from spotline.infra.deploy.deployer import Deployer
 from spotline.infra.deploy.errors import DeployError
 from spotline.infra.deploy.plan import DeployConfig
 from spotline.infra.deploy.source import build_archive
@@ -30,6 +29,7 @@ from spotline.shared.retries import Backoff
 from spotline.shared.settings import TOPICS, Settings
 from spotline.shared.settings_file import config_path
 from tests.cloud_double import CloudDouble
+from tests.deploy_cli import DeployCli, cli_args
 
 pytestmark = pytest.mark.emulators
 REGION = "us-central1"
@@ -224,33 +224,14 @@ def test_a_trigger_eventarc_cannot_show_leaves_the_gcloud_command(
 # -- the command ----------------------------------------------------------------
 
 
-def point_at(cloud: CloudDouble, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every API the CLI calls, at the double."""
-    for api in fields(Endpoints):
-        monkeypatch.setenv(f"SPOTLINE_{api.name.upper()}_ENDPOINT", cloud.endpoint)
-
-
-def cli_args(project: str) -> list[str]:
-    return [
-        "deploy",
-        "--project",
-        project,
-        "--region",
-        REGION,
-        "--storage-root",
-        "gs://acme-spotline/runs",
-    ]
-
-
 def test_spotline_deploy_deploys_through_the_endpoints_it_is_given(
     cloud: CloudDouble,
     project: str,
-    monkeypatch: pytest.MonkeyPatch,
+    deploy_cli: DeployCli,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    point_at(cloud, monkeypatch)
 
-    assert main(cli_args(project)) == 0
+    assert deploy_cli.deploy() == 0
 
     out = capsys.readouterr().out
     assert "function      spotline-submit-job" in out and "created" in out
@@ -262,14 +243,14 @@ def test_spotline_deploy_deploys_through_the_endpoints_it_is_given(
 def test_spotline_deploy_writes_the_config_the_cli_reads_back(
     cloud: CloudDouble,
     project: str,
+    deploy_cli: DeployCli,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    point_at(cloud, monkeypatch)
     path = config_path(os.environ)
     assert path is not None and str(path).startswith(os.environ["XDG_CONFIG_HOME"])
 
-    assert main([*cli_args(project), "--zones", "us-central1-b,us-central1-c"]) == 0
+    assert deploy_cli.deploy("--zones", "us-central1-b,us-central1-c") == 0
 
     assert f"the CLI's config (project, region, zones, storage_root): {path}" in (
         capsys.readouterr().out
@@ -293,12 +274,11 @@ def test_spotline_deploy_writes_the_config_the_cli_reads_back(
 def test_dry_run_reads_the_project_and_changes_nothing(
     cloud: CloudDouble,
     project: str,
-    monkeypatch: pytest.MonkeyPatch,
+    deploy_cli: DeployCli,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    point_at(cloud, monkeypatch)
 
-    assert main([*cli_args(project), "--dry-run"]) == 0
+    assert deploy_cli.deploy("--dry-run") == 0
 
     assert cloud.requests and cloud.writes() == []  # reads only
     assert list(PublisherClient().list_topics(project=f"projects/{project}")) == []
@@ -326,16 +306,15 @@ def test_dry_run_reads_the_project_and_changes_nothing(
 def test_dry_run_after_a_deploy_finds_everything_right(
     cloud: CloudDouble,
     project: str,
-    monkeypatch: pytest.MonkeyPatch,
+    deploy_cli: DeployCli,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    point_at(cloud, monkeypatch)
-    assert main(cli_args(project)) == 0
+    assert deploy_cli.deploy() == 0
     capsys.readouterr()
     writes = len(cloud.writes())
     uploads = len(cloud.requests_to("POST", ":generateUploadUrl"))
 
-    assert main([*cli_args(project), "--dry-run"]) == 0
+    assert deploy_cli.deploy("--dry-run") == 0
 
     assert len(cloud.writes()) == writes
     assert len(cloud.requests_to("POST", ":generateUploadUrl")) == uploads
@@ -406,3 +385,32 @@ def test_a_source_upload_refused_while_permissions_propagate_is_tried_again(
 
 def uploads_sent(cloud: CloudDouble) -> list[RecordedRequest]:
     return [r for r in cloud.requests if r.method == "PUT" and r.path.startswith("/upload/")]
+
+
+def test_spotline_deploy_json_prints_what_it_changed_as_one_document(
+    cloud: CloudDouble,
+    project: str,
+    deploy_cli: DeployCli,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+
+    assert deploy_cli.deploy("--json") == 0
+
+    said = capsys.readouterr()
+    printed = json.loads(said.out)  # stdout is the document alone
+    assert (printed["project"], printed["region"], printed["dry_run"]) == (project, REGION, False)
+    changes = {f"{c['kind']} {c['name']}": c for c in printed["changes"]}
+    assert changes["function spotline-submit-job"]["action"] == "created"
+    assert set(printed["changes"][0]) == {"kind", "name", "action", "detail"}
+    assert printed["config_path"] == str(config_path(os.environ))
+    assert printed["config"]["project"] == project
+    # The progress a person watches for minutes goes to stderr.
+    assert "spotline-submit-job" in said.err and "deploying spotline" in said.err
+
+    # A dry run after it: every change "unchanged", nothing written.
+    writes = len(cloud.writes())
+    assert deploy_cli.deploy("--dry-run", "--json") == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["dry_run"] is True and len(cloud.writes()) == writes
+    assert {c["action"] for c in again["changes"]} == {"unchanged"}
+    assert ("function", "spotline-submit-job") in {(c["kind"], c["name"]) for c in again["changes"]}

@@ -4,6 +4,7 @@ again as a no-op, and refuses while jobs are active."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -12,7 +13,6 @@ import pytest
 from google.cloud import firestore
 from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
 
-from spotline.infra.cli.commands import main
 from spotline.infra.deploy import iam
 from spotline.infra.deploy.deployer import Deployer
 from spotline.infra.deploy.destroy import Destroyer, JobsRunning
@@ -21,6 +21,7 @@ from spotline.infra.localstack.emulators import Emulator
 from spotline.shared.settings import Settings
 from tests.cloud_double import CloudDouble
 from tests.cloud_double_project import OWNER
+from tests.deploy_cli import DeployCli
 
 pytestmark = pytest.mark.emulators
 REGION = "us-central1"
@@ -163,24 +164,44 @@ def test_destroy_cancels_active_jobs_when_told_and_waits_for_them(
 def test_spotline_destroy_asks_for_yes_and_dry_run_changes_nothing(
     cloud: CloudDouble,
     project: str,
-    monkeypatch: pytest.MonkeyPatch,
+    deploy_cli: DeployCli,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from tests.emulators.test_deploy import cli_args, point_at
-
-    point_at(cloud, monkeypatch)
-    assert main(cli_args(project)) == 0
-    target = cli_args(project)[1:]
+    assert deploy_cli.deploy() == 0
     writes = len(cloud.writes())
 
     with pytest.raises(SystemExit, match="--yes"):
-        main(["destroy", *target])
+        deploy_cli.destroy()
     capsys.readouterr()
-    assert main(["destroy", *target, "--dry-run"]) == 0
+    assert deploy_cli.destroy("--dry-run") == 0
 
     assert cloud.writes()[writes:] == []
     said = " ".join(capsys.readouterr().out.split())
     assert "function spotline-reaper would delete" in said
     assert "account spotline-vm would delete" in said and "bucket acme-spotline kept" in said
-    assert main(["destroy", *target, "--yes"]) == 0
+    assert deploy_cli.destroy("--yes") == 0
     assert cloud.functions == {} and cloud.project_apis.accounts == {}
+
+
+def test_spotline_destroy_json_prints_what_went_as_one_document(
+    cloud: CloudDouble,
+    project: str,
+    deploy_cli: DeployCli,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert deploy_cli.deploy() == 0
+    capsys.readouterr()
+
+    assert deploy_cli.destroy("--dry-run", "--json") == 0
+    would = json.loads(capsys.readouterr().out)
+    assert deploy_cli.destroy("--yes", "--json") == 0
+    said = capsys.readouterr()
+
+    went = json.loads(said.out)  # stdout is the document alone
+    assert (would["project"], would["dry_run"], went["dry_run"]) == (project, True, False)
+    actions = {f"{c['kind']} {c['name']}": c["action"] for c in went["changes"]}
+    assert actions["function spotline-reaper"] == "deleted"
+    assert actions["bucket acme-spotline"] == "kept"
+    assert {f"{c['kind']} {c['name']}" for c in would["changes"]} == set(actions)
+    assert "spotline-reaper" in said.err  # the progress, for a person
+    assert cloud.functions == {}

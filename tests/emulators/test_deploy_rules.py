@@ -13,7 +13,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from spotline.infra.cli.commands import main
 from spotline.infra.deploy.bootstrap import SERVICES
 from spotline.infra.deploy.deployer import Deployer
 from spotline.infra.deploy.destroy import Destroyer
@@ -21,7 +20,8 @@ from spotline.infra.deploy.rules import RULES_FILE
 from spotline.infra.localcloud.wire import RecordedRequest
 from spotline.infra.localstack.emulators import Emulator
 from tests.cloud_double import CloudDouble
-from tests.emulators.test_deploy import REGION, cli_args, deploy_config, point_at
+from tests.deploy_cli import DeployCli
+from tests.emulators.test_deploy import REGION, deploy_config
 
 pytestmark = pytest.mark.emulators
 OPEN_RULES = (
@@ -140,21 +140,20 @@ def test_open_rules_someone_released_are_replaced(cloud: CloudDouble, project: s
 def test_dry_run_says_what_it_would_do_to_the_rules_and_writes_nothing(
     cloud: CloudDouble,
     project: str,
-    monkeypatch: pytest.MonkeyPatch,
+    deploy_cli: DeployCli,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    point_at(cloud, monkeypatch)
-    assert main([*cli_args(project), "--dry-run"]) == 0
+    assert deploy_cli.deploy("--dry-run") == 0
     assert "rules cloud.firestore would create" in " ".join(capsys.readouterr().out.split())
     open_rules_released(cloud, project)
 
-    assert main([*cli_args(project), "--dry-run"]) == 0
+    assert deploy_cli.deploy("--dry-run") == 0
 
     assert "rules cloud.firestore would update" in " ".join(capsys.readouterr().out.split())
     assert cloud.writes() == []
-    assert main(cli_args(project)) == 0
+    assert deploy_cli.deploy() == 0
     capsys.readouterr()
-    assert main([*cli_args(project), "--dry-run"]) == 0
+    assert deploy_cli.deploy("--dry-run") == 0
     assert "rules cloud.firestore unchanged" in " ".join(capsys.readouterr().out.split())
 
 

@@ -19,7 +19,7 @@ from spotline.infra.cli.commands import main
 from spotline.infra.localstack.emulators import Emulator
 from spotline.infra.localstack.storage import StorageEmulator, reload_fsspec_config
 from tests.cloud_double import CloudDouble
-from tests.emulators.test_deploy import REGION, cli_args, point_at
+from tests.deploy_cli import REGION, DeployCli
 
 pytestmark = pytest.mark.emulators
 
@@ -35,11 +35,11 @@ def test_a_folder_is_uploaded_to_the_deployed_bucket_once(
     project: str,
     storage_emulator: StorageEmulator,
     tmp_path: Path,
+    deploy_cli: DeployCli,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    point_at(cloud, monkeypatch)
-    assert main(cli_args(project)) == 0  # storage root gs://acme-spotline/runs
+    assert deploy_cli.deploy() == 0  # storage root gs://acme-spotline/runs
     assert "acme-spotline" in cloud.project_apis.buckets
     for name, value in storage_emulator.client_env().items():
         monkeypatch.setenv(name, value)

@@ -1,4 +1,4 @@
-"""Issue 10, dependencies failing: the Firestore and Pub/Sub emulators frozen
+"""Dependencies failing: the Firestore and Pub/Sub emulators frozen
 (SIGSTOP to their process group, then SIGCONT) or restarted mid-run.
 
 A frozen backend holds every connection and answers nothing: a handler that

@@ -1,4 +1,4 @@
-"""The failure policy through the handlers (issue 13): a non-zero exit
+"""The failure policy through the handlers: a non-zero exit
 restarts the job on a new VM, apart from preemptions, and every order of
 events restarts it at most once and counts each failure once. Real functions
 framework, real Firestore emulator, VMs from the local cloud through GceCompute.

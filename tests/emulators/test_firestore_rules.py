@@ -19,7 +19,7 @@ from spotline.infra.deploy.rules import RULES_FILE
 from spotline.infra.localstack.emulators import Emulator
 from spotline.shared.adapters.firestore_store import FirestoreStore
 from spotline.shared.domain.states import JobStatus
-from tests.emulators.test_store_contract import a_job
+from tests.store_contract import a_job
 
 pytestmark = pytest.mark.emulators
 

@@ -1,5 +1,5 @@
 """What only the Firestore store promises: documents a person can read in the
-Firestore console. The port's contract is tested in test_store_contract.py."""
+Firestore console. The port's contract is tested in tests/store_contract.py."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from spotline.shared.adapters.firestore_store import FirestoreStore
-from tests.emulators.test_store_contract import T0, a_job, an_entry
+from tests.store_contract import T0, a_job, an_entry
 
 pytestmark = pytest.mark.emulators
 

@@ -13,7 +13,7 @@ from spotline.shared.adapters.counting_store import CountingStore
 from spotline.shared.adapters.firestore_store import FirestoreStore
 from spotline.shared.adapters.firestore_versions import WrittenVersions
 from spotline.shared.domain.documents import JobDoc
-from tests.emulators.test_store_contract import T0, a_job
+from tests.store_contract import T0, a_job
 
 pytestmark = pytest.mark.emulators
 

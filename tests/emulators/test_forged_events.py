@@ -1,4 +1,4 @@
-"""VM events bound to their job and attempt (issue 11 item 4).
+"""VM events bound to their job and attempt.
 
 A VM holds the event token of its own attempt only. Whatever another VM sends
 in a job's name (its own valid token, no token, the token of the job's earlier

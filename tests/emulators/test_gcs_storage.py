@@ -142,10 +142,3 @@ def test_a_state_written_locally_is_mirrored_up_and_back_down(
     assert second.pull(["state.h5", "meta.json"]) == ["state.h5", "meta.json"]
     assert (second.local / "state.h5").read_bytes() == b"weights-2"
     assert (second.local / "meta.json").read_text() == '{"epoch": 1}'
-
-
-def test_a_local_state_folder_is_used_as_it_is(tmp_path: Path) -> None:
-    folder = MirroredFolder((tmp_path / "ckpt").as_uri())
-    assert not folder.remote and folder.local == tmp_path / "ckpt"
-    assert folder.push(["state.h5"]) == [] and folder.pull(["state.h5"]) == []
-    assert MirroredFolder(str(tmp_path)).local == tmp_path

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from spotline.vm_image.trainers.contract import SettingsError, training_split
+from spotline.vm_image.trainers.contract import RunSettingsError, training_split
 from tests.emulators.test_agent_failures import Topics
 from tests.vm_agent import Vm, next_finished
 
@@ -118,5 +118,5 @@ def test_without_a_validation_set_the_split_is_made_from_x(tmp_path: Path) -> No
 
 def test_an_npz_without_x_and_y_is_refused_naming_what_it_holds(tmp_path: Path) -> None:
     np.savez(tmp_path / "data.npz", train_X=np.ones((3, 2)))
-    with pytest.raises(SettingsError, match=r"must hold arrays x and y.*\['train_X'\]"):
+    with pytest.raises(RunSettingsError, match=r"must hold arrays x and y.*\['train_X'\]"):
         training_split(seed=1, validation_split=0.2, env={"SPOTLINE_DATA_DIR": str(tmp_path)})

@@ -14,31 +14,11 @@ from spotline.functions import deps
 from spotline.infra.localcloud.cloud import LocalCloud
 from spotline.shared.adapters.firestore_store import FirestoreStore
 from spotline.shared.contract.events import JobFinished, ReaperTick
-from spotline.shared.domain.documents import UserDoc
-from spotline.shared.domain.quotas import free_slot, holds, keep_slot, take_slot, take_slots
+from spotline.shared.domain.quotas import take_slot
 from spotline.shared.domain.states import JobStatus, JobSubstatus
 from tests.conftest import SPEC, submit_concurrently, vm_event
 
 T0 = datetime(2026, 11, 21, tzinfo=UTC)
-
-
-def test_slots_are_taken_once_and_never_past_the_limit() -> None:
-    user = UserDoc(user="alice")
-    for job in ("a", "b", "a"):
-        user = take_slot(user, "active_jobs", job, 2, T0)
-    assert user.active_jobs == ["a", "b"]
-    assert not holds(take_slot(user, "active_jobs", "c", 2, T0), "active_jobs", "c")
-    user = free_slot(free_slot(user, "active_jobs", "a", T0), "active_jobs", "a", T0)
-    assert user.active_jobs == ["b"]
-
-
-def test_a_gang_takes_all_its_slots_or_none() -> None:
-    user = take_slots(UserDoc(user="alice"), "active_instances", ["x"], 3, T0)
-    assert take_slots(user, "active_instances", ["n0", "n1", "n2"], 3, T0) == user
-    user = take_slots(user, "active_instances", ["n0", "n1", "n1"], 3, T0)
-    assert user.active_instances == ["x", "n0", "n1"]
-    # A VM that exists is listed whatever the limit: the list must stay true.
-    assert keep_slot(user, "active_instances", "adopted", T0).active_instances[-1] == "adopted"
 
 
 def job_spec(n: int, **fields: Any) -> dict[str, Any]:

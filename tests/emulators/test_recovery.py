@@ -108,7 +108,7 @@ def test_every_report_of_one_preemption_counts_once(
 def test_a_finish_that_comes_after_the_preemption_log_completes_attempt_1(
     call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
-    """Issue 10 on Firestore: the trainer exited 0 as the VM was preempted, and
+    """On Firestore: the trainer exited 0 as the VM was preempted, and
     the log sink's entry came first (attempt 2 placed at once)."""
     running(call)
     call("on_spot_preempted", "spot_preempted", log_sink_entry(host, "sl-job1-a1"), message_id="l1")

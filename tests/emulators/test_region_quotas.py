@@ -35,7 +35,7 @@ def test_a_machine_over_quota_is_passed_over_for_the_next(
 
     # g2-standard-4, then n1-standard-8-t4.od at once: wait_request_s 0 asks
     # for every option in one pass (by default the first is asked for that
-    # long before the next: tests/emulators/test_option_waiting.py).
+    # long before the next: tests/unit/test_option_waiting.py).
     call("submit_job", "submit", {**SPEC, "wait_request_s": 0})
 
     job = FirestoreStore(project).get_job("job1")

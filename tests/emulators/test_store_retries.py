@@ -16,7 +16,7 @@ from spotline.shared.domain.documents import JobDoc
 from spotline.shared.domain.errors import TransientError
 from spotline.shared.ports.store import Store
 from spotline.shared.retries import Backoff
-from tests.emulators.test_store_contract import a_job
+from tests.store_contract import a_job
 
 QUICK = Backoff(initial_s=0.001, maximum_s=0.02, deadline_s=1.0)
 StoreAndRival = tuple[Store, Store]

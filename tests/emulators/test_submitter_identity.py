@@ -1,4 +1,4 @@
-"""Issue 11 item 6: who may submit and cancel. In the per-user mode
+"""Who may submit and cancel. In the per-user mode
 (``SPOTLINE_USER_TOPICS``) a message acts only when it came through its
 publisher's own topic and is about that publisher's job, through the real
 functions framework (both delivery shapes) on the Firestore emulator."""

@@ -1,4 +1,4 @@
-"""Issue 12 item 3: the seed's timeline, per attempt and in total, written on
+"""A job's timeline, per attempt and in total, written on
 the job document at every move, and ``spotline timeline`` (a table, JSON, the
 pie and funnel charts as PNG files)."""
 
@@ -12,11 +12,10 @@ import pytest
 
 from spotline.infra.cli.commands import main as cli
 from spotline.shared.adapters.firestore_store import FirestoreStore
-from spotline.shared.domain.documents import HistoryEntry, JobDoc
+from spotline.shared.domain.documents import JobDoc
 from spotline.shared.domain.lifecycle import new_job
 from spotline.shared.domain.spec import JobSpec
 from spotline.shared.domain.states import JobSubstatus as S
-from spotline.shared.domain.timeline import Phase, phase_seconds, timeline
 from spotline.shared.domain.transitions import move_job, next_attempt
 from tests.documents import T0, at
 
@@ -38,60 +37,6 @@ def a_preempted_job() -> JobDoc:
         job = move_job(job, to, at(second))
     job = move_job(move_job(job, S.SENDING_MODEL_AND_DATA, at(74)), S.TRAINING, at(75))
     return move_job(move_job(job, S.RETURNING, at(100)), S.COMPLETED, at(102))
-
-
-def test_each_attempt_shows_the_seeds_phases_and_the_total_is_a_partition() -> None:
-    found = timeline(a_preempted_job().history)
-
-    attempts = found.by_attempt()
-    assert attempts[1] == {
-        Phase.REQUESTING: 1,
-        Phase.CONNECTING: 2,
-        Phase.GEARING_UP: 1,
-        Phase.SENDING: 2,
-        Phase.TRAINING: 54,
-        Phase.PREEMPTED: 0,
-    }
-    assert attempts[2][Phase.WAITING_FOR_CAPACITY] == 9
-    assert attempts[2][Phase.REQUESTING] == 1 + 1  # 60-61 and 70-71
-    totals = found.totals()
-    # A later attempt's way back to training is recovering; waiting stays its own.
-    assert totals[Phase.RECOVERING] == 2 + 2 + 1 + 1
-    assert totals[Phase.WAITING_FOR_CAPACITY] == 9
-    assert totals[Phase.TRAINING] == 54 + 25 and totals[Phase.RETURNING] == 2
-    assert sum(totals.values()) == found.seconds == 102
-    # Grouped the same way per attempt, each phase's attempts add up to its total.
-    grouped = found.by_attempt(grouped=True)
-    assert grouped[2] == {
-        Phase.RECOVERING: 6,
-        Phase.WAITING_FOR_CAPACITY: 9,
-        Phase.TRAINING: 25,
-        Phase.RETURNING: 2,
-    }
-    for phase, seconds in totals.items():
-        assert sum(attempt.get(phase, 0) for attempt in grouped.values()) == seconds
-
-
-def test_the_job_document_carries_the_totals_of_the_phases_that_ended() -> None:
-    job = a_preempted_job()
-    assert job.phase_seconds["training"] == 79
-    assert job.phase_seconds["recovering"] == 6
-    assert sum(job.phase_seconds.values()) == 102
-    midway = new_job(JobSpec.model_validate(SPEC), "tl2", "m1", T0)
-    midway = move_job(midway, S.CONNECTING_SERVER, at(1.5))
-    assert midway.phase_seconds == {"requesting": 1.5}  # connecting has not ended
-
-
-def test_a_skewed_vm_clock_counts_zero_never_negative_and_now_counts_the_current_phase() -> None:
-    history = [
-        HistoryEntry(at=at(10), status="QUEUING", substatus="CONNECTING_SERVER", attempt=1),
-        HistoryEntry(at=at(8), status="QUEUING", substatus="GEARING_UP_ENV", attempt=1),
-        HistoryEntry(at=at(12), status="TRAINING", substatus="TRAINING", attempt=1),
-    ]
-    found = timeline(history, now=at(20))
-    assert found.by_attempt()[1] == {Phase.CONNECTING: 0, Phase.GEARING_UP: 4, Phase.TRAINING: 8}
-    assert found.segments[-1].ongoing
-    assert phase_seconds(history) == {"connecting": 0, "gearing_up": 4}
 
 
 @pytest.fixture
@@ -119,7 +64,7 @@ def test_spotline_timeline_prints_the_table_and_json(
 
 
 @pytest.mark.parametrize("chart", ["pie", "funnel"])
-def test_spotline_timeline_draws_the_seeds_charts(
+def test_spotline_timeline_draws_the_pie_and_funnel_charts(
     stored: JobDoc, chart: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     pytest.importorskip("matplotlib")
@@ -137,36 +82,6 @@ def test_spotline_timeline_of_an_unknown_job_fails(
 ) -> None:
     assert cli(["timeline", "nope"]) == 1
     assert "no job nope" in capsys.readouterr().err
-
-
-def test_installing_requirements_is_a_phase_of_its_own_and_part_of_the_way_back() -> None:
-    job = new_job(JobSpec.model_validate(SPEC), "tl2", "m1", T0)
-    for second, to in (
-        (1, S.CONNECTING_SERVER),
-        (2, S.GEARING_UP_ENV),
-        (3, S.SENDING_MODEL_AND_DATA),
-        (4, S.INSTALLING_REQUIREMENTS),
-        (34, S.TRAINING),
-    ):
-        job = move_job(job, to, at(second))
-    job = next_attempt(job, S.PREEMPTED, at(60), "preempted", max_attempts=5)
-    for second, to in (
-        (61, S.REQUESTING_SERVER),
-        (62, S.CONNECTING_SERVER),
-        (63, S.SENDING_MODEL_AND_DATA),
-        (64, S.INSTALLING_REQUIREMENTS),
-        (70, S.TRAINING),
-    ):
-        job = move_job(job, to, at(second))
-
-    found = timeline(job.history)
-
-    assert found.by_attempt()[1][Phase.INSTALLING] == 30  # not sending model and data
-    assert found.by_attempt()[1][Phase.SENDING] == 1
-    assert found.by_attempt()[2][Phase.INSTALLING] == 6
-    # A later attempt's install is part of its way back to training.
-    assert found.totals()[Phase.RECOVERING] == 70 - 60
-    assert found.totals()[Phase.INSTALLING] == 30
 
 
 def test_a_chart_without_o_goes_to_the_workdirs_charts_folder(

@@ -1,4 +1,4 @@
-"""Issue 12 item 2: ``spotline watch`` follows jobs through Firestore listeners
+"""``spotline watch`` follows jobs through Firestore listeners
 (the emulator pushes each change), a line per change to a pipe or a redrawn
 table with progress bars on a terminal, and ends with the job's outcome."""
 
@@ -19,11 +19,10 @@ from spotline.shared.adapters.firestore_listen import JobFeed
 from spotline.shared.adapters.firestore_store import FirestoreStore
 from spotline.shared.domain.documents import EpochDoc, JobDoc
 from spotline.shared.domain.lifecycle import new_job
-from spotline.shared.domain.progress import eta_s
 from spotline.shared.domain.spec import JobSpec
 from spotline.shared.domain.states import JobSubstatus as S
 from spotline.shared.domain.transitions import fail_job, move_job
-from tests.documents import T0, at
+from tests.documents import at
 
 SPEC = {"user": "alice", "machine_ids": ["g2-standard-4"], "trainer": "digits_mlp", "epochs": 3}
 
@@ -33,17 +32,6 @@ def epoch(n: int, seconds: float, attempt: int = 1) -> EpochDoc:
         epoch=n, epochs=3, attempt=attempt, step=10 * n, metrics={"loss": 1.0 / n},
         instance="sl-w1-a1", at=at(seconds),
     )  # fmt: skip
-
-
-def test_the_eta_is_the_current_attempts_pace_times_the_epochs_left() -> None:
-    job = new_job(JobSpec.model_validate(SPEC), "w1", "m1", T0)
-    job = move_job(move_job(job, S.CONNECTING_SERVER, at(5)), S.TRAINING, at(10))
-    assert eta_s(job, [], at(12)) is None  # no epoch yet: no pace
-    job = job.model_copy(update={"epoch": 1})
-    # 20 s for the first epoch; two left, 5 s into the second: 35 s.
-    assert eta_s(job, [epoch(1, 30)], at(35)) == 35
-    done = job.model_copy(update={"epoch": 3})
-    assert eta_s(done, [epoch(1, 30)], at(35)) == 0
 
 
 def moved(job: JobDoc, to: S) -> JobDoc:

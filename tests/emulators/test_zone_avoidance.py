@@ -1,4 +1,4 @@
-"""Zone avoidance after a preemption through the handlers (issue 13): the
+"""Zone avoidance after a preemption through the handlers: the
 next attempt goes to another allowed zone first, and back to the preempted
 zone when no other has capacity. Real functions framework, real Firestore
 emulator, VMs from the local cloud (zones us-central1-a and -b) through GceCompute."""

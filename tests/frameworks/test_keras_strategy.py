@@ -1,5 +1,5 @@
 """The Keras trainer's distribution strategy: MirroredStrategy on a machine
-with several GPUs (the seed's Aibro), one device otherwise.
+with several GPUs, one device otherwise.
 
 There is no GPU here: the choice is tested by the device count the trainer
 would see, and a real MirroredStrategy over two logical CPUs stands in for two

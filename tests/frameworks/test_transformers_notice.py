@@ -14,13 +14,22 @@ from pathlib import Path
 import pytest
 
 from tests.framework_required import require_modules
-from tests.script_runs import events, run, run_until_sigterm, script_env, steps_done
+from tests.script_runs import (
+    assert_a_notice_on_an_epochs_last_step_reports_it_once,
+    assert_rerun_redoes_what_followed_the_last_save,
+    assert_resumed_redoing_none,
+    assert_same_weights,
+    events,
+    run,
+    run_until_sigterm,
+    script_env,
+    steps_done,
+)
 
 require_modules(("transformers", "accelerate"), "HUGGING FACE TRAINER TESTS", "hf")
 
 import torch  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
-from torch.testing import assert_close  # noqa: E402
 
 pytestmark = pytest.mark.frameworks
 
@@ -56,18 +65,8 @@ def test_the_notice_saves_at_the_step_and_the_next_run_redoes_none(
     assert notice["uri"].endswith(f"checkpoints/checkpoint-{stopped_at}")
     assert [e["epoch"] for e in events(tmp_path) if e["type"] == "epoch"] == [1]
 
-    resumed = run(SCRIPT, script_env(tmp_path, integrated=True))
-
-    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-3000:]
-    assert steps_done(tmp_path / "steps.txt") == list(range(1, STEPS + 1))  # none twice
-    assert [e["step"] for e in events(tmp_path) if e["type"] == "resumed"] == [stopped_at]
-    reports = [e for e in events(tmp_path) if e["type"] == "epoch"]
-    assert [(e["epoch"], e["epochs"], e["step"]) for e in reports] == [(1, 2, 24), (2, 2, 48)]
-    assert "loss" in reports[-1]["metrics"]
-    final = load_file(tmp_path / "outputs" / "model.safetensors")
-    assert final.keys() == uninterrupted.keys()
-    for name, tensor in uninterrupted.items():
-        assert_close(final[name], tensor, rtol=1e-5, atol=1e-6, msg=name)
+    assert_resumed_redoing_none(SCRIPT, tmp_path, stopped_at, STEPS, "loss")
+    assert_same_weights(load_file(tmp_path / "outputs" / "model.safetensors"), uninterrupted)
 
 
 def test_without_the_callback_the_script_loses_at_most_its_save_interval(
@@ -78,15 +77,7 @@ def test_without_the_callback_the_script_loses_at_most_its_save_interval(
     )
 
     assert stopped.returncode == -15  # SIGTERM's default action: no save
-    stopped_at = steps_done(tmp_path / "steps.txt")[-1]
-    resumed = run(SCRIPT, script_env(tmp_path, integrated=False))
-
-    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-3000:]
-    steps = steps_done(tmp_path / "steps.txt")
-    redone = steps[stopped_at:]  # the second run's steps
-    last_save = stopped_at - stopped_at % SAVE_STEPS
-    assert redone[0] == last_save + 1 and redone[-1] == STEPS
-    assert 0 < stopped_at - last_save <= SAVE_STEPS  # lost, and done again
+    assert_rerun_redoes_what_followed_the_last_save(SCRIPT, tmp_path, STEPS, SAVE_STEPS)
 
 
 def test_last_checkpoint_is_none_before_the_first_save(tmp_path: Path) -> None:
@@ -102,17 +93,4 @@ def test_last_checkpoint_is_none_before_the_first_save(tmp_path: Path) -> None:
 def test_a_notice_on_the_last_step_of_an_epoch_still_reports_that_epoch_once(
     tmp_path: Path,
 ) -> None:
-    epoch_end = STEPS // 2
-    stopped = run_until_sigterm(
-        SCRIPT, script_env(tmp_path, integrated=True, step_sleep_s=0.5), epoch_end
-    )
-    assert stopped.returncode == 143, stopped.stdout[-3000:]
-    if steps_done(tmp_path / "steps.txt")[-1] != epoch_end:
-        pytest.skip("the signal came a step late (a loaded machine): nothing to check")
-
-    resumed = run(SCRIPT, script_env(tmp_path, integrated=True))
-
-    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-3000:]
-    reports = [(e["epoch"], e["step"]) for e in events(tmp_path) if e["type"] == "epoch"]
-    assert reports == [(1, epoch_end), (2, STEPS)]
-    assert [e["step"] for e in events(tmp_path) if e["type"] == "resumed"] == [epoch_end]
+    assert_a_notice_on_an_epochs_last_step_reports_it_once(SCRIPT, tmp_path, STEPS)

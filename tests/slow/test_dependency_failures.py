@@ -1,4 +1,4 @@
-"""Issue 10, dependencies failing: Compute Engine answering 503s, or answering
+"""Dependencies failing: Compute Engine answering 503s, or answering
 too late (the work done, the caller timed out), for a while.
 
 The real handlers and reaper run as in the replay (``tests.replay``: the

@@ -20,40 +20,27 @@ As on a VM: the agent is root and pip runs as an account of the test's own.
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
-import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.emulators.test_job_env import tiny_wheel
-from tests.spare_account import needs_root, processes_of, spare_account
+from tests.hostile_install import (
+    NEEDS,
+    assert_the_venv_imports,
+    killing_what_is_left,
+    prepare,
+    prepared_venv,
+    shared_folder,
+    tiny_requirements,
+)
+from tests.spare_account import processes_of, spare_account
 
-SYSTEM_PYTHON = "/usr/bin/python3.11"
-pytestmark = [
-    pytest.mark.skipif(needs_root() is not None, reason=str(needs_root())),
-    pytest.mark.skipif(not os.access(SYSTEM_PYTHON, os.X_OK), reason=f"needs {SYSTEM_PYTHON}"),
-    pytest.mark.slow,  # real pip installs into fresh venvs
-]
+pytestmark = NEEDS
 # The install's timeout in this test: what a hold of the pipe made it wait out.
 TIMEOUT_S = 60
-
-PREPARE = """
-import json, sys
-from pathlib import Path
-from spotline.vm_image.agent import job_env
-from spotline.vm_image.agent.privileges import TrainerAccount
-job_env.PIP_TIMEOUT_S = int(sys.argv[5])
-uid = int(sys.argv[3])
-account = TrainerAccount("spare", uid, uid, [], dedicated=True)
-made = job_env.prepare_env(Path(sys.argv[1]), Path(sys.argv[2]), account, json.loads(sys.argv[4]))
-print(json.dumps({"root": str(made.root)}))
-"""
 
 # Imported by every Python the job's environment starts: in pip's own process
 # (the first venv python: pip's), a daemon that keeps the inherited stdout, the agent's pipe.
@@ -74,23 +61,18 @@ if sys.prefix != sys.base_prefix and not os.path.exists(os.environ["DAEMON_PIDFI
 
 @pytest.fixture
 def shared_tmp() -> Iterator[Path]:
-    """A folder the trainer account can reach (pytest's own is root's only)."""
-    folder = Path(tempfile.mkdtemp(prefix="spotline-daemon-env-"))
-    folder.chmod(0o755)
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
+    with shared_folder("spotline-daemon-env-") as folder:
+        yield folder
 
 
 def test_a_daemon_holding_pips_output_does_not_hold_the_install(shared_tmp: Path) -> None:
     account = spare_account()
-    tiny_wheel(shared_tmp / "wheels", "from the wheel")
+    requirements = tiny_requirements(shared_tmp)
     hostile = shared_tmp / "hostile"
     hostile.mkdir()
     (hostile / "sitecustomize.py").write_text(SITECUSTOMIZE)
     (shared_tmp / "home").mkdir()
     os.chown(shared_tmp / "home", account.uid, account.gid)
-    requirements = shared_tmp / "requirements.txt"
-    requirements.write_text(f"--no-index\n--find-links {shared_tmp / 'wheels'}\ntinydep==0.1\n")
     pidfile = shared_tmp / "home" / "daemon.pid"
     env = {
         "PATH": os.defpath,
@@ -99,32 +81,13 @@ def test_a_daemon_holding_pips_output_does_not_hold_the_install(shared_tmp: Path
         "DAEMON_PIDFILE": str(pidfile),
         "PYTHONPATH": str(hostile),
     }
-    root = Path(__file__).resolve().parents[2]
     started = time.monotonic()
-    try:
-        done = subprocess.run(
-            [SYSTEM_PYTHON, "-c", PREPARE, str(requirements), str(shared_tmp / "cache"),
-             str(account.uid), json.dumps(env), str(TIMEOUT_S)],
-            env={"PATH": os.defpath, "PYTHONPATH": str(root), "PIP_NO_CACHE_DIR": "1"},
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT_S + 120,
-            check=False,
-        )  # fmt: skip
+    with killing_what_is_left(account):
+        done = prepare(requirements, shared_tmp / "cache", account, env, TIMEOUT_S)
         took_s = time.monotonic() - started
         assert pidfile.exists(), "the build left no daemon: " + done.stdout + done.stderr
-        assert done.returncode == 0, done.stdout + done.stderr
+        venv = prepared_venv(done)
         # Ended with pip, not with the timeout (a loaded machine: generous bound).
         assert took_s < TIMEOUT_S / 2, f"the install took {took_s:.0f} s"
         assert processes_of(account.uid) == [], "the daemon outlived the install"
-        venv = Path(json.loads(done.stdout.strip().splitlines()[-1])["root"])
-        ran = subprocess.run(
-            [str(venv / "bin" / "python"), "-c", "import tinydep; print(tinydep.VALUE)"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert ran.stdout.strip() == "from the wheel", ran.stderr
-    finally:
-        for pid in processes_of(account.uid):
-            os.kill(pid, 9)
+        assert_the_venv_imports(venv)

@@ -10,11 +10,7 @@ that account may run (the test's own interpreter lives under /root).
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
-import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,27 +18,18 @@ from pathlib import Path
 import pytest
 
 from spotline.vm_image.agent.privileges import TrainerAccount
-from tests.emulators.test_job_env import tiny_wheel
-from tests.spare_account import needs_root, processes_of, spare_account
+from tests.hostile_install import (
+    NEEDS,
+    assert_the_venv_imports,
+    killing_what_is_left,
+    prepare,
+    prepared_venv,
+    shared_folder,
+    tiny_requirements,
+)
+from tests.spare_account import processes_of, spare_account
 
-SYSTEM_PYTHON = "/usr/bin/python3.11"
-pytestmark = [
-    pytest.mark.skipif(needs_root() is not None, reason=str(needs_root())),
-    pytest.mark.skipif(not os.access(SYSTEM_PYTHON, os.X_OK), reason=f"needs {SYSTEM_PYTHON}"),
-    pytest.mark.slow,  # real pip installs into fresh venvs
-]
-
-PREPARE = """
-import json, os, sys
-from pathlib import Path
-from spotline.vm_image.agent.job_env import prepare_env
-from spotline.vm_image.agent.privileges import TrainerAccount
-uid = int(sys.argv[3])
-account = TrainerAccount("spare", uid, uid, [], dedicated=True)
-env = json.loads(sys.argv[4])
-job_env = prepare_env(Path(sys.argv[1]), Path(sys.argv[2]), account, env)
-print(json.dumps({"root": str(job_env.root)}))
-"""
+pytestmark = NEEDS
 
 # Every Python the job's environment starts imports this. It prints a path
 # of its choosing last (where an agent trusting the venv's python would put
@@ -79,35 +66,15 @@ if sys.prefix != sys.base_prefix:
 
 @pytest.fixture
 def shared_tmp() -> Iterator[Path]:
-    """A folder the trainer account can reach (pytest's own is root's only)."""
-    folder = Path(tempfile.mkdtemp(prefix="spotline-hostile-env-"))
-    folder.chmod(0o755)
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
-
-
-def _prepare(
-    requirements: Path, cache: Path, account: TrainerAccount, env: dict[str, str]
-) -> subprocess.CompletedProcess[str]:
-    root = Path(__file__).resolve().parents[2]
-    return subprocess.run(
-        [SYSTEM_PYTHON, "-c", PREPARE, str(requirements), str(cache), str(account.uid),
-         json.dumps(env)],
-        env={"PATH": os.defpath, "PYTHONPATH": str(root), "PIP_NO_CACHE_DIR": "1"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )  # fmt: skip
+    with shared_folder("spotline-hostile-env-") as folder:
+        yield folder
 
 
 def _hostile_install(shared_tmp: Path, account: TrainerAccount) -> tuple[Path, Path, Path]:
     """Install a requirement with the hostile sitecustomize on the job's
     PYTHONPATH; the venv, the folder the install tried to steer root's
     write into (root's own), and the hostile folder."""
-    tiny_wheel(shared_tmp / "wheels", "from the wheel")
-    requirements = shared_tmp / "requirements.txt"
-    requirements.write_text(f"--no-index\n--find-links {shared_tmp / 'wheels'}\ntinydep==0.1\n")
+    requirements = tiny_requirements(shared_tmp)
     hostile = shared_tmp / "hostile"
     hostile.mkdir()
     (hostile / "sitecustomize.py").write_text(SITECUSTOMIZE)
@@ -125,35 +92,24 @@ def _hostile_install(shared_tmp: Path, account: TrainerAccount) -> tuple[Path, P
         "STEER_TO": str(roots_site),
         "PIP_NO_CACHE_DIR": "1",
     }
-    done = _prepare(requirements, shared_tmp / "cache", account, env)
-    assert done.returncode == 0, done.stdout + done.stderr
-    venv = Path(json.loads(done.stdout.strip().splitlines()[-1])["root"])
+    venv = prepared_venv(prepare(requirements, shared_tmp / "cache", account, env))
     assert (hostile / "daemon-started").exists(), "the hostile install did not run"
     return venv, roots_site, hostile
 
 
 def test_the_jobs_python_does_not_choose_where_root_writes(shared_tmp: Path) -> None:
     account = spare_account()
-    try:
+    with killing_what_is_left(account):
         venv, roots_site, _ = _hostile_install(shared_tmp, account)
 
         assert list(roots_site.iterdir()) == [], "root wrote where the job's python said"
         # The venv still works: the requirement and the agent's packages.
-        ran = subprocess.run(
-            [str(venv / "bin" / "python"), "-c", "import tinydep, pip; print(tinydep.VALUE)"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert ran.stdout.strip() == "from the wheel", ran.stderr
-    finally:
-        for pid in processes_of(account.uid):
-            os.kill(pid, 9)
+        assert_the_venv_imports(venv, "tinydep, pip")
 
 
 def test_nothing_the_install_started_outlives_the_take_over(shared_tmp: Path) -> None:
     account = spare_account()
-    try:
+    with killing_what_is_left(account):
         venv, _, _ = _hostile_install(shared_tmp, account)
 
         assert processes_of(account.uid) == [], "the install's daemon outlived the install"
@@ -161,6 +117,3 @@ def test_nothing_the_install_started_outlives_the_take_over(shared_tmp: Path) ->
         config = (venv / "pyvenv.cfg").read_text()
         assert "changed after the take-over" not in config
         assert (venv / "pyvenv.cfg").stat().st_uid == 0
-    finally:
-        for pid in processes_of(account.uid):
-            os.kill(pid, 9)

@@ -1,7 +1,7 @@
 """What one sweep reads, counted as Firestore bills it (``CountingStore``):
 every active document, however many pages they fill, and no terminal job.
 
-The in-memory store keeps these fast; ``tests/emulators/test_store_contract.py`` holds
+The in-memory store keeps these fast; ``tests/store_contract.py`` holds
 Firestore to the same paging. ``make bench-scale`` measures the same at
 10,000 active jobs on the emulator.
 """

@@ -1,5 +1,5 @@
 """``spotline status JOB`` shows the failure policy's counters against their
-limits (issue 13), and an elastic gang's changes of size, for a person and in
+limits, and an elastic gang's changes of size, for a person and in
 ``--json``. Pure: the text and the JSON are built from the job document."""
 
 from __future__ import annotations

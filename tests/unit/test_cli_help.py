@@ -1,4 +1,4 @@
-"""Issue 12 item 7's habits: help on every argument, defaults shown, shell
+"""The CLI's habits: help on every argument, defaults shown, shell
 completion, and `$schema` in a spec."""
 
 from __future__ import annotations

@@ -59,8 +59,8 @@ def test_jax_also_gets_the_seed_jax_operator_names() -> None:
 
 
 @pytest.mark.parametrize("framework", ["pytorch", "tensorflow", "xgboost", "jax", "ray", "command"])
-def test_every_framework_gets_the_seed_nodes_list(framework: str) -> None:
-    # Seed 003's scripts: nodes = os.environ['NODES'].split();
+def test_every_framework_gets_the_nodes_list_a_script_finds_its_rank_in(framework: str) -> None:
+    # A script may find its rank as nodes = os.environ['NODES'].split();
     # node_rank = nodes.index(socket.gethostname()), the hostname being the VM name.
     names = ["sl-j-a1-n0", "sl-j-a1-n1", "sl-j-a1-n2"]
     env = cluster_env(framework, ["10.0.0.5", "10.0.0.6", "10.0.0.7"], 2, 7777, nodes=names)

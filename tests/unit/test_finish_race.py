@@ -1,4 +1,4 @@
-"""Issue 10: the trainer exits and, at once, its Spot VM is preempted. The
+"""The trainer exits and, at once, its Spot VM is preempted. The
 JobFinished and the preemption's reports (the log sink's entry, the agent's or
 its shutdown script's SpotPreempted) travel on different subscriptions and
 arrive in either order, redelivered, with the reaper sweeping in between.

@@ -1,5 +1,5 @@
 """An update sends only the fields it changed (``spotline.shared.adapters.firestore_diff``);
-``tests/emulators/test_store_contract.py`` checks on the emulator that what is stored is
+``tests/emulators/test_firestore_store_contract.py`` checks on the emulator that what is stored is
 the whole changed document all the same."""
 
 from __future__ import annotations

@@ -22,7 +22,13 @@ from spotline.shared.domain.vms import (
     VmRequest,
     VmState,
 )
-from tests.local_cloud import add_instance, client, vm_keys
+from tests.local_cloud import (
+    add_instance,
+    assert_an_endless_operation_is_transient,
+    assert_refused_as,
+    client,
+    vm_keys,
+)
 
 REGION = "us-central1"
 ZONE_A, ZONE_B, ZONE_C = "us-central1-a", "us-central1-b", "us-central1-c"
@@ -209,17 +215,11 @@ def test_other_bulk_insert_errors(
 ) -> None:
     cloud.fail_next("POST", "/bulkInsert$", status, reason)
 
-    with pytest.raises(error) as raised:
-        compute.insert_gang(gang())
-
-    assert not isinstance(raised.value, CapacityError)
+    assert_refused_as(error, lambda: compute.insert_gang(gang()))
 
 
 def test_a_region_operation_that_never_finishes_is_transient(cloud: LocalCloud) -> None:
-    cloud.operation_polls = 10**9
-
-    with pytest.raises(TransientError, match="not done"):
-        client(cloud, operation_timeout_s=0.3).insert_gang(gang())
+    assert_an_endless_operation_is_transient(cloud, lambda compute: compute.insert_gang(gang()))
 
 
 def test_nodes_that_differ_in_more_than_names_are_never_sent(

@@ -1,4 +1,4 @@
-"""The seed's waiting rule, pure: which machine option a waiting job asks for."""
+"""The waiting rule, pure: which machine option a waiting job asks for."""
 
 from __future__ import annotations
 

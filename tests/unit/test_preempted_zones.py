@@ -1,4 +1,4 @@
-"""Zone avoidance after a preemption (issue 13), pure: zones where the job
+"""Zone avoidance after a preemption, pure: zones where the job
 was preempted within ``avoid_preempted_zone_s`` go last, never away."""
 
 from __future__ import annotations

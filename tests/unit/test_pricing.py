@@ -8,7 +8,7 @@ from spotline.shared.domain.pricing import (
     vm_cost,
 )
 
-RULE = CoolingRule()  # the seed's: BASELINE 10 min, UNIT_PERCENTAGE 1 %
+RULE = CoolingRule()  # the default: BASELINE 10 min, UNIT_PERCENTAGE 1 %
 SPOT, OD = 0.30, 1.30  # a 1.00 $/h gap
 
 

@@ -26,9 +26,9 @@ from spotline.shared.domain.errors import CapacityError, Unplaceable
 from spotline.shared.domain.states import JobStatus
 from spotline.shared.domain.vms import Accelerator, Provisioning, Quota
 from tests.discovery import enum
-from tests.emulators.test_placement_errors import SPEC, message, submit, world
 from tests.local_cloud import client
 from tests.unit.test_gce_compute import vm_request
+from tests.unit.test_placement_errors import SPEC, message, submit, world
 
 METRICS = set(enum("compute", "Quota", "metric"))
 CATALOG = load_catalog()

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 
-class SettingsError(ValueError):
+class RunSettingsError(ValueError):
     """The environment does not describe a run this trainer can do."""
 
 
@@ -35,12 +35,12 @@ class RunSettings:
     def from_env(
         cls, env: Mapping[str, str], default_epochs: int = 5, default_batch_size: int = 32
     ) -> RunSettings:
-        """Raises SettingsError naming the variable that is missing or wrong."""
+        """Raises RunSettingsError naming the variable that is missing or wrong."""
         try:
             hyper = json.loads(env.get("SPOTLINE_HYPERPARAMETERS") or "{}")
             fit_kwargs = json.loads(env.get("SPOTLINE_FIT_KWARGS") or "{}")
             if not isinstance(hyper, dict) or not isinstance(fit_kwargs, dict):
-                raise SettingsError(
+                raise RunSettingsError(
                     "SPOTLINE_HYPERPARAMETERS and SPOTLINE_FIT_KWARGS must be JSON objects"
                 )
             settings = cls(
@@ -56,13 +56,13 @@ class RunSettings:
                 fit_kwargs=fit_kwargs,
             )
         except KeyError as missing:
-            raise SettingsError(f"{missing.args[0]} is not set") from None
+            raise RunSettingsError(f"{missing.args[0]} is not set") from None
         except (TypeError, ValueError) as error:
-            raise SettingsError(str(error)) from None
+            raise RunSettingsError(str(error)) from None
         if settings.epochs < 1 or settings.batch_size < 1:
-            raise SettingsError("epochs and batch size must be at least 1")
+            raise RunSettingsError("epochs and batch size must be at least 1")
         if not 0.0 <= settings.validation_split < 1.0:
-            raise SettingsError("SPOTLINE_VALIDATION_SPLIT must be in [0, 1)")
+            raise RunSettingsError("SPOTLINE_VALIDATION_SPLIT must be in [0, 1)")
         return settings
 
 
@@ -104,7 +104,7 @@ def training_split(seed: int, validation_split: float, env: Mapping[str, str]) -
     ``validation_split`` of the samples, shuffled by ``seed``, validate.
 
     Raises:
-        SettingsError: no ``.npz`` file, or one without the arrays named above.
+        RunSettingsError: no ``.npz`` file, or one without the arrays named above.
     """
     folder = env.get(DATA_DIR_ENV)
     if not folder:
@@ -113,14 +113,14 @@ def training_split(seed: int, validation_split: float, env: Mapping[str, str]) -
     with np.load(path, allow_pickle=False) as arrays:
         missing = [name for name in ("x", "y") if name not in arrays.files]
         if missing or (("x_val" in arrays.files) != ("y_val" in arrays.files)):
-            raise SettingsError(
+            raise RunSettingsError(
                 f"{path.name} must hold arrays x and y (and x_val with y_val, or neither); "
                 f"it holds {sorted(arrays.files)}"
             )
         x = arrays["x"].astype(np.float32).reshape(len(arrays["x"]), -1)
         y = arrays["y"].astype(np.int64)
         if len(x) != len(y):
-            raise SettingsError(f"{path.name}: x has {len(x)} samples and y {len(y)}")
+            raise RunSettingsError(f"{path.name}: x has {len(x)} samples and y {len(y)}")
         if "x_val" in arrays.files:
             x_val = arrays["x_val"].astype(np.float32).reshape(len(arrays["x_val"]), -1)
             return DigitsSplit(x, y, x_val, arrays["y_val"].astype(np.int64))
@@ -142,7 +142,7 @@ def _data_file(folder: Path) -> Path:
     named = [path for path in found if path.name == "data.npz"]
     if len(named) == 1 or len(found) == 1:
         return (named or found)[0]
-    raise SettingsError(
+    raise RunSettingsError(
         f"{DATA_DIR_ENV}={folder}: expected one .npz file (or one named data.npz), "
         f"found {len(found)}"
     )

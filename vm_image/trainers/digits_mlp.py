@@ -38,7 +38,7 @@ from spotline.torch import (
 )
 from spotline.vm_image.trainers.contract import (
     RunSettings,
-    SettingsError,
+    RunSettingsError,
     classes_of,
     training_split,
 )
@@ -76,7 +76,7 @@ class Settings:
         """Read the settings; only ``SPOTLINE_CHECKPOINT_URL`` is required.
 
         Raises:
-            SettingsError: a value is missing, malformed or out of range.
+            RunSettingsError: a value is missing, malformed or out of range.
         """
         run = RunSettings.from_env(env, DEFAULT_EPOCHS, DEFAULT_BATCH_SIZE)
         hyper = run.hyperparameters
@@ -94,11 +94,11 @@ class Settings:
                 step_time_s=float(hyper.get("step_time_s", 0.0)),
             )
         except (TypeError, ValueError) as error:
-            raise SettingsError(f"SPOTLINE_HYPERPARAMETERS: {error}") from None
+            raise RunSettingsError(f"SPOTLINE_HYPERPARAMETERS: {error}") from None
         if settings.step_time_s < 0:
-            raise SettingsError("step_time_s must not be negative")
+            raise RunSettingsError("step_time_s must not be negative")
         if settings.hidden < 1:
-            raise SettingsError("hidden must be at least 1")
+            raise RunSettingsError("hidden must be at least 1")
         return settings
 
     def fingerprint(self) -> dict[str, Any]:
@@ -381,7 +381,7 @@ def main(env: Mapping[str, str] | None = None) -> int:
     with PreemptionFlag() as flag:
         try:
             settings = Settings.from_env(os.environ if env is None else env)
-        except SettingsError as error:
+        except RunSettingsError as error:
             print(f"digits_mlp: {error}", file=sys.stderr)
             return EXIT_BAD_SETTINGS
         return train(settings, flag)

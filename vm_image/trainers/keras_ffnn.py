@@ -28,7 +28,7 @@ from typing import Any
 from spotline.vm_image.trainers.contract import (
     DigitsSplit,
     RunSettings,
-    SettingsError,
+    RunSettingsError,
     classes_of,
     training_split,
 )
@@ -75,14 +75,14 @@ class Settings:
         """Read the settings; only ``SPOTLINE_CHECKPOINT_URL`` is required.
 
         Raises:
-            SettingsError: a value is missing, malformed or out of range, or
+            RunSettingsError: a value is missing, malformed or out of range, or
                 ``SPOTLINE_FIT_KWARGS`` sets an argument the trainer owns.
         """
         run = RunSettings.from_env(env, DEFAULT_EPOCHS, DEFAULT_BATCH_SIZE)
         try:
             lr = float(run.hyperparameters.get("lr", DEFAULT_LR))
         except (TypeError, ValueError) as error:
-            raise SettingsError(f"SPOTLINE_HYPERPARAMETERS: {error}") from None
+            raise RunSettingsError(f"SPOTLINE_HYPERPARAMETERS: {error}") from None
         settings = cls(
             job_id=run.job_id,
             attempt=run.attempt,
@@ -96,10 +96,10 @@ class Settings:
             fit_kwargs=run.fit_kwargs,
         )
         if settings.lr <= 0:
-            raise SettingsError("lr must be positive")
+            raise RunSettingsError("lr must be positive")
         reserved = sorted(RESERVED_FIT_KWARGS & settings.fit_kwargs.keys())
         if reserved:
-            raise SettingsError(
+            raise RunSettingsError(
                 f"SPOTLINE_FIT_KWARGS may not set {reserved}: the job spec's fields set them"
             )
         return settings
@@ -211,7 +211,7 @@ def main(env: Mapping[str, str] | None = None) -> int:
     """Entry point: read the settings from ``env`` (default: the process's) and train."""
     try:
         settings = Settings.from_env(os.environ if env is None else env)
-    except SettingsError as error:
+    except RunSettingsError as error:
         print(f"keras_ffnn: {error}", file=sys.stderr)
         return EXIT_BAD_SETTINGS
     if tensorflow_missing("keras_ffnn"):

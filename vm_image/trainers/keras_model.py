@@ -30,7 +30,7 @@ from typing import Any
 import fsspec
 
 from spotline.vm_image.trainers import keras_inputs
-from spotline.vm_image.trainers.contract import DATA_DIR_ENV, RunSettings, SettingsError
+from spotline.vm_image.trainers.contract import DATA_DIR_ENV, RunSettings, RunSettingsError
 from spotline.vm_image.trainers.keras_ffnn import (
     EXIT_BAD_SETTINGS,
     EXIT_MISSING_EXTRA,
@@ -49,19 +49,19 @@ def read_settings(env: Mapping[str, str]) -> tuple[RunSettings, Path]:
     """The run and its data folder.
 
     Raises:
-        SettingsError: a malformed variable, no data folder, or ``fit_kwargs``
+        RunSettingsError: a malformed variable, no data folder, or ``fit_kwargs``
             that set what the spec's own fields set.
     """
     run = RunSettings.from_env(env, DEFAULT_EPOCHS, DEFAULT_BATCH_SIZE)
     folder = env.get(DATA_DIR_ENV)
     if not folder:
-        raise SettingsError(
+        raise RunSettingsError(
             f"{DATA_DIR_ENV} is not set: the job needs data_uri, the folder that "
             "spotline.keras.fit uploads (model.keras and data.npz)"
         )
     reserved = sorted(RESERVED_FIT_KWARGS & run.fit_kwargs.keys())
     if reserved:
-        raise SettingsError(
+        raise RunSettingsError(
             f"SPOTLINE_FIT_KWARGS may not set {reserved}: the job spec's fields set them"
         )
     return run, Path(folder)
@@ -141,7 +141,7 @@ def main(env: Mapping[str, str] | None = None) -> int:
     """Entry point: read the settings from ``env`` (default: the process's) and train."""
     try:
         run, folder = read_settings(os.environ if env is None else env)
-    except SettingsError as error:
+    except RunSettingsError as error:
         print(f"keras_model: {error}", file=sys.stderr)
         return EXIT_BAD_SETTINGS
     if tensorflow_missing("keras_model"):

@@ -6,8 +6,8 @@ Compute Engine can say (no such image, no such zone) ends the job FAILED with
 the reason, its slots free, no queue entry, and the reaper leaves it alone.
 
 The submit handler and the reaper's sweep run on the in-memory store; VMs come
-from the local cloud (records, no processes) through GceCompute. The last tests
-go through the functions framework and the Firestore emulator.
+from the local cloud (records, no processes) through GceCompute. The same over
+the wire, on the Firestore emulator: tests/emulators/test_placement_errors_wire.py.
 """
 
 from __future__ import annotations
@@ -25,12 +25,9 @@ from spotline.functions.handlers.envelope import Message
 from spotline.functions.handlers.submit_job import submit_job
 from spotline.functions.ops.recovery import recover
 from spotline.functions.ops.sweep import sweep
-from spotline.infra.cli.commands import main as cli
 from spotline.infra.localcloud.cloud import LocalCloud
-from spotline.shared.adapters.firestore_store import FirestoreStore
 from spotline.shared.adapters.gce_compute import GceCompute
 from spotline.shared.adapters.memory_store import InMemoryStore
-from spotline.shared.contract.events import ReaperTick
 from spotline.shared.domain.errors import PermanentError, Unplaceable
 from spotline.shared.domain.lifecycle import job_id_for
 from spotline.shared.domain.spec import JobSpec
@@ -262,39 +259,3 @@ def test_an_insert_naming_a_missing_image_is_unplaceable(
 def test_an_insert_in_a_zone_that_does_not_exist_is_unplaceable(compute: GceCompute) -> None:
     with pytest.raises(Unplaceable, match="us-central1-z"):
         compute.insert(vm_request(zone="us-central1-z"))
-
-
-# -- through the functions framework, on the Firestore emulator and the local cloud --
-
-
-@pytest.mark.emulators
-def test_over_the_wire_a_missing_image_fails_the_job_once_and_the_reaper_leaves_it(
-    call: Callable[..., Any], host: LocalCloud, project: str
-) -> None:
-    host.missing_images.add(f"projects/{project}/global/images/family/spotline-agent")
-    assert call("submit_job", "submit", SPEC).status_code == 200
-    store = FirestoreStore(project)
-    ended = store.get_job("job1")
-    assert ended is not None and ended.status == JobStatus.FAILED
-    assert ended.error is not None and "spotline-agent' was not found" in ended.error
-    user = store.get_user("alice")
-    assert user is not None and (user.active_jobs, user.active_instances) == ([], [])
-    assert store.get_queue("job1") is None and store.get_rejection("1") is None
-    sent = inserts(host)
-    assert call("reaper", "reaper_tick", ReaperTick(), message_id="tick").status_code == 200
-    assert inserts(host) == sent == 4
-    again = store.get_job("job1")
-    assert again is not None and again.history == ended.history
-
-
-@pytest.mark.emulators
-def test_over_the_wire_a_zone_outside_the_region_is_shown_by_spotline_rejected(
-    call: Callable[..., Any], host: LocalCloud, project: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    spec = {**SPEC, "zones": ["europe-west4-a"]}
-    assert call("submit_job", "submit", spec, message_id="far").status_code == 200
-    store = FirestoreStore(project)
-    assert store.get_job("job1") is None and store.list_users() == [] and inserts(host) == 0
-    assert cli(["rejected"]) == 0
-    [row] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("far ")]
-    assert "'europe-west4-a' is not a zone of us-central1" in row

@@ -5,31 +5,23 @@ the spec, negative numbers, size). Each must be acknowledged (200: no
 redelivery storm), recorded with its reason (a rejection for a submission, a
 log line naming the field for the rest) and change nothing.
 
-On the in-memory store, and on the Firestore emulator, which refuses what the
+The cases, and the tests that run on a ``world`` fixture: on the in-memory
+store (tests/unit/test_hostile_input.py), and on the Firestore emulator
+(tests/emulators/test_hostile_input_firestore.py), which refuses what the
 client library and the server refuse (int64, nested arrays, reserved keys,
-document ids with ``/``).
+document ids with ``/``). Each of those files imports the tests and gives the
+``world``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Collection
 from typing import Any
 
 import pytest
 
-from spotline.functions import deps
-from tests.hostile import (
-    TOPIC,
-    World,
-    envelope,
-    log_records,
-    memory_world,
-    snapshot,
-    valid,
-    vm_fields,
-)
+from tests.hostile import World, log_records, snapshot, valid, vm_fields
 
 DEEP = "[" * 20_000 + "]" * 20_000  # past every JSON parser's recursion limit
 DIGITS = "9" * 5000  # past Python's 4300-digit int-str limit
@@ -184,32 +176,6 @@ ENVELOPES = [
 ]
 
 
-@pytest.fixture
-def memory(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[World]:
-    """The world on the in-memory store: for what never reaches a store."""
-    made = memory_world(monkeypatch, tmp_path)
-    the_world = next(made)
-    the_world.set_up()
-    yield the_world
-    made.close()
-
-
-@pytest.fixture(params=["memory", pytest.param("firestore", marks=pytest.mark.emulators)])
-def world(request: pytest.FixtureRequest) -> Iterator[World]:
-    """The world on the in-memory store, then on the Firestore emulator."""
-    if request.param == "memory":
-        yield request.getfixturevalue("memory")
-        return
-    from spotline.shared.adapters.firestore_store import FirestoreStore
-
-    host = request.getfixturevalue("host")  # the local cloud, the environment pointed at it
-    project = request.getfixturevalue("project")
-    the_world = World(store=FirestoreStore(project), project=project, cloud=host)
-    the_world.set_up()
-    yield the_world
-    deps.reset()
-
-
 def _acknowledged_unchanged(
     world: World, capsys: pytest.CaptureFixture[str], target: str, send: Any
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -250,25 +216,20 @@ ON_FIRESTORE = {
 }
 
 
-def _on_stores() -> list[Any]:
-    params = []
-    for target, name, payload, reason in CASES:
-        params.append(pytest.param("memory", target, payload, reason, id=f"memory-{target}-{name}"))
-        if name in ON_FIRESTORE:
-            params.append(
-                pytest.param(
-                    "firestore",
-                    target,
-                    payload,
-                    reason,
-                    id=f"firestore-{target}-{name}",
-                    marks=pytest.mark.emulators,
-                )
-            )
-    return params
+def hostile_messages(metafunc: pytest.Metafunc, only: Collection[str] | None = None) -> None:
+    """Give a test taking ``target``, ``payload`` and ``reason`` every case (with
+    ``only``: the cases of those names), from a test file's ``pytest_generate_tests``."""
+    if {"target", "payload", "reason"} <= set(metafunc.fixturenames):
+        metafunc.parametrize(
+            ("target", "payload", "reason"),
+            [
+                pytest.param(target, payload, reason, id=f"{target}-{name}")
+                for target, name, payload, reason in CASES
+                if only is None or name in only
+            ],
+        )
 
 
-@pytest.mark.parametrize(("world", "target", "payload", "reason"), _on_stores(), indirect=["world"])
 def test_a_hostile_message_is_acknowledged_recorded_and_changes_nothing(
     world: World,
     capsys: pytest.CaptureFixture[str],
@@ -286,39 +247,6 @@ def test_a_hostile_message_is_acknowledged_recorded_and_changes_nothing(
         dropped = [r for r in records if r.get("error_type") == "InvalidMessage"]
         assert len(dropped) == 1 and reason in dropped[0]["message"], records
         assert len(dropped[0]["message"]) < 5000
-
-
-@pytest.mark.parametrize(("name", "fields"), ENVELOPES, ids=[name for name, _ in ENVELOPES])
-@pytest.mark.parametrize("target", list(TOPIC))
-def test_an_envelope_without_base64_data_is_acknowledged_and_changes_nothing(
-    memory: World, capsys: pytest.CaptureFixture[str], target: str, name: str, fields: dict
-) -> None:
-    message = envelope(json.dumps(valid("epoch")).encode(), "bad", **fields)
-    before = snapshot(memory.store)
-    response = memory.post(target, message)
-    assert response.status_code == 200, response.get_data(as_text=True)[-2000:]
-    if target == "reaper" and name == "data-empty":
-        return  # a tick: its body does not matter, and the reaper sweeps
-    after = snapshot(memory.store)
-    after["rejected"] = [r for r in after["rejected"] if r not in before["rejected"]]
-    assert after == {**before, "rejected": after["rejected"]}
-    problems = [r for r in log_records(capsys.readouterr().out) if r["severity"] != "INFO"]
-    assert problems, "the reason is logged"
-
-
-def test_attributes_that_are_not_a_map_are_ignored(memory: World) -> None:
-    message = envelope(json.dumps(vm("heartbeat", step=7)).encode(), "attrs", attributes="x")
-    assert memory.post("on_epoch_done", message).status_code == 200
-    job = memory.store.get_job("job1")
-    assert job is not None and job.step == 0  # a heartbeat records no progress
-    instance = memory.store.get_instance("sl-job1-a1")
-    assert instance is not None and instance.last_heartbeat_at is not None
-
-
-def test_a_hostile_tick_is_a_tick(memory: World) -> None:
-    """The reaper reads nothing of its message: whatever it holds, it sweeps."""
-    for payload in (raw({}, sent_at=DEEP), raw({}, sent_at=DIGITS), b"[]", b"\xff"):
-        assert memory.send("reaper", payload, "tick").status_code == 200
 
 
 # -- what is not hostile: valid events that carry odd values --
@@ -348,7 +276,3 @@ def test_a_huge_log_tail_is_kept_short(world: World) -> None:
     job = world.store.get_job("job1")
     assert job is not None and job.status == "FAILED" and job.error is not None
     assert job.error.endswith("ValueError: boom") and len(job.error) < 3000
-
-
-def test_the_corpus_covers_every_handler() -> None:
-    assert {target for target, *_ in CASES} | {"reaper"} == set(TOPIC)

@@ -1,4 +1,4 @@
-"""The seed's waiting rule: ``machine_ids[0]`` is asked for (retried while it
+"""The waiting rule: ``machine_ids[0]`` is asked for (retried while it
 has no capacity) for up to ``wait_request_s``, then ``machine_ids[1]``, and
 so on; after ``wait_total_s`` in all the job is CANCELED, naming what it
 asked for. Duplicate submissions and reaper ticks in between change nothing.
@@ -6,7 +6,8 @@ asked for. Duplicate submissions and reaper ticks in between change nothing.
 The submit handler and the reaper's sweep run on the in-memory store, at
 times the test chooses; VMs come from the local cloud (records, no
 processes) through GceCompute, which refuses one machine type by capacity
-rule. The last test goes through the functions framework and Firestore.
+rule. Through the functions framework and Firestore:
+tests/emulators/test_option_waiting_wire.py.
 """
 
 from __future__ import annotations
@@ -16,17 +17,13 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import pytest
-
 from spotline.functions.deps import Deps
 from spotline.functions.handlers.envelope import Message
 from spotline.functions.handlers.submit_job import submit_job
 from spotline.functions.ops.recovery import recover
 from spotline.functions.ops.sweep import sweep
 from spotline.infra.localcloud.cloud import LocalCloud
-from spotline.shared.adapters.firestore_store import FirestoreStore
 from spotline.shared.adapters.memory_store import InMemoryStore
-from spotline.shared.contract.events import ReaperTick
 from spotline.shared.domain.documents import JobDoc
 from spotline.shared.domain.states import JobStatus, JobSubstatus
 from spotline.shared.settings import Settings
@@ -204,34 +201,3 @@ def test_a_gang_waits_for_its_first_option_too(cloud: LocalCloud) -> None:
     world.tick(later(60))
     placed = world.job()
     assert placed.machine_id == SECOND and placed.nodes == ["sl-job1-a1-n0", "sl-job1-a1-n1"]
-
-
-@pytest.mark.emulators
-def test_over_the_wire_the_queue_entry_keeps_when_the_job_began_to_wait(
-    call: Callable[..., Any], host: LocalCloud, project: str
-) -> None:
-    full(host, "g2-standard-4")
-    call("submit_job", "submit", SPEC)
-    store = FirestoreStore(project)
-    job = store.get_job("job1")
-    assert job is not None and job.substatus == JobSubstatus.WAITING_FOR_CAPACITY
-    entry = store.get_queue("job1")
-    assert entry is not None and entry.waiting_since is not None
-    # Made due, the reaper retries the first option: its minute is not out.
-    store.put_queue(entry.model_copy(update={"not_before": datetime.now(UTC)}))
-    call("reaper", "reaper_tick", ReaperTick(), message_id="tick")
-    assert host.list() == []
-    again = store.get_queue("job1")
-    assert again is not None and again.waiting_since == entry.waiting_since and again.tries == 2
-    # Its minute out (moved back, as if it had passed), the second option is asked for.
-    store.put_queue(
-        again.model_copy(
-            update={
-                "not_before": datetime.now(UTC),
-                "waiting_since": datetime.now(UTC) - timedelta(seconds=61),
-            }
-        )
-    )
-    call("reaper", "reaper_tick", ReaperTick(), message_id="tick2")
-    placed = store.get_job("job1")
-    assert placed is not None and placed.machine_id == SECOND

@@ -1,15 +1,17 @@
 """The store port's contract (shared/ports/store.py), one suite for both adapters.
 
-Every test runs against ``InMemoryStore`` and against ``FirestoreStore`` on the
-real Firestore emulator (skipped, loudly, where the Google Cloud CLI is
-missing: see conftest.py), so the in-memory store that fast tests use keeps
-what Firestore does.
+Its tests run against ``InMemoryStore`` (tests/unit/test_memory_store_contract.py)
+and against ``FirestoreStore`` on the real Firestore emulator
+(tests/emulators/test_firestore_store_contract.py, skipped, loudly, where the
+Google Cloud CLI is missing: see conftest.py), so the in-memory store that fast
+tests use keeps what Firestore does. Each of those files imports the tests and
+gives the ``backend`` fixture.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
 
@@ -48,28 +50,18 @@ class Backend:
     stamp: Callable[[str, str], object]
 
 
-def _memory() -> Backend:
+def memory_backend() -> Backend:
     store = InMemoryStore()
     return Backend(store, store.version)
 
 
-def _firestore(project: str) -> Backend:
+def firestore_backend(project: str) -> Backend:
     store = FirestoreStore(project)
 
     def stamp(collection: str, key: str) -> object:
         return store.client.collection(collection).document(key).get().update_time
 
     return Backend(store, stamp)
-
-
-@pytest.fixture(
-    params=["memory", pytest.param("firestore", marks=pytest.mark.emulators)],
-)
-def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
-    if request.param == "memory":
-        yield _memory()
-    else:
-        yield _firestore(request.getfixturevalue("project"))
 
 
 @pytest.fixture

@@ -1,22 +1,18 @@
-"""The agent's mirror of a trainer's local folder, against real storage: a
-``file://`` folder and the Cloud Storage emulator through gcsfs."""
+"""The agent's mirror of a trainer's local folder, against real storage: its
+tests take the ``url`` of a bucket, which tests/unit/test_checkpoint_mirror.py
+gives as a ``file://`` folder and tests/emulators/test_checkpoint_mirror_gcs.py
+as the Cloud Storage emulator through gcsfs; each imports them."""
 
 from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from fsspec.core import url_to_fs
 
 from spotline.vm_image.agent.checkpoint_mirror import MANIFEST, FolderMirror
-from spotline.vm_image.agent.privileges import TrainerAccount
 
 
 class Clock:
@@ -25,16 +21,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-# The emulator is asked for by name (only for the "gcs" case), which the
-# fixtures' auto-marking cannot see: the case carries its marker.
-@pytest.fixture(params=["file", pytest.param("gcs", marks=pytest.mark.emulators)])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "file":
-        yield (tmp_path / "bucket").as_uri()
-    else:
-        yield request.getfixturevalue("gcs")
 
 
 def listed(url: str) -> dict[str, list[str]]:
@@ -172,43 +158,6 @@ def test_restore_brings_back_what_the_manifest_lists_and_nothing_else(
     assert stored(url, "written-straight-to-storage.pt") == b"not the mirror's"
 
 
-@pytest.mark.slow
-def test_a_unit_half_uploaded_when_the_vm_dies_is_not_restored(tmp_path: Path) -> None:
-    url = (tmp_path / "bucket").as_uri()
-    local = tmp_path / "vm1"
-    now = time.time()
-    write(local / "save-1" / "model.bin", b"complete", mtime_s=now - 60)
-    FolderMirror(local, url).sync(final=True)
-    for part in range(40):  # big enough to kill the upload halfway
-        write(local / "save-2" / f"shard-{part:02d}.bin", os.urandom(4 << 20))
-    # The VM dies while the agent uploads save-2: the process is killed.
-    agent = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys; from pathlib import Path; "
-            "from spotline.vm_image.agent.checkpoint_mirror import FolderMirror; "
-            "FolderMirror(Path(sys.argv[1]), sys.argv[2]).sync(final=True)",
-            str(local),
-            url,
-        ]
-    )
-    bucket = tmp_path / "bucket" / "save-2"
-    deadline = time.monotonic() + 60
-    while not (bucket.exists() and len(list(bucket.iterdir())) >= 3):
-        assert agent.poll() is None and time.monotonic() < deadline, "the upload ended first"
-        time.sleep(0.01)
-    agent.send_signal(signal.SIGKILL)
-    agent.wait()
-    assert len(list(bucket.iterdir())) < 40
-
-    restored = tmp_path / "vm2"
-    assert FolderMirror(restored, url).restore() == 1
-
-    assert sorted(p.name for p in restored.iterdir()) == ["save-1"]
-    assert (restored / "save-1" / "model.bin").read_bytes() == b"complete"
-
-
 def test_links_out_of_the_folder_are_refused_and_an_inner_link_is_its_file(
     tmp_path: Path, url: str
 ) -> None:
@@ -235,26 +184,6 @@ def test_links_out_of_the_folder_are_refused_and_an_inner_link_is_its_file(
     FolderMirror(restored, url).restore()
     assert not (restored / "last.ckpt").is_symlink()
     assert (restored / "last.ckpt").read_bytes() == b"lightning state"
-
-
-def test_a_file_the_trainer_could_not_read_is_not_uploaded(tmp_path: Path) -> None:
-    if os.geteuid() != 0:
-        pytest.skip("needs root: the agent's account on a VM")
-    url = (tmp_path / "bucket").as_uri()
-    secret = tmp_path / "root-only"
-    write(secret / "shadow", b"root's secret")
-    (secret / "shadow").chmod(0o600)
-    local = tmp_path / "ckpt"
-    write(local / "mine.pt", b"the trainer's")
-    os.chown(local / "mine.pt", 65534, 65534)
-    (local / "mine.pt").chmod(0o600)
-    os.link(secret / "shadow", local / "hardlinked.pt")  # a link no lstat can tell
-    trainer = TrainerAccount("nobody", 65534, 65534, [65534], dedicated=True)
-
-    done = FolderMirror(local, url, reader=trainer).sync(final=True)
-
-    assert done.stored == ["mine.pt"]
-    assert stored(url, "hardlinked.pt") is None
 
 
 def test_a_hostile_manifest_restores_nothing_outside_the_folder(tmp_path: Path, url: str) -> None:
