@@ -406,9 +406,7 @@ def vm_event(cls: type, **fields: Any) -> Any:
     base = {"job_id": "job1", "attempt": 1, "instance": "sl-job1-a1", "sent_at": datetime.now(UTC)}
     event = {**base, **fields}
     if "token" not in event and _HOSTS:
-        event["token"] = token_for(
-            _HOSTS[-1], event["job_id"], event["attempt"], event["instance"]
-        )
+        event["token"] = token_for(_HOSTS[-1], event["job_id"], event["attempt"], event["instance"])
     return cls(**event)
 
 
