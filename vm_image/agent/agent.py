@@ -373,6 +373,11 @@ class Agent:
                 regroup = await_regroup(
                     self.metadata, self.assignment, self.preempted, self._regroup_wait_s()
                 )
+                if self.preempted.is_set():
+                    # Its own notice as it waited: spotline hears of this loss
+                    # now, not from the log sink late, after regrouping around it.
+                    self._report_preempted(again=True)
+                    return True
                 if regroup is None:
                     return True
                 exit_code, log_tail, unrecoverable = self._rejoin(regroup)
@@ -535,10 +540,11 @@ class Agent:
             time.sleep(min(wait_s, remaining))
             wait_s = min(wait_s * 2, _FINISH_BACKOFF_MAX_S)
 
-    def _report_preempted(self, gang_stop: bool = False) -> None:
-        """Publish spot-preempted once, with the newest saved state."""
+    def _report_preempted(self, gang_stop: bool = False, again: bool = False) -> None:
+        """Publish spot-preempted once (``again``: this node's own loss after
+        its stop with the gang was reported), with the newest saved state."""
         with self._report_lock:
-            if self._preemption_reported:
+            if self._preemption_reported and not again:
                 return
             self._preemption_reported = True
             event = SpotPreempted(
