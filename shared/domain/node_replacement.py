@@ -43,8 +43,9 @@ from spotline.shared.domain.transitions import move_job
 
 S = JobSubstatus
 # The frameworks whose nodes restart their ranks on a regroup (the agent's
-# ``regroup``); a gang of another framework is relaunched whole.
-REPLACEABLE_FRAMEWORKS = frozenset({"pytorch", "command"})
+# ``regroup``), each shown to on the local stack; a gang of another framework
+# (``jax``) is relaunched whole.
+REPLACEABLE_FRAMEWORKS = frozenset({"pytorch", "command", "xgboost"})
 
 
 def replaces(job: JobDoc, instance: str, attempt: int, cause: S) -> bool:

@@ -178,9 +178,9 @@ def test_node_zeros_exit_zero_while_replacing_completes_the_job() -> None:
     [
         {"replace_node_timeout_s": 0},
         {"max_preemptions": 0},
-        {"framework": "xgboost", "trainer": None, "command": ["python", "train.py"]},
+        {"framework": "jax", "trainer": None, "command": ["python", "train.py"]},
     ],
-    ids=["off", "limit", "xgboost"],
+    ids=["off", "limit", "jax"],
 )
 def test_off_or_at_a_limit_the_loss_ends_the_attempt_as_before(spec: dict[str, Any]) -> None:
     job = lose(training_gang(**spec), N1)
