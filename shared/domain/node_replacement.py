@@ -45,7 +45,7 @@ S = JobSubstatus
 # The frameworks whose nodes restart their ranks on a regroup (the agent's
 # ``regroup``), each shown to on the local stack; a gang of another framework
 # (``jax``) is relaunched whole.
-REPLACEABLE_FRAMEWORKS = frozenset({"pytorch", "command", "xgboost"})
+REPLACEABLE_FRAMEWORKS = frozenset({"pytorch", "command", "xgboost", "ray"})
 
 
 def replaces(job: JobDoc, instance: str, attempt: int, cause: S) -> bool:

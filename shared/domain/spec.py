@@ -200,8 +200,8 @@ class JobSpec(BaseModel):
             "step, keep their VMs and wait while one VM replaces the lost node in the same "
             "zone. If the gang has not regrouped this many seconds after the loss (no "
             "capacity, a slow boot), the whole gang is relaunched as a new attempt. 0: "
-            "always relaunch the whole gang. Frameworks pytorch, command and xgboost; a gang "
-            "of another framework is always relaunched whole."
+            "always relaunch the whole gang. Frameworks pytorch, command, xgboost and ray; a "
+            "tensorflow or jax gang is always relaunched whole."
         ),
     )
     cool_down_period_s: Seconds = 0

@@ -22,7 +22,7 @@ from spotline.infra.localstack.stack import LocalStack
 from spotline.shared.adapters.firestore_store import FirestoreStore
 from spotline.shared.domain.documents import JobDoc
 from spotline.vm_image.agent.transfers import upload_folder
-from tests.e2e.test_e2e_operators import vm_log
+from tests.e2e.test_e2e_operators import SMALL_RAY, vm_log
 from tests.e2e.test_e2e_recovery import preempt_once, submit, wait_no_vms
 from tests.framework_required import require_framework
 
@@ -132,3 +132,36 @@ def test_an_xgboost_gang_replaces_its_lost_node_and_ends_with_a_straight_runs_mo
         assert found, vm_log(local_stack, name)[-3000:]
         models.add(found[-1])
     assert models == {expected}
+
+
+RAY_EPOCHS = 4  # of 10 steps each (examples/operators/ray_resume.py)
+
+
+@pytest.mark.parametrize("lost", [1, 0], ids=["lose-a-worker", "lose-the-head"])
+def test_a_ray_gang_replaces_its_lost_node_and_the_cluster_forms_again(
+    local_stack: LocalStack, lost: int
+) -> None:
+    """A worker (or the head, where the driver runs) is preempted mid-run:
+    the head's driver saves the step it is at (told by the launcher), the
+    other node stops with it (exit 143, not a finish), one VM replaces the
+    lost node, Ray starts again on the regrouped port with both nodes (the
+    replacement the head, where the head was lost), and the driver resumes
+    from its save: the total it ends with is a straight run's."""
+    require_framework("ray", "the Ray gang's replacement", "ray")
+    job = replaced_once(
+        local_stack, "ray_resume.py", lost, 420, framework="ray", env=SMALL_RAY,
+        epochs=RAY_EPOCHS, hyperparameters={"step_time_s": 0.5},
+    )  # fmt: skip
+
+    assert job.status.value == "COMPLETED", job.error
+    (attempt,) = job.attempts
+    steps = RAY_EPOCHS * 10
+    assert attempt.checkpoint_step is not None and 0 < attempt.checkpoint_step < steps
+    assert attempt.resumed_from_step == attempt.checkpoint_step
+    head, worker = (vm_log(local_stack, name) for name in job.nodes)
+    straight = 3 * steps * (steps + 1) / 2  # each step s adds (s + 1) * (1 + 2)
+    assert f"ray driver: {steps} steps, total={straight:g}, tasks ran on 2 nodes" in head
+    # The regrouped cluster formed with both nodes, on the new generation's port.
+    assert head.count("node_count=2, expected_node_count=2") == (2 if lost == 1 else 1)
+    survivor = worker if lost == 0 else head
+    assert "stops with it" in survivor or "the workers are told 'stopping'" in survivor
