@@ -112,3 +112,13 @@ def test_the_head_waits_for_its_workers_to_be_told_at_most_its_bound(
     told.join(timeout=10)
     assert not told.is_alive()
     control.linger(2, timeout_s=0.2)  # a worker that never asks: only the bound
+
+
+def test_a_peer_that_says_nothing_keeps_no_worker_from_its_answer(
+    head: tuple[HeadControl, int, list[str]],
+) -> None:
+    _, port, stops = head
+    with socket.create_connection(("127.0.0.1", port)):  # connects, never writes
+        assert ask_head("127.0.0.1", port) == RUNNING
+        assert ask_head("127.0.0.1", port, "stop") == STOPPING
+    assert stops == ["stop"]

@@ -33,6 +33,11 @@ _STATES = (RUNNING, STOPPING, DONE)
 ASK_TIMEOUT_S = 2.0
 
 
+class _Server(socketserver.ThreadingTCPServer):
+    allow_reuse_address = True
+    daemon_threads = True
+
+
 def control_port(gcs_port: int) -> int:
     return gcs_port + CONTROL_PORT_OFFSET
 
@@ -43,20 +48,25 @@ class HeadControl:
 
     def __init__(self, host: str, port: int, on_stop: Callable[[], None]) -> None:
         self._state = RUNNING
-        self._lock = threading.Lock()
+        # Reentrant: the notice's handler (``stopping``) may run in the main
+        # thread while it holds the lock (``end``, ``linger``).
+        self._lock = threading.RLock()
         self._on_stop = on_stop
         self._told = 0  # answers that were not ``running``: one a worker, which then exits
         self._changed = threading.Condition(self._lock)
         control = self
 
         class Handler(socketserver.StreamRequestHandler):
+            timeout = ASK_TIMEOUT_S  # a peer that says nothing holds no thread for long
+
             def handle(self) -> None:
-                line = self.rfile.readline(64).decode(errors="replace").strip()
+                try:
+                    line = self.rfile.readline(64).decode(errors="replace").strip()
+                except OSError:
+                    return
                 self.wfile.write(f"{control._answer(line)}\n".encode())
 
-        socketserver.ThreadingTCPServer.allow_reuse_address = True
-        self._server = socketserver.ThreadingTCPServer((host, port), Handler)
-        self._server.daemon_threads = True
+        self._server = _Server((host, port), Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
 
