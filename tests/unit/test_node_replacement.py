@@ -195,7 +195,11 @@ def test_off_or_at_a_limit_the_loss_ends_the_attempt_as_before(spec: dict[str, A
 def test_the_frameworks_shown_to_regroup_replace_one_node_the_others_relaunch(
     framework: str, replaced: bool
 ) -> None:
-    spec = {"framework": framework, "trainer": None, "command": ["python", "train.py"]}
+    spec: dict[str, Any] = {
+        "framework": framework,
+        "trainer": None,
+        "command": ["python", "train.py"],
+    }
     job = lose(training_gang(**spec), N1)
     assert (job.replacing is not None, job.attempt) == (replaced, 1 if replaced else 2)
 
