@@ -1,8 +1,9 @@
 """Multi-node Spot economics: how a gang is recovered, with Google's latencies.
 
 Full relaunch, relaunch waiting for the old nodes' deletes (spotline
-before), replace-one (spotline, for pytorch and command gangs), elastic (a
-MODEL of a strategy spotline does not have yet), and a SkyPilot-like poller
+before), replace-one (spotline's for pytorch, command, xgboost and ray gangs),
+elastic (spotline's min_nodes, for pytorch and command gangs; modelled only),
+and a SkyPilot-like poller
 with 60 s, 10 min and 30 min periodic checkpoints, on the same seeded Poisson
 traces and boot draws, for 2-, 4- and 8-node gangs of T4 and L4 VMs at 0.5, 1
 and 2 preemptions per VM-hour (``benchmarks.econ.gang_model``). Prints cost

@@ -10,14 +10,16 @@ Strategies, all on the same traces and the same seeded boot times:
   (``spotline.shared.domain.restore_gate``).
 * ``relaunch, waiting for deletes``: the same, the new gang inserted only
   once every old node's delete returned (spotline before the restore gate).
-* ``replace-one``: what spotline does for ``pytorch`` and ``command`` gangs
+* ``replace-one``: what spotline does for ``pytorch``, ``command``, ``xgboost``
+  and ``ray`` gangs
   (``spotline.shared.domain.node_replacement``): the survivors stay (idle,
   billed), one replacement is inserted, and every rank restarts from the save
   when it has booted. ``gang_handlers`` runs it through the handlers on the
   same traces, to compare.
-* ``elastic (model)``: NOT BUILT: as replace-one, but the survivors train on
-  at the smaller size (``min_nodes``) while the replacement boots, and the
-  gang grows back when it joins; each change of size is a restart from a save.
+* ``elastic``: what spotline does for ``pytorch`` and ``command`` gangs with
+  ``min_nodes`` (here half the gang): as replace-one, but the survivors train
+  on at the smaller size while the replacement boots, and the gang grows back
+  when it joins; each change of size is a restart from a save. Modelled only.
 * ``poller, checkpoint every P``: a SkyPilot-like controller (tears the
   cluster down and relaunches it whole, ``sky/jobs/recovery_strategy.py``)
   with the user's periodic checkpoint every 60 s, 10 min or 30 min.
@@ -110,8 +112,8 @@ SOURCES = {
 PERIODS_S = (60.0, 600.0, 1800.0)
 RELAUNCH = "relaunch (spotline)"
 RELAUNCH_WAITING = "relaunch, waiting for deletes (before)"
-REPLACE_ONE = "replace-one (spotline: pytorch, command)"
-ELASTIC = "elastic (model: not built)"
+REPLACE_ONE = "replace-one"
+ELASTIC = "elastic (min_nodes n/2)"
 
 
 def poller_name(period_s: float) -> str:

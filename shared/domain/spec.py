@@ -48,9 +48,12 @@ from spotline.shared.domain.secret_env import (
 from spotline.shared.domain.webhooks import ANY_NETWORK, MAX_URL_CHARS, url_problem
 
 # The frameworks whose nodes restart their ranks on a regroup (the agent's
-# ``regroup``): a gang of another framework is relaunched whole when it loses
-# a node (``spotline.shared.domain.node_replacement``).
-REPLACEABLE_FRAMEWORKS = frozenset({"pytorch", "command"})
+# ``regroup``), each shown to on the local stack: a gang of another framework
+# (``tensorflow``, ``jax``) is relaunched whole when it loses a node
+# (``spotline.shared.domain.node_replacement``).
+REPLACEABLE_FRAMEWORKS = frozenset({"pytorch", "command", "xgboost", "ray"})
+# Those whose gangs may also train on at a smaller size (``min_nodes``).
+ELASTIC_FRAMEWORKS = frozenset({"pytorch", "command"})
 
 # Names end up in VM names and labels: lowercase letters, digits and hyphens.
 NAME_PATTERN = JOB_ID_PATTERN
@@ -205,8 +208,8 @@ class JobSpec(BaseModel):
             "step, keep their VMs and wait while one VM replaces the lost node in the same "
             "zone. If the gang has not regrouped this many seconds after the loss (no "
             "capacity, a slow boot), the whole gang is relaunched as a new attempt. 0: "
-            "always relaunch the whole gang. Frameworks pytorch and command only; a gang of "
-            "another framework is always relaunched whole."
+            "always relaunch the whole gang. Frameworks pytorch, command, xgboost and ray; a "
+            "tensorflow or jax gang is always relaunched whole."
         ),
     )
     min_nodes: int | None = Field(
@@ -421,10 +424,10 @@ class JobSpec(BaseModel):
                 "between 1 and nodes - 1, or leave it unset for a gang that always trains "
                 "at its full size"
             )
-        if self.framework not in REPLACEABLE_FRAMEWORKS:
+        if self.framework not in ELASTIC_FRAMEWORKS:
             raise ValueError(
                 f"min_nodes: a {self.framework} gang cannot change its size (only "
-                f"{' and '.join(sorted(REPLACEABLE_FRAMEWORKS))} gangs regroup); leave it unset"
+                f"{' and '.join(sorted(ELASTIC_FRAMEWORKS))} gangs do); leave it unset"
             )
         if self.replace_node_timeout_s == 0:
             raise ValueError(

@@ -166,3 +166,53 @@ def test_a_save_reported_by_its_file_url_is_stored_before_the_preemption_is_repo
     preempted = SpotPreempted.model_validate_json(message)
     assert preempted.step == 7
     assert preempted.checkpoint_uri == f"{url}/ckpt-000000000007.pt"
+
+
+# Saves on the notice, reports the save by its path in the local folder, then
+# takes longer than any notice to exit (a Ray head's launcher waits for Ray
+# to drain; a framework's teardown may hang).
+SLOW_EXIT_TRAINER = """
+import json, os, signal, sys, time
+folder = os.environ["SPOTLINE_CHECKPOINT_DIR"]
+def save(*_):
+    path = os.path.join(folder, "state.json")
+    with open(path, "w") as out:
+        json.dump({"step": 11}, out)
+    with open(os.environ["SPOTLINE_EVENTS"], "a") as events:
+        events.write(json.dumps({"type": "checkpoint", "step": 11, "uri": path,
+                                 "reason": "sigterm"}) + "\\n")
+    print("saved", flush=True)
+    time.sleep(300)
+    sys.exit(143)
+signal.signal(signal.SIGTERM, save)
+print("waiting", flush=True)
+time.sleep(300)
+"""
+
+
+def test_a_save_on_the_notice_is_reported_once_stored_though_the_trainer_has_not_exited(
+    vm: Vm,  # noqa: F811
+    agent_topics: object,  # noqa: F811
+    gcs: str,
+) -> None:
+    """Before, a save in the local folder was reported only after the
+    trainer's exit: a trainer slow to exit after its save (a Ray head, its
+    Ray draining for up to 30 s) outlasted the notice, its VM went first, and
+    spotline never heard of the step it saved."""
+    agent_topics.create("spot_preempted")  # type: ignore[attr-defined]
+    assignment = vm.assignment("j4", ["python", "-c", SLOW_EXIT_TRAINER])
+    agent = vm.boot(on_storage(assignment, gcs), **trainer_user())
+    deadline = time.monotonic() + 60
+    while not agent.said("INFO", "waiting"):
+        assert time.monotonic() < deadline, agent.log.read_text()[-2000:]
+        time.sleep(0.2)
+
+    agent.process.send_signal(signal.SIGTERM)
+    (message,) = agent_topics.pull("spot_preempted", 90)  # type: ignore[attr-defined]
+
+    url = f"{gcs}/checkpoints"
+    assert agent.process.poll() is None  # the trainer still has not exited
+    fs, path = url_to_fs(f"{url}/state.json")
+    assert json.loads(fs.cat_file(path)) == {"step": 11}
+    preempted = SpotPreempted.model_validate_json(message)
+    assert (preempted.step, preempted.checkpoint_uri) == (11, f"{url}/state.json")

@@ -32,24 +32,29 @@ time.sleep(300)
 
 
 def free_port() -> int:
-    """A port with its next one free too (the head's Ray client server's)."""
+    """A port with its next two free too (the head's Ray client server's and
+    its word to the workers')."""
     while True:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             port = int(sock.getsockname()[1])
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
+        try:
+            for after in (1, 2):
+                with socket.socket() as sock:
+                    sock.bind(("127.0.0.1", port + after))
+        except OSError:
+            continue
         return port
 
 
-def launch(port: int) -> subprocess.Popen[str]:
+def launch(port: int, rank: int = 0, nodes: int = 1) -> subprocess.Popen[str]:
+    """The launcher of node ``rank`` of a Ray cluster of ``nodes`` on this host."""
     env = {
         **os.environ,
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(port),
+        "SPOTLINE_NODE_RANK": str(rank),
+        "SPOTLINE_NUM_NODES": str(nodes),
         "SPOTLINE_RAY_NUM_CPUS": "1",
         "SPOTLINE_RAY_OBJECT_STORE_BYTES": str(80 * 2**20),
     }
@@ -129,3 +134,41 @@ def test_a_head_whose_ray_dies_fails_instead_of_waiting_for_ever() -> None:
     # the command: "Ray on the head stopped"), or so that Ray's core worker
     # ended the command itself first (its own exit code, and no line of the
     # launcher's: seen once in CI under load). Each fails the job.
+
+
+def read_into(process: subprocess.Popen[str], lines: list[str]) -> threading.Thread:
+    reader = threading.Thread(target=lambda: lines.extend(process.stdout or []), daemon=True)
+    reader.start()
+    return reader
+
+
+def test_a_workers_notice_stops_the_heads_driver_and_the_gang_stops() -> None:
+    """A worker's notice (SIGTERM from its agent) is told to the head, whose
+    driver saves (the stop flag) and exits 143; both nodes exit 143, the
+    "stopped with the gang" that lets spotline replace the lost node, where
+    the worker used to exit 0 as if the job were done and leave the head's
+    driver running on a cluster short of a node."""
+    require_framework("ray", "the Ray gang's stop", "ray")
+    port = free_port()
+    head, worker = launch(port, 0, 2), launch(port, 1, 2)
+    head_out: list[str] = []
+    worker_out: list[str] = []
+    readers = [read_into(head, head_out), read_into(worker, worker_out)]
+    try:
+        deadline = time.monotonic() + 240
+        while not any("driver joined 2 node" in line for line in list(head_out)):
+            assert head.poll() is None and worker.poll() is None, "".join(head_out[-40:])
+            assert time.monotonic() < deadline, "the driver never ran:\n" + "".join(head_out[-40:])
+            time.sleep(0.5)
+        worker.send_signal(signal.SIGTERM)  # the worker's VM gets the notice
+        assert worker.wait(timeout=90) == 143, "".join(worker_out[-40:])
+        assert head.wait(timeout=120) == 143, "".join(head_out[-40:])
+        for reader in readers:
+            reader.join(timeout=30)
+        assert "driver checkpointing on the notice" in "".join(head_out)
+        assert "the Ray head was told, and answered 'stopping'" in "".join(worker_out)
+        assert "the workers are told 'stopping'" in "".join(head_out)
+    finally:
+        for process in (head, worker):
+            if group_alive(process.pid):
+                os.killpg(process.pid, signal.SIGKILL)

@@ -89,9 +89,9 @@ def test_an_unknown_strategy_is_named() -> None:
         gang_model.run("spare", GANG, NONE, FIXED, seed=1)
 
 
-def test_replace_one_is_labelled_built_and_elastic_a_model() -> None:
-    assert gang_model.REPLACE_ONE == "replace-one (spotline: pytorch, command)"
-    assert gang_model.ELASTIC == "elastic (model: not built)"
+def test_the_strategies_are_labelled_as_the_tables_name_them() -> None:
+    assert gang_model.REPLACE_ONE == "replace-one"
+    assert gang_model.ELASTIC == "elastic (min_nodes n/2)"
 
 
 @pytest.mark.parametrize(

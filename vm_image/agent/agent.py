@@ -258,10 +258,33 @@ class Agent:
             self.step = int(record.get("step", 0))
             uri = record.get("uri")
             self.checkpoint_uri = self._stored_uri(uri) if uri else self.checkpoint_uri
-            if self.preempted.is_set() and self._stored_uri(uri) == uri:
+            if not self.preempted.is_set():
+                return
+            if self._stored_uri(uri) == uri:
                 # The state is durable once reported: tell spotline now rather
                 # than after the trainer (and torch) finish exiting.
                 self._report_preempted()
+            else:
+                self._report_once_mirrored(uri)
+
+    def _report_once_mirrored(self, uri: str | None) -> None:
+        """A save on the notice in the local checkpoint folder: spotline is
+        told once the mirror has stored it, not only after the trainer exits
+        (a Ray head's launcher waits for Ray to drain, which may outlast the
+        notice, and the VM would go with the report unsent)."""
+        mirror, path = self.checkpoints, local_path(uri) if uri else None
+        unit = mirror.unit_of(path) if mirror is not None and path else None
+        if mirror is None or unit is None:
+            return  # told after the trainer's exit, as ever
+        done = self.job_done
+
+        def report_when_stored() -> None:
+            while not done.wait(0.2) and not self._preemption_reported:
+                if mirror.holds(*unit):
+                    self._report_preempted()
+                    return
+
+        threading.Thread(target=report_when_stored, daemon=True).start()
 
     # -- background watchers ------------------------------------------------
 

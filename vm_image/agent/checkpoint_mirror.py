@@ -113,6 +113,23 @@ class FolderMirror:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    def unit_of(self, path: str) -> tuple[str, tuple[tuple[str, int, int], ...]] | None:
+        """The unit that holds ``path`` (in the local folder) as it is now: its
+        name and signature, for ``holds``; None for a path elsewhere or gone."""
+        try:
+            relative = Path(path).resolve().relative_to(self.local.resolve())
+        except (OSError, ValueError):
+            return None
+        if not relative.parts:
+            return None
+        unit = scan(self.local, lambda *_: None).get(relative.parts[0])
+        return None if unit is None else (unit.name, unit.signature)
+
+    def holds(self, name: str, signature: tuple[tuple[str, int, int], ...]) -> bool:
+        """Whether unit ``name`` is stored as it was when ``unit_of`` saw it."""
+        stored = self.stored.get(name)
+        return stored is not None and stored.signature == signature
+
     # -- restore ----------------------------------------------------------
 
     def restore(self) -> int:

@@ -10,8 +10,12 @@ trainer of a ``framework: "ray"`` job, on every node:
   code is the job's. Nodes that do not join within ``ray_join_timeout_s`` fail
   the job, saying how many joined of how many.
 * every other node waits for the head's port, runs ``ray start --address``,
-  and stays up until the head goes away (its command ended, and it stopped
-  Ray), then exits 0: a worker's finish does not end a job, node 0's does.
+  and stays up until the head says its command ended (exit 0: a worker's
+  finish does not end a job, node 0's does) or that the gang stops (exit
+  143, the driver having saved), or goes away without a word (its VM was
+  taken: 143 too). A worker's own notice is told to the head, whose driver
+  then saves: the gang stops at once (``ray_gang``), so that one lost node
+  is replaced and the Ray cluster forms again around it.
 
 Each node's Ray runs in the foreground (``--block``), as this process's child
 in the VM's process group, and is stopped through it (SIGTERM: Ray drains and
@@ -37,6 +41,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from spotline.shared.contract.exit_codes import exit_status
+from spotline.shared.contract.ranks import EXIT_STOPPED
+from spotline.vm_image.agent.ray_gang import (
+    DONE,
+    STOPPING,
+    HeadControl,
+    ask_head,
+    control_port,
+)
+
 # Ray's default GCS port, for a job of one node (it has no MASTER_PORT).
 DEFAULT_PORT = 6379
 DEFAULT_JOIN_TIMEOUT_S = 600.0
@@ -52,6 +66,9 @@ CONNECT_S = 120.0
 STOP_GRACE_S = 40.0
 # The head's exit code when its Ray stopped under the command.
 EXIT_RAY_STOPPED = 1
+# How long the head, its command ended, waits for every worker to have been
+# told (each asks every POLL_S) before it stops its Ray.
+TELL_WORKERS_S = 3 * POLL_S + 2.0
 
 
 class RayLaunchError(RuntimeError):
@@ -180,15 +197,23 @@ class RayLauncher:
         self.ray: subprocess.Popen[bytes] | None = None
         self.user: subprocess.Popen[bytes] | None = None
         self.stopping = threading.Event()
+        self.control: HeadControl | None = None
 
     def on_sigterm(self, *_: object) -> None:
         """The preemption notice: the head's command checkpoints first (it
         gets the signal and is waited for); then Ray stops."""
+        if self.control is not None:
+            self.control.stopping()
+        self._stop_command()
+        if self.user is None and self.node.is_head:
+            self.stop_ray()  # a worker tells the head first, then stops its Ray
+
+    def _stop_command(self) -> None:
+        """The gang stops (this node's notice, or a worker's told to the head):
+        the command is told (SIGTERM: it saves and exits 143)."""
         self.stopping.set()
         if self.user is not None and self.user.poll() is None:
             self.user.send_signal(signal.SIGTERM)
-        elif self.user is None:
-            self.stop_ray()
 
     def run(self) -> int:
         temp_dir = tempfile.mkdtemp(prefix="ray-")  # short: Ray's socket paths must fit
@@ -197,8 +222,9 @@ class RayLauncher:
         try:
             if not self.node.is_head:
                 self._wait_for_head()
-            if self.stopping.is_set():
-                return 143
+            if self.stopping.is_set():  # this node's notice before it joined
+                ask_head(self.node.head, control_port(self.node.port), "stop")
+                return EXIT_STOPPED
             self.ray = subprocess.Popen(
                 [_ray_cli(), *ray_start_args(self.node, temp_dir, self.env)], env=ray_env
             )
@@ -206,6 +232,12 @@ class RayLauncher:
                 return self._run_head()
             return self._run_worker()
         finally:
+            if self.control is not None:
+                if self.control.state == DONE:
+                    # A worker that missed it would take the head for lost (143);
+                    # when the gang stops, that is what it is told anyway.
+                    self.control.linger(self.node.nodes - 1, TELL_WORKERS_S)
+                self.control.close()
             self.stop_ray()
             shutil.rmtree(temp_dir, ignore_errors=True)
 
@@ -277,6 +309,12 @@ class RayLauncher:
         import ray
 
         self._wait_for_own_head()
+        if self.node.nodes > 1:
+            port = control_port(self.node.port)
+            try:
+                self.control = HeadControl(self.node.head, port, on_stop=self._stop_command)
+            except OSError as err:
+                raise RayLaunchError(f"cannot answer the workers on port {port}: {err}") from None
         try:
             wait_for_nodes(
                 self._alive_nodes,
@@ -285,17 +323,30 @@ class RayLauncher:
                 self.node.address,
                 sleep=self.stopping.wait,
             )
+        except RayLaunchError:
+            if not self.stopping.is_set():
+                raise
         finally:
             ray.shutdown()
             # ray.init() put its own SIGTERM handler in place (a driver's,
             # which exits at once): the notice must reach the command again.
             signal.signal(signal.SIGTERM, self.on_sigterm)
         if self.stopping.is_set():
-            return 143
+            return EXIT_STOPPED
         # A job of one node has no cluster env: its command joins this head too.
         env = {"RAY_ADDRESS": self.node.address, **self.env}
         self.user = subprocess.Popen(self.command, env=env)
-        return self._wait_for_command()
+        if self.stopping.is_set():  # told while it started
+            self._stop_command()
+        code = exit_status(self._wait_for_command())
+        if self.control is not None:
+            state = self.control.end(code, EXIT_STOPPED)
+            print(
+                f"ray_operator: the command exited with code {code}; "
+                f"the workers are told {state!r}",
+                flush=True,
+            )
+        return code
 
     def _wait_for_command(self) -> int:
         """The command's exit code. Should this node's Ray stop under it (its
@@ -327,14 +378,36 @@ class RayLauncher:
             return EXIT_RAY_STOPPED
 
     def _run_worker(self) -> int:
+        """Until the head says the command ended (0) or the gang stops (143),
+        or is gone without a word (143: its VM was taken; node 0 decides
+        the job). This node's own notice is told to the head first."""
+        port = control_port(self.node.port)
         gone = 0
         while not self.stopping.wait(POLL_S):
             self._check_ray_running()
-            gone = 0 if port_open(self.node.head, self.node.port) else gone + 1
-            if gone >= HEAD_GONE_CHECKS:
-                print(f"the Ray head at {self.node.address} has stopped: this node stops too")
+            state = ask_head(self.node.head, port)
+            if state == DONE:
+                print(
+                    f"the Ray head at {self.node.address} ended its command: this node stops",
+                    flush=True,
+                )
                 return 0
-        return 143
+            if state == STOPPING:
+                print(
+                    "the gang stops (a notice on another node): this node stops with it", flush=True
+                )
+                return EXIT_STOPPED
+            gone = 0 if state is not None else gone + 1
+            if gone >= HEAD_GONE_CHECKS:
+                print(
+                    f"the Ray head at {self.node.address} is gone: this node stops with it",
+                    flush=True,
+                )
+                return EXIT_STOPPED
+        # This node's notice: the head's driver saves before this node's Ray goes.
+        told = ask_head(self.node.head, port, "stop")
+        print(f"preempted: the Ray head was told, and answered {told!r}", flush=True)
+        return EXIT_STOPPED
 
     def stop_ray(self) -> None:
         """Stop this node's Ray (``ray start --block`` drains and stops its
