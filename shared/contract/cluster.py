@@ -22,12 +22,23 @@ def master_port(job_id: str, attempt: int) -> int:
     return 20000 + zlib.crc32(f"{job_id}/{attempt}".encode()) % 12000
 
 
+# The ports one generation of a gang may use from its own: a rank's, a Ray
+# head's three (GCS, client server, spotline's control), TensorFlow's one a worker.
+PORT_SPAN = 64
+
+
 def gang_port(job_id: str, attempt: int, generation: int) -> int:
     """The rendezvous port of a gang's ``generation`` (each regroup after a
-    replaced node is one): a regrouped gang never meets a stale rendezvous."""
-    if generation == 0:
-        return master_port(job_id, attempt)
-    return 20000 + zlib.crc32(f"{job_id}/{attempt}/g{generation}".encode()) % 12000
+    replaced node is one): a regrouped gang never meets a stale rendezvous,
+    and its ports are at least ``PORT_SPAN`` from the generation before's,
+    which a node that has not died yet may still hold."""
+    port = master_port(job_id, attempt)
+    for later in range(1, generation + 1):
+        before = port
+        port = 20000 + zlib.crc32(f"{job_id}/{attempt}/g{later}".encode()) % 12000
+        if abs(port - before) < PORT_SPAN:
+            port = 20000 + (before - 20000 + 2 * PORT_SPAN) % 12000
+    return port
 
 
 def cluster_env(

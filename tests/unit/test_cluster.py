@@ -1,8 +1,9 @@
+import itertools
 import json
 
 import pytest
 
-from spotline.shared.contract.cluster import cluster_env, master_port
+from spotline.shared.contract.cluster import PORT_SPAN, cluster_env, gang_port, master_port
 
 HOSTS = ["sl-j-a1-n0", "sl-j-a1-n1", "sl-j-a1-n2"]
 
@@ -78,3 +79,17 @@ def test_ray_gets_the_head_address() -> None:
     env = cluster_env("ray", HOSTS, 2, 6379)
     assert (env["RAY_ADDRESS"], env["RAY_SERVER"]) == ("sl-j-a1-n0:6379", "sl-j-a1-n0:6379")
     assert "RAY_ADDRESS" not in cluster_env("pytorch", HOSTS, 2, 6379)
+
+
+def test_a_regrouped_gangs_ports_never_overlap_the_generation_before() -> None:
+    """Each generation of a regrouped gang rendezvouses on ports of its own:
+    a node of the generation before that has not died yet (its ranks, a Ray
+    head's three ports, an XGBoost tracker) holds none of them."""
+    near = []
+    for job in range(3000):
+        ports = [gang_port(f"j{job}", 1, generation) for generation in range(4)]
+        for before, after in itertools.pairwise(ports):
+            assert 20000 <= after < 32000
+            if abs(after - before) < PORT_SPAN:
+                near.append((f"j{job}", before, after))
+    assert near == []
