@@ -214,18 +214,7 @@ class ModelledAgents:
         if any(vm.noticed_s is not None for vm in attempt.vms):
             attempt.hung = True
             return
-        attempt.train_start = self.now_s + self.params.restart_s
-        step = self._step(self.saved_s)
-        for vm in attempt.vms:
-            vm.booted = True
-            beat = Heartbeat(
-                **self._common(attempt, vm),
-                phase=JobSubstatus.TRAINING,
-                step=step,
-                resumed_from_step=step if step else None,
-            )
-            self._publish("epoch_done", beat)
-        self._plan_finish(attempt)
+        self._train(attempt, self.now_s + self.params.restart_s, booting=False)
 
     def _common(self, attempt: Attempt, vm: Vm) -> dict[str, Any]:
         return {
@@ -244,13 +233,20 @@ class ModelledAgents:
             # the real agent's hanging read, as a poll every GATE_POLL_S.
             self._at(self.now_s + GATE_POLL_S, functools.partial(self._boot, attempt))
             return
-        attempt.train_start = self.now_s
         attempt.runs += 1
+        self._train(attempt, self.now_s, booting=True)
+
+    def _train(self, attempt: Attempt, start_s: float, *, booting: bool) -> None:
+        """Every node trains from the save from ``start_s``: each says so
+        (after its boot's report, when ``booting``), and the finish is planned."""
+        attempt.train_start = start_s
         step = self._step(self.saved_s)
         for vm in attempt.vms:
             vm.booted = True
             common = self._common(attempt, vm)
-            self._publish("vm_booted", VmBooted(**common, zone=vm.zone, instance_id=vm.instance_id))
+            if booting:
+                booted = VmBooted(**common, zone=vm.zone, instance_id=vm.instance_id)
+                self._publish("vm_booted", booted)
             beat = Heartbeat(
                 **common,
                 phase=JobSubstatus.TRAINING,

@@ -14,12 +14,20 @@ from __future__ import annotations
 import json
 import zlib
 
+# The ports a gang's rendezvous is drawn from: _PORTS_FROM and the _PORTS after.
+_PORTS_FROM, _PORTS = 20000, 12000
+
 
 def master_port(job_id: str, attempt: int) -> int:
     """A port from the job and attempt, so two gangs sharing a host (locally)
     do not collide, and a new attempt never meets a stale rendezvous."""
-    # Below Linux's ephemeral range (32768+), where other programs' ports come from.
-    return 20000 + zlib.crc32(f"{job_id}/{attempt}".encode()) % 12000
+    return _port(f"{job_id}/{attempt}")
+
+
+def _port(key: str) -> int:
+    """A port drawn from ``key``: below Linux's ephemeral range (32768+),
+    where other programs' ports come from."""
+    return _PORTS_FROM + zlib.crc32(key.encode()) % _PORTS
 
 
 # The ports one generation of a gang may use from its own: a rank's, a Ray
@@ -35,9 +43,9 @@ def gang_port(job_id: str, attempt: int, generation: int) -> int:
     port = master_port(job_id, attempt)
     for later in range(1, generation + 1):
         before = port
-        port = 20000 + zlib.crc32(f"{job_id}/{attempt}/g{later}".encode()) % 12000
+        port = _port(f"{job_id}/{attempt}/g{later}")
         if abs(port - before) < PORT_SPAN:
-            port = 20000 + (before - 20000 + 2 * PORT_SPAN) % 12000
+            port = _PORTS_FROM + (before - _PORTS_FROM + 2 * PORT_SPAN) % _PORTS
     return port
 
 

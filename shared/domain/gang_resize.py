@@ -43,11 +43,6 @@ from spotline.shared.domain.transitions import move_job
 S = JobSubstatus
 
 
-def elastic(job: JobDoc) -> bool:
-    """Whether the job lets its gang train on at a smaller size."""
-    return job.spec.min_nodes is not None
-
-
 def survivors(job: JobDoc) -> list[str]:
     """The gang's nodes but the replacement, by rank: the smaller gang."""
     replacing = job.replacing

@@ -12,9 +12,11 @@ agent turns into the stop a peer's notice causes (``watch_gang_stop``)."""
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 from pydantic import ValidationError
 
@@ -33,6 +35,8 @@ _WAIT_STEP_S = 5.0
 # How often an absent item is read again (a hanging read needs it to exist).
 _ABSENT_POLL_S = 2.0
 
+T = TypeVar("T")
+
 
 def await_regroup(
     metadata: Metadata, assignment: Assignment, stop: threading.Event, wait_s: float
@@ -44,26 +48,58 @@ def await_regroup(
         return None
     deadline = time.monotonic() + wait_s
     logs.info(f"stopped with the gang: waiting up to {wait_s:.0f} s for it to regroup")
+    regroup = _watch(
+        metadata,
+        REGROUP_ATTRIBUTE,
+        lambda value: _newer(value, assignment),
+        stop,
+        deadline,
+        absent_s=1.0,
+    )
+    if regroup is None and not stop.is_set():
+        logs.warning(f"the gang did not regroup within {wait_s:.0f} s; this node stops")
+    return regroup
+
+
+def _watch(
+    metadata: Metadata,
+    attribute: str,
+    found: Callable[[str], T | None],
+    stop: threading.Event,
+    deadline: float,
+    absent_s: float,
+) -> T | None:
+    """The first value of ``attribute`` that ``found`` makes something of,
+    read as it changes (hanging reads of at most ``_WAIT_STEP_S``); None once
+    ``stop`` is set or the monotonic ``deadline`` passes. An absent item (or
+    a failed read) is read again ``absent_s`` later."""
     etag: str | None = None
     while not stop.is_set():
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            logs.warning(f"the gang did not regroup within {wait_s:.0f} s; this node stops")
             return None
         try:
             if etag is None:
-                value, etag = metadata.get_with_etag(REGROUP_ATTRIBUTE)
+                value, etag = metadata.get_with_etag(attribute)
             else:
                 step = max(min(remaining, _WAIT_STEP_S), 1.0)
-                value, etag = metadata.wait_for_change(REGROUP_ATTRIBUTE, etag, timeout_s=step)
-        except MetadataError:  # no regroup yet (the item is absent), or a failed read
+                value, etag = metadata.wait_for_change(attribute, etag, timeout_s=step)
+        except MetadataError:  # not written yet (the item is absent), or a failed read
             etag = None
-            stop.wait(min(1.0, max(remaining, 0.0)))
+            stop.wait(min(absent_s, max(remaining, 0.0)))
             continue
-        regroup = _parsed(value)
-        if regroup is not None and regroup.generation > assignment.generation:
-            return regroup
+        result = found(value)
+        if result is not None:
+            return result
     return None
+
+
+def _newer(value: str, assignment: Assignment) -> Regroup | None:
+    """``value`` as a regroup newer than ``assignment``'s generation."""
+    regroup = _parsed(value)
+    if regroup is None or regroup.generation <= assignment.generation:
+        return None
+    return regroup
 
 
 def _parsed(value: str) -> Regroup | None:
@@ -79,13 +115,9 @@ def newer_regroup(metadata: Metadata, assignment: Assignment) -> Regroup | None:
     generation, if any: a replacement made before its elastic gang shrank
     and grew back joins at the generation the gang grew back at."""
     try:
-        value = metadata.get(REGROUP_ATTRIBUTE)
+        return _newer(metadata.get(REGROUP_ATTRIBUTE), assignment)
     except MetadataError:
         return None
-    regroup = _parsed(value)
-    if regroup is None or regroup.generation <= assignment.generation:
-        return None
-    return regroup
 
 
 def watch_gang_stop(
@@ -94,19 +126,13 @@ def watch_gang_stop(
     """Until ``done`` is set, call ``on_stop`` once (and return) when spotline
     asks the gang of ``generation`` to stop: an elastic gang at a smaller
     size whose replacement is up, to grow back."""
-    etag: str | None = None
-    while not done.is_set():
-        try:
-            if etag is None:
-                value, etag = metadata.get_with_etag(GANG_STOP_ATTRIBUTE)
-            else:
-                value, etag = metadata.wait_for_change(
-                    GANG_STOP_ATTRIBUTE, etag, timeout_s=_WAIT_STEP_S
-                )
-        except MetadataError:  # not asked (the item is absent), or a failed read
-            etag = None
-            done.wait(_ABSENT_POLL_S)
-            continue
-        if value.strip() == str(generation):
-            on_stop()
-            return
+    asked = _watch(
+        metadata,
+        GANG_STOP_ATTRIBUTE,
+        lambda value: True if value.strip() == str(generation) else None,
+        done,
+        math.inf,
+        absent_s=_ABSENT_POLL_S,
+    )
+    if asked:
+        on_stop()
