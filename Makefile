@@ -78,7 +78,7 @@ tools:
 	  echo "!!! chromium could not be installed: the dashboard's browser test will be skipped !!!"
 
 test: lint tools
-	$(BIN)/pytest
+	$(BIN)/pytest --durations=30
 
 # The inner loop: tests/unit, the tests that need no emulator, no local stack,
 # no ML framework run and no seconds of waiting (tests/conftest.py refuses one
