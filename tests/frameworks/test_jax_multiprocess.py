@@ -35,7 +35,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_gang(tmp_path: Path, step_time_s: float) -> list[subprocess.Popen[str]]:
+def start_gang(
+    tmp_path: Path, step_time_s: float, epochs: int = EPOCHS
+) -> list[subprocess.Popen[str]]:
     """Both processes of a 2-node ``jax`` gang on this host, on a fresh port,
     sharing one checkpoint folder (on spotline, each node restores node 0's
     save into its own)."""
@@ -44,7 +46,7 @@ def start_gang(tmp_path: Path, step_time_s: float) -> list[subprocess.Popen[str]
     base = {
         **os.environ,
         "PYTHONPATH": str(ROOT),
-        "SPOTLINE_EPOCHS": str(EPOCHS),
+        "SPOTLINE_EPOCHS": str(epochs),
         "SPOTLINE_CHECKPOINT_DIR": str(tmp_path / "checkpoints"),
         "SPOTLINE_HYPERPARAMETERS": json.dumps({"step_time_s": step_time_s}),
     }
@@ -67,8 +69,9 @@ def finish(gang: list[subprocess.Popen[str]]) -> tuple[list[int], list[str]]:
     return [process.returncode for process in gang], outputs
 
 
-def trained_params(output: str, process: int) -> str:
-    trained = rf"jax process {process} of 2 trained {EPOCHS * 10} steps params=(\w+)"
+def trained_params(output: str, process: int, epochs: int = EPOCHS) -> str:
+    """The digest of the parameters ``process`` ended with, having trained every step."""
+    trained = rf"jax process {process} of 2 trained {epochs * 10} steps params=(\w+)"
     found = re.search(trained, output)
     assert found, output[-3000:]
     return found.group(1)
