@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from spotline.shared.contract.cluster import cluster_env
+from tests.doc_examples import blocks
 from tests.framework_required import require_framework
 
 pytestmark = pytest.mark.frameworks
@@ -113,3 +114,8 @@ def test_a_notice_to_one_jax_process_stops_both_at_one_step_and_the_restart_resu
     resumed = [e["step"] for e in events(tmp_path, 0) if e.get("type") == "resumed"]
     assert resumed == [stopped_at]
     assert {trained_params(output, rank) for rank, output in enumerate(outputs)} == straight
+
+
+def test_the_docs_show_the_examples_own_initialize() -> None:
+    [shown] = blocks("docs/gang-replacement.md", "### JAX", "python")
+    assert shown.strip().replace("\n", "\n    ") in SCRIPT.read_text()
