@@ -9,8 +9,8 @@ any of them got the notice (SIGTERM): if one did, every process stops after
 that step, process 0 saves the parameters in the local checkpoint folder
 (the agent uploads it), and every process exits 143. Started again (a new
 attempt, or the gang regrouped around a replaced node, with the new
-coordinator in the same variables), every process loads the save and goes
-on from its step. Process 0 saves and reports an epoch every
+coordinator in the same variables), process 0 loads the save and gives it
+to the others, and every process goes on from its step. Process 0 saves and reports an epoch every
 ``STEPS_PER_EPOCH`` steps.
 """
 
@@ -79,13 +79,14 @@ def main() -> int:
     replicated = NamedSharding(mesh, PartitionSpec())
     params = {"w": np.zeros(FEATURES, np.float32), "b": np.zeros((), np.float32)}
     done = 0
-    if os.path.exists(saved_params):
+    if process == 0 and os.path.exists(saved_params):
         with np.load(saved_params) as saved:
             done = int(saved["step"])
             params = {name: saved[name] for name in params}
-        if process == 0:
-            report_resumed(done, stored_uri(saved_params))
-    params = jax.device_put(params, replicated)
+        report_resumed(done, stored_uri(saved_params))
+    # Every process goes on from process 0's save, whatever its own folder holds.
+    step, params = multihost_utils.broadcast_one_to_all((np.int32(done), params))
+    done, params = int(step), jax.device_put(params, replicated)
     total, pause_s = epochs * STEPS_PER_EPOCH, step_time_s()
     stopped_at = None
     with NoticeFlag() as flag:

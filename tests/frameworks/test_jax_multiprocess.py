@@ -40,15 +40,14 @@ def start_gang(
     tmp_path: Path, step_time_s: float, epochs: int = EPOCHS
 ) -> list[subprocess.Popen[str]]:
     """Both processes of a 2-node ``jax`` gang on this host, on a fresh port,
-    sharing one checkpoint folder (on spotline, each node restores node 0's
-    save into its own)."""
+    each with a checkpoint folder of its own: only process 0's holds the save,
+    as on a node that joined a gang whose save it never got."""
     port = free_port()
     hosts = ["127.0.0.1", "127.0.0.1"]
     base = {
         **os.environ,
         "PYTHONPATH": str(ROOT),
         "SPOTLINE_EPOCHS": str(epochs),
-        "SPOTLINE_CHECKPOINT_DIR": str(tmp_path / "checkpoints"),
         "SPOTLINE_HYPERPARAMETERS": json.dumps({"step_time_s": step_time_s}),
     }
     return [
@@ -56,7 +55,10 @@ def start_gang(
             [sys.executable, str(SCRIPT)],
             env=base
             | cluster_env("jax", hosts, rank, port)
-            | {"SPOTLINE_EVENTS": str(tmp_path / f"events-{rank}.jsonl")},
+            | {
+                "SPOTLINE_CHECKPOINT_DIR": str(tmp_path / f"checkpoints-{rank}"),
+                "SPOTLINE_EVENTS": str(tmp_path / f"events-{rank}.jsonl"),
+            },
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
