@@ -8,10 +8,11 @@ INSTALLED := $(VENV)/.installed
 TENSORFLOW := $(VENV)/.tensorflow
 RAY := $(VENV)/.ray
 XGBOOST := $(VENV)/.xgboost
+JAX := $(VENV)/.jax
 HF := $(VENV)/.hf
 LIGHTNING := $(VENV)/.lightning
 
-.PHONY: demo test test-fast docs lint tools tensorflow ray xgboost hf lightning bench bench-scale bench-econ soak soak-replay soak-deps clean
+.PHONY: demo test test-fast docs lint tools tensorflow ray xgboost jax hf lightning bench bench-scale bench-econ soak soak-replay soak-deps clean
 
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +37,13 @@ $(RAY): $(INSTALLED)
 xgboost: $(XGBOOST)
 $(XGBOOST): $(INSTALLED)
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[xgboost]'
+	touch $@
+
+# JAX on CPU (framework "jax": two processes joined by jax.distributed, the
+# 2-node JAX tests), about 380 MB and a few seconds to install from a warm cache.
+jax: $(JAX)
+$(JAX): $(INSTALLED)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[jax]'
 	touch $@
 
 # Hugging Face transformers with accelerate (spotline.transformers, its tests

@@ -1,5 +1,5 @@
 """Skip a test loudly where an optional framework is missing (``make ray``,
-``make xgboost`` install them): a skip nobody notices hides a broken install."""
+``make xgboost``, ``make jax`` install them): a skip nobody notices hides a broken install."""
 
 from __future__ import annotations
 

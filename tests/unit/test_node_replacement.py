@@ -184,9 +184,9 @@ def test_node_zeros_exit_zero_while_replacing_completes_the_job() -> None:
     [
         {"replace_node_timeout_s": 0},
         {"max_preemptions": 0},
-        {"framework": "jax", "trainer": None, "command": ["python", "train.py"]},
+        {"framework": "tensorflow", "trainer": None, "command": ["python", "train.py"]},
     ],
-    ids=["off", "limit", "jax"],
+    ids=["off", "limit", "tensorflow"],
 )
 def test_off_or_at_a_limit_the_loss_ends_the_attempt_as_before(spec: dict[str, Any]) -> None:
     job = lose(training_gang(**spec), N1)
@@ -196,7 +196,7 @@ def test_off_or_at_a_limit_the_loss_ends_the_attempt_as_before(spec: dict[str, A
 @pytest.mark.parametrize(
     ("framework", "replaced"),
     [("pytorch", True), ("command", True), ("xgboost", True), ("ray", True),
-     ("tensorflow", False), ("jax", False)],
+     ("jax", True), ("tensorflow", False)],
 )  # fmt: skip
 def test_the_frameworks_shown_to_regroup_replace_one_node_the_others_relaunch(
     framework: str, replaced: bool
