@@ -92,6 +92,8 @@ class NodeReplacement(BaseModel):
     # (empty: the gang waits), and whether it was asked to stop to grow back.
     shrunk: list[str] = Field(default_factory=list)
     grow_asked: bool = False
+    # Replacements lost before they joined, each replaced in turn (its name new).
+    lost_replacements: int = 0
     # When the replacement's insert was last refused for capacity (the
     # reaper asks again REINSERT_AFTER_S later, not at every sweep), and how
     # many times: each try is a new request (Compute Engine answers a

@@ -24,19 +24,25 @@ The orders of events:
 * fewer than ``min_nodes`` survivors: they wait, as without ``min_nodes``;
 * a stop report of the gang as it was before it shrank (late, duplicated):
   not the smaller gang's save, ignored (its step is still recorded);
-* a loss while the smaller gang trains (a survivor, or the replacement
-  before it joined): the whole gang is relaunched (``lifecycle.vm_lost``),
-  as for a second loss while replacing;
+* the replacement lost before it joined (``replaces_again``): another one
+  is inserted for its rank under a new name, and the smaller gang trains on
+  (or, asked to grow back already, stops and waits for the new one);
+* a survivor's loss while the smaller gang trains: the whole gang is
+  relaunched (``lifecycle.vm_lost``), as for a second loss while replacing;
 * while the smaller gang trains, ``replace_node_timeout_s`` does not run: the
   gang is not waiting. It counts again from the request to stop, and past it
-  the whole gang is relaunched (``node_replacement.overdue``).
+  the whole gang is relaunched (``node_replacement.overdue``). A replacement
+  lost after that request does not restart it: a replacement lost each time
+  before it joins does not hold the waiting gang for ever.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 
+from spotline.shared.domain import failure_policy, lifecycle
 from spotline.shared.domain.documents import JobDoc
+from spotline.shared.domain.placement import replacement_name
 from spotline.shared.domain.states import JobSubstatus
 from spotline.shared.domain.transitions import move_job
 
@@ -105,3 +111,59 @@ def head(job: JobDoc) -> str | None:
     if replacing is not None and replacing.shrunk:
         return replacing.shrunk[0]
     return job.nodes[0] if job.nodes else job.instance
+
+
+def replaces_again(job: JobDoc, instance: str, attempt: int, cause: S) -> bool:
+    """Whether the loss of ``instance`` is that of the replacement of an
+    elastic gang training without it (or asked to grow back), before it
+    joined: another replacement is inserted, the gang kept."""
+    replacing = job.replacing
+    return (
+        replacing is not None
+        and bool(replacing.shrunk)
+        and cause == S.PREEMPTED
+        and attempt == job.attempt
+        and instance == replacing.replacement
+        and job.substatus in (S.TRAINING, S.REPLACING_NODE)
+        and job.held_finish is None
+        and failure_policy.preemption_limit(job, "") is None
+    )
+
+
+def replacement_lost(
+    job: JobDoc, step: int | None = None, checkpoint_uri: str | None = None
+) -> JobDoc:
+    """The job after its replacement's loss (``replaces_again``): another
+    one named for the rank (new: ``placement.replacement_name``), not up
+    yet; the substatus, the smaller gang and the bound's start kept (the
+    attempt's record names each replacement once placed)."""
+    replacing = job.replacing
+    assert replacing is not None
+    if step is not None:
+        job = lifecycle.saved_state(job, job.attempt, step, checkpoint_uri)
+    again = replacing.lost_replacements + 1
+    rank = replacing.rank
+    new = replacement_name(job.job_id, job.attempt, rank, job.gang_generation + 1, again)
+    nodes = [*job.nodes[:rank], new, *job.nodes[rank + 1 :]]
+    renewed = replacing.model_copy(
+        update={
+            "lost": replacing.replacement,
+            "replacement": new,
+            "booted": False,
+            "refused_at": None,
+            "refusals": 0,
+            "lost_replacements": again,
+        }
+    )
+    records = [
+        r.model_copy(update={"node_names": nodes}) if r.attempt == job.attempt else r
+        for r in job.attempts
+    ]
+    return job.model_copy(
+        update={
+            "preemptions": job.preemptions + 1,
+            "nodes": nodes,
+            "replacing": renewed,
+            "attempts": records,
+        }
+    )

@@ -17,7 +17,8 @@ The orders of events, each with one defined end:
   0, a finish held for judging) ends the attempt as ``lifecycle.vm_lost`` does.
 * a second node's loss while replacing, or the replacement's own: the gang is
   relaunched whole (``lifecycle.vm_lost``: the attempt ends, counted as a
-  preemption like any);
+  preemption like any), but for an elastic gang's replacement lost while the
+  gang trains without it (``gang_resize.replaces_again``);
 * a late, duplicate or reordered report of the lost node: stale (the lost VM
   is no longer one of the job's nodes); the step it saved is still recorded
   (``lifecycle.saved_state``);
@@ -87,6 +88,8 @@ def lost(
     Raises:
         lifecycle.StaleEvent: as ``lifecycle.vm_lost``.
     """
+    if gang_resize.replaces_again(job, instance, attempt, cause):
+        return gang_resize.replacement_lost(job, step, checkpoint_uri)
     if not replaces(job, instance, attempt, cause):
         return lifecycle.vm_lost(job, instance, attempt, cause, now, note, step, checkpoint_uri)
     if step is not None:

@@ -1,0 +1,66 @@
+"""An elastic gang training at its smaller size loses its replacement
+before it joined, through the real handlers with the local cloud's VMs:
+another one is inserted and the smaller gang trains on, then grows back
+with it (``spotline.shared.domain.gang_resize``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.shared.contract.events import JobFinished
+from spotline.shared.domain.states import JobStatus, JobSubstatus
+from spotline.shared.domain.vms import GANG_STOP_METADATA_KEY, RESTORE_METADATA_KEY
+from tests.emulators.test_gang_replacement import boot, job_of, metadata, names, preempt, wire
+from tests.emulators.test_gang_resize import N0, N1, N2, R1, elastic_gang, gang_stop, regroup, told
+from tests.emulators.test_gangs import node
+
+pytestmark = pytest.mark.emulators
+S = JobSubstatus
+R1_AGAIN = "sl-job1-a1-n1-g3-1"
+
+
+def test_a_replacement_lost_before_it_joins_is_replaced_and_the_smaller_gang_trains_on(
+    call: Callable[..., Any], host: LocalCloud, project: str
+) -> None:
+    elastic_gang(call)
+    start = len(host.requests)
+    preempt(call, N1, step=38)
+    gang_stop(call, N0, 40, generation=0, mid="g0")
+    assert told(host, N2) == regroup(2, [N0, N2])
+    for mid in ("p-r1", "p-r1-again"):  # redelivered: one more replacement
+        preempt(call, R1, mid=mid)
+    job = job_of(project)
+    assert (job.status, job.substatus, job.attempt, job.preemptions, job.resizes) == (
+        JobStatus.TRAINING,
+        S.TRAINING,
+        1,
+        2,
+        1,
+    )
+    assert job.nodes == [N0, R1_AGAIN, N2]
+    assert [w for w in wire(host, start) if w.startswith("insert")] == [
+        f"insert {R1}",
+        f"insert {R1_AGAIN}",
+    ]
+    assert names(host) == [N0, R1_AGAIN, N2]
+    assert metadata(host, R1_AGAIN)[RESTORE_METADATA_KEY] == "wait"
+    record = job.attempts[0]
+    assert [(r.lost, r.replacement) for r in record.replaced_nodes] == [
+        (N1, R1),
+        (R1, R1_AGAIN),
+    ]
+    # The new one up: the smaller gang is asked to stop, then grows back with it.
+    boot(call, R1_AGAIN)
+    assert metadata(host, N2)[GANG_STOP_METADATA_KEY] == "2"
+    gang_stop(call, N0, 75, generation=2, mid="g0-2")
+    for name in (N0, R1_AGAIN, N2):
+        assert told(host, name) == regroup(3, [N0, R1_AGAIN, N2])
+    job = job_of(project)
+    assert (job.substatus, job.replacing, job.resizes, job.attempt) == (S.TRAINING, None, 2, 1)
+    done = node(JobFinished, N0, exit_code=0)
+    call("on_job_finished", "job_finished", done, message_id="f0")
+    assert job_of(project).status == JobStatus.COMPLETED
