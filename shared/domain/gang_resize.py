@@ -8,7 +8,8 @@ soon as node 0's save at the shared step is complete, and if at least
 generation, ranks renumbered 0..k-1 in their old order) and restart from
 that save (``shrinks``). The job is TRAINING again, still replacing.
 
-Once the replacement's agent is up (``grows``), spotline asks the smaller
+Once the replacement's agent is up (``grows``; every one of them, when more
+than one node is being replaced), spotline asks the smaller
 gang to stop: its nodes stop their ranks at a step they agree on, rank 0
 saves, and they report the stop (``node_replacement.stopped``, with the
 generation they trained at). The job waits (REPLACING_NODE) for the head's
@@ -27,8 +28,18 @@ The orders of events:
 * the replacement lost before it joined (``replaces_again``): another one
   is inserted for its rank under a new name, and the smaller gang trains on
   (or, asked to grow back already, stops and waits for the new one);
-* a survivor's loss while the smaller gang trains: the whole gang is
-  relaunched (``lifecycle.vm_lost``), as for a second loss while replacing;
+* another node's loss while the smaller gang trains (or is asked to grow
+  back), at least ``min_nodes`` nodes left (``loses_again``): it is
+  replaced too (``NodeReplacement.more``), the job waits (REPLACING_NODE,
+  the bound counting from this loss) for the smaller gang's head's save at
+  the stop its notice caused, and the rest shrink again from it. The gang
+  grows back once every replacement is up, not as each is: one stop, save
+  and restart for all, rather than one per replacement (the replacements
+  boot at about the same time, and each restart costs the gang its steps
+  since the last save);
+* the loss of the smaller gang's head (its rank 0, which saves), or one
+  that would leave fewer than ``min_nodes``: the whole gang is relaunched
+  (``lifecycle.vm_lost``), as for a second loss while replacing;
 * while the smaller gang trains, ``replace_node_timeout_s`` does not run: the
   gang is not waiting. It counts again from the request to stop, and past it
   the whole gang is relaunched (``node_replacement.overdue``). A replacement

@@ -321,10 +321,11 @@ def regrouped(job: JobDoc, planned: RegroupPlan, now: datetime) -> JobDoc:
     ):
         return job
     if planned.shrink:
-        booting = ", ".join(pending_nodes.replacements(job))
+        booting = pending_nodes.replacements(job)
+        verb = "boots" if len(booting) == 1 else "boot"
         note = (
             f"the gang trains on at {len(planned.nodes)} of {len(job.nodes)} nodes from its "
-            f"last save while {booting} boots"
+            f"last save while {', '.join(booting)} {verb}"
         )
         moved = move_job(job, S.TRAINING, now, note=note)
         shrunk = replacing.model_copy(update={"shrunk": list(planned.nodes), "saved": False})
