@@ -6,12 +6,16 @@ with it (``spotline.shared.domain.gang_resize``)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from spotline.infra.localcloud.cloud import LocalCloud
-from spotline.shared.contract.events import Heartbeat, JobFinished
+from spotline.shared.adapters.firestore_store import FirestoreStore
+from spotline.shared.contract.events import Heartbeat, JobFinished, ReaperTick
+from spotline.shared.domain import node_replacement
+from spotline.shared.domain.documents import JobDoc
 from spotline.shared.domain.states import JobStatus, JobSubstatus
 from spotline.shared.domain.vms import GANG_STOP_METADATA_KEY, RESTORE_METADATA_KEY
 from tests.conftest import SPEC
@@ -107,3 +111,34 @@ def test_a_second_node_lost_while_shrunk_shrinks_again_then_all_grow_back_togeth
     done = node(JobFinished, N0, exit_code=0)
     call("on_job_finished", "job_finished", done, message_id="f0")
     assert job_of(project).status == JobStatus.COMPLETED
+
+
+def test_the_reaper_finishes_a_second_loss_its_handler_left_after_writing_it(
+    call: Callable[..., Any], host: LocalCloud, project: str
+) -> None:
+    """The handler died once the loss and node 0's stop were on the job:
+    the reaper inserts the second replacement (REINSERT_AFTER_S after the
+    loss) and tells the rest to train on without it, the same values."""
+    call("submit_job", "submit", {**SPEC, "nodes": 4, "min_nodes": 2}, message_id="s1")
+    for name in (N0, N1, N2, N3):
+        beat = node(Heartbeat, name, phase="TRAINING", step=10)
+        call("on_epoch_done", "epoch_done", beat, message_id=f"h-{name}")
+    preempt(call, N1, step=38)
+    gang_stop(call, N0, 40, generation=0, mid="g0")
+    store = FirestoreStore(project)
+    now = datetime.now(UTC) - timedelta(seconds=40)
+
+    def lost_then_saved(job: JobDoc) -> JobDoc:
+        job = node_replacement.lost(job, N3, 1, S.PREEMPTED, now, f"{N3} preempted")
+        return node_replacement.stopped(job, N0, 1, 60, None, 2)
+
+    store.update_job("job1", lost_then_saved)
+    assert R3 not in names(host)
+    call("reaper", "reaper_tick", ReaperTick(), message_id="t1")
+    assert R3 in names(host) and metadata(host, R3)[RESTORE_METADATA_KEY] == "wait"
+    for name in (N0, N2):
+        assert told(host, name) == regroup(3, [N0, N2])
+    job = job_of(project)
+    assert (job.substatus, job.resizes, job.gang_generation) == (S.TRAINING, 2, 3)
+    call("reaper", "reaper_tick", ReaperTick(), message_id="t2")  # nothing more to do
+    assert job_of(project).resizes == 2
