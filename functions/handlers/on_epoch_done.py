@@ -9,7 +9,7 @@ from spotline.functions.handlers.envelope import Message, pubsub_handler
 from spotline.functions.handlers.vm_events import apply_to_job, arrival
 from spotline.functions.ops.node_replacement import replacement_booted
 from spotline.shared.contract.events import EpochDone, progress_adapter
-from spotline.shared.domain import lifecycle
+from spotline.shared.domain import lifecycle, pending_nodes
 from spotline.shared.domain.documents import InstanceDoc
 from spotline.shared.domain.errors import InvalidMessage
 from spotline.shared.domain.liveness import Owner, if_owned
@@ -35,7 +35,7 @@ def on_epoch_done(message: Message, deps: Deps) -> None:
         beat = event
         job = apply_to_job(deps, via, beat, lambda current: lifecycle.heartbeat(current, beat, now))
         training = beat.phase in (JobSubstatus.TRAINING, JobSubstatus.RETURNING)
-        if job.replacing is not None and job.replacing.replacement == beat.instance:
+        if beat.instance in pending_nodes.replacements(job):
             # Its boot's report may be lost (the agent goes on): a beat says it is up.
             replacement_booted(deps, job.job_id, beat.instance, beat.attempt)
 

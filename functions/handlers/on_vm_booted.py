@@ -7,7 +7,7 @@ from spotline.functions.handlers.envelope import Message, pubsub_handler
 from spotline.functions.handlers.vm_events import apply_to_job, arrival
 from spotline.functions.ops.node_replacement import replacement_booted
 from spotline.shared.contract.events import VmBooted
-from spotline.shared.domain import lifecycle
+from spotline.shared.domain import lifecycle, pending_nodes
 from spotline.shared.domain.liveness import Owner, if_owned
 
 
@@ -29,6 +29,6 @@ def on_vm_booted(message: Message, deps: Deps) -> None:
             ),
         ),
     )
-    if job.replacing is not None and job.replacing.replacement == event.instance:
+    if event.instance in pending_nodes.replacements(job):
         # A gang's lost node's replacement is up: the gang regroups when it can.
         replacement_booted(deps, job.job_id, event.instance, event.attempt)

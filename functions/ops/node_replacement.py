@@ -35,9 +35,9 @@ from spotline.functions.ops.teardown import (
 from spotline.shared import logs
 from spotline.shared.contract.assignment import Regroup
 from spotline.shared.contract.cluster import gang_port
-from spotline.shared.domain import gang_resize, node_replacement
+from spotline.shared.domain import gang_resize, node_replacement, pending_nodes
 from spotline.shared.domain.catalog import load_catalog
-from spotline.shared.domain.documents import JobDoc
+from spotline.shared.domain.documents import JobDoc, PendingNode
 from spotline.shared.domain.errors import CapacityError, Unplaceable
 from spotline.shared.domain.gang_network import gang_tag
 from spotline.shared.domain.liveness import Owner
@@ -83,13 +83,20 @@ def replace_node(deps: Deps, job: JobDoc, releases: list[Release], now: datetime
 
 
 def ensure_replacement(deps: Deps, job: JobDoc, now: datetime) -> JobDoc:
-    """Insert the replacement VM unless it exists (its instance document), in
-    the gang's zone, on the gang's machine. No capacity: left to the reaper's
-    next sweep, until the bound; refused for good, or over the user's quota:
-    the gang is relaunched whole at once."""
-    replacing = job.replacing
-    if replacing is None or job.substatus not in _REPLACING:
+    """Insert each replacement VM unless it exists (its instance document),
+    in the gang's zone, on the gang's machine. No capacity: left to the
+    reaper's next sweep, until the bound; refused for good, or over the
+    user's quota: the gang is relaunched whole at once."""
+    if job.substatus not in _REPLACING:
         return job
+    for node in pending_nodes.pending(job.replacing):
+        job = _ensure_one(deps, job, node, now)
+        if job.replacing is None or job.substatus not in _REPLACING:
+            return job  # given up
+    return job
+
+
+def _ensure_one(deps: Deps, job: JobDoc, replacing: PendingNode, now: datetime) -> JobDoc:
     name = replacing.replacement
     if deps.store.get_instance(name) is not None:
         return job
@@ -324,8 +331,9 @@ def tend(deps: Deps, job_id: str, now: datetime) -> str | None:
         bound = job.spec.replace_node_timeout_s
         abandon(deps, job, now, f"the gang did not regroup within {bound} s")
         return "replacement_abandoned"
-    asked = job.replacing.refused_at or job.replacing.since
-    if (now - asked).total_seconds() >= REINSERT_AFTER_S:
+    since = job.replacing.since
+    asked = [node.refused_at or since for node in pending_nodes.pending(job.replacing)]
+    if any((now - at).total_seconds() >= REINSERT_AFTER_S for at in asked):
         ensure_replacement(deps, job, now)
     if grow_if_up(deps, job_id, now) is not None:
         return "grow_asked"

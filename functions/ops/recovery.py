@@ -30,6 +30,7 @@ from spotline.shared.domain import (
     lifecycle,
     node_replacement,
     nothing_saved,
+    pending_nodes,
 )
 from spotline.shared.domain.documents import InstanceDoc, JobDoc, QueueReason
 from spotline.shared.domain.errors import PermanentError
@@ -102,8 +103,8 @@ def recover(
         # the 30 s notice, so the user may hold one VM over the quota till then.
         if closed is not None and belongs_to(closed, owner):
             free_instance_slot(deps, instance.user, instance.name, now)
-    replacing = job.replacing
-    if replacing is not None and (replacing.lost, job.attempt) == (instance.name, instance.attempt):
+    replacing = pending_nodes.of_lost(job, instance.name)
+    if replacing is not None and job.attempt == instance.attempt:
         # One node of a gang lost: the others stay, one VM replaces it.
         logs.warning(
             f"job {job.job_id}: {instance.name} {cause.lower()} ({note}); "

@@ -31,7 +31,7 @@ from spotline.functions.ops.slots import (
     take_stop_slot,
 )
 from spotline.shared import logs
-from spotline.shared.domain import lifecycle
+from spotline.shared.domain import lifecycle, pending_nodes
 from spotline.shared.domain.catalog import load_catalog
 from spotline.shared.domain.cooling import charge, close_segment, start_cooling, while_cooling
 from spotline.shared.domain.documents import InstanceDoc, JobDoc
@@ -228,12 +228,12 @@ def after_job(deps: Deps, job: JobDoc, name: str, now: datetime) -> None:
             _still_held(cooling, owner)  # logs it when the VM was another job's
     else:
         retire_instance(deps, owner, name, now, note=f"job {job.status.lower()}")
-    replacing = job.replacing
-    if replacing is not None and job.status in JobStatus.terminal():
+    if job.status in JobStatus.terminal():
         # The gang ended (an elastic one at its smaller size, most often)
         # before a lost node's replacement joined: that VM runs nothing.
         note = f"job {job.status.lower()} before it joined the gang"
-        retire_instance(deps, owner, replacing.replacement, now, note=note)
+        for replacement in pending_nodes.replacements(job):
+            retire_instance(deps, owner, replacement, now, note=note)
     if job.nodes:  # a node kept stopped for a later job must not reach its old peers
         end_rule(deps, job.job_id, job.attempt)
 

@@ -77,6 +77,19 @@ class HeldFinish(BaseModel):
     since: datetime  # when it was heard: judged once the window has passed
 
 
+class PendingNode(BaseModel):
+    """Another lost node of an elastic gang being replaced at the same time
+    (``NodeReplacement.more``): the fields of ``NodeReplacement`` its own."""
+
+    rank: int
+    lost: str
+    replacement: str
+    booted: bool = False
+    refused_at: datetime | None = None
+    refusals: int = 0
+    lost_replacements: int = 0
+
+
 class NodeReplacement(BaseModel):
     """A gang's lost node being replaced within its attempt
     (``spotline.shared.domain.node_replacement``)."""
@@ -92,6 +105,11 @@ class NodeReplacement(BaseModel):
     # (empty: the gang waits), and whether it was asked to stop to grow back.
     shrunk: list[str] = Field(default_factory=list)
     grow_asked: bool = False
+    # Replacements lost before they joined, each replaced in turn (its name new).
+    lost_replacements: int = 0
+    # An elastic gang's nodes lost while it trained without this one, each
+    # replaced too (``gang_resize.loses_again``); it grows back once all are up.
+    more: list[PendingNode] = Field(default_factory=list)
     # When the replacement's insert was last refused for capacity (the
     # reaper asks again REINSERT_AFTER_S later, not at every sweep), and how
     # many times: each try is a new request (Compute Engine answers a

@@ -25,6 +25,7 @@ import hashlib
 import hmac
 import secrets
 
+from spotline.shared.domain import pending_nodes
 from spotline.shared.domain.documents import JobDoc
 from spotline.shared.domain.errors import PermanentError
 
@@ -91,7 +92,7 @@ def _holding(job: JobDoc, key: str) -> bool:
     attempt, _, holder = key.partition("/")
     if not holder or int(attempt) != job.attempt or holder in job.nodes:
         return True
-    return job.replacing is not None and holder == job.replacing.lost
+    return pending_nodes.of_lost(job, holder) is not None
 
 
 def refusal(job: JobDoc, attempt: int, token: str, instance: str = "") -> str | None:

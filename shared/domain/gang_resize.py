@@ -8,7 +8,8 @@ soon as node 0's save at the shared step is complete, and if at least
 generation, ranks renumbered 0..k-1 in their old order) and restart from
 that save (``shrinks``). The job is TRAINING again, still replacing.
 
-Once the replacement's agent is up (``grows``), spotline asks the smaller
+Once the replacement's agent is up (``grows``; every one of them, when more
+than one node is being replaced), spotline asks the smaller
 gang to stop: its nodes stop their ranks at a step they agree on, rank 0
 saves, and they report the stop (``node_replacement.stopped``, with the
 generation they trained at). The job waits (REPLACING_NODE) for the head's
@@ -24,19 +25,35 @@ The orders of events:
 * fewer than ``min_nodes`` survivors: they wait, as without ``min_nodes``;
 * a stop report of the gang as it was before it shrank (late, duplicated):
   not the smaller gang's save, ignored (its step is still recorded);
-* a loss while the smaller gang trains (a survivor, or the replacement
-  before it joined): the whole gang is relaunched (``lifecycle.vm_lost``),
-  as for a second loss while replacing;
+* the replacement lost before it joined (``replaces_again``): another one
+  is inserted for its rank under a new name, and the smaller gang trains on
+  (or, asked to grow back already, stops and waits for the new one);
+* another node's loss while the smaller gang trains (or is asked to grow
+  back), at least ``min_nodes`` nodes left (``loses_again``): it is
+  replaced too (``NodeReplacement.more``), the job waits (REPLACING_NODE,
+  the bound counting from this loss) for the smaller gang's head's save at
+  the stop its notice caused, and the rest shrink again from it. The gang
+  grows back once every replacement is up, not as each is: one stop, save
+  and restart for all, rather than one per replacement (the replacements
+  boot at about the same time, and each restart costs the gang its steps
+  since the last save);
+* the loss of the smaller gang's head (its rank 0, which saves), or one
+  that would leave fewer than ``min_nodes``: the whole gang is relaunched
+  (``lifecycle.vm_lost``), as for a second loss while replacing;
 * while the smaller gang trains, ``replace_node_timeout_s`` does not run: the
   gang is not waiting. It counts again from the request to stop, and past it
-  the whole gang is relaunched (``node_replacement.overdue``).
+  the whole gang is relaunched (``node_replacement.overdue``). A replacement
+  lost after that request does not restart it: a replacement lost each time
+  before it joins does not hold the waiting gang for ever.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from spotline.shared.domain.documents import JobDoc
+from spotline.shared.domain import failure_policy, lifecycle, pending_nodes
+from spotline.shared.domain.documents import JobDoc, PendingNode
+from spotline.shared.domain.placement import replacement_name
 from spotline.shared.domain.states import JobSubstatus
 from spotline.shared.domain.transitions import move_job
 
@@ -44,11 +61,9 @@ S = JobSubstatus
 
 
 def survivors(job: JobDoc) -> list[str]:
-    """The gang's nodes but the replacement, by rank: the smaller gang."""
-    replacing = job.replacing
-    if replacing is None:
-        return list(job.nodes)
-    return [name for name in job.nodes if name != replacing.replacement]
+    """The gang's nodes but the replacements, by rank: the smaller gang."""
+    joining = pending_nodes.replacements(job)
+    return [name for name in job.nodes if name not in joining]
 
 
 def shrinks(job: JobDoc, save_complete: bool) -> bool:
@@ -62,22 +77,24 @@ def shrinks(job: JobDoc, save_complete: bool) -> bool:
         replacing is not None
         and min_nodes is not None
         and job.substatus == S.REPLACING_NODE
-        and not replacing.shrunk
-        and not replacing.booted
+        # Waiting: at its full size, or at a smaller one that lost another node.
+        and (not replacing.shrunk or not replacing.grow_asked)
+        and not pending_nodes.all_booted(replacing)
         and save_complete
         and len(survivors(job)) >= min_nodes
     )
 
 
 def grows(job: JobDoc) -> bool:
-    """Whether the smaller gang is to be asked to stop and grow back: the
-    replacement is up, and it was not asked yet."""
+    """Whether the smaller gang is to be asked to stop and grow back: every
+    replacement is up (one stop and restart for all, rather than one each),
+    and it was not asked yet."""
     replacing = job.replacing
     return (
         replacing is not None
         and job.substatus == S.TRAINING
         and bool(replacing.shrunk)
-        and replacing.booted
+        and pending_nodes.all_booted(replacing)
         and not replacing.grow_asked
     )
 
@@ -105,3 +122,126 @@ def head(job: JobDoc) -> str | None:
     if replacing is not None and replacing.shrunk:
         return replacing.shrunk[0]
     return job.nodes[0] if job.nodes else job.instance
+
+
+def replaces_again(job: JobDoc, instance: str, attempt: int, cause: S) -> bool:
+    """Whether the loss of ``instance`` is that of the replacement of an
+    elastic gang training without it (or asked to grow back), before it
+    joined: another replacement is inserted, the gang kept."""
+    replacing = job.replacing
+    return (
+        replacing is not None
+        and bool(replacing.shrunk)
+        and cause == S.PREEMPTED
+        and attempt == job.attempt
+        and instance in pending_nodes.replacements(job)
+        and job.substatus in (S.TRAINING, S.REPLACING_NODE)
+        and job.held_finish is None
+        and failure_policy.preemption_limit(job, "") is None
+    )
+
+
+def replacement_lost(
+    job: JobDoc, instance: str, step: int | None = None, checkpoint_uri: str | None = None
+) -> JobDoc:
+    """The job after its replacement's loss (``replaces_again``): another
+    one named for the rank (new: ``placement.replacement_name``), not up
+    yet; the substatus, the smaller gang and the bound's start kept (the
+    attempt's record names each replacement once placed)."""
+    replacing = job.replacing
+    node = pending_nodes.of_replacement(job, instance)
+    assert replacing is not None and node is not None
+    if step is not None:
+        job = lifecycle.saved_state(job, job.attempt, step, checkpoint_uri)
+    again = node.lost_replacements + 1
+    rank = node.rank
+    new = replacement_name(job.job_id, job.attempt, rank, job.gang_generation + 1, again)
+    nodes = [*job.nodes[:rank], new, *job.nodes[rank + 1 :]]
+    renewed = pending_nodes.updated(
+        replacing,
+        instance,
+        lost=instance,
+        replacement=new,
+        booted=False,
+        refused_at=None,
+        refusals=0,
+        lost_replacements=again,
+    )
+    records = [
+        r.model_copy(update={"node_names": nodes}) if r.attempt == job.attempt else r
+        for r in job.attempts
+    ]
+    return job.model_copy(
+        update={
+            "preemptions": job.preemptions + 1,
+            "nodes": nodes,
+            "replacing": renewed,
+            "attempts": records,
+        }
+    )
+
+
+def loses_again(job: JobDoc, instance: str, attempt: int, cause: S) -> bool:
+    """Whether the loss of ``instance`` is another node's of an elastic gang
+    training at its smaller size (or asked to grow back), with still at
+    least ``min_nodes`` nodes left: it is replaced too, and the others train
+    on once their head's save is complete. Not for the smaller gang's head
+    (rank 0, which saves): then the whole gang is relaunched."""
+    replacing = job.replacing
+    min_nodes = job.spec.min_nodes
+    return (
+        replacing is not None
+        and min_nodes is not None
+        and bool(replacing.shrunk)
+        and cause == S.PREEMPTED
+        and attempt == job.attempt
+        and instance in replacing.shrunk
+        and instance != head(job)
+        and len(replacing.shrunk) - 1 >= min_nodes
+        and job.substatus in (S.TRAINING, S.REPLACING_NODE)
+        and job.held_finish is None
+        and failure_policy.preemption_limit(job, "") is None
+    )
+
+
+def lost_again(
+    job: JobDoc,
+    instance: str,
+    now: datetime,
+    note: str,
+    step: int | None = None,
+    checkpoint_uri: str | None = None,
+) -> JobDoc:
+    """The job after another node's loss (``loses_again``): a replacement
+    named for its rank, the job waiting (REPLACING_NODE) for the smaller
+    gang's save at its stop, ``replace_node_timeout_s`` counting from now."""
+    replacing = job.replacing
+    assert replacing is not None
+    if step is not None:
+        job = lifecycle.saved_state(
+            job, attempt=job.attempt, step=step, checkpoint_uri=checkpoint_uri
+        )
+    rank = job.nodes.index(instance)
+    new = replacement_name(job.job_id, job.attempt, rank, job.gang_generation + 1)
+    nodes = [*job.nodes[:rank], new, *job.nodes[rank + 1 :]]
+    again = replacing.model_copy(
+        update={
+            "more": [*replacing.more, PendingNode(rank=rank, lost=instance, replacement=new)],
+            "shrunk": [name for name in replacing.shrunk if name != instance],
+            "grow_asked": False,
+            "since": now,
+        }
+    )
+    records = [
+        r.model_copy(update={"node_names": nodes}) if r.attempt == job.attempt else r
+        for r in job.attempts
+    ]
+    moved = move_job(job, S.REPLACING_NODE, now, note=f"{note}; replacing it with {new}")
+    return moved.model_copy(
+        update={
+            "preemptions": job.preemptions + 1,
+            "nodes": nodes,
+            "replacing": again,
+            "attempts": records,
+        }
+    )

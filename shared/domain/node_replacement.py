@@ -17,7 +17,8 @@ The orders of events, each with one defined end:
   0, a finish held for judging) ends the attempt as ``lifecycle.vm_lost`` does.
 * a second node's loss while replacing, or the replacement's own: the gang is
   relaunched whole (``lifecycle.vm_lost``: the attempt ends, counted as a
-  preemption like any);
+  preemption like any), but for an elastic gang's replacement lost while the
+  gang trains without it (``gang_resize.replaces_again``);
 * a late, duplicate or reordered report of the lost node: stale (the lost VM
   is no longer one of the job's nodes); the step it saved is still recorded
   (``lifecycle.saved_state``);
@@ -35,8 +36,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from spotline.shared.domain import failure_policy, gang_resize, lifecycle
-from spotline.shared.domain.documents import AttemptRecord, JobDoc, NodeReplacement, ReplacedNode
+from spotline.shared.domain import failure_policy, gang_resize, lifecycle, pending_nodes
+from spotline.shared.domain.documents import (
+    AttemptRecord,
+    JobDoc,
+    NodeReplacement,
+    PendingNode,
+    ReplacedNode,
+)
 from spotline.shared.domain.liveness import NOTICE_MARGIN_S, PREEMPTION_NOTICE_S
 from spotline.shared.domain.placement import replacement_name
 from spotline.shared.domain.spec import REPLACEABLE_FRAMEWORKS
@@ -87,6 +94,10 @@ def lost(
     Raises:
         lifecycle.StaleEvent: as ``lifecycle.vm_lost``.
     """
+    if gang_resize.replaces_again(job, instance, attempt, cause):
+        return gang_resize.replacement_lost(job, instance, step, checkpoint_uri)
+    if gang_resize.loses_again(job, instance, attempt, cause):
+        return gang_resize.lost_again(job, instance, now, note, step, checkpoint_uri)
     if not replaces(job, instance, attempt, cause):
         return lifecycle.vm_lost(job, instance, attempt, cause, now, note, step, checkpoint_uri)
     if step is not None:
@@ -126,13 +137,11 @@ def placed(job: JobDoc, name: str, instance_id: str | None, now: datetime) -> Jo
     attempt's record names it beside the lost node, and its log query finds
     every VM the attempt ran on, the lost one and the replacement included.
     Unchanged unless a replacement is under way, or when it is recorded already."""
-    replacing = job.replacing
-    if replacing is None or replacing.replacement != name:
+    node = pending_nodes.of_replacement(job, name)
+    if node is None:
         return job
     records = [
-        _with_replacement(r, job.job_id, replacing, instance_id, now)
-        if r.attempt == job.attempt
-        else r
+        _with_replacement(r, job.job_id, node, instance_id, now) if r.attempt == job.attempt else r
         for r in job.attempts
     ]
     return job.model_copy(update={"attempts": records})
@@ -141,7 +150,7 @@ def placed(job: JobDoc, name: str, instance_id: str | None, now: datetime) -> Jo
 def _with_replacement(
     record: AttemptRecord,
     job_id: str,
-    replacing: NodeReplacement,
+    replacing: PendingNode,
     instance_id: str | None,
     now: datetime,
 ) -> AttemptRecord:
@@ -223,20 +232,26 @@ def lost_node_saved(job: JobDoc, instance: str, attempt: int) -> JobDoc:
 def insert_refused(job: JobDoc, replacement: str, now: datetime) -> JobDoc:
     """The replacement's insert was refused for capacity at ``now``."""
     replacing = job.replacing
-    if replacing is None or replacing.replacement != replacement:
+    node = pending_nodes.of_replacement(job, replacement)
+    if replacing is None or node is None:
         return job
-    refused = replacing.model_copy(update={"refused_at": now, "refusals": replacing.refusals + 1})
+    refused = pending_nodes.updated(
+        replacing, replacement, refused_at=now, refusals=node.refusals + 1
+    )
     return job.model_copy(update={"replacing": refused})
 
 
 def booted(job: JobDoc, instance: str, attempt: int) -> JobDoc:
     """The replacement's agent is up."""
     replacing = job.replacing
-    if replacing is None or attempt != job.attempt or replacing.replacement != instance:
+    node = pending_nodes.of_replacement(job, instance)
+    if replacing is None or node is None or attempt != job.attempt:
         return job
-    if replacing.booted:  # each of its heartbeats says so again
+    if node.booted:  # each of its heartbeats says so again
         return job
-    return job.model_copy(update={"replacing": replacing.model_copy(update={"booted": True})})
+    return job.model_copy(
+        update={"replacing": pending_nodes.updated(replacing, instance, booted=True)}
+    )
 
 
 def save_complete(job: JobDoc, now: datetime) -> bool:
@@ -257,11 +272,9 @@ def ready(job: JobDoc, now: datetime) -> bool:
     and the head's save is complete (an elastic gang that shrank: its save
     at the stop it was asked for)."""
     replacing = job.replacing
-    if replacing is None or job.substatus != S.REPLACING_NODE or not replacing.booted:
+    if replacing is None or job.substatus != S.REPLACING_NODE:
         return False
-    if replacing.shrunk and not replacing.grow_asked:
-        return False
-    return save_complete(job, now)
+    return pending_nodes.all_booted(replacing) and save_complete(job, now)
 
 
 @dataclass(frozen=True)
@@ -308,9 +321,11 @@ def regrouped(job: JobDoc, planned: RegroupPlan, now: datetime) -> JobDoc:
     ):
         return job
     if planned.shrink:
+        booting = pending_nodes.replacements(job)
+        verb = "boots" if len(booting) == 1 else "boot"
         note = (
             f"the gang trains on at {len(planned.nodes)} of {len(job.nodes)} nodes from its "
-            f"last save while {replacing.replacement} boots"
+            f"last save while {', '.join(booting)} {verb}"
         )
         moved = move_job(job, S.TRAINING, now, note=note)
         shrunk = replacing.model_copy(update={"shrunk": list(planned.nodes), "saved": False})

@@ -36,7 +36,7 @@ BOOT_SCRIPTS = {
     "startup-script": "#!/bin/bash\nexec /opt/spotline/scripts/startup.sh\n",
     "shutdown-script": "#!/bin/bash\nexec /opt/spotline/scripts/shutdown.sh\n",
 }
-_VM_NAME = re.compile(r"^sl-(?P<job>.+)-a(?P<attempt>\d+)(?:-n\d+(?:-g\d+)?)?$")
+_VM_NAME = re.compile(r"^sl-(?P<job>.+)-a(?P<attempt>\d+)(?:-n\d+(?:-g\d+(?:-\d+)?)?)?$")
 # A fixed namespace, so the same job attempt always yields the same requestId.
 _REQUEST_NAMESPACE = uuid.UUID("6f1b3a52-5d0e-4c1a-9a57-0b7f3f2d8e11")
 
@@ -121,11 +121,14 @@ def vm_name(job_id: str, attempt: int, rank: int | None = None) -> str:
     return base if rank is None else f"{base}-n{rank}"
 
 
-def replacement_name(job_id: str, attempt: int, rank: int, generation: int) -> str:
+def replacement_name(job_id: str, attempt: int, rank: int, generation: int, again: int = 0) -> str:
     """The VM that replaces a gang's lost node of ``rank``: the node's name
     with the gang's generation, so each replacement's name is new (a name
-    Compute Engine may still hold for the lost VM is never asked for again)."""
-    return f"{vm_name(job_id, attempt, rank)}-g{generation}"
+    Compute Engine may still hold for the lost VM is never asked for again).
+    ``again``: how many replacements of this loss were lost before joining
+    (an elastic gang's, ``gang_resize``), each one's name new too."""
+    name = f"{vm_name(job_id, attempt, rank)}-g{generation}"
+    return f"{name}-{again}" if again else name
 
 
 def vm_attempt(name: str) -> tuple[str, int] | None:

@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Protocol
 
-from spotline.shared.domain import gang_finish, slot_checks
+from spotline.shared.domain import gang_finish, pending_nodes, slot_checks
 from spotline.shared.domain.documents import InstanceDoc, JobDoc, QueueEntry
 from spotline.shared.domain.liveness import (
     being_placed,
@@ -204,7 +204,7 @@ def orphaned(vm: Vm, instance: InstanceDoc | None, job: JobDoc | None, now: date
         instance.status in InstanceStatus.live() or instance.substatus in STOPPING_OR_STOPPED
     ):
         return False
-    if job is not None and job.replacing is not None and vm.name == job.replacing.replacement:
+    if job is not None and vm.name in pending_nodes.replacements(job):
         return False  # a gang's replacement node, its instance written next
     attempt = vm.labels.get(ATTEMPT_LABEL, "")
     if attempt.isdigit() and being_placed(job, vm.labels.get(JOB_LABEL, ""), int(attempt)):

@@ -30,6 +30,7 @@ import math
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
+from spotline.shared.domain import pending_nodes
 from spotline.shared.domain.documents import InstanceDoc, JobDoc
 from spotline.shared.domain.liveness import (
     NOTICE_MARGIN_S,
@@ -78,12 +79,12 @@ def earlier_slots(job: JobDoc, held: Iterable[str]) -> list[str]:
     over the quota by these, as the same job's VMs, never another job's. A
     gang's node being replaced within the attempt (``node_replacement``) is
     one too: its replacement is inserted before it is deleted."""
-    lost = job.replacing.lost if job.replacing is not None else None
+    lost = [node.lost for node in pending_nodes.pending(job.replacing)]
     names = []
     for name in held:
         made_for = vm_attempt(name)
         if (
             made_for is not None and made_for[0] == job.job_id and made_for[1] < job.attempt
-        ) or name == lost:
+        ) or name in lost:
             names.append(name)
     return names

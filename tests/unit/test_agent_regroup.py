@@ -145,7 +145,12 @@ def test_a_replacement_joins_at_the_generation_its_gang_grew_back_at(
         (143, None, 1, True, True),  # an elastic gang of one node asked to grow back
         (143, None, 1, False, False),  # a single node's 143: its own run's end
         (143, 5.0, 2, True, False),  # its own notice: a preemption
-        (1, None, 2, True, False),  # failed
+        (1, None, 2, False, False),  # failed
+        # Asked to grow back: a rank failed in a collective with a peer the
+        # request killed before its stop handler, or killed past the grace.
+        (1, None, 2, True, True),
+        (137, None, 2, True, True),
+        (0, None, 2, True, False),  # finished just then: the job's end
     ],
 )
 def test_a_stop_with_the_gang_is_told_apart(

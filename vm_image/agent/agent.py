@@ -95,8 +95,18 @@ def gang_stopped(exit_code: int, notice_at: float | None, nodes: int, asked: boo
     stop at, rank 0 saved it, and every rank exited 143 (what a shell reports
     for SIGTERM, the contract's "stopped to save"). Reported as such, not as
     a failed run: a JobFinished with 143 would fail (or restart) the job for a
-    preemption (``spotline.shared.contract.events.SpotPreempted``)."""
-    return (nodes > 1 or asked) and notice_at is None and exit_code == EXIT_STOPPED
+    preemption (``spotline.shared.contract.events.SpotPreempted``).
+
+    Once ``asked`` to grow back, any failed exit is the stop asked for: a
+    rank killed by the request before its trainer installed its stop handler
+    (143 too), a peer that failed in a collective with it, or one killed
+    past ``GROW_STOP_GRACE_S`` (blocked with it). The gang then resumes from
+    its last save (``Agent.saved_step``)."""
+    if notice_at is not None:
+        return False
+    if asked:
+        return exit_code != 0
+    return nodes > 1 and exit_code == EXIT_STOPPED
 
 
 TOKEN_ATTRIBUTE = f"instance/attributes/{EVENT_TOKEN_METADATA_KEY}"
@@ -115,6 +125,13 @@ FINISH_SYNC_S = 600.0
 # The agent's setting (not the job's): how long a save in the trainer's
 # folders must stay unchanged to be stored while the trainer runs.
 MIRROR_SETTLE_ENV = "SPOTLINE_MIRROR_SETTLE_S"
+# How long the trainer has to stop once spotline asked its elastic gang to
+# stop and grow back (``watch_gang_stop``), as long as a preemption notice
+# gives: past it, its ranks are killed. A rank blocked with a peer that died
+# of the same request (before its trainer installed its stop handler) never
+# returns to see its signal. The agent's setting, for tests.
+GROW_STOP_GRACE_S = 30.0
+GROW_STOP_GRACE_ENV = "SPOTLINE_GROW_STOP_GRACE_S"
 # How long the agent tries to publish job finished before it gives up and
 # exits: the reaper's default stall timeout, after which it would act anyway.
 FINISH_PUBLISH_S = 300.0
@@ -183,6 +200,9 @@ class Agent:
         if not reused:
             self.phases[self.phase] = datetime.now(UTC)
         self.step: int | None = None
+        # The step of ``checkpoint_uri``: the last one saved (``step`` may be
+        # an epoch's that was not).
+        self.saved_step: int | None = None
         self.checkpoint_uri: str | None = None
         self.trainer: TrainerProcess | RankGroup | None = None
         # What the trainer was started from, kept for a restart after a regroup.
@@ -231,6 +251,8 @@ class Agent:
             self.step = int(record.get("step", 0))
             reported = self._stored_uri(record.get("checkpoint_uri"))
             self.checkpoint_uri = reported or self.checkpoint_uri
+            if reported:
+                self.saved_step = self.step
             event = EpochDone(
                 **self._common(),
                 epoch=record["epoch"],
@@ -244,7 +266,7 @@ class Agent:
             if time.monotonic() - self._tensorboard_uploaded_at >= TENSORBOARD_UPLOAD_S:
                 self._upload_tensorboard()
         elif kind == "resumed":
-            self.step = int(record.get("step", 0))
+            self.step = self.saved_step = int(record.get("step", 0))
             self.bus.publish(
                 "epoch_done",
                 Heartbeat(
@@ -255,7 +277,7 @@ class Agent:
                 ),
             )
         elif kind == "checkpoint":
-            self.step = int(record.get("step", 0))
+            self.step = self.saved_step = int(record.get("step", 0))
             uri = record.get("uri")
             self.checkpoint_uri = self._stored_uri(uri) if uri else self.checkpoint_uri
             if not self.preempted.is_set():
@@ -391,6 +413,11 @@ class Agent:
                 nodes = len(self.assignment.nodes)
                 if not gang_stopped(exit_code, self._notice_at, nodes, self._asked_to_grow):
                     break
+                if exit_code != EXIT_STOPPED:
+                    logs.warning(
+                        f"the trainer exited with code {exit_code} after the request to stop "
+                        "and grow back: reported as that stop, from the last save"
+                    )
                 self._report_preempted(gang_stop=True)
                 # A lost node replaced: the gang restarts its ranks from the save.
                 regroup = await_regroup(
@@ -504,7 +531,7 @@ class Agent:
             generation = self.assignment.generation
             threading.Thread(
                 target=watch_gang_stop,
-                args=(self.metadata, generation, done, lambda: self._on_grow(generation)),
+                args=(self.metadata, generation, done, lambda: self._on_grow(generation, done)),
                 daemon=True,
             ).start()
         try:
@@ -512,7 +539,7 @@ class Agent:
         finally:
             done.set()
 
-    def _on_grow(self, generation: int) -> None:
+    def _on_grow(self, generation: int, exited: threading.Event) -> None:
         """spotline asked the elastic gang of ``generation`` to stop and grow
         back: this node's ranks stop as on a peer's notice (rank 0 saves),
         and the node then waits for the regroup at the full size."""
@@ -522,6 +549,25 @@ class Agent:
         self._asked_to_grow = True
         logs.info("the gang's replacement is up: stopping at the next step to grow back")
         trainer.signal(signal.SIGTERM)
+        grace_s = float(os.environ.get(GROW_STOP_GRACE_ENV) or GROW_STOP_GRACE_S)
+        threading.Thread(
+            target=self._kill_unstopped, args=(trainer, exited, grace_s), daemon=True
+        ).start()
+
+    def _kill_unstopped(
+        self, trainer: TrainerProcess | RankGroup, exited: threading.Event, grace_s: float
+    ) -> None:
+        """Kill the ranks of ``trainer`` still running ``grace_s`` after the
+        request to grow back (``GROW_STOP_GRACE_S``; ``exited``: set once it
+        exits): blocked with a peer that died of it, they never return to see
+        their signal."""
+        if exited.wait(grace_s):
+            return
+        logs.warning(
+            f"the trainer did not stop within {grace_s:.0f} s of the request to grow back: "
+            "killing it (a rank blocked with a peer that died of the request)"
+        )
+        trainer.signal(signal.SIGKILL)
 
     def _cannot_start(self, err: CannotStart) -> tuple[int, str, bool]:
         """A job that cannot be prepared, or a trainer that cannot start: it
@@ -573,7 +619,8 @@ class Agent:
             event = SpotPreempted(
                 **self._common(),
                 checkpoint_uri=self.checkpoint_uri,
-                step=self.step,
+                # A gang's stop: its save, never a step trained to after it.
+                step=self.saved_step if gang_stop else self.step,
                 gang_stop=gang_stop,
                 mirrored_checkpoints=_units(self.checkpoints),
                 generation=self.assignment.generation,

@@ -1,0 +1,48 @@
+"""The nodes a gang is replacing at once: the first lost one
+(``NodeReplacement``'s own fields) and an elastic gang's later ones
+(``NodeReplacement.more``), each with its replacement. Pure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from spotline.shared.domain.documents import JobDoc, NodeReplacement, PendingNode
+
+_OWN = ("rank", "lost", "replacement", "booted", "refused_at", "refusals", "lost_replacements")
+
+
+def pending(replacing: NodeReplacement | None) -> list[PendingNode]:
+    """Every node being replaced, the first one first."""
+    if replacing is None:
+        return []
+    first = PendingNode(**{field: getattr(replacing, field) for field in _OWN})
+    return [first, *replacing.more]
+
+
+def of_replacement(job: JobDoc, name: str) -> PendingNode | None:
+    """The node being replaced by the VM ``name``; None: no replacement."""
+    return next((p for p in pending(job.replacing) if p.replacement == name), None)
+
+
+def of_lost(job: JobDoc, name: str) -> PendingNode | None:
+    """The node being replaced for the lost VM ``name``; None: none."""
+    return next((p for p in pending(job.replacing) if p.lost == name), None)
+
+
+def replacements(job: JobDoc) -> list[str]:
+    """The VMs replacing the gang's lost nodes, not joined yet."""
+    return [p.replacement for p in pending(job.replacing)]
+
+
+def all_booted(replacing: NodeReplacement) -> bool:
+    """Whether every replacement's agent is up."""
+    return all(p.booted for p in pending(replacing))
+
+
+def updated(replacing: NodeReplacement, name: str, /, **update: Any) -> NodeReplacement:
+    """``replacing`` with ``update`` made to the node that the VM ``name``
+    replaces (unchanged when none does)."""
+    if replacing.replacement == name:
+        return replacing.model_copy(update=update)
+    more = [p.model_copy(update=update) if p.replacement == name else p for p in replacing.more]
+    return replacing.model_copy(update={"more": more})
