@@ -46,8 +46,8 @@ pause_s = step_time_s()
 
 def main() -> int:
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
-    # After the strategy: its runtime puts a SIGTERM handler of its own in
-    # place (for the handler above), which would swallow the notice.
+    # After the strategy: creating it puts TensorFlow's own SIGTERM handler
+    # in place, and a handler installed before never runs (the notice is lost).
     flag = NoticeFlag().install()
     task_id = strategy.cluster_resolver.task_id
     chief = task_id == 0
@@ -72,7 +72,7 @@ def main() -> int:
     write_dir = saved_dir if chief else os.path.join(tempfile.mkdtemp(), f"worker-{task_id}")
     manager = tf.train.CheckpointManager(checkpoint, write_dir, max_to_keep=1)
 
-    def steps() -> int:  # the optimizer's iterations: the steps trained, saves included
+    def steps() -> int:  # the optimizer's iterations: the steps trained, restored ones too
         return int(optimizer.iterations.value.numpy())
 
     @tf.function
