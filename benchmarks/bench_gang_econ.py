@@ -1,7 +1,7 @@
 """Multi-node Spot economics: how a gang is recovered, with Google's latencies.
 
 Full relaunch, relaunch waiting for the old nodes' deletes (spotline
-before), replace-one (spotline's for pytorch, command, xgboost, ray and jax gangs),
+before), replace-one (spotline's, for gangs of every framework),
 elastic (spotline's min_nodes, for pytorch and command gangs; modelled only),
 and a SkyPilot-like poller
 with 60 s, 10 min and 30 min periodic checkpoints, on the same seeded Poisson

@@ -11,7 +11,7 @@ Strategies, all on the same traces and the same seeded boot times:
 * ``relaunch, waiting for deletes``: the same, the new gang inserted only
   once every old node's delete returned (spotline before the restore gate).
 * ``replace-one``: what spotline does for ``pytorch``, ``command``, ``xgboost``,
-  ``ray`` and ``jax`` gangs
+  ``ray``, ``jax`` and ``tensorflow`` gangs
   (``spotline.shared.domain.node_replacement``): the survivors stay (idle,
   billed), one replacement is inserted, and every rank restarts from the save
   when it has booted. ``gang_handlers`` runs it through the handlers on the

@@ -47,11 +47,11 @@ from spotline.shared.domain.secret_env import (
 )
 from spotline.shared.domain.webhooks import ANY_NETWORK, MAX_URL_CHARS, url_problem
 
-# The frameworks whose nodes restart their ranks on a regroup (the agent's
-# ``regroup``), each shown to on the local stack: a gang of another framework
-# (``tensorflow``) is relaunched whole when it loses a node
-# (``spotline.shared.domain.node_replacement``).
-REPLACEABLE_FRAMEWORKS = frozenset({"pytorch", "command", "xgboost", "ray", "jax"})
+# The frameworks whose gangs replace a lost node, their nodes restarting
+# their ranks on a regroup (the agent's ``regroup``;
+# ``spotline.shared.domain.node_replacement``), each shown on the local
+# stack: every framework.
+REPLACEABLE_FRAMEWORKS = frozenset({"pytorch", "command", "xgboost", "ray", "jax", "tensorflow"})
 # Those whose gangs may also train on at a smaller size (``min_nodes``).
 ELASTIC_FRAMEWORKS = frozenset({"pytorch", "command"})
 
@@ -208,8 +208,8 @@ class JobSpec(BaseModel):
             "step, keep their VMs and wait while one VM replaces the lost node in the same "
             "zone. If the gang has not regrouped this many seconds after the loss (no "
             "capacity, a slow boot), the whole gang is relaunched as a new attempt. 0: "
-            "always relaunch the whole gang. Frameworks pytorch, command, xgboost, ray and "
-            "jax; a tensorflow gang is always relaunched whole."
+            "always relaunch the whole gang. Every framework's gang regroups (pytorch, "
+            "command, xgboost, ray, jax, tensorflow)."
         ),
     )
     min_nodes: int | None = Field(

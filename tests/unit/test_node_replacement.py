@@ -196,7 +196,7 @@ def test_off_or_at_a_limit_the_loss_ends_the_attempt_as_before(spec: dict[str, A
 @pytest.mark.parametrize(
     ("framework", "replaced"),
     [("pytorch", True), ("command", True), ("xgboost", True), ("ray", True),
-     ("jax", True), ("tensorflow", False)],
+     ("jax", True), ("tensorflow", True)],
 )  # fmt: skip
 def test_the_frameworks_shown_to_regroup_replace_one_node_the_others_relaunch(
     framework: str, replaced: bool
