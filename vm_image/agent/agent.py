@@ -59,6 +59,7 @@ from spotline.vm_image.agent.regroup import (
     await_regroup,
     newer_regroup,
     watch_gang_stop,
+    watch_regroup,
 )
 from spotline.vm_image.agent.restore_gate import await_restore
 from spotline.vm_image.agent.trainer_launch import (
@@ -112,6 +113,10 @@ TENSORBOARD_UPLOAD_S = 30.0
 # trainer's own exit it may take longer (a large final checkpoint).
 NOTICE_SYNC_S = 20.0
 FINISH_SYNC_S = 600.0
+# A rank stopped for a regroup while it ran (waiting in a rendezvous with a
+# node lost as the gang set up) is killed if it has not ended by then: a
+# stop flag is only read between steps, and a rendezvous has none.
+REGROUP_STOP_GRACE_S = 30.0
 # The agent's setting (not the job's): how long a save in the trainer's
 # folders must stay unchanged to be stored while the trainer runs.
 MIRROR_SETTLE_ENV = "SPOTLINE_MIRROR_SETTLE_S"
@@ -194,6 +199,8 @@ class Agent:
         self.job_done = threading.Event()
         self._preemption_reported = False
         self._asked_to_grow = False  # an elastic gang's stop to grow back (``watch_gang_stop``)
+        # The gang regrouped while this node's ranks ran (``watch_regroup``).
+        self._regrouped_under: Regroup | None = None
         # Each job its own folder: a cooling or restarted VM runs several, and
         # must not replay one job's reports, upload its logs for the next, or
         # show the next job its files (workspace: earlier folders are removed).
@@ -388,6 +395,11 @@ class Agent:
                 if preempted_run(exit_code, self._notice_at, exited_at):
                     self._report_preempted()
                     return True
+                regrouped, self._regrouped_under = self._regrouped_under, None
+                if regrouped is not None and exit_code != 0:
+                    # Stopped for the regroup: nothing of this run to report.
+                    exit_code, log_tail, unrecoverable = self._rejoin(regrouped)
+                    continue
                 nodes = len(self.assignment.nodes)
                 if not gang_stopped(exit_code, self._notice_at, nodes, self._asked_to_grow):
                     break
@@ -471,9 +483,10 @@ class Agent:
                 bound = self.assignment.spec.replace_node_timeout_s
                 wait_s = max(wait_s, bound + REGROUP_MARGIN_S)
             await_restore(self.metadata, wait_s)
-            if self.assignment.generation > 0:
-                # An elastic gang shrank and grew back since this VM was made:
-                # it joins at the generation the gang grew back at.
+            if len(self.assignment.nodes) > 1:
+                # The gang regrouped as this node set up (a node lost before
+                # training), or, on a replacement, an elastic gang shrank and
+                # grew back since this VM was made: it joins at that generation.
                 regroup = newer_regroup(self.metadata, self.assignment)
                 if regroup is not None and self.name in regroup.nodes:
                     self.assignment = self.assignment.regrouped(regroup)
@@ -507,10 +520,33 @@ class Agent:
                 args=(self.metadata, generation, done, lambda: self._on_grow(generation)),
                 daemon=True,
             ).start()
+        if len(self.assignment.nodes) > 1 and self.assignment.spec.replace_node_timeout_s > 0:
+            threading.Thread(
+                target=watch_regroup,
+                args=(self.metadata, self.assignment, self.name, done, self._on_regroup),
+                daemon=True,
+            ).start()
         try:
             return exit_status(self.trainer.wait()), self.trainer.log_tail(), False
         finally:
             done.set()
+
+    def _on_regroup(self, regroup: Regroup) -> None:
+        """The gang regrouped while this node's ranks ran: they are stopped
+        (killed after ``REGROUP_STOP_GRACE_S``), then started again with the
+        new node list (``_run_job``). Not after this VM's own notice."""
+        trainer = self.trainer
+        if trainer is None or self.preempted.is_set():
+            return
+        self._regrouped_under = regroup
+        logs.info(
+            f"the gang regrouped (generation {regroup.generation}) while this node's ranks "
+            "ran: stopping them to start again with the new node list"
+        )
+        trainer.signal(signal.SIGTERM)
+        kill = threading.Timer(REGROUP_STOP_GRACE_S, trainer.signal, args=(signal.SIGKILL,))
+        kill.daemon = True
+        kill.start()
 
     def _on_grow(self, generation: int) -> None:
         """spotline asked the elastic gang of ``generation`` to stop and grow
