@@ -9,7 +9,7 @@ from spotline.functions.handlers.envelope import Message, pubsub_handler
 from spotline.functions.handlers.vm_events import apply_to_job, arrival
 from spotline.functions.ops.node_replacement import replacement_booted
 from spotline.shared.contract.events import EpochDone, progress_adapter
-from spotline.shared.domain import late_epochs, lifecycle
+from spotline.shared.domain import late_epochs, lifecycle, node_replacement
 from spotline.shared.domain.documents import InstanceDoc
 from spotline.shared.domain.errors import InvalidMessage
 from spotline.shared.domain.liveness import Owner, if_owned
@@ -29,7 +29,11 @@ def on_epoch_done(message: Message, deps: Deps) -> None:
     if isinstance(event, EpochDone):
         epoch = event
         job = apply_to_job(
-            deps, via, epoch, lambda current: late_epochs.epoch_done(current, epoch, now)
+            deps,
+            via,
+            epoch,
+            # An epoch while a node lost as the gang set up is replaced: it was training.
+            lambda current: node_replacement.trained(late_epochs.epoch_done(current, epoch, now)),
         )
         if late_epochs.former_node(job, epoch.instance, epoch.attempt):
             # A replaced node's late report: its epoch kept in the history

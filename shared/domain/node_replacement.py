@@ -44,13 +44,18 @@ from spotline.shared.domain.states import JobSubstatus
 from spotline.shared.domain.transitions import move_job
 
 S = JobSubstatus
+# The steps of a gang setting up whose lost node is replaced: its VMs are
+# recorded (its node list), and no node has reported training.
+SETTING_UP = frozenset(
+    {S.CONNECTING_SERVER, S.GEARING_UP_ENV, S.SENDING_MODEL_AND_DATA, S.INSTALLING_REQUIREMENTS}
+)
 
 
 def replaces(job: JobDoc, instance: str, attempt: int, cause: S) -> bool:
     """Whether the loss of ``instance`` is one node's, replaced within the attempt:
     a preemption of a node of the current attempt of a gang that is training
-    (of a framework whose nodes can regroup), with no replacement under way
-    and no finish held for judging."""
+    or setting up (of a framework whose nodes can regroup), with no
+    replacement under way and no finish held for judging."""
     return (
         cause == S.PREEMPTED
         and job.spec.replace_node_timeout_s > 0
@@ -58,7 +63,7 @@ def replaces(job: JobDoc, instance: str, attempt: int, cause: S) -> bool:
         and len(job.nodes) > 1
         and attempt == job.attempt
         and instance in job.nodes
-        and job.substatus == S.TRAINING
+        and (job.substatus == S.TRAINING or job.substatus in SETTING_UP)
         and job.replacing is None
         and job.held_finish is None
         and failure_policy.preemption_limit(job, "") is None
@@ -92,6 +97,9 @@ def lost(
     if step is not None:
         job = lifecycle.saved_state(job, attempt, step, checkpoint_uri)
     rank = job.nodes.index(instance)
+    # Setting up, nothing was trained: no save to wait for, unless the lost
+    # node's report says it saved (the gang's training reports are late).
+    setting_up = job.substatus if job.substatus in SETTING_UP and step is None else None
     generation = job.gang_generation + 1
     new = replacement_name(job.job_id, job.attempt, rank, generation)
     nodes = [*job.nodes[:rank], new, *job.nodes[rank + 1 :]]
@@ -101,7 +109,12 @@ def lost(
         replacement=new,
         since=now,
         # Node 0's save: its own report after saving, or a surviving node 0's stop report.
-        saved=(rank == 0 and saved) or (rank != 0 and job.nodes[0] in job.gang_stops),
+        saved=(
+            setting_up is not None
+            or (rank == 0 and saved)
+            or (rank != 0 and job.nodes[0] in job.gang_stops)
+        ),
+        setting_up=setting_up,
     )
     records = [
         r.model_copy(update={"node_names": nodes}) if r.attempt == job.attempt else r
@@ -200,6 +213,25 @@ def stopped(
     if replacing is not None and instance == gang_resize.head(job):
         update["replacing"] = replacing.model_copy(update={"saved": True})
     return job.model_copy(update=update)
+
+
+def trained(job: JobDoc) -> JobDoc:
+    """A node of the gang reported an epoch while a node lost as it set up
+    is replaced: its training reports were still on their way when the loss
+    came, so the regroup waits for node 0's save as for a training gang.
+    Unchanged unless such a replacement is under way."""
+    replacing = job.replacing
+    if replacing is None or replacing.setting_up is None:
+        return job
+    saved = (replacing.rank == 0 and replacing.saved) or (
+        replacing.rank != 0 and job.nodes[0] in job.gang_stops
+    )
+    # A lost node 0's report carried no save (else it was not setting up):
+    # its notice's end is waited for (``save_complete``).
+    saved = saved and replacing.rank != 0
+    return job.model_copy(
+        update={"replacing": replacing.model_copy(update={"setting_up": None, "saved": saved})}
+    )
 
 
 def _stopping_generation(job: JobDoc) -> int:
@@ -324,10 +356,12 @@ def regrouped(job: JobDoc, planned: RegroupPlan, now: datetime) -> JobDoc:
         )
     if replacing.shrunk:
         restart = f"grows back to {len(job.nodes)} nodes from its last save"
+    elif replacing.setting_up is not None:
+        restart = "sets up with it"
     else:
         restart = "restarts from its last save"
     note = f"{replacing.replacement} joined; the gang {restart}"
-    moved = move_job(job, S.TRAINING, now, note=note)
+    moved = move_job(job, replacing.setting_up or S.TRAINING, now, note=note)
     return moved.model_copy(
         update={
             "replacing": None,
