@@ -270,8 +270,11 @@ def draw_replacing(rng: random.Random, n: int) -> Plan:
 
     A loss comes once the gang's first TRAINING report is surely heard
     (``MAX_DELAY`` steps into training): a loss heard while the job still
-    reads as setting up relaunches the whole gang, as a gang's loss in its
-    set-up does (``node_replacement.replaces``), which the clean run does not."""
+    reads as setting up is replaced with nothing to save
+    (``node_replacement.SETTING_UP``), and a clean run would not play the
+    same: these agents' ranks train on without the lost node, where real
+    ones wait in their rendezvous (``tests/emulators/test_gang_setup_replacement.py``
+    and ``test_agent_setup_regroup.py`` cover that order)."""
     first = MAX_DELAY + 1
     epochs = rng.randint(first, first + 2)
     plan = Plan(f"r{n:03d}", f"u{n % 7}", epochs, submit_step=rng.randint(1, 2 * TICK_EVERY))

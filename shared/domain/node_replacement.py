@@ -1,6 +1,6 @@
 """A gang loses one node, not its attempt: the lost node is replaced. Pure.
 
-When one node of a gang that is training is preempted, its other nodes (the
+When one node of a gang that is training (or setting up) is preempted, its other nodes (the
 survivors) have stopped their ranks at the step the gang agreed on, rank 0
 saving it (the gang's stop on a notice). Rather than delete them and place N
 new VMs, spotline keeps them and inserts one VM for the lost node's rank, in
@@ -13,14 +13,22 @@ The orders of events, each with one defined end:
 
 * ``lost``: the loss of a node of a training gang (``replaces``) keeps the
   attempt: REPLACING_NODE, the job's node list naming the replacement. Any
-  other loss (a single VM, a gang still setting up, ``replace_node_timeout_s``
+  other loss (a single VM, a gang still being placed, ``replace_node_timeout_s``
   0, a finish held for judging) ends the attempt as ``lifecycle.vm_lost`` does.
+* ``lost`` while the gang sets up (``SETTING_UP``: no node reported training):
+  replaced the same way, with nothing to save; the gang regroups once the
+  replacement is up and goes back to that step of setting up. Its nodes take
+  the regroup before their trainers start, or have their ranks (waiting in a
+  rendezvous with the lost node) started again with it. An epoch heard
+  before the regroup (``trained``): the gang was training after all, and the
+  regroup waits for node 0's save as for a training gang.
 * a second node's loss while replacing, or the replacement's own: the gang is
   relaunched whole (``lifecycle.vm_lost``: the attempt ends, counted as a
   preemption like any);
 * a late, duplicate or reordered report of the lost node: stale (the lost VM
   is no longer one of the job's nodes); the step it saved is still recorded
-  (``lifecycle.saved_state``);
+  (``lifecycle.saved_state``), and so is an epoch it reported, while it moves
+  the job forward (``late_epochs``);
 * a survivor's stop report (``stopped``) before or after the loss: kept on the
   job (``gang_stops``); node 0's is the save the regroup waits for;
 * no regroup within ``replace_node_timeout_s`` of the loss (no capacity, a

@@ -34,7 +34,7 @@ def epoch(call: Callable[..., Any], name: str, number: int, mid: str, **fields: 
     return int(call("on_epoch_done", "epoch_done", report, message_id=mid).status_code)
 
 
-def recorded(project: str) -> dict[tuple[int, int], float]:
+def recorded(project: str) -> dict[tuple[int, int], float | None]:
     """The job's epoch history: (attempt, epoch) -> loss."""
     return {
         (e.attempt, e.epoch): e.metrics["loss"] for e in FirestoreStore(project).list_epochs("job1")
