@@ -55,7 +55,8 @@ def shrinks(job: JobDoc, save_complete: bool) -> bool:
     """Whether the waiting survivors are to train on without the
     replacement: an elastic job, with enough of them, node 0's save complete
     (``save_complete``), and the replacement not up (then the whole gang
-    regroups at once)."""
+    regroups at once); not a gang that lost the node as it set up, whose
+    replacement boots while the others still set up."""
     replacing = job.replacing
     min_nodes = job.spec.min_nodes
     return (
@@ -64,6 +65,7 @@ def shrinks(job: JobDoc, save_complete: bool) -> bool:
         and job.substatus == S.REPLACING_NODE
         and not replacing.shrunk
         and not replacing.booted
+        and replacing.setting_up is None
         and save_complete
         and len(survivors(job)) >= min_nodes
     )

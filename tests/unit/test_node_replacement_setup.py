@@ -102,3 +102,13 @@ def test_a_gang_that_cannot_replace_still_relaunches_on_a_loss_while_setting_up(
 def test_a_loss_while_requesting_is_no_nodes_loss() -> None:
     job = setting_up_gang().model_copy(update={"substatus": S.REQUESTING_SERVER})
     assert not node_replacement.replaces(job, N1, 1, S.PREEMPTED)
+
+
+def test_an_elastic_gang_that_loses_a_node_as_it_sets_up_waits_for_the_replacement() -> None:
+    """No smaller gang trains meanwhile: the others are still setting up as
+    the replacement boots, and the gang regroups whole once it is up."""
+    job = lose(setting_up_gang(3, min_nodes=2), N1)
+    assert node_replacement.plan(job, at(11)) is None
+    up = node_replacement.booted(job, R1, 1)
+    planned = node_replacement.plan(up, at(12))
+    assert planned is not None and not planned.shrink and len(planned.nodes) == 3
