@@ -15,13 +15,15 @@ The orders of events, each with one defined end:
   attempt: REPLACING_NODE, the job's node list naming the replacement. Any
   other loss (a single VM, a gang still being placed, ``replace_node_timeout_s``
   0, a finish held for judging) ends the attempt as ``lifecycle.vm_lost`` does.
-* ``lost`` while the gang sets up (``SETTING_UP``: no node reported training):
-  replaced the same way, with nothing to save; the gang regroups once the
+* ``lost`` while the gang sets up (``SETTING_UP``: no node reported training),
+  or of a node whose trainer never started (``started``: a gang steps with
+  every node, so its others wait in their rendezvous): replaced the same way,
+  with nothing to save; the gang regroups once the
   replacement is up and goes back to that step of setting up. Its nodes take
   the regroup before their trainers start, or have their ranks (waiting in a
-  rendezvous with the lost node) started again with it. An epoch heard
-  before the regroup (``trained``): the gang was training after all, and the
-  regroup waits for node 0's save as for a training gang.
+  rendezvous with the lost node) started again with it. An epoch or a stop
+  with the gang heard before the regroup (``trained``): the gang was training
+  after all, and the regroup waits for node 0's save as for a training gang.
 * a second node's loss while replacing, or the replacement's own: the gang is
   relaunched whole (``lifecycle.vm_lost``: the attempt ends, counted as a
   preemption like any);
@@ -89,6 +91,7 @@ def lost(
     checkpoint_uri: str | None = None,
     *,
     saved: bool = False,
+    started: bool = True,
 ) -> JobDoc:
     """The job after a VM's loss: one node replaced (``replaces``), or the
     attempt ended (``lifecycle.vm_lost``).
@@ -96,6 +99,10 @@ def lost(
     Args:
         saved: the report comes from the lost VM's agent after its save
             (the log sink's comes at the start of the notice).
+        started: whether the lost VM's trainer may have started (its
+            instance was seen training). False: the gang never trained, as
+            a step takes every node's ranks, whatever the job reads: its
+            other nodes' ranks wait in their rendezvous with it.
 
     Raises:
         lifecycle.StaleEvent: as ``lifecycle.vm_lost``.
@@ -107,7 +114,8 @@ def lost(
     rank = job.nodes.index(instance)
     # Setting up, nothing was trained: no save to wait for, unless the lost
     # node's report says it saved (the gang's training reports are late).
-    setting_up = job.substatus if job.substatus in SETTING_UP and step is None else None
+    setting_up = job.substatus if job.substatus in SETTING_UP or not started else None
+    setting_up = None if step is not None else setting_up
     generation = job.gang_generation + 1
     new = replacement_name(job.job_id, job.attempt, rank, generation)
     nodes = [*job.nodes[:rank], new, *job.nodes[rank + 1 :]]
@@ -211,6 +219,8 @@ def stopped(
         job = lifecycle.saved_state(job, attempt, step, checkpoint_uri)
     if attempt != job.attempt or instance not in job.nodes or instance in job.gang_stops:
         return job
+    # Its ranks stopped with the gang: it was training after all (``trained``).
+    job = trained(job)
     replacing = job.replacing
     if replacing is not None and replacing.shrunk:
         if generation != job.gang_generation:
@@ -224,10 +234,11 @@ def stopped(
 
 
 def trained(job: JobDoc) -> JobDoc:
-    """A node of the gang reported an epoch while a node lost as it set up
-    is replaced: its training reports were still on their way when the loss
-    came, so the regroup waits for node 0's save as for a training gang.
-    Unchanged unless such a replacement is under way."""
+    """A node of the gang reported an epoch, or its stop with the gang, while
+    a node lost as it set up is replaced: the gang was training (its reports
+    were still on their way when the loss came), so the regroup waits for
+    node 0's save as for a training gang. Unchanged unless such a
+    replacement is under way."""
     replacing = job.replacing
     if replacing is None or replacing.setting_up is None:
         return job

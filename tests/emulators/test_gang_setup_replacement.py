@@ -123,3 +123,21 @@ def test_an_epoch_heard_after_the_loss_makes_the_regroup_wait_for_node_zeros_sav
         None,
         12,
     )
+
+
+def test_a_node_lost_before_its_trainer_started_regroups_at_once_though_the_job_trains(
+    call: Callable[..., Any], host: LocalCloud, project: str
+) -> None:
+    """Node 0's trainer started (the job reads TRAINING), node 1's never did:
+    no step was taken, node 0's ranks wait in their rendezvous with node 1,
+    and no save of theirs will come. Before, the regroup waited for one until
+    the bound, then relaunched the whole gang."""
+    installing_gang(call, project)
+    beat = node(Heartbeat, N0, phase="TRAINING")
+    call("on_epoch_done", "epoch_done", beat, message_id="h-n0-training")
+    assert job_of(project).substatus == S.TRAINING
+    preempt(call, N1)
+    boot(call, R1)
+    job = job_of(project)
+    assert (job.substatus, job.attempt, job.nodes, job.replacing) == (S.TRAINING, 1, [N0, R1], None)
+    assert json.loads(metadata(host, N0)[REGROUP_METADATA_KEY])["nodes"] == [N0, R1]

@@ -16,7 +16,18 @@ from spotline.shared.domain import lifecycle, node_replacement
 from spotline.shared.domain.documents import JobDoc
 from spotline.shared.domain.states import JobStatus, JobSubstatus
 from spotline.shared.domain.transitions import move_job
-from tests.unit.test_node_replacement import N0, N1, R0, R1, T0, at, lose, regroup, training_gang
+from tests.unit.test_node_replacement import (
+    N0,
+    N1,
+    N2,
+    R0,
+    R1,
+    T0,
+    at,
+    lose,
+    regroup,
+    training_gang,
+)
 
 S = JobSubstatus
 SETTING_UP = [S.CONNECTING_SERVER, S.GEARING_UP_ENV, S.SENDING_MODEL_AND_DATA]
@@ -112,3 +123,24 @@ def test_an_elastic_gang_that_loses_a_node_as_it_sets_up_waits_for_the_replaceme
     up = node_replacement.booted(job, R1, 1)
     planned = node_replacement.plan(up, at(12))
     assert planned is not None and not planned.shrink and len(planned.nodes) == 3
+
+
+def test_a_lost_node_whose_trainer_never_started_leaves_nothing_to_save() -> None:
+    """The job reads TRAINING (the others' trainers started), but the lost
+    node's never did: no step was taken, the others' ranks wait in their
+    rendezvous with it, and no save of node 0's will come."""
+    job = lose(training_gang(), N1, started=False)
+    assert job.replacing is not None and job.replacing.setting_up == S.TRAINING
+    up = node_replacement.booted(job, R1, 1)
+    assert regroup(up, at(12)).substatus == S.TRAINING
+
+
+def test_a_stop_with_the_gang_heard_while_replacing_means_it_was_training() -> None:
+    job = node_replacement.booted(
+        lose(setting_up_gang(3), N2, started=False), "sl-job1-a1-n2-g1", 1
+    )
+    stopped = node_replacement.stopped(job, N1, 1, None, None, 0)
+    assert stopped.replacing is not None and stopped.replacing.setting_up is None
+    assert not node_replacement.ready(stopped, at(12))
+    saved = node_replacement.stopped(stopped, N0, 1, 12, "gs://b/12", 0)
+    assert node_replacement.ready(saved, at(13))
