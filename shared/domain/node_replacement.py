@@ -1,6 +1,6 @@
 """A gang loses one node, not its attempt: the lost node is replaced. Pure.
 
-When one node of a gang that is training (or setting up) is preempted, its other nodes (the
+When one node of a gang that is training is preempted, its other nodes (the
 survivors) have stopped their ranks at the step the gang agreed on, rank 0
 saving it (the gang's stop on a notice). Rather than delete them and place N
 new VMs, spotline keeps them and inserts one VM for the lost node's rank, in
@@ -18,8 +18,8 @@ The orders of events, each with one defined end:
 * ``lost`` while the gang sets up (``SETTING_UP``: no node reported training),
   or of a node whose trainer never started (``started``: a gang steps with
   every node, so its others wait in their rendezvous): replaced the same way,
-  with nothing to save; the gang regroups once the
-  replacement is up and goes back to that step of setting up. Its nodes take
+  with nothing to save; the gang regroups once the replacement is up and
+  goes back to that step of setting up. Its nodes take
   the regroup before their trainers start, or have their ranks (waiting in a
   rendezvous with the lost node) started again with it. An epoch or a stop
   with the gang heard before the regroup (``trained``): the gang was training
@@ -219,14 +219,15 @@ def stopped(
         job = lifecycle.saved_state(job, attempt, step, checkpoint_uri)
     if attempt != job.attempt or instance not in job.nodes or instance in job.gang_stops:
         return job
-    # Its ranks stopped with the gang: it was training after all (``trained``).
-    job = trained(job)
     replacing = job.replacing
     if replacing is not None and replacing.shrunk:
         if generation != job.gang_generation:
             return job
     elif generation is not None and generation < _stopping_generation(job):
         return job  # a late copy of its stop for a loss the gang regrouped after
+    # Its ranks stopped with the gang: it was training after all (``trained``).
+    job = trained(job)
+    replacing = job.replacing
     update: dict[str, object] = {"gang_stops": [*job.gang_stops, instance]}
     if replacing is not None and instance == gang_resize.head(job):
         update["replacing"] = replacing.model_copy(update={"saved": True})
@@ -242,12 +243,9 @@ def trained(job: JobDoc) -> JobDoc:
     replacing = job.replacing
     if replacing is None or replacing.setting_up is None:
         return job
-    saved = (replacing.rank == 0 and replacing.saved) or (
-        replacing.rank != 0 and job.nodes[0] in job.gang_stops
-    )
-    # A lost node 0's report carried no save (else it was not setting up):
-    # its notice's end is waited for (``save_complete``).
-    saved = saved and replacing.rank != 0
+    # A lost node 0 reported no save (else the gang was not setting up): its
+    # notice's end is waited for (``save_complete``).
+    saved = replacing.rank != 0 and job.nodes[0] in job.gang_stops
     return job.model_copy(
         update={"replacing": replacing.model_copy(update={"setting_up": None, "saved": saved})}
     )
