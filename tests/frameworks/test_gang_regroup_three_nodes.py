@@ -33,7 +33,7 @@ def start_xgboost(folder: Path, generation: int, slow: bool) -> list[subprocess.
     generation's port), sharing node 0's checkpoint folder."""
     hosts = ["127.0.0.1"] * NODES
     port = gang_port(f"xgb-{folder.name}", 0, generation)
-    hyper = '{"step_time_s": 0.3}' if slow else "{}"
+    hyper = '{"step_time_s": 0.5}' if slow else "{}"
     return [
         subprocess.Popen(
             [sys.executable, str(XGBOOST)],
