@@ -270,8 +270,11 @@ def draw_replacing(rng: random.Random, n: int) -> Plan:
 
     A loss comes once the gang's first TRAINING report is surely heard
     (``MAX_DELAY`` steps into training): a loss heard while the job still
-    reads as setting up relaunches the whole gang, as a gang's loss in its
-    set-up does (``node_replacement.replaces``), which the clean run does not."""
+    reads as setting up is replaced with nothing to save
+    (``node_replacement.SETTING_UP``), and a clean run would not play the
+    same: these agents' ranks train on without the lost node, where real
+    ones wait in their rendezvous (``tests/emulators/test_gang_setup_replacement.py``
+    and ``test_agent_setup_regroup.py`` cover that order)."""
     first = MAX_DELAY + 1
     epochs = rng.randint(first, first + 2)
     plan = Plan(f"r{n:03d}", f"u{n % 7}", epochs, submit_step=rng.randint(1, 2 * TICK_EVERY))
@@ -680,6 +683,8 @@ class AgentSim:
         if self.waiting_since is not None:
             self.await_regroup()
             return
+        if self.gang and self.stage >= 1:
+            self.take_regroup()
         if self.stage == 1 and self.assignment.generation > 0 and not self.gate_open():
             # A replacement's trainer restores once its gang regroups; its
             # agent's heartbeat goes on meanwhile.
@@ -731,6 +736,19 @@ class AgentSim:
 
     def gate_open(self) -> bool:
         return self.metadata(RESTORE_METADATA_KEY) == RESTORE_GO
+
+    def take_regroup(self) -> None:
+        """A regroup told while this node set up, or while its ranks waited
+        in a rendezvous with a node lost before it trained (the agent's
+        ``watch_regroup``): its ranks start with the new node list."""
+        told = self.metadata(REGROUP_METADATA_KEY)
+        regroup = Regroup.model_validate_json(told) if told else None
+        if regroup is None or regroup.generation <= self.assignment.generation:
+            return
+        if self.name in regroup.nodes:
+            self.assignment = self.assignment.regrouped(regroup)
+            self.rank = self.assignment.nodes.index(self.name)
+            self.regroups.append(regroup)
 
     def await_regroup(self) -> None:
         """A node whose ranks stopped with its gang: once the functions tell it

@@ -227,7 +227,7 @@ def phase_problems(job: JobDoc) -> list[str]:
 
     A line that repeats the state of the line before is a note on the state
     (a late finish while the next attempt trains), not a step; nor is a
-    gang's return to TRAINING once it regrouped around a replaced node."""
+    gang's return to where it was once it regrouped around a replaced node."""
     found = []
     moves = [
         h
@@ -247,10 +247,9 @@ def phase_problems(job: JobDoc) -> list[str]:
 
 
 def _regrouped(entry: HistoryEntry, before: HistoryEntry) -> bool:
-    return (before.substatus, entry.substatus) == (
-        JobSubstatus.REPLACING_NODE,
-        JobSubstatus.TRAINING,
-    )
+    """A gang's return, once regrouped, to training or to the step of
+    setting up it lost its node in."""
+    return before.substatus == JobSubstatus.REPLACING_NODE and entry.substatus in VM_PHASES
 
 
 def _repeats(entry: HistoryEntry, before: HistoryEntry) -> bool:

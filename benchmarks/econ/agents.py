@@ -16,7 +16,9 @@ once the functions write the ``spotline-regroup`` metadata on the local cloud
 ranks from the save, ``restart_s`` later. A replacement VM boots,
 reports its boot, and waits behind its restore gate for the same
 regroup. If the functions relaunch the gang whole instead, the survivors go
-with their attempt (the functions delete them).
+with their attempt (the functions delete them). A gang that loses a node as
+it boots waits the same way, with nothing saved: the regroup starts its
+ranks once every survivor is up.
 """
 
 from __future__ import annotations
@@ -85,6 +87,7 @@ class Attempt:
             regroup, until the functions let the attempt go.
         generation: the regroup its ranks run at.
         runs: counts its ranks' starts and stops: a finish planned before is void.
+        up_s: when its first nodes are up (the slowest's boot done).
     """
 
     number: int
@@ -97,6 +100,7 @@ class Attempt:
     generation: int = 0
     runs: int = 0
     hung: bool = False
+    up_s: float = 0.0
 
     @property
     def training(self) -> bool:
@@ -160,7 +164,7 @@ class ModelledAgents:
             attempt = Attempt(number, started, sorted(vms, key=lambda v: v.rank))
             self.attempts[number] = attempt
             # The ranks start together: the gang waits for its slowest node.
-            up = started + max(self.boots(len(vms)))
+            up = attempt.up_s = started + max(self.boots(len(vms)))
             self._at(up, functools.partial(self._boot, attempt))
 
     def _replaced(self, attempt: Attempt, vm: Vm) -> None:
@@ -214,7 +218,8 @@ class ModelledAgents:
         if any(vm.noticed_s is not None for vm in attempt.vms):
             attempt.hung = True
             return
-        self._train(attempt, self.now_s + self.params.restart_s, booting=False)
+        start = max(self.now_s + self.params.restart_s, attempt.up_s)
+        self._train(attempt, start, booting=False)
 
     def _common(self, attempt: Attempt, vm: Vm) -> dict[str, Any]:
         return {
@@ -226,8 +231,8 @@ class ModelledAgents:
         }
 
     def _boot(self, attempt: Attempt) -> None:
-        if attempt.lost:
-            return
+        if attempt.lost or attempt.stopped_s is not None or attempt.train_start is not None:
+            return  # a node lost as it booted: the regroup starts its ranks
         if any(self._gate_shut(vm) for vm in attempt.vms):
             # The earlier attempt's VMs may still save (the restore gate):
             # the real agent's hanging read, as a poll every GATE_POLL_S.
@@ -319,7 +324,11 @@ class ModelledAgents:
             # Before the agent is up, or while its ranks are not running,
             # only the log sink reports it. A gang booting is lost whole; one
             # waiting for a regroup (or hung) goes only if the functions say.
-            if attempt.stopped_s is None and not attempt.hung:
+            booting = attempt.train_start is None and attempt.stopped_s is None
+            if booting and len(attempt.vms) > 1 and self.regroup_wait_s > 0:
+                attempt.stopped_s = self.now_s  # replaced: nothing saved, the gang waits
+                attempt.runs += 1
+            elif attempt.stopped_s is None and not attempt.hung:
                 attempt.lost = True
             self._publish("spot_preempted", log_entry(vm.zone, vm.name, vm.instance_id))
         self._at(self.now_s + self.params.notice_s, lambda: self._terminate(vm))

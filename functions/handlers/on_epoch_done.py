@@ -9,7 +9,7 @@ from spotline.functions.handlers.envelope import Message, pubsub_handler
 from spotline.functions.handlers.vm_events import apply_to_job, arrival
 from spotline.functions.ops.node_replacement import replacement_booted
 from spotline.shared.contract.events import EpochDone, progress_adapter
-from spotline.shared.domain import lifecycle, pending_nodes
+from spotline.shared.domain import late_epochs, lifecycle, node_replacement, pending_nodes
 from spotline.shared.domain.documents import InstanceDoc
 from spotline.shared.domain.errors import InvalidMessage
 from spotline.shared.domain.liveness import Owner, if_owned
@@ -28,7 +28,19 @@ def on_epoch_done(message: Message, deps: Deps) -> None:
     store = deps.store
     if isinstance(event, EpochDone):
         epoch = event
-        apply_to_job(deps, via, epoch, lambda current: lifecycle.epoch_done(current, epoch, now))
+        job = apply_to_job(
+            deps,
+            via,
+            epoch,
+            # An epoch while a node lost as the gang set up is replaced: it was training.
+            lambda current: node_replacement.trained(late_epochs.epoch_done(current, epoch, now)),
+        )
+        if late_epochs.former_node(job, epoch.instance, epoch.attempt):
+            # A replaced node's late report: its epoch kept in the history
+            # unless the gang recorded it since; its VM is not seen alive.
+            if not _recorded(deps, epoch):
+                store.put_epoch(epoch.job_id, lifecycle.epoch_doc(epoch, now))
+            return
         store.put_epoch(epoch.job_id, lifecycle.epoch_doc(epoch, now))
         training = True
     else:
@@ -46,3 +58,11 @@ def on_epoch_done(message: Message, deps: Deps) -> None:
     # Not once the VM is another job's (claimed, restarted): a late report of
     # this job's agent must not make that job's VM look alive or training.
     store.update_instance(event.instance, if_owned(Owner(event.job_id, event.attempt), seen))
+
+
+def _recorded(deps: Deps, epoch: EpochDone) -> bool:
+    """Whether the job's history holds ``epoch``'s epoch of its attempt."""
+    return any(
+        (e.attempt, e.epoch) == (epoch.attempt, epoch.epoch)
+        for e in deps.store.list_epochs(epoch.job_id)
+    )

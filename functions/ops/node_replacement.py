@@ -47,6 +47,7 @@ from spotline.shared.domain.placement import (
     parse_machine_id,
     request_id,
 )
+from spotline.shared.domain.restore_gate import gate_value
 from spotline.shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
 from spotline.shared.domain.vms import (
     GANG_STOP_METADATA_KEY,
@@ -252,7 +253,11 @@ def regroup_if_ready(deps: Deps, job_id: str, now: datetime) -> JobDoc | None:
     )
     items = {REGROUP_METADATA_KEY: regroup.model_dump_json()}
     if not planned.shrink:
-        items[RESTORE_METADATA_KEY] = RESTORE_GO
+        # Opened unless a VM of an earlier attempt may still save (a gang
+        # that lost a node as it set up, on a later attempt): then whoever
+        # sees the last such VM go opens it (``restore_gate``).
+        instances = deps.store.instances_of_job(job_id)
+        items[RESTORE_METADATA_KEY] = gate_value(job, instances, now) or RESTORE_GO
     _tell(deps, job, nodes, items, "the gang's regroup")
     regrouped = deps.store.update_job(
         job_id, lambda current: node_replacement.regrouped(current, planned, deps.clock())

@@ -78,6 +78,8 @@ def recover(
         lambda current: node_replacement.lost(
             current, instance.name, instance.attempt, cause, now, note, step, checkpoint_uri,
             saved=delete_vm,
+            # Never seen training: its trainer never started, so its gang never stepped.
+            started=instance.status != InstanceStatus.LAUNCHING,
         ),
     )  # fmt: skip
     if job is None:

@@ -100,6 +100,11 @@ class NodeReplacement(BaseModel):
     since: datetime  # when the loss was recorded: the bound counts from here
     booted: bool = False  # the replacement's agent is up
     saved: bool = False  # node 0's save at the shared step is complete
+    # The gang never trained when the node was lost (no node had reported
+    # training, or the lost node's trainer never started): nothing to save;
+    # the job's substatus then, which it goes back to once regrouped. None:
+    # it was training.
+    setting_up: JobSubstatus | None = None
     # An elastic gang (``min_nodes``, ``spotline.shared.domain.gang_resize``):
     # the nodes training on at the smaller size, by rank, once it shrank
     # (empty: the gang waits), and whether it was asked to stop to grow back.

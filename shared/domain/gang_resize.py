@@ -70,7 +70,8 @@ def shrinks(job: JobDoc, save_complete: bool) -> bool:
     """Whether the waiting survivors are to train on without the
     replacement: an elastic job, with enough of them, node 0's save complete
     (``save_complete``), and the replacement not up (then the whole gang
-    regroups at once)."""
+    regroups at once); not a gang that lost the node as it set up, whose
+    replacement boots while the others still set up."""
     replacing = job.replacing
     min_nodes = job.spec.min_nodes
     return (
@@ -80,6 +81,7 @@ def shrinks(job: JobDoc, save_complete: bool) -> bool:
         # Waiting: at its full size, or at a smaller one that lost another node.
         and (not replacing.shrunk or not replacing.grow_asked)
         and not pending_nodes.all_booted(replacing)
+        and replacing.setting_up is None
         and save_complete
         and len(survivors(job)) >= min_nodes
     )

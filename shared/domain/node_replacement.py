@@ -13,15 +13,25 @@ The orders of events, each with one defined end:
 
 * ``lost``: the loss of a node of a training gang (``replaces``) keeps the
   attempt: REPLACING_NODE, the job's node list naming the replacement. Any
-  other loss (a single VM, a gang still setting up, ``replace_node_timeout_s``
+  other loss (a single VM, a gang still being placed, ``replace_node_timeout_s``
   0, a finish held for judging) ends the attempt as ``lifecycle.vm_lost`` does.
+* ``lost`` while the gang sets up (``SETTING_UP``: no node reported training),
+  or of a node whose trainer never started (``started``: a gang steps with
+  every node, so its others wait in their rendezvous): replaced the same way,
+  with nothing to save; the gang regroups once the replacement is up and
+  goes back to that step of setting up. Its nodes take
+  the regroup before their trainers start, or have their ranks (waiting in a
+  rendezvous with the lost node) started again with it. An epoch or a stop
+  with the gang heard before the regroup (``trained``): the gang was training
+  after all, and the regroup waits for node 0's save as for a training gang.
 * a second node's loss while replacing, or the replacement's own: the gang is
   relaunched whole (``lifecycle.vm_lost``: the attempt ends, counted as a
   preemption like any), but for an elastic gang's replacement lost while the
   gang trains without it (``gang_resize.replaces_again``);
 * a late, duplicate or reordered report of the lost node: stale (the lost VM
   is no longer one of the job's nodes); the step it saved is still recorded
-  (``lifecycle.saved_state``);
+  (``lifecycle.saved_state``), and so is an epoch it reported, while it moves
+  the job forward (``late_epochs``);
 * a survivor's stop report (``stopped``) before or after the loss: kept on the
   job (``gang_stops``); node 0's is the save the regroup waits for;
 * no regroup within ``replace_node_timeout_s`` of the loss (no capacity, a
@@ -51,13 +61,18 @@ from spotline.shared.domain.states import JobSubstatus
 from spotline.shared.domain.transitions import move_job
 
 S = JobSubstatus
+# The steps of a gang setting up whose lost node is replaced: its VMs are
+# recorded (its node list), and no node has reported training.
+SETTING_UP = frozenset(
+    {S.CONNECTING_SERVER, S.GEARING_UP_ENV, S.SENDING_MODEL_AND_DATA, S.INSTALLING_REQUIREMENTS}
+)
 
 
 def replaces(job: JobDoc, instance: str, attempt: int, cause: S) -> bool:
     """Whether the loss of ``instance`` is one node's, replaced within the attempt:
     a preemption of a node of the current attempt of a gang that is training
-    (of a framework whose nodes can regroup), with no replacement under way
-    and no finish held for judging."""
+    or setting up (of a framework whose nodes can regroup), with no
+    replacement under way and no finish held for judging."""
     return (
         cause == S.PREEMPTED
         and job.spec.replace_node_timeout_s > 0
@@ -65,7 +80,7 @@ def replaces(job: JobDoc, instance: str, attempt: int, cause: S) -> bool:
         and len(job.nodes) > 1
         and attempt == job.attempt
         and instance in job.nodes
-        and job.substatus == S.TRAINING
+        and (job.substatus == S.TRAINING or job.substatus in SETTING_UP)
         and job.replacing is None
         and job.held_finish is None
         and failure_policy.preemption_limit(job, "") is None
@@ -83,6 +98,7 @@ def lost(
     checkpoint_uri: str | None = None,
     *,
     saved: bool = False,
+    started: bool = True,
 ) -> JobDoc:
     """The job after a VM's loss: one node replaced (``replaces``), or the
     attempt ended (``lifecycle.vm_lost``).
@@ -90,6 +106,10 @@ def lost(
     Args:
         saved: the report comes from the lost VM's agent after its save
             (the log sink's comes at the start of the notice).
+        started: whether the lost VM's trainer may have started (its
+            instance was seen training). False: the gang never trained, as
+            a step takes every node's ranks, whatever the job reads: its
+            other nodes' ranks wait in their rendezvous with it.
 
     Raises:
         lifecycle.StaleEvent: as ``lifecycle.vm_lost``.
@@ -103,6 +123,10 @@ def lost(
     if step is not None:
         job = lifecycle.saved_state(job, attempt, step, checkpoint_uri)
     rank = job.nodes.index(instance)
+    # Setting up, nothing was trained: no save to wait for, unless the lost
+    # node's report says it saved (the gang's training reports are late).
+    setting_up = job.substatus if job.substatus in SETTING_UP or not started else None
+    setting_up = None if step is not None else setting_up
     generation = job.gang_generation + 1
     new = replacement_name(job.job_id, job.attempt, rank, generation)
     nodes = [*job.nodes[:rank], new, *job.nodes[rank + 1 :]]
@@ -112,7 +136,12 @@ def lost(
         replacement=new,
         since=now,
         # Node 0's save: its own report after saving, or a surviving node 0's stop report.
-        saved=(rank == 0 and saved) or (rank != 0 and job.nodes[0] in job.gang_stops),
+        saved=(
+            setting_up is not None
+            or (rank == 0 and saved)
+            or (rank != 0 and job.nodes[0] in job.gang_stops)
+        ),
+        setting_up=setting_up,
     )
     records = [
         r.model_copy(update={"node_names": nodes}) if r.attempt == job.attempt else r
@@ -205,10 +234,30 @@ def stopped(
             return job
     elif generation is not None and generation < _stopping_generation(job):
         return job  # a late copy of its stop for a loss the gang regrouped after
+    # Its ranks stopped with the gang: it was training after all (``trained``).
+    job = trained(job)
+    replacing = job.replacing
     update: dict[str, object] = {"gang_stops": [*job.gang_stops, instance]}
     if replacing is not None and instance == gang_resize.head(job):
         update["replacing"] = replacing.model_copy(update={"saved": True})
     return job.model_copy(update=update)
+
+
+def trained(job: JobDoc) -> JobDoc:
+    """A node of the gang reported an epoch, or its stop with the gang, while
+    a node lost as it set up is replaced: the gang was training (its reports
+    were still on their way when the loss came), so the regroup waits for
+    node 0's save as for a training gang. Unchanged unless such a
+    replacement is under way."""
+    replacing = job.replacing
+    if replacing is None or replacing.setting_up is None:
+        return job
+    # A lost node 0 reported no save (else the gang was not setting up): its
+    # notice's end is waited for (``save_complete``).
+    saved = replacing.rank != 0 and job.nodes[0] in job.gang_stops
+    return job.model_copy(
+        update={"replacing": replacing.model_copy(update={"setting_up": None, "saved": saved})}
+    )
 
 
 def _stopping_generation(job: JobDoc) -> int:
@@ -339,10 +388,12 @@ def regrouped(job: JobDoc, planned: RegroupPlan, now: datetime) -> JobDoc:
         )
     if replacing.shrunk:
         restart = f"grows back to {len(job.nodes)} nodes from its last save"
+    elif replacing.setting_up is not None:
+        restart = "sets up with it"
     else:
         restart = "restarts from its last save"
     note = f"{replacing.replacement} joined; the gang {restart}"
-    moved = move_job(job, S.TRAINING, now, note=note)
+    moved = move_job(job, replacing.setting_up or S.TRAINING, now, note=note)
     return moved.model_copy(
         update={
             "replacing": None,

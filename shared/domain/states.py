@@ -91,14 +91,28 @@ JOB_TRANSITIONS: dict[JobSubstatus, frozenset[JobSubstatus]] = {
     ),
     S.WAITING_FOR_CAPACITY: frozenset({S.REQUESTING_SERVER, *_ENDS_WAITING}),
     S.WAITING_FOR_QUOTA: frozenset({S.REQUESTING_SERVER, *_ENDS_WAITING}),
-    S.CONNECTING_SERVER: frozenset({S.GEARING_UP_ENV, S.SENDING_MODEL_AND_DATA, *_FROM_SENDING}),
-    S.GEARING_UP_ENV: frozenset({S.SENDING_MODEL_AND_DATA, *_FROM_SENDING}),
-    S.SENDING_MODEL_AND_DATA: frozenset(_FROM_SENDING),
-    S.INSTALLING_REQUIREMENTS: frozenset({S.TRAINING, S.RETURNING, *_ON_VM_END}),
-    # A gang's node lost while training: the attempt stays, one node is replaced.
+    # A gang's node lost while setting up or training: the attempt stays, one
+    # node is replaced (``spotline.shared.domain.node_replacement``).
+    S.CONNECTING_SERVER: frozenset(
+        {S.GEARING_UP_ENV, S.SENDING_MODEL_AND_DATA, S.REPLACING_NODE, *_FROM_SENDING}
+    ),
+    S.GEARING_UP_ENV: frozenset({S.SENDING_MODEL_AND_DATA, S.REPLACING_NODE, *_FROM_SENDING}),
+    S.SENDING_MODEL_AND_DATA: frozenset({S.REPLACING_NODE, *_FROM_SENDING}),
+    S.INSTALLING_REQUIREMENTS: frozenset({S.TRAINING, S.RETURNING, S.REPLACING_NODE, *_ON_VM_END}),
     S.TRAINING: frozenset({S.RETURNING, S.REPLACING_NODE, *_ON_VM_END}),
-    # Back to training once the gang regrouped; any ending or loss as on a VM.
-    S.REPLACING_NODE: frozenset({S.TRAINING, S.RETURNING, *_ON_VM_END}),
+    # Once the gang regrouped: back to training, or to the step of setting up
+    # it was lost in; any ending or loss as on a VM.
+    S.REPLACING_NODE: frozenset(
+        {
+            S.CONNECTING_SERVER,
+            S.GEARING_UP_ENV,
+            S.SENDING_MODEL_AND_DATA,
+            S.INSTALLING_REQUIREMENTS,
+            S.TRAINING,
+            S.RETURNING,
+            *_ON_VM_END,
+        }
+    ),
     S.RETURNING: frozenset(_ON_VM_END),
     S.PREEMPTED: frozenset({S.REQUESTING_SERVER, S.WAITING_FOR_CAPACITY, *_GIVE_UP}),
     S.STALLED: frozenset({S.REQUESTING_SERVER, S.WAITING_FOR_CAPACITY, *_GIVE_UP}),

@@ -18,7 +18,7 @@ from spotline.shared.contract.assignment import Assignment
 from spotline.shared.contract.events import SpotPreempted
 from spotline.shared.domain.spec import JobSpec
 from spotline.shared.domain.vms import GANG_STOP_METADATA_KEY
-from spotline.vm_image.agent.agent import GROW_STOP_GRACE_ENV
+from spotline.vm_image.agent.agent import RANKS_STOP_GRACE_ENV
 from tests.emulators.test_agent_failures import Topics
 from tests.vm_agent import INSTANCE, Vm
 
@@ -76,7 +76,7 @@ def test_a_trainer_that_does_not_stop_as_asked_to_grow_is_reported_stopped_at_it
 ) -> None:
     agent_topics.create("spot_preempted")
     ready = vm.tmp_path / "ready"
-    vm.boot(shrunk_node(vm, mode, ready), **{GROW_STOP_GRACE_ENV: "3"})
+    vm.boot(shrunk_node(vm, mode, ready), **{RANKS_STOP_GRACE_ENV: "3"})
     deadline = time.monotonic() + 120
     while not ready.exists():
         assert time.monotonic() < deadline, "the trainer did not start"

@@ -143,8 +143,10 @@ def test_a_lost_gang_is_replaced_then_deleted_together(
     gets up to 30 s to shut down): deleted one after another, each delete
     waited for before the next was sent, a gang of 3 waited for 3 of them in a
     row; then for all 3 together before its replacement was asked for. Now
-    the replacement is asked for first, then the deletes all sent together."""
-    call("submit_job", "submit", {**SPEC, "nodes": 3}, message_id="s1")
+    the replacement is asked for first, then the deletes all sent together.
+    (A gang that replaces no node: one that does replaces the lost one alone.)"""
+    spec = {**SPEC, "nodes": 3, "replace_node_timeout_s": 0}
+    call("submit_job", "submit", spec, message_id="s1")
     start = len(host.requests)
     notice = node(SpotPreempted, "sl-job1-a1-n2")
     call("on_spot_preempted", "spot_preempted", notice, message_id="p1")

@@ -179,10 +179,14 @@ def test_at_the_instance_quota_the_replacement_overlaps_its_own_lost_vm_only(
     assert names(host) == ["sl-job1-a2", "sl-job2-a1"]
 
 
+# A gang relaunched whole on a loss (one that replaces a lost node keeps the others).
+WHOLE_GANG = {**SPEC, "nodes": 2, "replace_node_timeout_s": 0}
+
+
 def test_a_gangs_replacement_is_inserted_before_its_nodes_are_deleted(
     call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
-    call("submit_job", "submit", {**SPEC, "nodes": 2}, message_id="s1")
+    call("submit_job", "submit", WHOLE_GANG, message_id="s1")
     host.start_outage(Outage(delay_s=SLOW_DELETE_S, methods=frozenset({"DELETE"})))
     start = len(host.requests)
     notice = vm_event(SpotPreempted, instance="sl-job1-a1-n1", step=4)
@@ -222,7 +226,7 @@ def test_a_gang_whose_noticed_node_is_kept_waits_for_its_notice_once_the_rest_ar
     is deleted. The new gang is made waiting; once node 0's delete returned
     it waits only for node 1's notice to end (before, nobody opened it: the
     agents waited their whole bound)."""
-    call("submit_job", "submit", {**SPEC, "nodes": 2}, message_id="s1")
+    call("submit_job", "submit", WHOLE_GANG, message_id="s1")
     entry = log_sink_entry(host, "sl-job1-a1-n1")
     call("on_spot_preempted", "spot_preempted", entry, message_id="l1")
     assert names(host) == ["sl-job1-a1-n1", "sl-job1-a2-n0", "sl-job1-a2-n1"]

@@ -151,8 +151,7 @@ def replacing(nodes: int = 2, lost_node: int = 1, report: str = "agent", **field
         nodes=nodes,
         lost_node=lost_node,
         replace=True,
-        losses={1: (2, report)},
-        **{"epochs": 3, **fields},
+        **{"epochs": 3, "losses": {1: (2, report)}, **fields},
     )
 
 
@@ -203,6 +202,13 @@ REPLACEMENTS = [
         first("spot_preempted", b'"gang_stop":true'),
     ),
     Target("replace/on_vm_booted/the-replacement", replacing(nodes=3), first("vm_booted", b'-g1"')),
+    # Node 1 taken before its agent ran (the log sink's report): the gang
+    # never trained, so it regroups once the replacement is up, no save waited for.
+    Target(
+        "replace/on_vm_booted/a-node-lost-as-the-gang-set-up",
+        replacing(losses={1: (0, "log-sink")}),
+        first("vm_booted", b'-g1"'),
+    ),
     Target(
         "replace/on_epoch_done/regroup-after-node-0s-notice",
         replacing(lost_node=0, report="log-sink"),

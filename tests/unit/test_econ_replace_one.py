@@ -92,3 +92,15 @@ def test_a_gang_that_replaced_sixteen_nodes_still_hears_its_node_0() -> None:
     assert job is not None and job.status == JobStatus.COMPLETED
     assert run.replacements == 16
     assert job.attempt == 1, [h.note for h in job.history if h.substatus == JobSubstatus.STALLED]
+
+
+def test_a_node_lost_as_the_gang_boots_is_replaced_and_the_gang_starts_once_up() -> None:
+    """Node 2 taken 30 s into the gang's 90 s boot (only the log sink can
+    tell): the functions replace it with nothing to save; the gang regroups
+    once it is up and trains from the start, on its first attempt."""
+    run, outcome = replaced(Trace("node 2 booting", (Preemption(30 / 3600, 2),)))
+    job = run.store.get_job("econ")
+    assert job is not None and job.status == JobStatus.COMPLETED
+    assert job.attempt == 1 and outcome.preemptions == 1 and outcome.finished
+    assert inserted(run) == ORIGINAL | {"sl-econ-a1-n2-g1"}
+    assert replacements_recorded(run) == 1

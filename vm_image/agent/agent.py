@@ -59,6 +59,7 @@ from spotline.vm_image.agent.regroup import (
     await_regroup,
     newer_regroup,
     watch_gang_stop,
+    watch_regroup,
 )
 from spotline.vm_image.agent.restore_gate import await_restore
 from spotline.vm_image.agent.trainer_launch import (
@@ -100,7 +101,7 @@ def gang_stopped(exit_code: int, notice_at: float | None, nodes: int, asked: boo
     Once ``asked`` to grow back, any failed exit is the stop asked for: a
     rank killed by the request before its trainer installed its stop handler
     (143 too), a peer that failed in a collective with it, or one killed
-    past ``GROW_STOP_GRACE_S`` (blocked with it). The gang then resumes from
+    past ``RANKS_STOP_GRACE_S`` (blocked with it). The gang then resumes from
     its last save (``Agent.saved_step``)."""
     if notice_at is not None:
         return False
@@ -125,13 +126,16 @@ FINISH_SYNC_S = 600.0
 # The agent's setting (not the job's): how long a save in the trainer's
 # folders must stay unchanged to be stored while the trainer runs.
 MIRROR_SETTLE_ENV = "SPOTLINE_MIRROR_SETTLE_S"
-# How long the trainer has to stop once spotline asked its elastic gang to
-# stop and grow back (``watch_gang_stop``), as long as a preemption notice
-# gives: past it, its ranks are killed. A rank blocked with a peer that died
-# of the same request (before its trainer installed its stop handler) never
-# returns to see its signal. The agent's setting, for tests.
-GROW_STOP_GRACE_S = 30.0
-GROW_STOP_GRACE_ENV = "SPOTLINE_GROW_STOP_GRACE_S"
+# How long the trainer's ranks have to stop once the agent asked them to
+# (SIGTERM) for its gang's sake, as long as a preemption notice gives: past
+# it, they are killed. Asked to grow back (``watch_gang_stop``), a rank may be
+# blocked with a peer that died of the same request before its trainer
+# installed its stop handler; stopped for a regroup while it ran
+# (``watch_regroup``), it may wait in a rendezvous with a node lost as the
+# gang set up: a stop flag is read between steps, and neither has one. The
+# agent's setting, for tests.
+RANKS_STOP_GRACE_S = 30.0
+RANKS_STOP_GRACE_ENV = "SPOTLINE_RANKS_STOP_GRACE_S"
 # How long the agent tries to publish job finished before it gives up and
 # exits: the reaper's default stall timeout, after which it would act anyway.
 FINISH_PUBLISH_S = 300.0
@@ -214,6 +218,8 @@ class Agent:
         self.job_done = threading.Event()
         self._preemption_reported = False
         self._asked_to_grow = False  # an elastic gang's stop to grow back (``watch_gang_stop``)
+        # The gang regrouped while this node's ranks ran (``watch_regroup``).
+        self._regrouped_under: Regroup | None = None
         # Each job its own folder: a cooling or restarted VM runs several, and
         # must not replay one job's reports, upload its logs for the next, or
         # show the next job its files (workspace: earlier folders are removed).
@@ -410,6 +416,11 @@ class Agent:
                 if preempted_run(exit_code, self._notice_at, exited_at):
                     self._report_preempted()
                     return True
+                regrouped, self._regrouped_under = self._regrouped_under, None
+                if regrouped is not None and exit_code != 0:
+                    # Stopped for the regroup: nothing of this run to report.
+                    exit_code, log_tail, unrecoverable = self._rejoin(regrouped)
+                    continue
                 nodes = len(self.assignment.nodes)
                 if not gang_stopped(exit_code, self._notice_at, nodes, self._asked_to_grow):
                     break
@@ -498,9 +509,10 @@ class Agent:
                 bound = self.assignment.spec.replace_node_timeout_s
                 wait_s = max(wait_s, bound + REGROUP_MARGIN_S)
             await_restore(self.metadata, wait_s)
-            if self.assignment.generation > 0:
-                # An elastic gang shrank and grew back since this VM was made:
-                # it joins at the generation the gang grew back at.
+            if len(self.assignment.nodes) > 1:
+                # The gang regrouped as this node set up (a node lost before
+                # training), or, on a replacement, an elastic gang shrank and
+                # grew back since this VM was made: it joins at that generation.
                 regroup = newer_regroup(self.metadata, self.assignment)
                 if regroup is not None and self.name in regroup.nodes:
                     self.assignment = self.assignment.regrouped(regroup)
@@ -534,10 +546,36 @@ class Agent:
                 args=(self.metadata, generation, done, lambda: self._on_grow(generation, done)),
                 daemon=True,
             ).start()
+        if len(self.assignment.nodes) > 1 and self.assignment.spec.replace_node_timeout_s > 0:
+            threading.Thread(
+                target=watch_regroup,
+                args=(
+                    self.metadata,
+                    self.assignment,
+                    self.name,
+                    done,
+                    lambda regroup: self._on_regroup(regroup, done),
+                ),
+                daemon=True,
+            ).start()
         try:
             return exit_status(self.trainer.wait()), self.trainer.log_tail(), False
         finally:
             done.set()
+
+    def _on_regroup(self, regroup: Regroup, exited: threading.Event) -> None:
+        """The gang regrouped while this node's ranks ran: they are stopped
+        (``_stop_ranks``), then started again with the new node list
+        (``_run_job``). Not after this VM's own notice."""
+        trainer = self.trainer
+        if trainer is None or self.preempted.is_set():
+            return
+        self._regrouped_under = regroup
+        logs.info(
+            f"the gang regrouped (generation {regroup.generation}) while this node's ranks "
+            "ran: stopping them to start again with the new node list"
+        )
+        self._stop_ranks(trainer, exited, "the regroup")
 
     def _on_grow(self, generation: int, exited: threading.Event) -> None:
         """spotline asked the elastic gang of ``generation`` to stop and grow
@@ -548,26 +586,24 @@ class Agent:
             return
         self._asked_to_grow = True
         logs.info("the gang's replacement is up: stopping at the next step to grow back")
-        trainer.signal(signal.SIGTERM)
-        grace_s = float(os.environ.get(GROW_STOP_GRACE_ENV) or GROW_STOP_GRACE_S)
-        threading.Thread(
-            target=self._kill_unstopped, args=(trainer, exited, grace_s), daemon=True
-        ).start()
+        self._stop_ranks(trainer, exited, "the request to grow back")
 
-    def _kill_unstopped(
-        self, trainer: TrainerProcess | RankGroup, exited: threading.Event, grace_s: float
+    def _stop_ranks(
+        self, trainer: TrainerProcess | RankGroup, exited: threading.Event, why: str
     ) -> None:
-        """Kill the ranks of ``trainer`` still running ``grace_s`` after the
-        request to grow back (``GROW_STOP_GRACE_S``; ``exited``: set once it
-        exits): blocked with a peer that died of it, they never return to see
-        their signal."""
-        if exited.wait(grace_s):
-            return
-        logs.warning(
-            f"the trainer did not stop within {grace_s:.0f} s of the request to grow back: "
-            "killing it (a rank blocked with a peer that died of the request)"
-        )
-        trainer.signal(signal.SIGKILL)
+        """SIGTERM to the ranks of ``trainer``, and SIGKILL to those still
+        running ``RANKS_STOP_GRACE_S`` later (``exited``: set once it exits):
+        a rank blocked with a peer never returns to see its signal."""
+        trainer.signal(signal.SIGTERM)
+        grace_s = float(os.environ.get(RANKS_STOP_GRACE_ENV) or RANKS_STOP_GRACE_S)
+
+        def kill_unstopped() -> None:
+            if exited.wait(grace_s):
+                return
+            logs.warning(f"the trainer did not stop within {grace_s:.0f} s of {why}: killing it")
+            trainer.signal(signal.SIGKILL)
+
+        threading.Thread(target=kill_unstopped, daemon=True).start()
 
     def _cannot_start(self, err: CannotStart) -> tuple[int, str, bool]:
         """A job that cannot be prepared, or a trainer that cannot start: it

@@ -8,7 +8,12 @@ deletes this VM: the agent's SIGTERM ends the wait.
 An elastic gang (``spotline.shared.domain.gang_resize``) regroups at a
 smaller size without the replacement; once that is up, spotline asks the
 smaller gang to stop (``spotline-gang-stop``: its generation), which the
-agent turns into the stop a peer's notice causes (``watch_gang_stop``)."""
+agent turns into the stop a peer's notice causes (``watch_gang_stop``).
+
+A gang that loses a node while it sets up regroups with nothing to save:
+a node reads the regroup before its trainer starts (``newer_regroup``), or,
+its ranks already waiting in a rendezvous with the lost node, while they run
+(``watch_regroup``): they are stopped and started again with the new list."""
 
 from __future__ import annotations
 
@@ -118,6 +123,34 @@ def newer_regroup(metadata: Metadata, assignment: Assignment) -> Regroup | None:
         return _newer(metadata.get(REGROUP_ATTRIBUTE), assignment)
     except MetadataError:
         return None
+
+
+def watch_regroup(
+    metadata: Metadata,
+    assignment: Assignment,
+    name: str,
+    done: threading.Event,
+    on_regroup: Callable[[Regroup], None],
+) -> None:
+    """Until ``done`` is set, call ``on_regroup`` once (and return) with a
+    regroup newer than ``assignment``'s generation that names this node
+    (``name``): the gang regrouped while this node's ranks ran, as when a
+    node was lost while the gang set up and these ranks wait in a
+    rendezvous with it that will never complete."""
+    regroup = _watch(
+        metadata,
+        REGROUP_ATTRIBUTE,
+        lambda value: _naming(_newer(value, assignment), name),
+        done,
+        math.inf,
+        absent_s=_ABSENT_POLL_S,
+    )
+    if regroup is not None:
+        on_regroup(regroup)
+
+
+def _naming(regroup: Regroup | None, name: str) -> Regroup | None:
+    return regroup if regroup is not None and name in regroup.nodes else None
 
 
 def watch_gang_stop(
