@@ -100,13 +100,8 @@ def test_a_second_loss_or_the_bound_relaunches_a_setting_up_gang_whole() -> None
     assert node_replacement.overdue(job, at(10) + timedelta(seconds=bound))
 
 
-@pytest.mark.parametrize(
-    "spec", [{"replace_node_timeout_s": 0}, {"framework": "tensorflow"}], ids=["off", "tf"]
-)
-def test_a_gang_that_cannot_replace_still_relaunches_on_a_loss_while_setting_up(
-    spec: dict[str, Any],
-) -> None:
-    job = lose(setting_up_gang(**spec), N1)
+def test_a_gang_that_cannot_replace_still_relaunches_on_a_loss_while_setting_up() -> None:
+    job = lose(setting_up_gang(replace_node_timeout_s=0), N1)
     assert (job.attempt, job.replacing) == (2, None)
 
 
