@@ -2,7 +2,7 @@
 
 Full relaunch, relaunch waiting for the old nodes' deletes (spotline
 before), replace-one (spotline's for pytorch, command, xgboost and ray gangs),
-elastic (spotline's min_nodes, for pytorch and command gangs; modelled only),
+elastic (spotline's min_nodes, for pytorch and command gangs),
 and a SkyPilot-like poller
 with 60 s, 10 min and 30 min periodic checkpoints, on the same seeded Poisson
 traces and boot draws, for 2-, 4- and 8-node gangs of T4 and L4 VMs at 0.5, 1
@@ -10,13 +10,14 @@ and 2 preemptions per VM-hour (``benchmarks.econ.gang_model``). Prints cost
 against on demand and makespan, then the goals for a 4-node gang at 1
 preemption per VM-hour.
 
-Then relaunch and replace-one of the ``--handlers`` cells through spotline's
-real handlers, beside the model's figures for the same traces and boot
-draws (``benchmarks.econ.gang_handlers``), with the goals by the handlers'
-figures and the wall time they took.
+Then relaunch, replace-one and elastic of the ``--handlers`` cells through
+spotline's real handlers, beside the model's figures for the same traces and
+boot draws (``benchmarks.econ.gang_handlers``), with the goals by the
+handlers' figures and the wall time they took.
 
     python benchmarks/bench_gang_econ.py                 # BENCHMARKS.md's tables
     python benchmarks/bench_gang_econ.py --nodes 4 --rates 1 --seeds 50 --handlers ""
+    python benchmarks/bench_gang_econ.py --handlers L4:2:1,L4:8:1,T4:4:1 --handler-seeds 3
 """
 
 from __future__ import annotations
@@ -148,7 +149,19 @@ def main(argv: list[str] | None = None) -> int:
         help='cells run through the handlers too, GPU:NODES:RATE, comma-separated ("": none)',
     )
     parser.add_argument("--handler-seeds", type=int, default=2, help="seeded traces per cell")
+    parser.add_argument(
+        "--handler-strategies",
+        default=",".join(gang_handlers.HANDLED),
+        help="the strategies run through the handlers, comma-separated",
+    )
     args = parser.parse_args(argv)
+    strategies = [s for s in args.handler_strategies.split(",") if s]
+    unknown_strategies = set(strategies) - set(gang_handlers.HANDLED)
+    if unknown_strategies:
+        parser.error(
+            f"--handler-strategies: unknown {', '.join(sorted(unknown_strategies))} "
+            f"(of {', '.join(gang_handlers.HANDLED)})"
+        )
     unknown = set(args.gpus.split(",")) - set(MACHINES)
     if unknown:
         parser.error(f"--gpus: unknown {', '.join(sorted(unknown))} (one of {', '.join(MACHINES)})")
@@ -172,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, source in gang_model.SOURCES.items():
         print(f"  {name} = {getattr(lat, name):g}: {source}")
     if handled:
-        print_handled(handled, args.hours, args.handler_seeds, lat)
+        print_handled(handled, args.hours, args.handler_seeds, lat, strategies)
     return 0
 
 
@@ -191,13 +204,19 @@ def handler_cell(text: str) -> tuple[str, int, float]:
 
 
 def print_handled(
-    cells: list[tuple[str, int, float]], hours: float, seeds: int, lat: Latencies
+    cells: list[tuple[str, int, float]],
+    hours: float,
+    seeds: int,
+    lat: Latencies,
+    strategies: list[str],
 ) -> None:
-    """Relaunch and replace-one through the handlers, beside the model."""
+    """``strategies`` through the handlers, beside the model."""
     began = time.monotonic()
     rows: list[gang_handlers.Agreement] = []
     for gpu, nodes, rate in cells:
-        rows += gang_handlers.compare(gpu, MACHINES[gpu], nodes, rate, hours, seeds, lat)
+        rows += gang_handlers.compare(
+            gpu, MACHINES[gpu], nodes, rate, hours, seeds, lat, strategies
+        )
     same = f"same traces and boot draws, {seeds} seeds"
     print(f"\nthrough spotline's handlers, beside the model ({same}):\n")
     print(gang_handlers.markdown(rows))

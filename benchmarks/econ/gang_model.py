@@ -19,7 +19,7 @@ Strategies, all on the same traces and the same seeded boot times:
 * ``elastic``: what spotline does for ``pytorch`` and ``command`` gangs with
   ``min_nodes`` (here half the gang): as replace-one, but the survivors train
   on at the smaller size while the replacement boots, and the gang grows back
-  when it joins; each change of size is a restart from a save. Modelled only.
+  when it joins; each change of size is a restart from a save.
 * ``poller, checkpoint every P``: a SkyPilot-like controller (tears the
   cluster down and relaunches it whole, ``sky/jobs/recovery_strategy.py``)
   with the user's periodic checkpoint every 60 s, 10 min or 30 min.
@@ -141,11 +141,16 @@ def run(strategy: str, job: Job, trace: Trace, lat: Latencies, seed: int) -> Out
     if strategy == REPLACE_ONE:
         return _in_place(strategy, job, trace, lat, rng, min_nodes=job.nodes)
     if strategy == ELASTIC:
-        return _in_place(strategy, job, trace, lat, rng, min_nodes=max(1, job.nodes // 2))
+        return _in_place(strategy, job, trace, lat, rng, min_nodes=elastic_min_nodes(job.nodes))
     for period in PERIODS_S:
         if strategy == poller_name(period):
             return _poller(strategy, job, trace, lat, rng, period)
     raise ValueError(f"unknown strategy {strategy!r} (one of {', '.join(STRATEGIES)})")
+
+
+def elastic_min_nodes(nodes: int) -> int:
+    """The elastic strategy's ``min_nodes``: half the gang."""
+    return max(1, nodes // 2)
 
 
 def _relaunch(
