@@ -283,6 +283,11 @@ def _in_place(
     once at the smaller size, and the gang grows back (a save, a restart)
     each time a replacement is up; below ``min_nodes`` it waits.
 
+    The functions act on each report ``deliver_s`` after it is sent: node
+    0's save (an elastic gang shrinks then), the replacement's boot (the
+    gang regroups, or an elastic gang is asked to stop and grow back, then),
+    the smaller gang's save on that request.
+
     The training runs from ``resume`` on ``size`` nodes (a second does
     size/n of a second's work); ``up[k]`` is when slot k's VM can train,
     ``since[k]`` when it was inserted (it bills from then)."""
@@ -296,7 +301,9 @@ def _in_place(
     while True:
         rate = size / n if size >= min_nodes else 0.0
         end = resume + (job.work_s - progress) / rate if rate else math.inf
+        # An elastic gang is asked to grow back once a replacement's boot is heard.
         grow = min((t for t in up if t > resume), default=math.inf) if size < n else math.inf
+        grow += lat.deliver_s
         hit, node = events[i] if i < len(events) else (math.inf, 0)
         if min(hit, grow, end) >= limit:
             vm_s += sum(limit - s for s in since)
@@ -310,8 +317,8 @@ def _in_place(
         if grow < hit:  # a replacement is up: stop at a step, save, restart bigger
             progress += (grow - resume) * rate
             spent.add(smaller_s=(grow - resume) * (1 - rate) if rate else 0.0)
-            spent.add(resize_s=lat.checkpoint_s + lat.restart_s)
-            resume = grow + lat.checkpoint_s + lat.restart_s
+            spent.add(resize_s=lat.checkpoint_s + lat.deliver_s + lat.restart_s)
+            resume = grow + lat.checkpoint_s + lat.deliver_s + lat.restart_s
             size = sum(1 for t in up if t <= resume)
             continue
         i += 1
@@ -336,11 +343,12 @@ def _in_place(
         waited = resume
         shrinks = min_nodes < n and sum(1 for t in up if t <= hit) >= min_nodes
         if shrinks:
-            resume = max(hit + lat.checkpoint_s, resume) + lat.restart_s  # after rank 0's save
+            saved = hit + lat.checkpoint_s + lat.deliver_s  # rank 0's save, reported
+            resume = max(saved, resume) + lat.restart_s
         elif min_nodes < n:
-            resume = sorted(up)[min_nodes - 1] + lat.restart_s
+            resume = sorted(up)[min_nodes - 1] + lat.deliver_s + lat.restart_s
         else:
-            resume = max(up) + lat.restart_s
+            resume = max(up) + lat.deliver_s + lat.restart_s  # the last boot, reported
         size = sum(1 for t in up if t <= resume)
         _charge_stop(spent, lat, hit, reported, booted, up[node], waited, resume, shrinks)
 
@@ -368,8 +376,9 @@ def _charge_stop(
     else:
         boot = min(booted, up) - reported
         gate = up - min(booted, up)
-        rest = resume - lat.restart_s - up  # another slot's VM still booting
-        spent.add(heard_s=reported - hit, boot_s=boot, gate_s=gate, overlap_s=rest)
+        rest = resume - lat.restart_s - lat.deliver_s - up  # another slot's VM still booting
+        heard = reported - hit + lat.deliver_s  # the loss's report, and the boot's
+        spent.add(heard_s=heard, boot_s=boot, gate_s=gate, overlap_s=rest)
         spent.add(restart_s=lat.restart_s)
 
 

@@ -16,14 +16,16 @@ class Overhead:
 
     Attributes:
         heard_s: a notice -> the loss acted on: the save (or the step) on the
-            notice and the report's delivery; the poller's detection.
+            notice and the report's delivery (and the replacement's boot
+            report's); the poller's detection.
         delete_wait_s: the old nodes' deletes waited for before the next
             insert (spotline before the restore gate; the poller's teardown).
         boot_s: the new VMs' insert and boot (a gang's slowest node): the
             survivors' idle wait for a replacement, or the whole gang's.
         gate_s: the restore gate beyond the boot (the lost VM not yet gone).
         restart_s: the ranks restarted from the save once the gang is whole.
-        resize_s: an elastic gang's save and restart at each change of size.
+        resize_s: an elastic gang's save, its report and the restart at each
+            change of size.
         smaller_s: work not done while an elastic gang trains smaller
             (a second at k of n nodes does k/n of a second's work).
         lost_s: work since the last save, redone.
