@@ -241,7 +241,8 @@ class ModelledAgents:
             if str(attempt.generation) not in asked:
                 continue
             assert attempt.train_start is not None
-            progress = self.saved_s + (self.now_s - attempt.train_start) * attempt.rate
+            trained = max(0.0, self.now_s - attempt.train_start)  # (asked as it restarts)
+            progress = self.saved_s + trained * attempt.rate
             self.saved_s = self.params.saved_on_notice(progress)
             self._stop_ranks(attempt, None)
             attempt.stopped_s = self.now_s
