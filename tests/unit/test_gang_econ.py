@@ -148,3 +148,11 @@ def test_one_loss_is_charged_to_its_causes() -> None:
     shrunk = HIT_S + f.checkpoint_s + f.deliver_s + f.restart_s
     assert spent.smaller_s == pytest.approx((asked - shrunk) / 2)
     assert spent.boot_s == spent.heard_s == 0
+
+
+def test_an_unknown_handler_strategy_is_named(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        bench_gang_econ.main(["--nodes", "2", "--rates", "1", "--handler-strategies", "spare"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "--handler-strategies: unknown spare" in err and gang_model.ELASTIC in err
