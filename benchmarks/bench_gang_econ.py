@@ -2,7 +2,7 @@
 
 Full relaunch, relaunch waiting for the old nodes' deletes (spotline
 before), replace-one (spotline's, for gangs of every framework),
-elastic (spotline's min_nodes, for pytorch and command gangs; modelled only),
+elastic (spotline's min_nodes, for pytorch and command gangs),
 and a SkyPilot-like poller
 with 60 s, 10 min and 30 min periodic checkpoints, on the same seeded Poisson
 traces and boot draws, for 2-, 4- and 8-node gangs of T4 and L4 VMs at 0.5, 1
@@ -10,13 +10,14 @@ and 2 preemptions per VM-hour (``benchmarks.econ.gang_model``). Prints cost
 against on demand and makespan, then the goals for a 4-node gang at 1
 preemption per VM-hour.
 
-Then relaunch and replace-one of the ``--handlers`` cells through spotline's
-real handlers, beside the model's figures for the same traces and boot
-draws (``benchmarks.econ.gang_handlers``), with the goals by the handlers'
-figures and the wall time they took.
+Then relaunch, replace-one and elastic of the ``--handlers`` cells through
+spotline's real handlers, beside the model's figures for the same traces and
+boot draws (``benchmarks.econ.gang_handlers``), with the goals by the
+handlers' figures and the wall time they took.
 
     python benchmarks/bench_gang_econ.py                 # BENCHMARKS.md's tables
     python benchmarks/bench_gang_econ.py --nodes 4 --rates 1 --seeds 50 --handlers ""
+    python benchmarks/bench_gang_econ.py --handlers L4:2:1,L4:8:1,T4:4:1 --handler-seeds 3
 """
 
 from __future__ import annotations
@@ -25,13 +26,14 @@ import argparse
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.econ import gang_handlers, gang_model, traces
+from benchmarks.econ import gang_handlers, gang_model, gang_overhead, traces
 from benchmarks.econ.gang_model import Latencies
+from benchmarks.econ.gang_overhead import Overhead
 from benchmarks.econ.model import Job
 
 MACHINES = {"T4": "n1-standard-8-t4", "L4": "g2-standard-4"}
@@ -84,6 +86,26 @@ def measure(
             )
         )
     return cells
+
+
+def explain(
+    gpu: str, nodes: int, rate: float, hours: float, seeds: int, lat: Latencies
+) -> list[tuple[str, Overhead, float]]:
+    """Each strategy's mean overhead by cause over the seeds' finished runs,
+    with the mean on-demand makespan, for ``gang_overhead.markdown``."""
+    job = Job(f"{nodes}x {gpu}", MACHINES[gpu], hours, nodes)
+    spent: dict[str, list[Overhead]] = {s: [] for s in gang_model.STRATEGIES}
+    bases = []
+    for seed in range(1, seeds + 1):
+        trace = traces.poisson(rate, nodes, lat.max_hours, seed)
+        bases.append(gang_model.on_demand(job, lat, seed).makespan_s)
+        for strategy in gang_model.STRATEGIES:
+            run, overhead = gang_model.explained(strategy, job, trace, lat, seed)
+            if run.finished:
+                spent[strategy].append(overhead)
+    base = statistics.fmean(bases)
+    label = f"{gpu} {nodes} nodes @{rate:g}/h"
+    return [(f"{label}, {s}", Overhead.mean(runs), base) for s, runs in spent.items() if runs]
 
 
 def spot_discount(gpu: str) -> float:
@@ -148,7 +170,19 @@ def main(argv: list[str] | None = None) -> int:
         help='cells run through the handlers too, GPU:NODES:RATE, comma-separated ("": none)',
     )
     parser.add_argument("--handler-seeds", type=int, default=2, help="seeded traces per cell")
+    parser.add_argument(
+        "--handler-strategies",
+        default=",".join(gang_handlers.HANDLED),
+        help="the strategies run through the handlers, comma-separated",
+    )
     args = parser.parse_args(argv)
+    strategies = [s for s in args.handler_strategies.split(",") if s]
+    unknown_strategies = set(strategies) - set(gang_handlers.HANDLED)
+    if unknown_strategies:
+        parser.error(
+            f"--handler-strategies: unknown {', '.join(sorted(unknown_strategies))} "
+            f"(of {', '.join(gang_handlers.HANDLED)})"
+        )
     unknown = set(args.gpus.split(",")) - set(MACHINES)
     if unknown:
         parser.error(f"--gpus: unknown {', '.join(sorted(unknown))} (one of {', '.join(MACHINES)})")
@@ -168,12 +202,42 @@ def main(argv: list[str] | None = None) -> int:
     print("\ngoals, 4-node gang at 1 preemption/VM-hour:")
     for line in goals(cells):
         print(f"  {line}")
+    if 1.0 in map(float, args.rates.split(",")):
+        print_explained(args.gpus.split(",")[0], args.nodes, args.hours, args.seeds, lat)
+        if "4" in args.nodes.split(","):
+            print_in_place_regroup(args.gpus.split(","), args.hours, args.seeds, lat)
     print("\nlatencies (seconds) and where each comes from:")
     for name, source in gang_model.SOURCES.items():
         print(f"  {name} = {getattr(lat, name):g}: {source}")
     if handled:
-        print_handled(handled, args.hours, args.handler_seeds, lat)
+        print_handled(handled, args.hours, args.handler_seeds, lat, strategies)
     return 0
+
+
+def print_explained(gpu: str, nodes: str, hours: float, seeds: int, lat: Latencies) -> None:
+    """Where each strategy's makespan beyond on demand goes, at 1
+    preemption/VM-hour (the same on any GPU: only the prices differ)."""
+    sizes = map(int, nodes.split(","))
+    rows = [row for n in sizes for row in explain(gpu, n, 1.0, hours, seeds, lat)]
+    print("\nwhere the makespan beyond on demand goes, at 1 preemption/VM-hour (any GPU:")
+    print("percent of the on-demand makespan, mean of the finished runs):\n")
+    print(gang_overhead.markdown(rows))
+
+
+def print_in_place_regroup(gpus: list[str], hours: float, seeds: int, lat: Latencies) -> None:
+    """A product change, modelled: a gang's ranks regroup without a restart
+    (the process group re-formed in the running processes, the state kept in
+    memory; the replacement restores during its boot), so a regroup costs no
+    ``restart_s`` after the last node is up."""
+    changed = replace(lat, restart_s=0.0)
+    print(
+        "\nmodelled, not built: ranks that regroup without a restart "
+        "(restart_s 0), 4-node gang at 1 preemption/VM-hour:"
+    )
+    for gpu in gpus:
+        for cell in measure(gpu, 4, 1.0, hours, seeds, changed):
+            if cell.strategy in GOAL_MAKESPAN:
+                print(f"  {verdict(gpu, cell.strategy, cell.savings, cell.makespan)}")
 
 
 def handler_cell(text: str) -> tuple[str, int, float]:
@@ -191,13 +255,19 @@ def handler_cell(text: str) -> tuple[str, int, float]:
 
 
 def print_handled(
-    cells: list[tuple[str, int, float]], hours: float, seeds: int, lat: Latencies
+    cells: list[tuple[str, int, float]],
+    hours: float,
+    seeds: int,
+    lat: Latencies,
+    strategies: list[str],
 ) -> None:
-    """Relaunch and replace-one through the handlers, beside the model."""
+    """``strategies`` through the handlers, beside the model."""
     began = time.monotonic()
     rows: list[gang_handlers.Agreement] = []
     for gpu, nodes, rate in cells:
-        rows += gang_handlers.compare(gpu, MACHINES[gpu], nodes, rate, hours, seeds, lat)
+        rows += gang_handlers.compare(
+            gpu, MACHINES[gpu], nodes, rate, hours, seeds, lat, strategies
+        )
     same = f"same traces and boot draws, {seeds} seeds"
     print(f"\nthrough spotline's handlers, beside the model ({same}):\n")
     print(gang_handlers.markdown(rows))

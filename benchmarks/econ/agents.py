@@ -19,13 +19,23 @@ regroup. If the functions relaunch the gang whole instead, the survivors go
 with their attempt (the functions delete them). A gang that loses a node as
 it boots waits the same way, with nothing saved: the regroup starts its
 ranks once every survivor is up.
+
+An elastic job (``min_nodes``, ``spotline.shared.domain.gang_resize``): the
+functions may regroup the survivors alone (a regroup naming only them, its
+ranks renumbered); they restart from the save at once and train at their
+size (k of n nodes do k/n of the gang's work a second) while the
+replacement waits behind its gate. When the functions ask that smaller gang
+to stop (``spotline-gang-stop``: its generation, seen at once, as the real
+agent's hanging read sees it), its ranks stop at a step, its first node
+saves, every node reports the stop with its generation and waits for the
+regroup at the full size.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -41,6 +51,7 @@ from spotline.shared.contract.events import Heartbeat, JobFinished, SpotPreempte
 from spotline.shared.domain.states import JobSubstatus
 from spotline.shared.domain.vms import (
     EVENT_TOKEN_METADATA_KEY,
+    GANG_STOP_METADATA_KEY,
     JOB_METADATA_KEY,
     MANAGED_LABEL,
     REGROUP_METADATA_KEY,
@@ -88,6 +99,8 @@ class Attempt:
         generation: the regroup its ranks run at.
         runs: counts its ranks' starts and stops: a finish planned before is void.
         up_s: when its first nodes are up (the slowest's boot done).
+        members: the VMs its ranks run on, by rank, when an elastic gang
+            regrouped without its replacement (empty: ``vms``, the whole gang).
     """
 
     number: int
@@ -101,6 +114,17 @@ class Attempt:
     runs: int = 0
     hung: bool = False
     up_s: float = 0.0
+    members: list[Vm] = field(default_factory=list)
+
+    @property
+    def gang(self) -> list[Vm]:
+        """The VMs its ranks run on, by rank: its head (which saves) first."""
+        return self.members or self.vms
+
+    @property
+    def rate(self) -> float:
+        """The gang's work done per second of training at its size."""
+        return len(self.gang) / len(self.vms)
 
     @property
     def training(self) -> bool:
@@ -195,19 +219,50 @@ class ModelledAgents:
             if self.now_s > attempt.stopped_s + self.regroup_wait_s + REGROUP_MARGIN_S:
                 attempt.lost = True  # the agents gave up waiting; their VMs idle until deleted
                 continue
-            regroup = self._regroup_of(attempt.vms[0])
+            regroup = max(
+                filter(None, map(self._regroup_of, attempt.gang)),
+                key=lambda found: found.generation,
+                default=None,
+            )
             if regroup is None or regroup.generation <= attempt.generation:
                 continue
-            if any(self._regroup_of(vm) != regroup for vm in attempt.vms):
+            named = {vm.name: vm for vm in attempt.vms}
+            if not set(regroup.nodes) <= set(named):
+                continue  # a node list of another attempt's VMs: the functions' to see
+            gang = [named[name] for name in regroup.nodes]
+            if any(self._regroup_of(vm) != regroup for vm in gang):
                 continue  # not every node told yet (a node gone: the functions' to see)
+            attempt.members = gang if len(gang) < len(attempt.vms) else []
             self._restart(attempt, regroup.generation)
 
+    def _grow_requests(self) -> None:
+        """A smaller elastic gang the functions asked to stop (its generation
+        in ``spotline-gang-stop``) stops at a step and saves, to grow back."""
+        for attempt in self.attempts.values():
+            if not attempt.members or not attempt.training:
+                continue
+            asked = [self._metadata_of(vm, GANG_STOP_METADATA_KEY) for vm in attempt.gang]
+            if str(attempt.generation) not in asked:
+                continue
+            assert attempt.train_start is not None
+            trained = max(0.0, self.now_s - attempt.train_start)  # (asked as it restarts)
+            progress = self.saved_s + trained * attempt.rate
+            self.saved_s = self.params.saved_on_notice(progress)
+            self._stop_ranks(attempt, None)
+            attempt.stopped_s = self.now_s
+            attempt.runs += 1
+
     def _regroup_of(self, vm: Vm) -> Regroup | None:
+        value = self._metadata_of(vm, REGROUP_METADATA_KEY)
+        return None if value is None else Regroup.model_validate_json(value)
+
+    def _metadata_of(self, vm: Vm, key: str) -> str | None:
+        """The VM's metadata item ``key`` (None: absent, or the VM not running)."""
         found = self.cloud.get(vm.name, vm.zone)
         if found is None or found["state"] != "RUNNING":
             return None
-        value = found.get("metadata", {}).get(REGROUP_METADATA_KEY)
-        return None if value is None else Regroup.model_validate_json(str(value))
+        value = found.get("metadata", {}).get(key)
+        return None if value is None else str(value)
 
     def _restart(self, attempt: Attempt, generation: int) -> None:
         """Every rank restarts from the save, ``restart_s`` on (if every
@@ -215,7 +270,7 @@ class ModelledAgents:
         attempt.generation = generation
         attempt.stopped_s = None
         attempt.runs += 1
-        if any(vm.noticed_s is not None for vm in attempt.vms):
+        if any(vm.noticed_s is not None for vm in attempt.gang):
             attempt.hung = True
             return
         start = max(self.now_s + self.params.restart_s, attempt.up_s)
@@ -246,7 +301,7 @@ class ModelledAgents:
         (after its boot's report, when ``booting``), and the finish is planned."""
         attempt.train_start = start_s
         step = self._step(self.saved_s)
-        for vm in attempt.vms:
+        for vm in attempt.gang:
             vm.booted = True
             common = self._common(attempt, vm)
             if booting:
@@ -263,7 +318,7 @@ class ModelledAgents:
 
     def _plan_finish(self, attempt: Attempt) -> None:
         assert attempt.train_start is not None
-        end = attempt.train_start + (self.job.work_s - self.saved_s)
+        end = attempt.train_start + (self.job.work_s - self.saved_s) / attempt.rate
         self._at(end, functools.partial(self._finish, attempt, attempt.runs))
 
     def _gate_shut(self, vm: Vm) -> bool:
@@ -280,7 +335,7 @@ class ModelledAgents:
         if not attempt.training or attempt.runs != runs:
             return
         # Workers first: node 0's exit ends the job (``on_job_finished``).
-        for vm in reversed(attempt.vms):
+        for vm in reversed(attempt.gang):
             self._publish("job_finished", JobFinished(**self._common(attempt, vm), exit_code=0))
         self.saved_s = self.job.work_s
         attempt.lost = True  # its trainer is done: later preemptions hit nothing
@@ -308,13 +363,13 @@ class ModelledAgents:
         vm.noticed_s = self.now_s
         stop = attempt.stop = Stop(attempt.number, node, self.now_s, attempt.started)
         self.stops.append(stop)
-        if vm.booted and attempt.training and attempt.train_start is not None:
+        if vm in attempt.gang and attempt.training and attempt.train_start is not None:
             stop.trained_s = max(0.0, self.now_s - attempt.train_start)
-            progress = self.saved_s + stop.trained_s
+            progress = self.saved_s + stop.trained_s * attempt.rate
             # The trainer saves at the end of its step, then the agent reports.
             self.saved_s = self.params.saved_on_notice(progress)
             stop.lost_work_s = progress - self.saved_s
-            self._stop_ranks(attempt, node)
+            self._stop_ranks(attempt, vm)
             if len(attempt.vms) > 1 and self.regroup_wait_s > 0:
                 attempt.stopped_s = self.now_s  # the survivors wait for a regroup
                 attempt.runs += 1
@@ -323,41 +378,53 @@ class ModelledAgents:
         else:
             # Before the agent is up, or while its ranks are not running,
             # only the log sink reports it. A gang booting is lost whole; one
-            # waiting for a regroup (or hung) goes only if the functions say.
+            # waiting for a regroup (or hung), or training without this VM,
+            # goes only if the functions say.
             booting = attempt.train_start is None and attempt.stopped_s is None
             if booting and len(attempt.vms) > 1 and self.regroup_wait_s > 0:
                 attempt.stopped_s = self.now_s  # replaced: nothing saved, the gang waits
                 attempt.runs += 1
-            elif attempt.stopped_s is None and not attempt.hung:
+            elif attempt.stopped_s is None and not attempt.hung and vm in attempt.gang:
                 attempt.lost = True
             self._publish("spot_preempted", log_entry(vm.zone, vm.name, vm.instance_id))
         self._at(self.now_s + self.params.notice_s, lambda: self._terminate(vm))
 
-    def _stop_ranks(self, attempt: Attempt, node: int) -> None:
-        """The reports of a notice on ``node`` of a training attempt: the step
-        saved (``saved_s``) by rank 0 on node 0; the other nodes' agents say
-        they stopped, a step on."""
-        vm = attempt.vms[node]
+    def _stop_ranks(self, attempt: Attempt, noticed: Vm | None) -> None:
+        """The reports of a stop of a training attempt, on ``noticed``'s
+        notice (None: the functions asked an elastic gang to stop): the
+        step saved (``saved_s``) by rank 0 on the gang's first node; the
+        other nodes' agents say they stopped, a step on, each with the
+        generation its ranks ran at."""
         step = self._step(self.saved_s)
         uri = f"memory://econ/checkpoints/step-{step}"
         saved_at = self.now_s + self.params.checkpoint_s
         stopped_at = self.now_s + self.params.step_s
-        if node == 0:
-            report = SpotPreempted(**self._common(attempt, vm), step=step, checkpoint_uri=uri)
-            self._at(saved_at, lambda: self._publish("spot_preempted", report))
-        else:
-            # Another node: its ranks stop at the step's end and save
-            # nothing, and its agent says so; rank 0 saves on node 0.
-            noticed = SpotPreempted(**self._common(attempt, vm))
-            self._at(stopped_at, lambda: self._publish("spot_preempted", noticed))
-            node_0 = attempt.vms[0]
-            saved = SpotPreempted(
-                **self._common(attempt, node_0), step=step, checkpoint_uri=uri, gang_stop=True
+        generation = attempt.generation
+        head, *others = attempt.gang
+        if noticed is head:
+            report = SpotPreempted(
+                **self._common(attempt, head), step=step, checkpoint_uri=uri, generation=generation
             )
-            self._at(saved_at, lambda: self._publish("spot_preempted", saved))
-        for other in attempt.vms[1:]:
-            if other is not vm:
-                done = SpotPreempted(**self._common(attempt, other), gang_stop=True)
+            self._at(saved_at, functools.partial(self._publish, "spot_preempted", report))
+        else:
+            if noticed is not None:
+                # Another node: its ranks stop at the step's end and save
+                # nothing, and its agent says so.
+                lost = SpotPreempted(**self._common(attempt, noticed), generation=generation)
+                self._at(stopped_at, functools.partial(self._publish, "spot_preempted", lost))
+            saved = SpotPreempted(
+                **self._common(attempt, head),
+                step=step,
+                checkpoint_uri=uri,
+                gang_stop=True,
+                generation=generation,
+            )
+            self._at(saved_at, functools.partial(self._publish, "spot_preempted", saved))
+        for other in others:
+            if other is not noticed:
+                done = SpotPreempted(
+                    **self._common(attempt, other), gang_stop=True, generation=generation
+                )
                 self._at(stopped_at, functools.partial(self._publish, "spot_preempted", done))
 
     def _terminate(self, vm: Vm) -> None:

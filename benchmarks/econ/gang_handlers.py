@@ -1,4 +1,4 @@
-"""A gang's relaunch and replace-one through spotline's real handlers
+"""A gang's relaunch, replace-one and elastic through spotline's real handlers
 (``spotline_run``), beside the model's figures (``gang_model``) for the same
 cells: the same traces, the same latencies and the same boot draws, so a
 reader sees whether the model and the handlers agree.
@@ -9,14 +9,16 @@ after a regroup; each VM's insert -> training is the model's insert plus a
 boot drawn from its distribution, from the same seeded generator, in the
 order the VMs are inserted (a gang waits for its slowest node). Where the
 handlers choose differently from the model (a loss while booting or while
-replacing relaunches the gang whole), the draws after that differ.
+replacing relaunches the gang whole; so does a loss while an elastic gang
+trains smaller or grows back, where the model shrinks again), the draws
+after that differ.
 """
 
 from __future__ import annotations
 
 import random
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from benchmarks.econ import gang_model, traces
@@ -24,8 +26,25 @@ from benchmarks.econ.gang_model import Latencies
 from benchmarks.econ.model import Job, Params
 from benchmarks.econ.spotline_run import SpotlineRun
 
-# The strategies spotline runs, and whether its job asks for replace-one.
-HANDLED = {gang_model.RELAUNCH: False, gang_model.REPLACE_ONE: True}
+
+@dataclass(frozen=True)
+class Handled:
+    """How a strategy's job asks spotline for it: a lost node replaced
+    within its attempt, and the smaller gang's least size (elastic)."""
+
+    replace_one: bool
+    elastic: bool = False
+
+    def min_nodes(self, nodes: int) -> int | None:
+        """The job's ``min_nodes``: the model's (half the gang), or None."""
+        return gang_model.elastic_min_nodes(nodes) if self.elastic else None
+
+
+HANDLED = {
+    gang_model.RELAUNCH: Handled(replace_one=False),
+    gang_model.REPLACE_ONE: Handled(replace_one=True),
+    gang_model.ELASTIC: Handled(replace_one=True, elastic=True),
+}
 
 
 def params_of(lat: Latencies) -> Params:
@@ -69,20 +88,38 @@ class Agreement:
 
 
 def compare(
-    gpu: str, machine_id: str, nodes: int, rate: float, hours: float, seeds: int, lat: Latencies
+    gpu: str,
+    machine_id: str,
+    nodes: int,
+    rate: float,
+    hours: float,
+    seeds: int,
+    lat: Latencies,
+    strategies: Iterable[str] = tuple(HANDLED),
 ) -> list[Agreement]:
-    """Relaunch and replace-one of a ``nodes`` gang at ``rate`` preemptions
-    per VM-hour, seeds 1..``seeds``, through the handlers and the model."""
+    """``strategies`` (of ``HANDLED``) of a ``nodes`` gang at ``rate``
+    preemptions per VM-hour, seeds 1..``seeds``, through the handlers and
+    the model."""
+    unknown = set(strategies) - set(HANDLED)
+    if unknown:
+        known = ", ".join(HANDLED)
+        raise ValueError(f"not run through the handlers: {', '.join(sorted(unknown))} ({known})")
     job = Job(f"{nodes}x {gpu}", machine_id, hours, nodes)
     params = params_of(lat)
-    found: dict[str, list[tuple[float, ...]]] = {s: [] for s in HANDLED}
+    found: dict[str, list[tuple[float, ...]]] = {s: [] for s in HANDLED if s in strategies}
     for seed in range(1, seeds + 1):
         trace = traces.poisson(rate, nodes, lat.max_hours, seed)
         base = SpotlineRun(job, trace, params, on_demand=True, boots=boot_draws(lat, seed)).run()
         model_base = gang_model.on_demand(job, lat, seed)
-        for strategy, replace_one in HANDLED.items():
+        for strategy in found:
+            how = HANDLED[strategy]
             run = SpotlineRun(
-                job, trace, params, replace_one=replace_one, boots=boot_draws(lat, seed)
+                job,
+                trace,
+                params,
+                replace_one=how.replace_one,
+                min_nodes=how.min_nodes(nodes),
+                boots=boot_draws(lat, seed),
             )
             real = run.run()
             model = gang_model.run(strategy, job, trace, lat, seed)

@@ -19,7 +19,7 @@ Strategies, all on the same traces and the same seeded boot times:
 * ``elastic``: what spotline does for ``pytorch`` and ``command`` gangs with
   ``min_nodes`` (here half the gang): as replace-one, but the survivors train
   on at the smaller size while the replacement boots, and the gang grows back
-  when it joins; each change of size is a restart from a save. Modelled only.
+  when it joins; each change of size is a restart from a save.
 * ``poller, checkpoint every P``: a SkyPilot-like controller (tears the
   cluster down and relaunches it whole, ``sky/jobs/recovery_strategy.py``)
   with the user's periodic checkpoint every 60 s, 10 min or 30 min.
@@ -36,6 +36,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from benchmarks.econ.gang_overhead import Overhead
 from benchmarks.econ.model import Job, Outcome
 from benchmarks.econ.traces import Trace
 from spotline.shared.domain.pricing import vm_cost
@@ -135,21 +136,44 @@ def on_demand(job: Job, lat: Latencies, seed: int) -> Outcome:
 
 def run(strategy: str, job: Job, trace: Trace, lat: Latencies, seed: int) -> Outcome:
     """One run of ``strategy`` (one of ``STRATEGIES``) on Spot VMs."""
+    return explained(strategy, job, trace, lat, seed)[0]
+
+
+def explained(
+    strategy: str, job: Job, trace: Trace, lat: Latencies, seed: int
+) -> tuple[Outcome, Overhead]:
+    """One run of ``strategy``, and where its makespan beyond on demand went
+    (of a finished run: the causes add up to it)."""
     rng = random.Random(seed)  # the same boot draws for every strategy, in the same order
+    spent = Overhead()
     if strategy in (RELAUNCH, RELAUNCH_WAITING):
-        return _relaunch(strategy, job, trace, lat, rng, wait_deletes=strategy == RELAUNCH_WAITING)
+        waits = strategy == RELAUNCH_WAITING
+        return _relaunch(strategy, job, trace, lat, rng, spent, wait_deletes=waits), spent
     if strategy == REPLACE_ONE:
-        return _in_place(strategy, job, trace, lat, rng, min_nodes=job.nodes)
+        return _in_place(strategy, job, trace, lat, rng, spent, min_nodes=job.nodes), spent
     if strategy == ELASTIC:
-        return _in_place(strategy, job, trace, lat, rng, min_nodes=max(1, job.nodes // 2))
+        least = elastic_min_nodes(job.nodes)
+        return _in_place(strategy, job, trace, lat, rng, spent, min_nodes=least), spent
     for period in PERIODS_S:
         if strategy == poller_name(period):
-            return _poller(strategy, job, trace, lat, rng, period)
+            return _poller(strategy, job, trace, lat, rng, spent, period), spent
     raise ValueError(f"unknown strategy {strategy!r} (one of {', '.join(STRATEGIES)})")
 
 
+def elastic_min_nodes(nodes: int) -> int:
+    """The elastic strategy's ``min_nodes``: half the gang."""
+    return max(1, nodes // 2)
+
+
 def _relaunch(
-    name: str, job: Job, trace: Trace, lat: Latencies, rng: random.Random, *, wait_deletes: bool
+    name: str,
+    job: Job,
+    trace: Trace,
+    lat: Latencies,
+    rng: random.Random,
+    spent: Overhead,
+    *,
+    wait_deletes: bool,
 ) -> Outcome:
     """The whole gang goes at any node's notice; rank 0 saves on it."""
 
@@ -159,11 +183,19 @@ def _relaunch(
         gone = max(hit + lat.notice_s, reported + lat.delete_s)  # every old node
         return reported, reported + lat.delete_s, gone if wait_deletes else reported
 
-    return _whole_gang(name, job, trace, lat, rng, lost, lambda progress, saved: progress, 0.0)
+    return _whole_gang(
+        name, job, trace, lat, rng, spent, lost, lambda progress, saved: progress, 0.0
+    )
 
 
 def _poller(
-    name: str, job: Job, trace: Trace, lat: Latencies, rng: random.Random, period_s: float
+    name: str,
+    job: Job,
+    trace: Trace,
+    lat: Latencies,
+    rng: random.Random,
+    spent: Overhead,
+    period_s: float,
 ) -> Outcome:
     """The VM is seen gone after its notice; the rest of the cluster is torn
     down, then relaunched. Only the last periodic checkpoint is kept."""
@@ -177,7 +209,7 @@ def _poller(
         return max(saved, math.floor(progress / period_s + 1e-9) * period_s)
 
     stall = lat.periodic_stall_s / period_s  # wall seconds lost per second of progress
-    return _whole_gang(name, job, trace, lat, rng, lost, kept, stall)
+    return _whole_gang(name, job, trace, lat, rng, spent, lost, kept, stall)
 
 
 def _whole_gang(
@@ -186,6 +218,7 @@ def _whole_gang(
     trace: Trace,
     lat: Latencies,
     rng: random.Random,
+    spent: Overhead,
     lost: Callable[[float, int, bool], tuple[float, float, float]],
     kept: Callable[[float, float], float],
     stall: float,
@@ -199,14 +232,20 @@ def _whole_gang(
     saved = vm_s = 0.0
     start, gate, preemptions, i = 0.0, 0.0, 0, 0
     while True:
-        train = max(start + lat.insert_s + max(lat.boots(rng, job.nodes)), gate)
+        booted = start + lat.insert_s + max(lat.boots(rng, job.nodes))
+        train = max(booted, gate)
         end = train + (job.work_s - saved) * (1 + stall)
         while i < len(events) and events[i][0] < start:
             i += 1
         hit, node = events[i] if i < len(events) else (math.inf, 0)
+        if start == 0:
+            spent.add(boot_s=-booted)  # the first boot is the on-demand run's too
+        until = min(hit, train)
+        spent.add(boot_s=min(until, booted) - start, gate_s=max(0.0, until - booted))
         if hit >= end and end <= limit:
             done = end + lat.deliver_s
             vm_s += job.nodes * (done + lat.delete_s - start)
+            spent.add(stall_s=job.work_s * stall)
             return _outcome(name, job, vm_s, done, job.work_s, preemptions, True)
         if hit >= limit:
             vm_s += job.nodes * (limit - start)
@@ -216,16 +255,25 @@ def _whole_gang(
         if trained:
             progress = saved + (hit - train) / (1 + stall)
             saved = kept(_whole_steps(progress, lat.step_s), saved)
+            spent.add(lost_s=(progress - saved) * (1 + stall))
         acted, others_gone, next_start = lost(hit, node, trained)
         noticed_gone = hit + lat.notice_s
         vm_s += (noticed_gone - start) + (job.nodes - 1) * (others_gone - start)
         gate = max(noticed_gone, others_gone)  # the next gang restores after every old node
         start = max(next_start, acted)
+        spent.add(heard_s=acted - hit, delete_wait_s=start - acted)
         i += 1
 
 
 def _in_place(
-    name: str, job: Job, trace: Trace, lat: Latencies, rng: random.Random, *, min_nodes: int
+    name: str,
+    job: Job,
+    trace: Trace,
+    lat: Latencies,
+    rng: random.Random,
+    spent: Overhead,
+    *,
+    min_nodes: int,
 ) -> Outcome:
     """The survivors stay; each lost node is replaced alone, in its slot.
 
@@ -234,6 +282,11 @@ def _in_place(
     from the save once it is up. Elastic (fewer): the survivors restart at
     once at the smaller size, and the gang grows back (a save, a restart)
     each time a replacement is up; below ``min_nodes`` it waits.
+
+    The functions act on each report ``deliver_s`` after it is sent: node
+    0's save (an elastic gang shrinks then), the replacement's boot (the
+    gang regroups, or an elastic gang is asked to stop and grow back, then),
+    the smaller gang's save on that request.
 
     The training runs from ``resume`` on ``size`` nodes (a second does
     size/n of a second's work); ``up[k]`` is when slot k's VM can train,
@@ -248,19 +301,24 @@ def _in_place(
     while True:
         rate = size / n if size >= min_nodes else 0.0
         end = resume + (job.work_s - progress) / rate if rate else math.inf
+        # An elastic gang is asked to grow back once a replacement's boot is heard.
         grow = min((t for t in up if t > resume), default=math.inf) if size < n else math.inf
+        grow += lat.deliver_s
         hit, node = events[i] if i < len(events) else (math.inf, 0)
         if min(hit, grow, end) >= limit:
             vm_s += sum(limit - s for s in since)
             kept = progress + max(0.0, limit - resume) * rate
             return _outcome(name, job, vm_s, limit, kept, preemptions, False)
         if end <= min(hit, grow):
+            spent.add(smaller_s=(end - resume) * (1 - rate))
             done = end + lat.deliver_s
             vm_s += sum(done + lat.delete_s - s for s in since)
             return _outcome(name, job, vm_s, done, job.work_s, preemptions, True)
         if grow < hit:  # a replacement is up: stop at a step, save, restart bigger
             progress += (grow - resume) * rate
-            resume = grow + lat.checkpoint_s + lat.restart_s
+            spent.add(smaller_s=(grow - resume) * (1 - rate) if rate else 0.0)
+            spent.add(resize_s=lat.checkpoint_s + lat.deliver_s + lat.restart_s)
+            resume = grow + lat.checkpoint_s + lat.deliver_s + lat.restart_s
             size = sum(1 for t in up if t <= resume)
             continue
         i += 1
@@ -270,22 +328,58 @@ def _in_place(
         bystander = min_nodes < n and up[node] > resume and hit > resume
         training = hit > resume and up[node] <= resume
         if training:
-            progress = _whole_steps(progress + (hit - resume) * rate, lat.step_s)
+            reached = progress + (hit - resume) * rate
+            progress = _whole_steps(reached, lat.step_s)
+            spent.add(lost_s=reached - progress, smaller_s=(hit - resume) * (1 - rate))
         wrote = (lat.checkpoint_s if node == 0 else lat.step_s) if training else 0.0
         reported = hit + wrote + lat.deliver_s
         vm_s += hit + lat.notice_s - since[node]  # Compute Engine takes it at the notice's end
         since[node] = reported
         # The replacement restores once the lost VM is gone (the restore gate).
-        up[node] = max(reported + lat.insert_s + lat.boots(rng, 1)[0], hit + lat.notice_s)
+        booted = reported + lat.insert_s + lat.boots(rng, 1)[0]
+        up[node] = max(booted, hit + lat.notice_s)
         if bystander:
             continue  # an elastic gang trains on without the slot it was waiting for
-        if min_nodes < n and sum(1 for t in up if t <= hit) >= min_nodes:
-            resume = max(hit + lat.checkpoint_s, resume) + lat.restart_s  # after rank 0's save
+        waited = resume
+        shrinks = min_nodes < n and sum(1 for t in up if t <= hit) >= min_nodes
+        if shrinks:
+            saved = hit + lat.checkpoint_s + lat.deliver_s  # rank 0's save, reported
+            resume = max(saved, resume) + lat.restart_s
         elif min_nodes < n:
-            resume = sorted(up)[min_nodes - 1] + lat.restart_s
+            resume = sorted(up)[min_nodes - 1] + lat.deliver_s + lat.restart_s
         else:
-            resume = max(up) + lat.restart_s
+            resume = max(up) + lat.deliver_s + lat.restart_s  # the last boot, reported
         size = sum(1 for t in up if t <= resume)
+        _charge_stop(spent, lat, hit, reported, booted, up[node], waited, resume, shrinks)
+
+
+def _charge_stop(
+    spent: Overhead,
+    lat: Latencies,
+    hit: float,
+    reported: float,
+    booted: float,
+    up: float,
+    waited: float,
+    resume: float,
+    shrinks: bool,
+) -> None:
+    """Charge the gang's wait from a loss at ``hit`` to its ``resume``: a
+    gang that trained until then waits to hear of it (``reported``), for
+    the replacement's boot (``booted``) and its restore gate (``up``), and
+    the restart; an elastic one that shrinks, for the save and restart. A
+    gang that was waiting already (until ``waited``) waits longer."""
+    if hit <= waited:
+        spent.add(overlap_s=resume - waited)
+    elif shrinks:
+        spent.add(resize_s=resume - hit)
+    else:
+        boot = min(booted, up) - reported
+        gate = up - min(booted, up)
+        rest = resume - lat.restart_s - lat.deliver_s - up  # another slot's VM still booting
+        heard = reported - hit + lat.deliver_s  # the loss's report, and the boot's
+        spent.add(heard_s=heard, boot_s=boot, gate_s=gate, overlap_s=rest)
+        spent.add(restart_s=lat.restart_s)
 
 
 def _whole_steps(progress: float, step_s: float) -> float:

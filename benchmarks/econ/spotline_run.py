@@ -95,6 +95,9 @@ class SpotlineRun(ModelledAgents):
         replace_one: a gang's lost node is replaced within its attempt (the
             job's default ``replace_node_timeout_s``); otherwise (0) the gang
             is relaunched whole on any node's loss.
+        min_nodes: with ``replace_one``, the job's ``min_nodes`` (an elastic
+            gang: its survivors train on at their size while the lost node's
+            replacement boots); None: the gang waits for it.
         boots: the insert -> training time of each of so many VMs, drawn
             as they are inserted (default: ``params.boot_s`` each).
     """
@@ -107,11 +110,15 @@ class SpotlineRun(ModelledAgents):
         *,
         on_demand: bool = False,
         replace_one: bool = False,
+        min_nodes: int | None = None,
         boots: Callable[[int], list[float]] | None = None,
     ) -> None:
+        if min_nodes is not None and not replace_one:
+            raise ValueError("min_nodes: an elastic gang replaces its lost node; set replace_one")
         self.job, self.trace, self.params = job, trace, params
         self.boots = boots or (lambda count: [params.boot_s] * count)
         self.on_demand = on_demand
+        self.min_nodes = min_nodes
         self.regroup_wait_s = float(REPLACE_NODE_TIMEOUT_S if replace_one else 0)
         self.events: list[_Event] = []
         self._seq = itertools.count()
@@ -199,6 +206,7 @@ class SpotlineRun(ModelledAgents):
         self._fan_out()
         self._wake_agents()
         self._regroups()
+        self._grow_requests()
         self._schedule_tick()
 
     def _fan_out(self) -> None:
@@ -252,6 +260,8 @@ class SpotlineRun(ModelledAgents):
             # 0: a gang is relaunched whole on any node's loss.
             "replace_node_timeout_s": int(self.regroup_wait_s),
         }
+        if self.min_nodes is not None:
+            spec["min_nodes"] = self.min_nodes
         self._publish("submit", json.dumps(spec).encode(), delay=0.0)
 
     def _schedule_tick(self) -> None:
@@ -312,6 +322,8 @@ class SpotlineRun(ModelledAgents):
     def strategy(self) -> str:
         if self.on_demand:
             return "all on-demand"
+        if self.min_nodes is not None:
+            return "spotline, elastic"
         return "spotline, replace-one" if self.regroup_wait_s else "spotline"
 
     def breakdown(self) -> Breakdown:
