@@ -43,15 +43,18 @@ def test_the_survivors_train_on_at_their_size_and_the_gang_grows_back_from_a_sav
     assert outcome.kept_s == GANG.work_s
 
 
-def test_a_survivor_lost_while_the_gang_is_smaller_relaunches_it_whole() -> None:
+def test_a_survivor_lost_while_the_gang_is_smaller_shrinks_it_again() -> None:
     """Node 2, then node 1 while the three train without node 2's
-    replacement: the functions relaunch the whole gang (attempt 2), which
-    completes."""
+    replacement: the two left (``min_nodes``) shrink again from the smaller
+    gang's save, and the gang grows back once both replacements are up: one
+    attempt, three changes of size, every second of work kept."""
     hits = ((HIT_S, 2), (HIT_S + 50, 1))
-    run, _ = elastic(Trace("two", tuple(Preemption(t / 3600, node) for t, node in hits)))
+    run, outcome = elastic(Trace("two", tuple(Preemption(t / 3600, node) for t, node in hits)))
     job = run.store.get_job("econ")
     assert job is not None and job.status == JobStatus.COMPLETED
-    assert job.attempt == 2 and run.preemptions == 2 and job.resizes == 1
+    assert job.attempt == 1 and run.preemptions == 2 and job.resizes == 3
+    assert set(run.compute.billing.born) == ORIGINAL | {"sl-econ-a1-n2-g1", "sl-econ-a1-n1-g3"}
+    assert outcome.kept_s == GANG.work_s
 
 
 def test_elastic_needs_replace_one() -> None:
