@@ -63,6 +63,33 @@ class Vm:
             topics=topics or {},
         ).model_dump_json()
 
+    def gang_node(
+        self,
+        command: list[str],
+        names: list[str],
+        *,
+        master_port: int = 29500,
+        generation: int = 0,
+        **spec: Any,
+    ) -> str:
+        """Node 0 (this VM) of a ``command`` gang of the VMs ``names``, every
+        host on loopback, at its regroup ``generation``; ``spec``: the job's
+        other fields."""
+        fields = {"user": "alice", "machine_ids": ["g2-standard-4"], "framework": "command"}
+        return Assignment(
+            job_id="j1",
+            attempt=1,
+            project=self.project,
+            spec=JobSpec.model_validate({**fields, "command": command, **spec}),
+            checkpoint_dir=self.tmp_path.joinpath("ckpt").as_uri(),
+            output_dir=self.tmp_path.joinpath("out").as_uri(),
+            heartbeat_s=0.5,
+            nodes=names,
+            hosts=["127.0.0.1"] * len(names),
+            master_port=master_port,
+            generation=generation,
+        ).model_dump_json()
+
     def boot(self, assignment: str, **env: str) -> RunningAgent:
         if env.get("SPOTLINE_TRAINER_USER") == "nobody":
             nobody_must_be_idle()

@@ -11,9 +11,7 @@ import signal
 
 import pytest
 
-from spotline.shared.contract.assignment import Assignment
 from spotline.shared.contract.events import SpotPreempted
-from spotline.shared.domain.spec import JobSpec
 from tests.emulators.test_agent_failures import Topics
 from tests.vm_agent import INSTANCE, Vm
 
@@ -23,26 +21,7 @@ pytestmark = pytest.mark.emulators
 def gang_assignment(vm: Vm) -> str:
     """Node 0 of a 2-node command gang whose trainer exits as ranks do when
     the gang stops on another node's notice (143, no notice on this node)."""
-    nodes = [INSTANCE, "sl-j1-a1-n1"]
-    spec = JobSpec(
-        user="alice",
-        machine_ids=["g2-standard-4"],
-        framework="command",
-        command=["/bin/sh", "-c", "exit 143"],
-        nodes=2,
-    )
-    return Assignment(
-        job_id="j1",
-        attempt=1,
-        project=vm.project,
-        spec=spec,
-        checkpoint_dir=vm.tmp_path.joinpath("ckpt").as_uri(),
-        output_dir=vm.tmp_path.joinpath("out").as_uri(),
-        heartbeat_s=0.5,
-        nodes=nodes,
-        hosts=["127.0.0.1", "127.0.0.1"],
-        master_port=29500,
-    ).model_dump_json()
+    return vm.gang_node(["/bin/sh", "-c", "exit 143"], [INSTANCE, "sl-j1-a1-n1"], nodes=2)
 
 
 def test_a_node_taken_while_it_waits_for_the_regroup_reports_its_own_loss(

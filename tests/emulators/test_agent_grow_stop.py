@@ -14,9 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from spotline.shared.contract.assignment import Assignment
 from spotline.shared.contract.events import SpotPreempted
-from spotline.shared.domain.spec import JobSpec
 from spotline.shared.domain.vms import GANG_STOP_METADATA_KEY
 from spotline.vm_image.agent.agent import RANKS_STOP_GRACE_ENV
 from tests.emulators.test_agent_failures import Topics
@@ -46,28 +44,8 @@ time.sleep(600)
 
 def shrunk_node(vm: Vm, mode: str, ready: Path) -> str:
     """Node 0 of a 3-node elastic command gang training at 2 (generation 2)."""
-    nodes = [INSTANCE, "sl-j1-a1-n2"]
-    spec = JobSpec(
-        user="alice",
-        machine_ids=["g2-standard-4"],
-        framework="command",
-        command=[sys.executable, "-c", TRAINER, mode, str(ready)],
-        nodes=3,
-        min_nodes=2,
-    )
-    return Assignment(
-        job_id="j1",
-        attempt=1,
-        project=vm.project,
-        spec=spec,
-        checkpoint_dir=vm.tmp_path.joinpath("ckpt").as_uri(),
-        output_dir=vm.tmp_path.joinpath("out").as_uri(),
-        heartbeat_s=0.5,
-        nodes=nodes,
-        hosts=["127.0.0.1", "127.0.0.1"],
-        master_port=29500,
-        generation=2,
-    ).model_dump_json()
+    command = [sys.executable, "-c", TRAINER, mode, str(ready)]
+    return vm.gang_node(command, [INSTANCE, "sl-j1-a1-n2"], generation=2, nodes=3, min_nodes=2)
 
 
 @pytest.mark.parametrize("mode", ["blocked", "failed"])

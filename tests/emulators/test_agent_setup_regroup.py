@@ -10,8 +10,7 @@ import time
 
 import pytest
 
-from spotline.shared.contract.assignment import Assignment, Regroup
-from spotline.shared.domain.spec import JobSpec
+from spotline.shared.contract.assignment import Regroup
 from spotline.shared.domain.vms import JOB_METADATA_KEY, REGROUP_METADATA_KEY
 from tests.emulators.test_agent_failures import Topics
 from tests.vm_agent import INSTANCE, Vm, next_finished
@@ -29,25 +28,7 @@ RANK = (
 
 
 def setting_up_gang(vm: Vm) -> str:
-    spec = JobSpec(
-        user="alice",
-        machine_ids=["g2-standard-4"],
-        framework="command",
-        command=["/bin/sh", "-c", RANK],
-        nodes=2,
-    )
-    return Assignment(
-        job_id="j1",
-        attempt=1,
-        project=vm.project,
-        spec=spec,
-        checkpoint_dir=vm.tmp_path.joinpath("ckpt").as_uri(),
-        output_dir=vm.tmp_path.joinpath("out").as_uri(),
-        heartbeat_s=0.5,
-        nodes=[INSTANCE, LOST],
-        hosts=["127.0.0.1", "127.0.0.1"],
-        master_port=FIRST_PORT,
-    ).model_dump_json()
+    return vm.gang_node(["/bin/sh", "-c", RANK], [INSTANCE, LOST], master_port=FIRST_PORT, nodes=2)
 
 
 def regroup(assignment: str) -> dict[str, str]:
