@@ -5,7 +5,7 @@ of the job's nodes, so its events are stale (``lifecycle.check_current``).
 But an epoch it reported before its loss may be heard after it, and node 0
 is the node that reports epochs: dropped, the epoch's step and metrics were
 missing from the job and its history. Such a report is kept when it comes
-from a VM that was a node of the job's current attempt (the node being
+from a VM that was a node of the job's current attempt (a node being
 replaced, or one on the attempt's record as replaced); its token is checked
 first as any event's (``event_auth``: a replaced node 0 holds the attempt's,
 a lost replacement its own only while it is the node being replaced). It
@@ -20,7 +20,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from spotline.shared.contract.events import EpochDone
-from spotline.shared.domain import lifecycle
+from spotline.shared.domain import lifecycle, pending_nodes
 from spotline.shared.domain.documents import JobDoc
 from spotline.shared.domain.errors import InvalidMessage
 from spotline.shared.domain.states import JobStatus
@@ -30,7 +30,7 @@ def former_node(job: JobDoc, instance: str, attempt: int) -> bool:
     """Whether ``instance`` was a node of ``job``'s current ``attempt``, since replaced."""
     if attempt != job.attempt or instance in lifecycle.current_vms(job):
         return False
-    if job.replacing is not None and job.replacing.lost == instance:
+    if pending_nodes.of_lost(job, instance) is not None:
         return True
     return any(
         replaced.lost == instance

@@ -13,6 +13,7 @@ from spotline.shared.domain import late_epochs, lifecycle, node_replacement
 from spotline.shared.domain.documents import JobDoc
 from spotline.shared.domain.lifecycle import StaleEvent
 from spotline.shared.domain.states import JobStatus, JobSubstatus
+from tests.unit.test_gang_resize_losses import N3, four_shrunk
 from tests.unit.test_node_replacement import N0, N1, R0, at, lose, regroup, training_gang
 
 S = JobSubstatus
@@ -52,6 +53,14 @@ def test_a_late_epoch_never_lowers_the_step_nor_reopens_a_finished_job() -> None
         assert late_epochs.epoch_done(job, older, at(50)) == job
     done = job.model_copy(update={"status": JobStatus.COMPLETED, "substatus": S.COMPLETED})
     assert late_epochs.epoch_done(done, report(N0, 4), at(60)) == done
+
+
+def test_a_second_node_lost_while_an_elastic_gang_is_smaller_is_a_former_node_too() -> None:
+    """The first replacement is pending beside the second (``NodeReplacement.more``)."""
+    job = lose(four_shrunk(), N3, seconds=30)
+    assert late_epochs.former_node(job, N1, 1) and late_epochs.former_node(job, N3, 1)
+    late = late_epochs.epoch_done(job, report(N3, 4, step=45), at(31))
+    assert (late.epoch, late.substatus, late.nodes) == (4, S.REPLACING_NODE, job.nodes)
 
 
 @pytest.mark.parametrize(
