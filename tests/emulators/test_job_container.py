@@ -67,6 +67,10 @@ def test_a_job_in_a_container_reports_and_is_stopped_by_the_notice(
     preempted = SpotPreempted.model_validate_json(message)
     assert preempted.job_id == "jimg" and preempted.step == 7
     assert preempted.checkpoint_uri == "file:///state/7"  # written inside, relayed outside
+    deadline = time.monotonic() + 30
+    while stand_in.containers():  # SIGTERM passed on: the container itself stopped
+        assert time.monotonic() < deadline, stand_in.containers()
+        time.sleep(0.1)
 
     argv = json.loads(record.read_text())
     job_dir = vm.workdir / "jobs" / "jimg-a1"
@@ -81,7 +85,7 @@ def test_a_job_in_a_container_reports_and_is_stopped_by_the_notice(
     assert "PATH" not in names and "hello" not in argv  # values travel in the file
     client_env = json.loads(Path(f"{record}.client-env").read_text())
     assert "GREETING" not in client_env and "SPOTLINE_JOB_ID" not in client_env
-    assert argv[argv.index("--name") + 1] == "spotline-jimg-a1"
+    assert argv[argv.index("--name") + 1] == "spotline-jimg-a1-g0"
     if trainer_user:
         import pwd
 

@@ -18,6 +18,7 @@ from spotline.vm_image.agent.container import (
     BadContainerSetup,
     PullFailed,
     container_command,
+    container_name,
     kill_container,
     pull_image,
     write_env_file,
@@ -218,7 +219,7 @@ def _in_container(
     if prepared.data_dir is not None:
         mounts.append((prepared.data_dir, True))
     env_file = job_dir.with_name(f"{job_dir.name}{CONTAINER_ENV_SUFFIX}")
-    name = f"spotline-{assignment.job_id}-a{assignment.attempt}"
+    name = container_name(assignment.job_id, assignment.attempt, assignment.generation)
     try:
         write_env_file(env_file, env, os.environ)
         argv = container_command(
