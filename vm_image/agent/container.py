@@ -13,6 +13,14 @@ through (``--gpus all``, the Deep Learning VM image's NVIDIA container
 runtime), on the host's network (multi-node jobs reach each other as without
 a container).
 
+SIGKILL is the one signal the client cannot pass on: killed, it leaves the
+container running (its GPU, its ports and its name held). So where the agent
+kills a trainer that did not stop in time, a container is killed through the
+runtime as well (``kill_container``: ``docker kill NAME``). Its name holds the
+attempt and the gang's regroup generation (``container_name``): the trainer
+restarted in the same attempt after a regroup never meets the name of the
+container it replaces, which docker holds until that one is removed.
+
 The client runs as the agent (access to the runtime's socket is root's), so
 nothing of the job may reach it: the runtime is an absolute path the image
 provides (never looked up on a PATH), it starts with the agent's own
