@@ -53,7 +53,12 @@ os.environ.setdefault("SPOTLINE_TRAINER_USER", "")
 _MISSING = emulators_available()
 _NO_STORAGE = storage_emulator_missing()
 # The Compute Engine client against the local cloud: `cloud`, `compute`.
-pytest_plugins = ["tests.local_cloud", "tests.vm_agent", "tests.deploy_cli"]
+pytest_plugins = [
+    "tests.local_cloud",
+    "tests.vm_agent",
+    "tests.deploy_cli",
+    "tests.container_stand_in",
+]
 
 
 # Tests live in a folder of their kind, lightest first; the folder gives its

@@ -3,82 +3,27 @@ runtime, and its contract (reports through the events file, the preemption
 notice as SIGTERM, heartbeats) is the same as without one.
 
 This machine runs no container daemon: the runtime is the setting
-``SPOTLINE_CONTAINER_RUNTIME``, here a stand-in the test writes. It checks
-the argv it is given (image, GPUs, mounts, user, variables only in an env
-file others cannot read), records the environment it was started with, and
-then does what ``docker run`` would: becomes the ``--user``, enters the
-``--workdir``, keeps only the variables of the env file, and execs the
-command (so the agent's SIGTERM reaches it). ``pull`` answers as docker does:
-the test's image is there; another tag is not (docker's words for a missing
-manifest), and a ``:slow`` tag meets a registry out of reach. Real containers
-are not exercised here.
+``SPOTLINE_CONTAINER_RUNTIME``, here a stand-in (``tests.container_stand_in``)
+that checks the argv it is given and runs the command apart from the client
+as docker's daemon would, so the agent's SIGTERM reaches it only as docker
+passes it on. Real containers are not exercised here.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from spotline.shared.contract.events import EpochDone, SpotPreempted
+from tests.container_stand_in import IMAGE, StandIn
 from tests.emulators.test_agent_failures import Topics
 from tests.vm_agent import Vm, next_finished
 
 pytestmark = pytest.mark.emulators
-
-IMAGE = "us-docker.pkg.dev/my-project/train/job:1.2"
-
-STAND_IN = r"""#!{python}
-import json, os, sys
-argv = sys.argv[1:]
-if argv[0] == "pull":  # what docker answers (a daemon with its registries)
-    if argv[1] == {image!r}:
-        sys.exit(0)
-    if argv[1].endswith(":slow"):
-        print('Error response from daemon: Get "https://us-docker.pkg.dev/v2/": '
-              'dial tcp 142.250.1.82:443: i/o timeout')
-    else:
-        print(argv[1].rsplit(":", 1)[0].join(["Error response from daemon: manifest for ", ":"])
-              + argv[1].rsplit(":", 1)[1] + " not found: manifest unknown: manifest unknown")
-    sys.exit(1)
-with open({record!r}, "w") as record:
-    json.dump(argv, record)
-assert argv[0] == "run", argv
-options, i = {{}}, 1
-flags = {{"--rm", "--init"}}
-while argv[i].startswith("--"):
-    if argv[i] in flags:
-        options.setdefault(argv[i], []).append("")
-        i += 1
-    else:
-        options.setdefault(argv[i], []).append(argv[i + 1])
-        i += 2
-image, command = argv[i], argv[i + 1:]
-assert image == {image!r}, image
-assert options["--gpus"] == ["all"], options
-assert "--env" not in options, "a variable on the command line: " + str(options["--env"])
-with open({record!r} + ".client-env", "w") as record:
-    json.dump(dict(os.environ), record)
-uid, gid = (int(part) for part in options["--user"][0].split(":"))
-env = {{}}
-for path in options["--env-file"]:
-    assert os.stat(path).st_mode & 0o077 == 0, "an env file others may read: " + path
-    with open(path) as lines:
-        for line in lines.read().splitlines():
-            name, _, value = line.partition("=")
-            env[name] = value
-env["PATH"] = "/usr/local/bin:/usr/bin:/bin"
-os.chdir(options["--workdir"][0])
-if os.geteuid() == 0:
-    os.setgid(gid)
-    os.setgroups([])
-    os.setuid(uid)
-os.execvpe(command[0], command, env)
-"""
 
 # Reports an epoch, then waits; on SIGTERM reports where its state is.
 TRAINER = r"""
@@ -91,13 +36,10 @@ while true; do sleep 0.1; done
 
 
 def test_a_job_in_a_container_reports_and_is_stopped_by_the_notice(
-    vm: Vm, agent_topics: Topics, tmp_path: Path
+    vm: Vm, agent_topics: Topics, stand_in: StandIn, tmp_path: Path
 ) -> None:
     agent_topics.create("spot_preempted")
-    record = tmp_path / "argv.json"
-    runtime = tmp_path / "stand-in-docker"
-    runtime.write_text(STAND_IN.format(python=sys.executable, record=str(record), image=IMAGE))
-    runtime.chmod(0o755)
+    record, runtime = stand_in.record, stand_in.path
     data = tmp_path / "data"
     data.mkdir()
     (data / "x.txt").write_text("x")
@@ -125,6 +67,10 @@ def test_a_job_in_a_container_reports_and_is_stopped_by_the_notice(
     preempted = SpotPreempted.model_validate_json(message)
     assert preempted.job_id == "jimg" and preempted.step == 7
     assert preempted.checkpoint_uri == "file:///state/7"  # written inside, relayed outside
+    deadline = time.monotonic() + 30
+    while stand_in.containers():  # SIGTERM passed on: the container itself stopped
+        assert time.monotonic() < deadline, stand_in.containers()
+        time.sleep(0.1)
 
     argv = json.loads(record.read_text())
     job_dir = vm.workdir / "jobs" / "jimg-a1"
@@ -139,7 +85,7 @@ def test_a_job_in_a_container_reports_and_is_stopped_by_the_notice(
     assert "PATH" not in names and "hello" not in argv  # values travel in the file
     client_env = json.loads(Path(f"{record}.client-env").read_text())
     assert "GREETING" not in client_env and "SPOTLINE_JOB_ID" not in client_env
-    assert argv[argv.index("--name") + 1] == "spotline-jimg-a1"
+    assert argv[argv.index("--name") + 1] == "spotline-jimg-a1-g0"
     if trainer_user:
         import pwd
 
@@ -148,12 +94,9 @@ def test_a_job_in_a_container_reports_and_is_stopped_by_the_notice(
 
 
 def test_a_container_that_exits_ends_the_job_with_its_code(
-    vm: Vm, agent_topics: Topics, tmp_path: Path
+    vm: Vm, agent_topics: Topics, stand_in: StandIn
 ) -> None:
-    record = tmp_path / "argv.json"
-    runtime = tmp_path / "stand-in-docker"
-    runtime.write_text(STAND_IN.format(python=sys.executable, record=str(record), image=IMAGE))
-    runtime.chmod(0o755)
+    record, runtime = stand_in.record, stand_in.path
     command = ["/bin/sh", "-c", 'echo "inside: $SPOTLINE_JOB_ID"; exit 4']
     vm.boot(vm.assignment("jexit", command, image=IMAGE), SPOTLINE_CONTAINER_RUNTIME=str(runtime))
     event = next_finished(agent_topics)
@@ -187,12 +130,9 @@ def test_the_jobs_path_does_not_choose_the_runtime(
 
 
 def test_the_runtime_starts_with_the_agents_environment(
-    vm: Vm, agent_topics: Topics, tmp_path: Path
+    vm: Vm, agent_topics: Topics, stand_in: StandIn, tmp_path: Path
 ) -> None:
-    record = tmp_path / "argv.json"
-    runtime = tmp_path / "stand-in-docker"
-    runtime.write_text(STAND_IN.format(python=sys.executable, record=str(record), image=IMAGE))
-    runtime.chmod(0o755)
+    record, runtime = stand_in.record, stand_in.path
     preload = tmp_path / "hostile.so"
     preload.write_text("not a library, but the client would try to load it\n")
     env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "LD_PRELOAD": str(preload), "PYTHONPATH": "/x"}
@@ -226,12 +166,9 @@ def test_a_relative_runtime_is_refused_with_its_reason(
     [("9", True, "manifest unknown"), ("slow", False, "i/o timeout")],
 )
 def test_an_image_that_cannot_be_pulled_ends_the_attempt_naming_why(
-    vm: Vm, agent_topics: Topics, tmp_path: Path, tag: str, unrecoverable: bool, said: str
+    vm: Vm, agent_topics: Topics, stand_in: StandIn, tag: str, unrecoverable: bool, said: str
 ) -> None:
-    record = tmp_path / "argv.json"
-    runtime = tmp_path / "stand-in-docker"
-    runtime.write_text(STAND_IN.format(python=sys.executable, record=str(record), image=IMAGE))
-    runtime.chmod(0o755)
+    record, runtime = stand_in.record, stand_in.path
     image = f"{IMAGE.rsplit(':', 1)[0]}:{tag}"
     assignment = vm.assignment("jpull", ["/bin/sh", "-c", "echo ran"], image=image)
 

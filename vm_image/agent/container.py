@@ -13,6 +13,14 @@ through (``--gpus all``, the Deep Learning VM image's NVIDIA container
 runtime), on the host's network (multi-node jobs reach each other as without
 a container).
 
+SIGKILL is the one signal the client cannot pass on: killed, it leaves the
+container running (its GPU, its ports and its name held). So where the agent
+kills a trainer that did not stop in time, a container is killed through the
+runtime as well (``kill_container``: ``docker kill NAME``). Its name holds the
+attempt and the gang's regroup generation (``container_name``): the trainer
+restarted in the same attempt after a regroup never meets the name of the
+container it replaces, which docker holds until that one is removed.
+
 The client runs as the agent (access to the runtime's socket is root's), so
 nothing of the job may reach it: the runtime is an absolute path the image
 provides (never looked up on a PATH), it starts with the agent's own
@@ -41,12 +49,17 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
+from spotline.shared import logs
+
 RUNTIME_ENV = "SPOTLINE_CONTAINER_RUNTIME"
 DEFAULT_RUNTIME = "/usr/bin/docker"
 # A large image over a slow link takes long; a hung registry must not hold the
 # VM for ever (the job's max_runtime_s also applies).
 PULL_TIMEOUT_S = 1800
 _PULL_TAIL_LINES = 10
+# ``docker kill`` returns once the signal is sent; a daemon that does not
+# answer must not hold the agent's stop of the gang.
+KILL_TIMEOUT_S = 30
 # The registry's answers that no other VM would get otherwise (docker's and
 # podman's words): checked after _PULL_TRANSIENT.
 _PULL_UNRECOVERABLE = (
@@ -149,6 +162,45 @@ def runtime_of(host_env: Mapping[str, str]) -> str:
     return runtime
 
 
+def container_name(job_id: str, attempt: int, generation: int) -> str:
+    """The container's name: one per attempt and regroup generation, as the
+    trainer restarted in the same attempt after a regroup must not meet the
+    name of the container it replaces (still held while that one is removed,
+    or for ever by one whose client was killed). A job id is lowercase
+    letters, digits and hyphens, so docker's rule for names
+    (``[a-zA-Z0-9][a-zA-Z0-9_.-]+``) holds."""
+    return f"spotline-{job_id}-a{attempt}-g{generation}"
+
+
+def kill_container(name: str, host_env: Mapping[str, str], **labels: object) -> None:
+    """``docker kill NAME`` as the agent: SIGKILL to the container, which
+    its client cannot pass on. A failure is logged, never raised (the
+    client is killed anyway)."""
+    try:
+        runtime = runtime_of(host_env)
+    except BadContainerSetup as err:
+        logs.warning(f"cannot kill the container {name}: {err}", **labels)
+        return
+    what = f"{runtime} kill {name}"
+    try:
+        done = subprocess.run(
+            [runtime, "kill", name],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=KILL_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        logs.warning(f"{what} did not finish in {KILL_TIMEOUT_S} s", **labels)
+        return
+    except OSError as err:
+        logs.warning(f"{what} could not start: {err}", **labels)
+        return
+    if done.returncode != 0:
+        output = done.stdout.decode("utf-8", errors="replace").strip()
+        logs.warning(f"{what} failed (exit code {done.returncode}): {output[-500:]}", **labels)
+
+
 def container_command(
     image: str,
     command: list[str],
@@ -167,7 +219,7 @@ def container_command(
         mounts: folders to mount at the same path, each with read-only or not.
         workdir: the command's working folder (the job's code).
         user: uid and gid the command runs as.
-        name: the container's name (one per job attempt).
+        name: the container's name (``container_name``).
 
     Raises:
         BadContainerSetup: no usable runtime (``runtime_of``).

@@ -18,6 +18,8 @@ from spotline.vm_image.agent.container import (
     BadContainerSetup,
     PullFailed,
     container_command,
+    container_name,
+    kill_container,
     pull_image,
     write_env_file,
 )
@@ -167,8 +169,11 @@ def launch_trainer(
         env["VIRTUAL_ENV"] = str(prepared.job_env.root)
         if command[0] == sys.executable:  # a built-in trainer: the job's python runs it
             command[0] = str(prepared.job_env.python)
+    on_kill: Callable[[], None] | None = None
     if assignment.spec.image:
-        command, env = _in_container(assignment, command, env, job_dir, code_dir, account, prepared)
+        command, env, on_kill = _in_container(
+            assignment, command, env, job_dir, code_dir, account, prepared
+        )
     if ppn > 1:
         return start_ranks(
             ppn, assignment, instance, command, env, code_dir,
@@ -186,6 +191,7 @@ def launch_trainer(
         # itself as the account (--user).
         account=None if assignment.spec.image else account,
         secrets=list(secrets.values()),
+        on_kill=on_kill,
     )
 
 
@@ -197,8 +203,9 @@ def _in_container(
     code_dir: Path,
     account: TrainerAccount,
     prepared: Prepared,
-) -> tuple[list[str], dict[str, str]]:
-    """The runtime's argv and the client's environment (the agent's own):
+) -> tuple[list[str], dict[str, str], Callable[[], None]]:
+    """The runtime's argv, the client's environment (the agent's own), and
+    what kills the container (a SIGKILL to the client leaves it running):
     the trainer's variables go into an env file beside the job's folder,
     root's alone (the folder itself is the trainer's), removed, as the folder is,
     before the next job.
@@ -212,6 +219,7 @@ def _in_container(
     if prepared.data_dir is not None:
         mounts.append((prepared.data_dir, True))
     env_file = job_dir.with_name(f"{job_dir.name}{CONTAINER_ENV_SUFFIX}")
+    name = container_name(assignment.job_id, assignment.attempt, assignment.generation)
     try:
         write_env_file(env_file, env, os.environ)
         argv = container_command(
@@ -222,8 +230,9 @@ def _in_container(
             mounts,
             code_dir,
             (account.uid, account.gid),
-            f"spotline-{assignment.job_id}-a{assignment.attempt}",
+            name,
         )
     except BadContainerSetup as err:
         raise CannotStart(f"cannot start the trainer: {err}", 126) from None
-    return argv, dict(os.environ)
+    labels = {"job_id": assignment.job_id, "attempt": assignment.attempt}
+    return argv, dict(os.environ), lambda: kill_container(name, os.environ, **labels)

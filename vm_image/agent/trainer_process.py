@@ -7,6 +7,7 @@ import contextlib
 import errno
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -111,6 +112,8 @@ class TrainerProcess:
     ``***`` in every line relayed, logged or kept for the job's error (a
     value split across two reads of _READ_BYTES is not caught). ``log_name``:
     its raw output's file in ``workdir`` (one for each rank of a node).
+    ``on_kill``: called with each SIGKILL, before it is sent, for what the
+    signal cannot reach (a container's runtime client cannot pass it on).
     """
 
     def __init__(
@@ -124,8 +127,10 @@ class TrainerProcess:
         account: TrainerAccount | None = None,
         secrets: Sequence[str] = (),
         log_name: str = "trainer.log",
+        on_kill: Callable[[], None] | None = None,
     ) -> None:
         self.events_path = events_path
+        self.on_kill = on_kill
         self.secrets = [value for value in secrets if value]
         self.labels = dict(labels or {})
         self.on_report = on_report
@@ -157,8 +162,11 @@ class TrainerProcess:
         self._follow.start()
 
     def signal(self, signum: int) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signum)
+        if self.process.poll() is not None:
+            return
+        if signum == signal.SIGKILL and self.on_kill is not None:
+            self.on_kill()
+        self.process.send_signal(signum)
 
     def wait(self) -> int:
         code = self.process.wait()
