@@ -105,18 +105,9 @@ def pull_image(image: str, host_env: Mapping[str, str]) -> None:
     """
     runtime = runtime_of(host_env)
     what = f"{runtime} pull {image}"
-    try:
-        done = subprocess.run(
-            [runtime, "pull", image],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            timeout=PULL_TIMEOUT_S,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        raise PullFailed(f"{what} did not finish in {PULL_TIMEOUT_S} s", False) from None
-    except OSError as err:
-        raise PullFailed(f"{what} could not start: {err}", False) from None
+    done = _run([runtime, "pull", image], PULL_TIMEOUT_S)
+    if isinstance(done, str):
+        raise PullFailed(f"{what} {done}", False)
     if done.returncode == 0:
         return
     output = done.stdout.decode("utf-8", errors="replace")
@@ -124,6 +115,19 @@ def pull_image(image: str, host_env: Mapping[str, str]) -> None:
     raise PullFailed(
         f"{what} failed (exit code {done.returncode}):\n{tail}", unrecoverable_pull(output)
     )
+
+
+def _run(argv: list[str], timeout_s: float) -> subprocess.CompletedProcess[bytes] | str:
+    """The runtime's ``argv`` run as the agent, its output kept; what went
+    wrong instead when it could not start or did not finish in ``timeout_s``."""
+    try:
+        return subprocess.run(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout_s, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return f"did not finish in {timeout_s:g} s"
+    except OSError as err:
+        return f"could not start: {err}"
 
 
 def unrecoverable_pull(output: str) -> bool:
@@ -182,21 +186,10 @@ def kill_container(name: str, host_env: Mapping[str, str], **labels: object) -> 
         logs.warning(f"cannot kill the container {name}: {err}", **labels)
         return
     what = f"{runtime} kill {name}"
-    try:
-        done = subprocess.run(
-            [runtime, "kill", name],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            timeout=KILL_TIMEOUT_S,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        logs.warning(f"{what} did not finish in {KILL_TIMEOUT_S} s", **labels)
-        return
-    except OSError as err:
-        logs.warning(f"{what} could not start: {err}", **labels)
-        return
-    if done.returncode != 0:
+    done = _run([runtime, "kill", name], KILL_TIMEOUT_S)
+    if isinstance(done, str):
+        logs.warning(f"{what} {done}", **labels)
+    elif done.returncode != 0:
         output = done.stdout.decode("utf-8", errors="replace").strip()
         logs.warning(f"{what} failed (exit code {done.returncode}): {output[-500:]}", **labels)
 
