@@ -134,12 +134,8 @@ def replaces_again(job: JobDoc, instance: str, attempt: int, cause: S) -> bool:
     return (
         replacing is not None
         and bool(replacing.shrunk)
-        and cause == S.PREEMPTED
-        and attempt == job.attempt
         and instance in pending_nodes.replacements(job)
-        and job.substatus in (S.TRAINING, S.REPLACING_NODE)
-        and job.held_finish is None
-        and failure_policy.preemption_limit(job, "") is None
+        and _keeps_attempt(job, attempt, cause)
     )
 
 
@@ -158,7 +154,7 @@ def replacement_lost(
     again = node.lost_replacements + 1
     rank = node.rank
     new = replacement_name(job.job_id, job.attempt, rank, job.gang_generation + 1, again)
-    nodes = [*job.nodes[:rank], new, *job.nodes[rank + 1 :]]
+    nodes, records = pending_nodes.renamed(job, rank, new)
     renewed = pending_nodes.updated(
         replacing,
         instance,
@@ -169,10 +165,6 @@ def replacement_lost(
         refusals=0,
         lost_replacements=again,
     )
-    records = [
-        r.model_copy(update={"node_names": nodes}) if r.attempt == job.attempt else r
-        for r in job.attempts
-    ]
     return job.model_copy(
         update={
             "preemptions": job.preemptions + 1,
@@ -195,11 +187,20 @@ def loses_again(job: JobDoc, instance: str, attempt: int, cause: S) -> bool:
         replacing is not None
         and min_nodes is not None
         and bool(replacing.shrunk)
-        and cause == S.PREEMPTED
-        and attempt == job.attempt
         and instance in replacing.shrunk
         and instance != head(job)
         and len(replacing.shrunk) - 1 >= min_nodes
+        and _keeps_attempt(job, attempt, cause)
+    )
+
+
+def _keeps_attempt(job: JobDoc, attempt: int, cause: S) -> bool:
+    """Whether a loss in ``attempt`` may keep the elastic gang's attempt: a
+    preemption of the current attempt while it trains shrunk or waits, no
+    finish held for judging, and no preemption limit reached."""
+    return (
+        cause == S.PREEMPTED
+        and attempt == job.attempt
         and job.substatus in (S.TRAINING, S.REPLACING_NODE)
         and job.held_finish is None
         and failure_policy.preemption_limit(job, "") is None
@@ -225,7 +226,7 @@ def lost_again(
         )
     rank = job.nodes.index(instance)
     new = replacement_name(job.job_id, job.attempt, rank, job.gang_generation + 1)
-    nodes = [*job.nodes[:rank], new, *job.nodes[rank + 1 :]]
+    nodes, records = pending_nodes.renamed(job, rank, new)
     again = replacing.model_copy(
         update={
             "more": [*replacing.more, PendingNode(rank=rank, lost=instance, replacement=new)],
@@ -234,10 +235,6 @@ def lost_again(
             "since": now,
         }
     )
-    records = [
-        r.model_copy(update={"node_names": nodes}) if r.attempt == job.attempt else r
-        for r in job.attempts
-    ]
     moved = move_job(job, S.REPLACING_NODE, now, note=f"{note}; replacing it with {new}")
     return moved.model_copy(
         update={

@@ -15,13 +15,14 @@ The orders of events, each with one defined end:
   attempt: REPLACING_NODE, the job's node list naming the replacement. Any
   other loss (a single VM, a gang still being placed, ``replace_node_timeout_s``
   0, a finish held for judging) ends the attempt as ``lifecycle.vm_lost`` does.
-* ``lost`` while the gang sets up (``SETTING_UP``: no node reported training),
-  or of a node whose trainer never started (``started``: a gang steps with
-  every node, so its others wait in their rendezvous): replaced the same way,
-  with nothing to save; the gang regroups once the replacement is up and
-  goes back to that step of setting up. Its nodes take
-  the regroup before their trainers start, or have their ranks (waiting in a
-  rendezvous with the lost node) started again with it. An epoch or a stop
+* ``lost`` while the gang sets up (``states.SETTING_UP``: its VMs recorded, no
+  node reported training), or of a node whose trainer never started
+  (``started``: a gang steps with every node, so its others wait in their
+  rendezvous): replaced the same way, with nothing to save; the gang
+  regroups once the replacement is up and goes back to that step of setting
+  up. Its nodes take the regroup before their trainers start, or have their
+  ranks (waiting in a rendezvous with the lost node) started again with it.
+  An epoch or a stop
   with the gang heard before the regroup (``trained``): the gang was training
   after all, and the regroup waits for node 0's save as for a training gang.
 * a second node's loss while replacing, or the replacement's own: the gang is
@@ -57,15 +58,10 @@ from spotline.shared.domain.documents import (
 from spotline.shared.domain.liveness import NOTICE_MARGIN_S, PREEMPTION_NOTICE_S
 from spotline.shared.domain.placement import replacement_name
 from spotline.shared.domain.spec import REPLACEABLE_FRAMEWORKS
-from spotline.shared.domain.states import JobSubstatus
+from spotline.shared.domain.states import SETTING_UP, JobSubstatus
 from spotline.shared.domain.transitions import move_job
 
 S = JobSubstatus
-# The steps of a gang setting up whose lost node is replaced: its VMs are
-# recorded (its node list), and no node has reported training.
-SETTING_UP = frozenset(
-    {S.CONNECTING_SERVER, S.GEARING_UP_ENV, S.SENDING_MODEL_AND_DATA, S.INSTALLING_REQUIREMENTS}
-)
 
 
 def replaces(job: JobDoc, instance: str, attempt: int, cause: S) -> bool:
@@ -129,7 +125,7 @@ def lost(
     setting_up = None if step is not None else setting_up
     generation = job.gang_generation + 1
     new = replacement_name(job.job_id, job.attempt, rank, generation)
-    nodes = [*job.nodes[:rank], new, *job.nodes[rank + 1 :]]
+    nodes, records = pending_nodes.renamed(job, rank, new)
     replacing = NodeReplacement(
         rank=rank,
         lost=instance,
@@ -143,10 +139,6 @@ def lost(
         ),
         setting_up=setting_up,
     )
-    records = [
-        r.model_copy(update={"node_names": nodes}) if r.attempt == job.attempt else r
-        for r in job.attempts
-    ]
     moved = move_job(job, S.REPLACING_NODE, now, note=f"{note}; replacing it with {new}")
     return moved.model_copy(
         update={

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from spotline.shared.domain.documents import JobDoc, NodeReplacement, PendingNode
+from spotline.shared.domain.documents import AttemptRecord, JobDoc, NodeReplacement, PendingNode
 
 _OWN = ("rank", "lost", "replacement", "booted", "refused_at", "refusals", "lost_replacements")
 
@@ -46,3 +46,15 @@ def updated(replacing: NodeReplacement, name: str, /, **update: Any) -> NodeRepl
         return replacing.model_copy(update=update)
     more = [p.model_copy(update=update) if p.replacement == name else p for p in replacing.more]
     return replacing.model_copy(update={"more": more})
+
+
+def renamed(job: JobDoc, rank: int, name: str) -> tuple[list[str], list[AttemptRecord]]:
+    """The gang's node list with the VM ``name`` at ``rank`` (a replacement
+    for the node lost there), and the attempts' records, the current one's
+    node names following it."""
+    nodes = [*job.nodes[:rank], name, *job.nodes[rank + 1 :]]
+    records = [
+        r.model_copy(update={"node_names": nodes}) if r.attempt == job.attempt else r
+        for r in job.attempts
+    ]
+    return nodes, records
