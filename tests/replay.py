@@ -271,7 +271,7 @@ def draw_replacing(rng: random.Random, n: int) -> Plan:
     A loss comes once the gang's first TRAINING report is surely heard
     (``MAX_DELAY`` steps into training): a loss heard while the job still
     reads as setting up is replaced with nothing to save
-    (``node_replacement.SETTING_UP``), and a clean run would not play the
+    (``states.SETTING_UP``), and a clean run would not play the
     same: these agents' ranks train on without the lost node, where real
     ones wait in their rendezvous (``tests/emulators/test_gang_setup_replacement.py``
     and ``test_agent_setup_regroup.py`` cover that order)."""

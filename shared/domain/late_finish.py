@@ -49,21 +49,13 @@ from spotline.shared.contract.events import JobFinished
 from spotline.shared.domain import gang_finish, lifecycle
 from spotline.shared.domain.documents import AttemptRecord, HistoryEntry, JobDoc
 from spotline.shared.domain.placement import node_names
-from spotline.shared.domain.states import JobStatus, JobSubstatus
+from spotline.shared.domain.states import SETTING_UP, JobStatus, JobSubstatus
 from spotline.shared.domain.transitions import move_job, revise_ending
 
 S = JobSubstatus
 # The next attempt has not begun training in these: no trainer ran on its VM yet.
 NOT_TRAINING = frozenset(
-    {
-        S.REQUESTING_SERVER,
-        S.WAITING_FOR_CAPACITY,
-        S.WAITING_FOR_QUOTA,
-        S.CONNECTING_SERVER,
-        S.GEARING_UP_ENV,
-        S.SENDING_MODEL_AND_DATA,
-        S.INSTALLING_REQUIREMENTS,
-    }
+    {S.REQUESTING_SERVER, S.WAITING_FOR_CAPACITY, S.WAITING_FOR_QUOTA, *SETTING_UP}
 )
 LOST = frozenset({"preempted", "stalled"})  # the outcomes of an attempt whose VM was lost
 SUPERSEDED = "superseded"  # an attempt ended because the one before it had completed

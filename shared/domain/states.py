@@ -69,6 +69,10 @@ class JobSubstatus(StrEnum):
 
 
 S = JobSubstatus
+# The steps of setting up on a VM, between its insert and its trainer's start.
+SETTING_UP = frozenset(
+    {S.CONNECTING_SERVER, S.GEARING_UP_ENV, S.SENDING_MODEL_AND_DATA, S.INSTALLING_REQUIREMENTS}
+)
 _GIVE_UP = {S.CANCELED, S.FAILED}
 _VM_LOST = {S.PREEMPTED, S.STALLED}
 # Ended on a VM, then a new attempt: a lost VM, or an error the failure policy restarts.
@@ -102,17 +106,7 @@ JOB_TRANSITIONS: dict[JobSubstatus, frozenset[JobSubstatus]] = {
     S.TRAINING: frozenset({S.RETURNING, S.REPLACING_NODE, *_ON_VM_END}),
     # Once the gang regrouped: back to training, or to the step of setting up
     # it was lost in; any ending or loss as on a VM.
-    S.REPLACING_NODE: frozenset(
-        {
-            S.CONNECTING_SERVER,
-            S.GEARING_UP_ENV,
-            S.SENDING_MODEL_AND_DATA,
-            S.INSTALLING_REQUIREMENTS,
-            S.TRAINING,
-            S.RETURNING,
-            *_ON_VM_END,
-        }
-    ),
+    S.REPLACING_NODE: frozenset({*SETTING_UP, S.TRAINING, S.RETURNING, *_ON_VM_END}),
     S.RETURNING: frozenset(_ON_VM_END),
     S.PREEMPTED: frozenset({S.REQUESTING_SERVER, S.WAITING_FOR_CAPACITY, *_GIVE_UP}),
     S.STALLED: frozenset({S.REQUESTING_SERVER, S.WAITING_FOR_CAPACITY, *_GIVE_UP}),
