@@ -6,8 +6,12 @@ replacement's boot, and the training redone."""
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -61,10 +65,16 @@ class Breakdown:
 
     @staticmethod
     def mean(parts: Sequence[Breakdown]) -> Breakdown:
-        if not parts:
-            return Breakdown()
-        names = [f.name for f in fields(Breakdown)]
-        return Breakdown(**{n: sum(getattr(p, n) for p in parts) / len(parts) for n in names})
+        return field_means(Breakdown, parts)
+
+
+def field_means(cls: type[T], parts: Sequence[T]) -> T:
+    """The dataclass ``cls`` whose every field is the mean of that field
+    over ``parts`` (none: ``cls()``, its defaults)."""
+    if not parts:
+        return cls()
+    names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+    return cls(**{n: statistics.fmean(getattr(p, n) for p in parts) for n in names})
 
 
 def breakdown(

@@ -5,9 +5,10 @@ overhead of a finished run (the first boot is the on-demand run's too)."""
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
+
+from benchmarks.econ.breakdown import field_means
 
 
 @dataclass
@@ -56,10 +57,7 @@ class Overhead:
 
     @staticmethod
     def mean(parts: Sequence[Overhead]) -> Overhead:
-        if not parts:
-            return Overhead()
-        names = [f.name for f in fields(Overhead)]
-        return Overhead(**{n: statistics.fmean(getattr(p, n) for p in parts) for n in names})
+        return field_means(Overhead, parts)
 
 
 # The causes as the benchmark's table heads them.
