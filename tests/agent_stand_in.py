@@ -70,14 +70,16 @@ if mode == "stubborn":
 """
 
 
-def wait_for(check: Callable[[], T | None], timeout_s: float = 5.0) -> T:
+def wait_for(check: Callable[[], T | None], timeout_s: float = 5.0, what: str = "") -> T:
+    """What ``check`` returns once it is true; fails after ``timeout_s``,
+    saying ``what`` did not happen."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         value = check()
         if value:
             return value
         time.sleep(0.01)
-    raise AssertionError(f"timed out after {timeout_s} s")
+    raise AssertionError(f"{what or 'timed out'} after {timeout_s} s")
 
 
 def read_events(out: Path, name: str) -> list[dict[str, Any]]:

@@ -12,8 +12,7 @@ until it is gone.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -25,6 +24,7 @@ from spotline.shared.domain.vms import (
     REGROUP_METADATA_KEY,
 )
 from spotline.vm_image.agent.agent import RANKS_STOP_GRACE_ENV
+from tests.agent_stand_in import wait_for
 from tests.container_stand_in import IMAGE, StandIn
 from tests.emulators.test_agent_failures import Topics
 from tests.vm_agent import INSTANCE, Vm, next_finished
@@ -35,11 +35,15 @@ pytestmark = pytest.mark.emulators
 BLOCKED = 'trap "" TERM; touch "$STARTED"; while true; do sleep 0.1; done'
 
 
-def wait_for(what: str, done: Callable[[], bool], wait_s: float) -> None:
-    deadline = time.monotonic() + wait_s
-    while not done():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.1)
+def boot(vm: Vm, stand_in: StandIn, assignment: str, started: Path) -> None:
+    """The agent boots with the stand-in runtime and a 1 s grace to stop;
+    returns once the container's command has started."""
+    vm.boot(
+        assignment,
+        SPOTLINE_CONTAINER_RUNTIME=str(stand_in.path),
+        **{RANKS_STOP_GRACE_ENV: "1"},
+    )
+    wait_for(started.exists, 120.0, what="the container did not start")
 
 
 def gone(stand_in: StandIn) -> bool:
@@ -61,19 +65,16 @@ def test_a_container_that_ignores_the_stop_to_grow_back_is_killed_after_the_grac
         image=IMAGE,
         env={"STARTED": str(started)},
     )
-    vm.boot(
-        assignment,
-        SPOTLINE_CONTAINER_RUNTIME=str(stand_in.path),
-        **{RANKS_STOP_GRACE_ENV: "1"},
-    )
-    wait_for("the container did not start", started.exists, 120.0)
+    boot(vm, stand_in, assignment, started)
     (pid,) = stand_in.containers().values()
     assert vm.server is not None
     vm.server.set_attributes({GANG_STOP_METADATA_KEY: "2"})
 
     (report,) = agent_topics.pull("spot_preempted", 60.0)
     assert SpotPreempted.model_validate_json(report).gang_stop
-    wait_for(f"the container (pid {pid}) outlived its killed client", lambda: gone(stand_in), 30)
+    wait_for(
+        lambda: gone(stand_in), 30, what=f"the container (pid {pid}) outlived its killed client"
+    )
 
 
 FIRST_PORT, REGROUPED_PORT = 29500, 29564
@@ -99,12 +100,7 @@ def test_a_regroup_restarts_the_trainer_in_a_container_of_another_name(
         image=IMAGE,
         env={"STARTED": str(started)},
     )
-    vm.boot(
-        assignment,
-        SPOTLINE_CONTAINER_RUNTIME=str(stand_in.path),
-        **{RANKS_STOP_GRACE_ENV: "1"},
-    )
-    wait_for("the container did not start", started.exists, 120.0)
+    boot(vm, stand_in, assignment, started)
     told = Regroup(
         generation=1,
         nodes=[INSTANCE, replacement],
@@ -122,4 +118,4 @@ def test_a_regroup_restarts_the_trainer_in_a_container_of_another_name(
     assert finished.attempt == 1
     names = [argv[argv.index("--name") + 1] for argv in stand_in.runs()]
     assert names == ["spotline-j1-a1-g0", "spotline-j1-a1-g1"]
-    wait_for("the first container outlived its killed client", lambda: gone(stand_in), 30)
+    wait_for(lambda: gone(stand_in), 30, what="the first container outlived its killed client")
