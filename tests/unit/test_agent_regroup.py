@@ -16,7 +16,12 @@ from spotline.shared.domain.spec import JobSpec
 from spotline.shared.domain.vms import GANG_STOP_METADATA_KEY, REGROUP_METADATA_KEY
 from spotline.vm_image.agent.agent import gang_stopped
 from spotline.vm_image.agent.metadata import Metadata
-from spotline.vm_image.agent.regroup import await_regroup, newer_regroup, watch_gang_stop
+from spotline.vm_image.agent.regroup import (
+    await_regroup,
+    newer_regroup,
+    watch_gang_stop,
+    watch_regroup,
+)
 
 N0, N1, R1 = "sl-j1-a1-n0", "sl-j1-a1-n1", "sl-j1-a1-n1-g1"
 GANG = Assignment(
@@ -124,6 +129,29 @@ def test_the_watch_ends_with_the_trainer_when_nothing_was_asked(server: Metadata
     done.set()
     watcher.join(30)
     assert not watcher.is_alive() and not asked.is_set()
+
+
+def test_a_regroup_read_after_the_trainer_ended_is_not_taken_while_it_ran(
+    server: MetadataServer,
+) -> None:
+    """The watch's hanging read returns the regroup just after the ranks
+    exited (``done`` set): the node takes it from its wait for the regroup,
+    not as a regroup that came while its ranks ran, which it would keep and
+    take again, stale, at the next stop of its ranks."""
+    server.set_attributes({REGROUP_METADATA_KEY: "{}"})  # the item exists: the read hangs
+    done = threading.Event()
+    seen: list[Regroup] = []
+    watcher = threading.Thread(
+        target=watch_regroup,
+        args=(Metadata(server.host), GANG, N0, done, seen.append),
+        daemon=True,
+    )
+    watcher.start()
+    time.sleep(1.0)  # in its hanging read
+    done.set()
+    server.set_attributes({REGROUP_METADATA_KEY: regroup(1)})
+    watcher.join(30)
+    assert not watcher.is_alive() and seen == []
 
 
 def test_a_replacement_joins_at_the_generation_its_gang_grew_back_at(

@@ -417,6 +417,8 @@ class Agent:
                     self._report_preempted()
                     return True
                 regrouped, self._regrouped_under = self._regrouped_under, None
+                if regrouped is not None and regrouped.generation <= self.assignment.generation:
+                    regrouped = None  # taken already, from the wait for the regroup
                 if regrouped is not None and exit_code != 0:
                     # Stopped for the regroup: nothing of this run to report.
                     exit_code, log_tail, unrecoverable = self._rejoin(regrouped)

@@ -93,6 +93,8 @@ def _watch(
             etag = None
             stop.wait(min(absent_s, max(remaining, 0.0)))
             continue
+        if stop.is_set():  # a read that returned as it was set: too late to act on
+            return None
         result = found(value)
         if result is not None:
             return result
