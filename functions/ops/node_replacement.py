@@ -23,6 +23,7 @@ from spotline.functions.ops.event_tokens import issue_event_token
 from spotline.functions.ops.jobs import settle
 from spotline.functions.ops.placement import record_instance, record_request, vm_account_of
 from spotline.functions.ops.relaunch import replace_attempt
+from spotline.functions.ops.restore_gate import open_restore_gate
 from spotline.functions.ops.reuse import OverInstanceQuota, assignment_for, hold_instance_slots
 from spotline.functions.ops.slots import free_instance_slot
 from spotline.functions.ops.teardown import (
@@ -262,6 +263,10 @@ def regroup_if_ready(deps: Deps, job_id: str, now: datetime) -> JobDoc | None:
     regrouped = deps.store.update_job(
         job_id, lambda current: node_replacement.regrouped(current, planned, deps.clock())
     )
+    if items.get(RESTORE_METADATA_KEY, RESTORE_GO) != RESTORE_GO:
+        # The earlier attempt's last VM may have gone since the read above:
+        # whoever saw it go left the gate to this regroup while it was under way.
+        open_restore_gate(deps, job_id, deps.clock())
     logs.info(
         f"job {job_id}: the gang regrouped (generation {regroup.generation}: "
         f"{', '.join(regroup.nodes)})",
