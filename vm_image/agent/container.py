@@ -275,8 +275,8 @@ def remove_agent_containers(host_env: Mapping[str, str], **labels: object) -> li
     if left:
         raise ContainersLeft(
             f"{'; '.join(left)}. A container spotline started earlier is still on this VM and "
-            "may hold the GPU, ports or memory the trainer needs: remove it on the VM "
-            f"(`sudo {runtime} rm --force NAME`), or let the job move to another VM",
+            "may hold the GPU, ports or memory the trainer needs, so the trainer is not started: "
+            f"remove it on the VM (`sudo {runtime} rm --force NAME`) before the job runs there",
             [name for name in names if name not in removed],
         )
     return removed
