@@ -97,7 +97,7 @@ def test_a_vm_without_the_runtime_has_no_container_to_remove(tmp_path: Path) -> 
 @pytest.mark.parametrize(
     "said",
     [
-        f"Error response from daemon: No such container: {STALE}",  # docker before 23, podman
+        f"Error response from daemon: No such container: {STALE}",  # older docker, podman
         f"Error response from daemon: removal of container {STALE} is already in progress",
     ],
 )
