@@ -7,7 +7,9 @@ It plays docker's parts as the agent meets them, no kinder:
   words for a missing manifest), and a ``:slow`` tag meets a registry out of
   reach.
 * ``run``: checks the argv (image, GPUs, no variable on the command line, an
-  env file others cannot read), records it and the client's environment,
+  env file others cannot read; a flag it does not play is refused as docker
+  refuses an unknown one: ``unknown flag``, exit code 125), records it, its
+  ``--label``s and the client's environment,
   then starts the "container" apart from the client, as the daemon would: a
   process in a session of its own (a keeper process stands for the daemon,
   reaping it), as the ``--user``, in the ``--workdir``, with only the env
@@ -20,6 +22,16 @@ It plays docker's parts as the agent meets them, no kinder:
   on: a killed client leaves the container running, under its name.
 * ``kill NAME``: SIGKILL to the recorded container; docker's "No such
   container" and exit code 1 when none.
+* ``ps [--all] --filter label=KEY[=VALUE] --format {{.Names}}``: the names of
+  the running (``--all``: every) recorded container with those labels. A
+  filter the daemon does not know is refused with its words (exit code 1), a
+  filter that is not ``name=value`` with the CLI's (125); the stand-in plays
+  no other filter or format, and says so.
+* ``rm [--force] NAME...``: a running container is refused without
+  ``--force``, killed (SIGKILL) with it; its record goes. A missing name is
+  docker's "No such container" on stderr, exit code 0 with ``--force`` (as
+  docker's CLI answers now), else 1. An exited ``--rm`` container is one the
+  daemon is removing: docker's "removal ... is already in progress", exit 1.
 
 Every ``run`` appends its argv to ``runs.jsonl``; the ``stand_in`` fixture
 kills what a failed test left running.
@@ -31,7 +43,9 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,10 +53,19 @@ import pytest
 
 IMAGE = "us-docker.pkg.dev/my-project/train/job:1.2"
 
-STAND_IN = r"""#!{python}
-import hashlib, json, os, signal, subprocess, sys, threading, time
+# The script's first lines: its Python, the test's image, where it keeps state.
+HEADER = """#!{python}
 IMAGE, STATE, RECORD = {image!r}, {state!r}, {record!r}
+"""
+
+STAND_IN = r"""
+import hashlib, json, os, signal, subprocess, sys, threading, time
 argv = sys.argv[1:]
+# What each container was started with (its labels, --rm), beside STATE.
+INFO = STATE + "-info"
+# The filters docker's daemon knows for ps; the stand-in plays only label.
+PS_FILTERS = {"ancestor", "before", "exited", "expose", "health", "id", "is-task", "isolation",
+              "label", "name", "network", "publish", "since", "status", "volume"}
 
 
 def container_id(name):
@@ -63,6 +86,47 @@ def recorded_pid(box, wait_s):
         time.sleep(0.01)
 
 
+def running(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
+def info_of(name):
+    try:
+        with open(os.path.join(INFO, name)) as held:
+            return json.load(held)
+    except FileNotFoundError:
+        return {"labels": {}, "remove": False}
+
+
+def unknown_flag(command, flag):  # docker's CLI (cobra): usage errors exit 125
+    print(f"unknown flag: {flag}\nSee 'docker {command} --help'.", file=sys.stderr)
+    sys.exit(125)
+
+
+def parse(command, args, switches, valued):
+    # Docker's flags as pflag reads them (--name value, --name=value, -x);
+    # one the stand-in does not play is refused as docker refuses an unknown one.
+    options, i = {}, 0
+    while i < len(args) and args[i].startswith("-"):
+        flag, has_value, value = args[i].partition("=")
+        if flag in switches and not has_value:
+            options.setdefault(switches[flag], []).append("")
+            i += 1
+        elif flag in valued:
+            if not has_value:
+                i += 1
+                value = args[i]
+            options.setdefault(valued[flag], []).append(value)
+            i += 1
+        else:
+            unknown_flag(command, flag)
+    return options, args[i:]
+
+
 if argv[0] == "pull":  # what docker answers (a daemon with its registries)
     if argv[1] == IMAGE:
         sys.exit(0)
@@ -78,18 +142,84 @@ if argv[0] == "kill":
     name = argv[1]
     pid = recorded_pid(os.path.join(STATE, name), 5.0)
     if pid is None:
-        print(f"Error response from daemon: No such container: {{name}}", file=sys.stderr)
+        print(f"Error response from daemon: No such container: {name}", file=sys.stderr)
         sys.exit(1)
     try:
         if not pid:  # created, never started
             raise ProcessLookupError
         os.killpg(pid, signal.SIGKILL)
     except ProcessLookupError:
-        print(f"Error response from daemon: cannot kill container: {{name}}: container "
-              f"{{container_id(name)}} is not running", file=sys.stderr)
+        print(f"Error response from daemon: cannot kill container: {name}: container "
+              f"{container_id(name)} is not running", file=sys.stderr)
         sys.exit(1)
     print(name)
     sys.exit(0)
+
+if argv[0] == "ps":
+    options, rest = parse("ps", argv[1:], {"-a": "all", "--all": "all"},
+                          {"-f": "filter", "--filter": "filter", "--format": "format"})
+    assert not rest, f"docker ps takes no arguments: {rest}"
+    wanted = []
+    for given in options.get("filter", []):
+        key, has_value, value = given.partition("=")
+        if not has_value:
+            print(f'invalid argument "{given}" for "-f, --filter" flag: bad format of filter '
+                  "(expected name=value)\nSee 'docker ps --help'.", file=sys.stderr)
+            sys.exit(125)
+        if key not in PS_FILTERS:
+            print(f"Error response from daemon: invalid filter '{key}'", file=sys.stderr)
+            sys.exit(1)
+        assert key == "label", f"the stand-in plays only ps's label filter, not {given}"
+        wanted.append(value.partition("="))
+    assert options.get("format") == ["{{.Names}}"], (
+        f"the stand-in plays only ps's --format {{{{.Names}}}}, not {options.get('format')}")
+    names = sorted(box for box in os.listdir(STATE) if not box.endswith(".pid")) if (
+        os.path.isdir(STATE)) else []
+    for name in names:
+        labels = info_of(name)["labels"]
+        if not all(key in labels and (not has or labels[key] == value)
+                   for key, has, value in wanted):
+            continue
+        pid = recorded_pid(os.path.join(STATE, name), 0.0)
+        if pid is None or not (options.get("all") or (pid and running(pid))):
+            continue
+        print(name)
+    sys.exit(0)
+
+if argv[0] == "rm":
+    options, names = parse("rm", argv[1:], {"-f": "force", "--force": "force"}, {})
+    assert names, "docker rm needs a container"
+    failed = False
+    for name in names:
+        box = os.path.join(STATE, name)
+        pid = recorded_pid(box, 5.0)
+        if pid is None:
+            print(f"Error response from daemon: No such container: {name}", file=sys.stderr)
+            failed = failed or "force" not in options  # docker's rm --force: gone is removed
+            continue
+        if pid and running(pid):
+            if "force" not in options:
+                print(f'Error response from daemon: cannot remove container "/{name}": '
+                      "container is running: stop the container before removing or force "
+                      "remove", file=sys.stderr)
+                failed = True
+                continue
+            os.killpg(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 10
+            while running(pid) and time.monotonic() < deadline:
+                time.sleep(0.01)
+        elif pid and info_of(name)["remove"]:  # exited: the daemon removes it (--rm)
+            print(f"Error response from daemon: removal of container {name} is already in "
+                  "progress", file=sys.stderr)
+            failed = True
+            continue
+        for path in (box, os.path.join(INFO, name)):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+        print(name)
+    sys.exit(1 if failed else 0)
 
 if argv[0] == "keeper":  # the daemon's side of one container
     box, spec = argv[1], json.loads(argv[2])
@@ -122,7 +252,11 @@ if argv[0] == "keeper":  # the daemon's side of one container
         pass
     relaying.join()
     if spec["remove"]:
-        os.unlink(box)
+        for path in (box, os.path.join(INFO, os.path.basename(box))):
+            try:  # gone already if `rm --force` removed it
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
     sys.exit(128 - code if code < 0 else code)
 
 with open(RECORD, "w") as record:
@@ -130,23 +264,18 @@ with open(RECORD, "w") as record:
 with open(os.path.join(os.path.dirname(RECORD), "runs.jsonl"), "a") as runs:
     runs.write(json.dumps(argv) + "\n")
 assert argv[0] == "run", argv
-options, i = {{}}, 1
-flags = {{"--rm", "--init"}}
-while argv[i].startswith("--"):
-    if argv[i] in flags:
-        options.setdefault(argv[i], []).append("")
-        i += 1
-    else:
-        options.setdefault(argv[i], []).append(argv[i + 1])
-        i += 2
-image, command = argv[i], argv[i + 1:]
+options, rest = parse(
+    "run", argv[1:], {"--rm": "--rm", "--init": "--init"},
+    {flag: flag for flag in ("--gpus", "--network", "--name", "--label", "--user", "--workdir",
+                             "--volume", "--env-file")},
+)
+image, command = rest[0], rest[1:]
 assert image == IMAGE, image
 assert options["--gpus"] == ["all"], options
-assert "--env" not in options, "a variable on the command line: " + str(options["--env"])
 with open(RECORD + ".client-env", "w") as record:
     json.dump(dict(os.environ), record)
 uid, gid = (int(part) for part in options["--user"][0].split(":"))
-env = {{}}
+env = {}
 for path in options["--env-file"]:
     assert os.stat(path).st_mode & 0o077 == 0, "an env file others may read: " + path
     with open(path) as lines:
@@ -156,17 +285,21 @@ for path in options["--env-file"]:
 env["PATH"] = "/usr/local/bin:/usr/bin:/bin"
 name = options["--name"][0]
 os.makedirs(STATE, exist_ok=True)
+os.makedirs(INFO, exist_ok=True)
 box = os.path.join(STATE, name)
 try:
     os.close(os.open(box, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 except FileExistsError:
-    print(f'docker: Error response from daemon: Conflict. The container name "/{{name}}" is '
-          f'already in use by container "{{container_id(name)}}". You have to remove (or '
+    print(f'docker: Error response from daemon: Conflict. The container name "/{name}" is '
+          f'already in use by container "{container_id(name)}". You have to remove (or '
           "rename) that container to be able to reuse that name.\n"
           "See 'docker run --help'.", file=sys.stderr)
     sys.exit(125)
-spec = {{"command": command, "env": env, "workdir": options["--workdir"][0], "uid": uid,
-        "gid": gid, "remove": "--rm" in options}}
+labels = dict(label.partition("=")[::2] for label in options.get("--label", []))
+with open(os.path.join(INFO, name), "w") as held:
+    json.dump({"labels": labels, "remove": "--rm" in options}, held)
+spec = {"command": command, "env": env, "workdir": options["--workdir"][0], "uid": uid,
+        "gid": gid, "remove": "--rm" in options}
 pending, target = [], []
 
 
@@ -208,9 +341,10 @@ class StandIn:
         self.record = folder / "argv.json"
         self.state = folder / "containers"
         self.path.write_text(
-            STAND_IN.format(
+            HEADER.format(
                 python=sys.executable, image=IMAGE, state=str(self.state), record=str(self.record)
             )
+            + STAND_IN
         )
         self.path.chmod(0o755)
 
@@ -231,6 +365,33 @@ class StandIn:
                 with contextlib.suppress(FileNotFoundError, ValueError):
                     found[box.name] = int(box.read_text() or 0)
         return found
+
+    def run_detached(self, name: str, command: list[str], *labels: str) -> int:
+        """Start a container through the stand-in's own ``run``, as a user
+        on the VM (no label) or an earlier agent (``spotline.agent=1``) did,
+        and kill its client, as an agent's death takes it: the container runs
+        on. Its pid."""
+        env_file = self.record.with_name(f"{name}.env")
+        env_file.write_text("")
+        env_file.chmod(0o600)
+        argv = [str(self.path), "run", "--rm", "--init", "--gpus", "all", "--name", name]
+        for label in labels:
+            argv += ["--label", label]
+        argv += ["--user", f"{os.getuid()}:{os.getgid()}", "--workdir", str(self.state.parent)]
+        client = subprocess.Popen(
+            [*argv, "--env-file", str(env_file), IMAGE, *command],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 30
+        while not (pid := self.containers().get(name)):
+            assert client.poll() is None, f"the stand-in's run of {name} exited {client.returncode}"
+            assert time.monotonic() < deadline, f"the container {name} did not start"
+            time.sleep(0.05)
+        os.killpg(client.pid, signal.SIGKILL)
+        client.wait(10)
+        return pid
 
     def close(self) -> None:
         for pid in self.containers().values():

@@ -67,6 +67,7 @@ from spotline.vm_image.agent.trainer_launch import (
     Prepared,
     launch_trainer,
     prepare,
+    remove_earlier_containers,
 )
 from spotline.vm_image.agent.trainer_process import TENSORBOARD_DIR, CannotStart, TrainerProcess
 from spotline.vm_image.agent.transfers import download_folder, restore_modes, upload_folder
@@ -480,6 +481,7 @@ class Agent:
         )
         assert self._launch is not None  # the trainer ran once: its launch is kept
         try:
+            remove_earlier_containers(self.assignment)
             self._start_mirrors()
             return self._run_trainer(*self._launch)
         except CannotStart as err:
@@ -491,6 +493,9 @@ class Agent:
         A job that cannot be prepared, or a trainer that cannot start, fails
         with the reason as its output."""
         try:
+            # Before anything is fetched: a container left running (its
+            # agent died) writes into this attempt's folder.
+            remove_earlier_containers(self.assignment)
             code_dir = self._fetch_code(code_uri)
             prepared = prepare(
                 self.assignment,

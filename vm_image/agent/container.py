@@ -21,6 +21,16 @@ attempt and the gang's regroup generation (``container_name``): the trainer
 restarted in the same attempt after a regroup never meets the name of the
 container it replaces, which docker holds until that one is removed.
 
+Every container the agent starts carries the label ``spotline.agent=1``
+(``AGENT_LABEL``). Before a job's trainer starts (the agent's first job, a
+cooling VM's next one, a restart after a regroup), every container with that
+label, running or not, is removed (``remove_agent_containers``: ``docker ps``
+by the label, ``docker rm --force`` each): an earlier job's container whose
+kill failed, or one whose agent died (an OOM kill takes the client, never
+the container the daemon runs), would hold the GPU, its ports and its memory,
+and a restarted agent's own container would meet its name. Only that label
+is looked for: a user's own containers on the VM are never touched.
+
 The client runs as the agent (access to the runtime's socket is root's), so
 nothing of the job may reach it: the runtime is an absolute path the image
 provides (never looked up on a PATH), it starts with the agent's own
@@ -60,6 +70,16 @@ _PULL_TAIL_LINES = 10
 # ``docker kill`` returns once the signal is sent; a daemon that does not
 # answer must not hold the agent's stop of the gang.
 KILL_TIMEOUT_S = 30
+# The label on every container the agent starts, and the only one it removes.
+AGENT_LABEL = "spotline.agent=1"
+# ``docker rm --force`` waits for the killed container to exit: a daemon that
+# does not answer must not hold the VM's start for ever.
+CLEANUP_TIMEOUT_S = 60
+# The runtime's words for a container that is gone or going: docker's and
+# podman's for a missing name (docker's current ``rm --force`` exits 0 with
+# them, older ones 1), and docker's while it removes a ``--rm`` container
+# that exited (its processes are gone).
+_GONE = ("no such container", "is already in progress")
 # The registry's answers that no other VM would get otherwise (docker's and
 # podman's words): checked after _PULL_TRANSIENT.
 _PULL_UNRECOVERABLE = (
@@ -117,12 +137,19 @@ def pull_image(image: str, host_env: Mapping[str, str]) -> None:
     )
 
 
-def _run(argv: list[str], timeout_s: float) -> subprocess.CompletedProcess[bytes] | str:
-    """The runtime's ``argv`` run as the agent, its output kept; what went
-    wrong instead when it could not start or did not finish in ``timeout_s``."""
+def _run(
+    argv: list[str], timeout_s: float, apart: bool = False
+) -> subprocess.CompletedProcess[bytes] | str:
+    """The runtime's ``argv`` run as the agent, its output kept (with its
+    errors, or ``apart`` from them in ``stderr``); what went wrong instead
+    when it could not start or did not finish in ``timeout_s``."""
     try:
         return subprocess.run(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout_s, check=False
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE if apart else subprocess.STDOUT,
+            timeout=timeout_s,
+            check=False,
         )
     except subprocess.TimeoutExpired:
         return f"did not finish in {timeout_s:g} s"
@@ -194,6 +221,73 @@ def kill_container(name: str, host_env: Mapping[str, str], **labels: object) -> 
         logs.warning(f"{what} failed (exit code {done.returncode}): {output[-500:]}", **labels)
 
 
+class ContainersLeft(RuntimeError):
+    """Containers the agent started earlier may still hold the VM: ``names``
+    could not be removed, or (``names`` empty) the runtime could not list
+    them. The message names each, the runtime's words and what to do."""
+
+    def __init__(self, message: str, names: list[str]) -> None:
+        super().__init__(message)
+        self.names = names
+
+
+def remove_agent_containers(host_env: Mapping[str, str], **labels: object) -> list[str]:
+    """``docker rm --force`` every container with ``AGENT_LABEL``, running or
+    not, as the agent; each is logged. The names removed. With no runtime on
+    the VM there is no container either: nothing is done.
+
+    Raises:
+        ContainersLeft: the runtime could not list them, or one is still there.
+    """
+    try:
+        runtime = runtime_of(host_env)
+    except BadContainerSetup:
+        return []
+    argv = [runtime, "ps", "--all", "--filter", f"label={AGENT_LABEL}", "--format", "{{.Names}}"]
+    listed = _run(argv, CLEANUP_TIMEOUT_S, apart=True)
+    if isinstance(listed, str) or listed.returncode != 0:
+        failure = listed if isinstance(listed, str) else _failed(listed)
+        raise ContainersLeft(
+            f"`{' '.join(argv)}` {failure}: whether a container spotline started earlier still "
+            "runs on this VM (holding the GPU, ports or memory a trainer needs) is unknown; "
+            f"check the container runtime's daemon (`systemctl status {Path(runtime).name}`)",
+            [],
+        )
+    # A container linked to another has several names, the first its own.
+    names = [line.split(",")[0] for line in listed.stdout.decode(errors="replace").split()]
+    removed, left = [], []
+    for name in names:
+        done = _run([runtime, "rm", "--force", name], CLEANUP_TIMEOUT_S)
+        said = "" if isinstance(done, str) else done.stdout.decode(errors="replace")
+        if isinstance(done, str) or (
+            done.returncode != 0 and not any(sign in said.lower() for sign in _GONE)
+        ):
+            failure = done if isinstance(done, str) else _failed(done)
+            left.append(f"`{runtime} rm --force {name}` {failure}")
+            continue
+        removed.append(name)
+        logs.warning(
+            f"removed the container {name}, which spotline started earlier on this VM "
+            "(an earlier job's, or one whose agent died): it would hold the GPU, ports and "
+            "memory the next trainer needs",
+            **labels,
+        )
+    if left:
+        raise ContainersLeft(
+            f"{'; '.join(left)}. A container spotline started earlier is still on this VM and "
+            "may hold the GPU, ports or memory the trainer needs, so the trainer is not started: "
+            f"remove it on the VM (`sudo {runtime} rm --force NAME`) before the job runs there",
+            [name for name in names if name not in removed],
+        )
+    return removed
+
+
+def _failed(done: subprocess.CompletedProcess[bytes]) -> str:
+    """The runtime's failure as a message: its exit code and last words."""
+    said = done.stdout + (done.stderr or b"")
+    return f"failed (exit code {done.returncode}): {said.decode(errors='replace').strip()[-500:]}"
+
+
 def container_command(
     image: str,
     command: list[str],
@@ -218,7 +312,8 @@ def container_command(
         BadContainerSetup: no usable runtime (``runtime_of``).
     """
     argv = [runtime_of(host_env), "run", "--rm", "--init", "--gpus", "all", "--network", "host"]
-    argv += ["--name", name, "--user", f"{user[0]}:{user[1]}", "--workdir", str(workdir)]
+    argv += ["--name", name, "--label", AGENT_LABEL]
+    argv += ["--user", f"{user[0]}:{user[1]}", "--workdir", str(workdir)]
     for folder, read_only in mounts:
         argv += ["--volume", f"{folder}:{folder}{':ro' if read_only else ''}"]
     argv += ["--env-file", str(env_file)]

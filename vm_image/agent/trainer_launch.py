@@ -16,11 +16,13 @@ from spotline.shared.contract.assignment import Assignment
 from spotline.shared.contract.ranks import processes_per_node
 from spotline.vm_image.agent.container import (
     BadContainerSetup,
+    ContainersLeft,
     PullFailed,
     container_command,
     container_name,
     kill_container,
     pull_image,
+    remove_agent_containers,
     write_env_file,
 )
 from spotline.vm_image.agent.job_data import DATA_DIR_ENV, DataUnavailable, fetch_data
@@ -112,6 +114,27 @@ def prepare(
         raise CannotStart(
             f"cannot start the trainer: {err}", EXIT_PREPARE_FAILED, unrecoverable=err.unrecoverable
         ) from None
+
+
+def remove_earlier_containers(assignment: Assignment) -> None:
+    """Remove the containers the agent started earlier on this VM (an
+    earlier job's, or this attempt's whose agent died), before this job's
+    trainer starts.
+
+    Raises:
+        CannotStart: one is still there, whatever the job (it may hold the
+            GPU: the trainer would fail with an obscure out-of-memory error),
+            or the runtime could not list them for a job in a container (it
+            could not run one either). A job without an image starts
+            anyway when the runtime cannot list them, saying so.
+    """
+    labels = {"job_id": assignment.job_id, "attempt": assignment.attempt}
+    try:
+        remove_agent_containers(os.environ, **labels)
+    except ContainersLeft as err:
+        if err.names or assignment.spec.image:
+            raise CannotStart(f"cannot start the trainer: {err}", EXIT_PREPARE_FAILED) from None
+        logs.warning(f"{err}; the trainer, which runs in no container, starts anyway", **labels)
 
 
 def _home(job_dir: Path, account: TrainerAccount) -> dict[str, str]:
