@@ -34,6 +34,7 @@ class Knob:
     label: str
     fields: tuple[str, ...]
     most: float = 4.0
+    kept: tuple[str, ...] = ()  # fields of the same input left as they are
 
     def scaled(self, lat: Latencies, factor: float) -> Latencies:
         return replace(lat, **{name: getattr(lat, name) * factor for name in self.fields})
@@ -48,7 +49,11 @@ def knobs(lat: Latencies) -> tuple[Knob, ...]:
     and the boot's median, the same spread), the restart at each change of
     size, and the save (which must fit in the notice)."""
     return (
-        Knob("insert-to-ready (insert_s + boot_median_s)", ("insert_s", "boot_median_s")),
+        Knob(
+            "insert-to-ready (insert_s + boot_median_s)",
+            ("insert_s", "boot_median_s"),
+            kept=("boot_sigma",),
+        ),
         Knob("restart per change of size (restart_s)", ("restart_s",)),
         Knob("save (checkpoint_s)", ("checkpoint_s",), most=lat.notice_s / lat.checkpoint_s),
     )

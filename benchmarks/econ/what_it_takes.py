@@ -51,8 +51,9 @@ def print_section(
     print(sensitivity.break_even_markdown(cell, goals, lat))
     print("\nthe inputs now, and where each comes from:")
     for knob in sensitivity.knobs(lat):
-        for name in knob.fields:
-            print(f"  {name} = {getattr(lat, name):g}: {gang_model.SOURCES[name]}")
+        for name in (*knob.fields, *knob.kept):
+            kept = " (not scaled)" if name in knob.kept else ""
+            print(f"  {name} = {getattr(lat, name):g}{kept}: {gang_model.SOURCES[name]}")
     print(f"\ntwo policies tried ({where}, the same traces; the spare's slot has its own):\n")
     print(variants_markdown(machines, hours, seeds, lat))
     for nodes, rate in ((NODES, RATE), (8, 2.0)):
