@@ -94,3 +94,15 @@ def test_the_goals_bisected_are_the_benchmark_s() -> None:
     assert f"{gang_model.ELASTIC}: T4 >= 60.0 % cheaper" in labels
     floor = bench_gang_econ.spot_discount("L4") - 2
     assert f"{gang_model.REPLACE_ONE}: L4 >= {floor:.1f} % cheaper" in labels
+
+
+def test_the_benchmark_prints_what_it_would_take_for_a_4_node_gang(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = ["--gpus", "L4", "--nodes", "4", "--rates", "1", "--seeds", "1", "--handlers", ""]
+    assert bench_gang_econ.main(args) == 0
+    out = capsys.readouterr().out
+    assert "what it would take to meet the goals" in out
+    assert f"| {gang_model.REPLACE_ONE}: makespan <= +10 % |" in out
+    assert "restart_s = 20: assumption" in out  # each input with its source
+    assert "| replace-one, warm spare |" in out and "grows declined" in out
