@@ -31,7 +31,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.econ import gang_handlers, gang_model, gang_overhead, traces
+from benchmarks.econ import (
+    gang_handlers,
+    gang_model,
+    gang_overhead,
+    sensitivity,
+    traces,
+    what_it_takes,
+)
 from benchmarks.econ.gang_model import Latencies
 from benchmarks.econ.gang_overhead import Overhead
 from benchmarks.econ.model import Job
@@ -206,12 +213,23 @@ def main(argv: list[str] | None = None) -> int:
         print_explained(args.gpus.split(",")[0], args.nodes, args.hours, args.seeds, lat)
         if "4" in args.nodes.split(","):
             print_in_place_regroup(args.gpus.split(","), args.hours, args.seeds, lat)
+            machines = {gpu: MACHINES[gpu] for gpu in args.gpus.split(",")}
+            what_it_takes.print_section(machines, goals_of(machines), args.hours, args.seeds, lat)
     print("\nlatencies (seconds) and where each comes from:")
     for name, source in gang_model.SOURCES.items():
         print(f"  {name} = {getattr(lat, name):g}: {source}")
     if handled:
         print_handled(handled, args.hours, args.handler_seeds, lat, strategies)
     return 0
+
+
+def goals_of(machines: dict[str, str]) -> list[sensitivity.Goal]:
+    """The goals for a 4-node gang at 1 preemption/VM-hour, as bounds to bisect on."""
+    found = [sensitivity.Goal(strategy, bound) for strategy, bound in GOAL_MAKESPAN.items()]
+    for gpu in machines:
+        floor = GOAL_T4_SAVINGS if gpu == "T4" else spot_discount(gpu) - GOAL_L4_POINTS
+        found += [sensitivity.Goal(strategy, floor, gpu) for strategy in GOAL_MAKESPAN]
+    return found
 
 
 def print_explained(gpu: str, nodes: str, hours: float, seeds: int, lat: Latencies) -> None:

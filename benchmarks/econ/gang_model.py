@@ -79,8 +79,11 @@ class Latencies:
     max_hours: float = 168.0
 
     def boots(self, rng: random.Random, count: int) -> list[float]:
+        # Log-normal about the median (the draws of rng.lognormvariate, which
+        # takes the median's log and so no median of 0 s).
         return [
-            rng.lognormvariate(math.log(self.boot_median_s), self.boot_sigma) for _ in range(count)
+            self.boot_median_s * math.exp(rng.normalvariate(0.0, self.boot_sigma))
+            for _ in range(count)
         ]
 
 
@@ -115,6 +118,10 @@ RELAUNCH = "relaunch (spotline)"
 RELAUNCH_WAITING = "relaunch, waiting for deletes (before)"
 REPLACE_ONE = "replace-one"
 ELASTIC = "elastic (min_nodes n/2)"
+
+
+# Whether a smaller gang grows back: (work left in seconds, its size, the size it would grow to).
+GrowRule = Callable[[float, int, int], bool]
 
 
 def poller_name(period_s: float) -> str:
@@ -152,12 +159,31 @@ def explained(
     if strategy == REPLACE_ONE:
         return _in_place(strategy, job, trace, lat, rng, spent, min_nodes=job.nodes), spent
     if strategy == ELASTIC:
-        least = elastic_min_nodes(job.nodes)
-        return _in_place(strategy, job, trace, lat, rng, spent, min_nodes=least), spent
+        return elastic(strategy, job, trace, lat, seed)
     for period in PERIODS_S:
         if strategy == poller_name(period):
             return _poller(strategy, job, trace, lat, rng, spent, period), spent
     raise ValueError(f"unknown strategy {strategy!r} (one of {', '.join(STRATEGIES)})")
+
+
+def elastic(
+    name: str,
+    job: Job,
+    trace: Trace,
+    lat: Latencies,
+    seed: int,
+    grows: GrowRule | None = None,
+) -> tuple[Outcome, Overhead]:
+    """The elastic strategy (``min_nodes`` half the gang), and where its
+    makespan went. ``grows(remaining_s, size, bigger)``, when given, decides
+    whether a smaller gang grows back from ``size`` to ``bigger`` nodes with
+    ``remaining_s`` of the job's work left (by default it always does); a
+    gang that does not trains on, and the replacement joins at the gang's
+    next change of size."""
+    spent = Overhead()
+    least = elastic_min_nodes(job.nodes)
+    rng = random.Random(seed)
+    return _in_place(name, job, trace, lat, rng, spent, min_nodes=least, grows=grows), spent
 
 
 def elastic_min_nodes(nodes: int) -> int:
@@ -246,15 +272,15 @@ def _whole_gang(
             done = end + lat.deliver_s
             vm_s += job.nodes * (done + lat.delete_s - start)
             spent.add(stall_s=job.work_s * stall)
-            return _outcome(name, job, vm_s, done, job.work_s, preemptions, True)
+            return spot_outcome(name, job, vm_s, done, job.work_s, preemptions, True)
         if hit >= limit:
             vm_s += job.nodes * (limit - start)
-            return _outcome(name, job, vm_s, limit, saved, preemptions, False)
+            return spot_outcome(name, job, vm_s, limit, saved, preemptions, False)
         preemptions += 1
         trained = hit > train
         if trained:
             progress = saved + (hit - train) / (1 + stall)
-            saved = kept(_whole_steps(progress, lat.step_s), saved)
+            saved = kept(whole_steps(progress, lat.step_s), saved)
             spent.add(lost_s=(progress - saved) * (1 + stall))
         acted, others_gone, next_start = lost(hit, node, trained)
         noticed_gone = hit + lat.notice_s
@@ -274,6 +300,7 @@ def _in_place(
     spent: Overhead,
     *,
     min_nodes: int,
+    grows: GrowRule | None = None,
 ) -> Outcome:
     """The survivors stay; each lost node is replaced alone, in its slot.
 
@@ -298,22 +325,30 @@ def _in_place(
     up = [lat.insert_s + b for b in lat.boots(rng, n)]
     resume, size = max(up), n  # a gang starts whole
     progress, vm_s, preemptions, i = 0.0, 0.0, 0, 0
+    declined = -math.inf  # the last replacement's boot a smaller gang did not grow for
     while True:
         rate = size / n if size >= min_nodes else 0.0
         end = resume + (job.work_s - progress) / rate if rate else math.inf
         # An elastic gang is asked to grow back once a replacement's boot is heard.
-        grow = min((t for t in up if t > resume), default=math.inf) if size < n else math.inf
+        after = max(resume, declined)
+        grow = min((t for t in up if t > after), default=math.inf) if size < n else math.inf
         grow += lat.deliver_s
         hit, node = events[i] if i < len(events) else (math.inf, 0)
         if min(hit, grow, end) >= limit:
             vm_s += sum(limit - s for s in since)
             kept = progress + max(0.0, limit - resume) * rate
-            return _outcome(name, job, vm_s, limit, kept, preemptions, False)
+            return spot_outcome(name, job, vm_s, limit, kept, preemptions, False)
         if end <= min(hit, grow):
             spent.add(smaller_s=(end - resume) * (1 - rate))
             done = end + lat.deliver_s
             vm_s += sum(done + lat.delete_s - s for s in since)
-            return _outcome(name, job, vm_s, done, job.work_s, preemptions, True)
+            return spot_outcome(name, job, vm_s, done, job.work_s, preemptions, True)
+        if grow < hit and grows is not None and rate:
+            change_s = lat.checkpoint_s + lat.deliver_s + lat.restart_s
+            bigger = sum(1 for t in up if t <= grow + change_s)
+            if not grows(job.work_s - progress - (grow - resume) * rate, size, bigger):
+                declined = grow - lat.deliver_s
+                continue
         if grow < hit:  # a replacement is up: stop at a step, save, restart bigger
             progress += (grow - resume) * rate
             spent.add(smaller_s=(grow - resume) * (1 - rate) if rate else 0.0)
@@ -329,7 +364,7 @@ def _in_place(
         training = hit > resume and up[node] <= resume
         if training:
             reached = progress + (hit - resume) * rate
-            progress = _whole_steps(reached, lat.step_s)
+            progress = whole_steps(reached, lat.step_s)
             spent.add(lost_s=reached - progress, smaller_s=(hit - resume) * (1 - rate))
         wrote = (lat.checkpoint_s if node == 0 else lat.step_s) if training else 0.0
         reported = hit + wrote + lat.deliver_s
@@ -382,12 +417,12 @@ def _charge_stop(
         spent.add(restart_s=lat.restart_s)
 
 
-def _whole_steps(progress: float, step_s: float) -> float:
+def whole_steps(progress: float, step_s: float) -> float:
     """The notice's save keeps the steps done; the one in progress is lost."""
     return math.floor(progress / step_s + 1e-9) * step_s
 
 
-def _outcome(
+def spot_outcome(
     name: str, job: Job, vm_s: float, makespan_s: float, kept_s: float, preemptions: int, done: bool
 ) -> Outcome:
     cost = vm_cost(job.machine.spot_usd_per_hour, vm_s)
