@@ -127,15 +127,14 @@ def head(job: JobDoc) -> str | None:
 
 
 def replaces_again(job: JobDoc, instance: str, attempt: int, cause: S) -> bool:
-    """Whether the loss of ``instance`` is that of the replacement of an
-    elastic gang training without it (or asked to grow back), before it
-    joined: another replacement is inserted, the gang kept."""
+    """Whether the loss of ``instance`` is that of a replacement before it
+    joined, the gang waiting for it, or an elastic gang training without it
+    (or asked to grow back): another replacement is inserted, the gang kept."""
     replacing = job.replacing
     return (
         replacing is not None
-        and bool(replacing.shrunk)
         and instance in pending_nodes.replacements(job)
-        and _keeps_attempt(job, attempt, cause)
+        and keeps_attempt(job, attempt, cause)
     )
 
 
@@ -145,12 +144,17 @@ def replacement_lost(
     """The job after its replacement's loss (``replaces_again``): another
     one named for the rank (new: ``placement.replacement_name``), not up
     yet; the substatus, the smaller gang and the bound's start kept (the
-    attempt's record names each replacement once placed)."""
+    attempt's record names each replacement once placed). A waiting gang's
+    node list moves to its next generation (``pending_nodes.next_generation``:
+    the other replacements take it); a smaller gang's grows back at one."""
     replacing = job.replacing
     node = pending_nodes.of_replacement(job, instance)
     assert replacing is not None and node is not None
     if step is not None:
         job = lifecycle.saved_state(job, job.attempt, step, checkpoint_uri)
+    generation = job.gang_generation
+    if not replacing.shrunk:
+        generation, replacing = pending_nodes.next_generation(job)
     again = node.lost_replacements + 1
     rank = node.rank
     new = replacement_name(job.job_id, job.attempt, rank, job.gang_generation + 1, again)
@@ -169,7 +173,9 @@ def replacement_lost(
         update={
             "preemptions": job.preemptions + 1,
             "nodes": nodes,
+            "instance": nodes[0],
             "replacing": renewed,
+            "gang_generation": generation,
             "attempts": records,
         }
     )
@@ -190,14 +196,15 @@ def loses_again(job: JobDoc, instance: str, attempt: int, cause: S) -> bool:
         and instance in replacing.shrunk
         and instance != head(job)
         and len(replacing.shrunk) - 1 >= min_nodes
-        and _keeps_attempt(job, attempt, cause)
+        and keeps_attempt(job, attempt, cause)
     )
 
 
-def _keeps_attempt(job: JobDoc, attempt: int, cause: S) -> bool:
-    """Whether a loss in ``attempt`` may keep the elastic gang's attempt: a
-    preemption of the current attempt while it trains shrunk or waits, no
-    finish held for judging, and no preemption limit reached."""
+def keeps_attempt(job: JobDoc, attempt: int, cause: S) -> bool:
+    """Whether a further loss in ``attempt`` may keep the gang's attempt: a
+    preemption of the current attempt while it waits for its replacements
+    (or an elastic gang trains shrunk), no finish held for judging, and no
+    preemption limit reached."""
     return (
         cause == S.PREEMPTED
         and attempt == job.attempt

@@ -47,7 +47,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from spotline.shared.domain import failure_policy, gang_resize, lifecycle, pending_nodes
+from spotline.shared.domain import (
+    failure_policy,
+    further_losses,
+    gang_resize,
+    lifecycle,
+    pending_nodes,
+)
 from spotline.shared.domain.documents import (
     AttemptRecord,
     JobDoc,
@@ -114,6 +120,10 @@ def lost(
         return gang_resize.replacement_lost(job, instance, step, checkpoint_uri)
     if gang_resize.loses_again(job, instance, attempt, cause):
         return gang_resize.lost_again(job, instance, now, note, step, checkpoint_uri)
+    if further_losses.replaces_another(job, instance, attempt, cause):
+        if step is not None:  # the lost node saved: the gang was training
+            job = trained(job)
+        return further_losses.another_lost(job, instance, now, step, checkpoint_uri, saved=saved)
     if not replaces(job, instance, attempt, cause):
         return lifecycle.vm_lost(job, instance, attempt, cause, now, note, step, checkpoint_uri)
     if step is not None:
@@ -218,6 +228,8 @@ def stopped(
     the smaller gang (its generation) counts."""
     if step is not None:
         job = lifecycle.saved_state(job, attempt, step, checkpoint_uri)
+    if _lost_head_stopped(job, instance, attempt, generation):
+        return lost_node_saved(trained(job), instance, attempt)
     if attempt != job.attempt or instance not in job.nodes or instance in job.gang_stops:
         return job
     replacing = job.replacing
@@ -235,6 +247,18 @@ def stopped(
     return job.model_copy(update=update)
 
 
+def _lost_head_stopped(job: JobDoc, instance: str, attempt: int, generation: int | None) -> bool:
+    """Whether ``instance`` is node 0 lost after it stopped with its waiting
+    gang (``further_losses``), and its stop report is for that stop, heard late."""
+    replacing = job.replacing
+    if replacing is None or replacing.shrunk or attempt != job.attempt:
+        return False
+    node = pending_nodes.of_lost(job, instance)
+    if node is None or node.rank != 0 or node.lost_replacements:
+        return False
+    return generation is None or generation >= _stopping_generation(job)
+
+
 def trained(job: JobDoc) -> JobDoc:
     """A node of the gang reported an epoch, or its stop with the gang, while
     a node lost as it set up is replaced: the gang was training (its reports
@@ -246,7 +270,7 @@ def trained(job: JobDoc) -> JobDoc:
         return job
     # A lost node 0 reported no save (else the gang was not setting up): its
     # notice's end is waited for (``save_complete``).
-    saved = replacing.rank != 0 and job.nodes[0] in job.gang_stops
+    saved = not pending_nodes.head_lost(replacing) and job.nodes[0] in job.gang_stops
     return job.model_copy(
         update={"replacing": replacing.model_copy(update={"setting_up": None, "saved": saved})}
     )
@@ -254,19 +278,27 @@ def trained(job: JobDoc) -> JobDoc:
 
 def _stopping_generation(job: JobDoc) -> int:
     """The generation a node runs in when it stops for the loss at hand: the
-    one before the loss's replacement while replacing, else the gang's own
-    (a stop heard before the loss it is for)."""
-    return job.gang_generation - 1 if job.replacing is not None else job.gang_generation
+    one before the loss's replacement while replacing (further losses moved
+    it on: the one kept), else the gang's own (a stop heard before the loss
+    it is for)."""
+    replacing = job.replacing
+    if replacing is None:
+        return job.gang_generation
+    if replacing.stopped_generation is not None:
+        return replacing.stopped_generation
+    return job.gang_generation - 1
 
 
 def lost_node_saved(job: JobDoc, instance: str, attempt: int) -> JobDoc:
     """The lost node's agent reported its save after its loss was recorded
-    (the log sink's report came first): a lost node 0's save is complete."""
+    (the log sink's report came first): a lost node 0's save is complete.
+    Not a lost replacement's (it never trained)."""
     replacing = job.replacing
-    if replacing is None or attempt != job.attempt or replacing.lost != instance:
+    node = pending_nodes.of_lost(job, instance)
+    if replacing is None or node is None or attempt != job.attempt:
         return job
-    if replacing.rank != 0 or replacing.shrunk:  # shrunk: the smaller gang saved since
-        return job
+    if node.rank != 0 or node.lost_replacements or replacing.shrunk:
+        return job  # shrunk: the smaller gang saved since
     return job.model_copy(update={"replacing": replacing.model_copy(update={"saved": True})})
 
 
@@ -304,8 +336,9 @@ def save_complete(job: JobDoc, now: datetime) -> bool:
         return False
     if replacing.saved:
         return True
+    # ``since``: the latest loss, so no earlier than node 0's.
     notice_over = replacing.since + timedelta(seconds=PREEMPTION_NOTICE_S + NOTICE_MARGIN_S)
-    return not replacing.shrunk and replacing.rank == 0 and now >= notice_over
+    return not replacing.shrunk and pending_nodes.head_lost(replacing) and now >= notice_over
 
 
 def ready(job: JobDoc, now: datetime) -> bool:
@@ -384,7 +417,8 @@ def regrouped(job: JobDoc, planned: RegroupPlan, now: datetime) -> JobDoc:
         restart = "sets up with it"
     else:
         restart = "restarts from its last save"
-    note = f"{replacing.replacement} joined; the gang {restart}"
+    joined = pending_nodes.replacements(job)
+    note = f"{', '.join(joined)} joined; the gang {restart}"
     moved = move_job(job, replacing.setting_up or S.TRAINING, now, note=note)
     return moved.model_copy(
         update={
