@@ -1,0 +1,100 @@
+"""A gang waiting for its replacement loses another node, through the real
+handlers with the local cloud's VMs: that node is replaced too, the
+attempt and node 0's VM kept, and the gang regroups once both replacements
+are up (``spotline.shared.domain.further_losses``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.shared.contract.assignment import Assignment
+from spotline.shared.contract.events import Heartbeat, JobFinished
+from spotline.shared.domain.states import JobStatus, JobSubstatus
+from spotline.shared.domain.vms import JOB_METADATA_KEY, RESTORE_METADATA_KEY
+from tests.conftest import SPEC
+from tests.emulators.test_gang_replacement import boot, job_of, metadata, names, preempt, wire
+from tests.emulators.test_gang_resize import N0, N1, N2, R1, gang_stop, regroup, told
+from tests.emulators.test_gangs import node
+from tests.emulators.test_recovery import log_sink_entry
+
+pytestmark = pytest.mark.emulators
+S = JobSubstatus
+R2 = "sl-job1-a1-n2-g2"  # made at the gang's next generation
+R0 = "sl-job1-a1-n0-g2"
+
+
+def three_training(call: Callable[..., Any]) -> None:
+    call("submit_job", "submit", {**SPEC, "nodes": 3}, message_id="s1")
+    for name in (N0, N1, N2):
+        beat = node(Heartbeat, name, phase="TRAINING", step=10)
+        call("on_epoch_done", "epoch_done", beat, message_id=f"h-{name}")
+
+
+def test_a_second_node_lost_while_waiting_is_replaced_and_the_gang_regroups_with_both(
+    call: Callable[..., Any], host: LocalCloud, project: str
+) -> None:
+    three_training(call)
+    kept = host.get(N0)
+    assert kept is not None
+    start = len(host.requests)
+    preempt(call, N1, step=38)
+    gang_stop(call, N0, 40, generation=0, mid="g0")
+    for mid in ("p2", "p2-again"):  # redelivered: still one more replacement
+        preempt(call, N2, mid=mid)
+    job = job_of(project)
+    assert (job.status, job.substatus, job.attempt, job.preemptions) == (
+        JobStatus.RECOVERING,
+        S.REPLACING_NODE,
+        1,
+        2,
+    )
+    assert job.nodes == [N0, R1, R2] and job.attempts[0].checkpoint_step == 40
+    inserts = [w for w in wire(host, start) if w.startswith("insert")]
+    assert inserts == [f"insert {R1}", f"insert {R2}"]
+    assert names(host) == [N0, R1, R2]
+    record = job.attempts[0]
+    assert [(r.lost, r.replacement) for r in record.replaced_nodes] == [(N1, R1), (N2, R2)]
+    # The first replacement was made with the list naming node 2: the regroup's is newer.
+    made = Assignment.model_validate_json(metadata(host, R1)[JOB_METADATA_KEY])
+    assert (made.nodes, made.generation) == ([N0, R1, N2], 1)
+    boot(call, R1, mid="b1")
+    assert told(host, N0) is None and job_of(project).substatus == S.REPLACING_NODE
+    boot(call, R2, mid="b2")
+    for name in (N0, R1, R2):
+        assert told(host, name) == regroup(2, [N0, R1, R2])
+        assert metadata(host, name).get(RESTORE_METADATA_KEY, "go") == "go"
+    job = job_of(project)
+    assert (job.substatus, job.attempt, job.replacing, job.gang_generation) == (
+        S.TRAINING,
+        1,
+        None,
+        2,
+    )
+    assert host.get(N0) is not None and host.get(N0)["id"] == kept["id"]  # type: ignore[index]
+    done = node(JobFinished, N0, exit_code=0)
+    call("on_job_finished", "job_finished", done, message_id="f0")
+    assert job_of(project).status == JobStatus.COMPLETED
+
+
+def test_node_zero_lost_second_regroups_only_once_its_agent_reports_its_save(
+    call: Callable[..., Any], host: LocalCloud, project: str
+) -> None:
+    """Node 0's stop report had not come when the log sink reported its
+    loss (the notice's start): the regroup waits for its agent's report."""
+    three_training(call)
+    preempt(call, N1, step=38)
+    call("on_spot_preempted", "spot_preempted", log_sink_entry(host, N0), message_id="ls")
+    job = job_of(project)
+    assert (job.substatus, job.attempt, job.nodes) == (S.REPLACING_NODE, 1, [R0, R1, N2])
+    boot(call, R1, mid="b1")
+    boot(call, R0, mid="b0")
+    assert told(host, N2) is None
+    preempt(call, N0, step=40, mid="p0-agent")  # stale as a loss; its save completes the wait
+    for name in (R0, R1, N2):
+        assert told(host, name) == regroup(2, [R0, R1, N2])
+    job = job_of(project)
+    assert (job.substatus, job.attempt, job.attempts[0].checkpoint_step) == (S.TRAINING, 1, 40)
