@@ -25,9 +25,10 @@ The orders of events:
 * fewer than ``min_nodes`` survivors: they wait, as without ``min_nodes``;
 * a stop report of the gang as it was before it shrank (late, duplicated):
   not the smaller gang's save, ignored (its step is still recorded);
-* the replacement lost before it joined (``replaces_again``): another one
-  is inserted for its rank under a new name, and the smaller gang trains on
-  (or, asked to grow back already, stops and waits for the new one);
+* the replacement lost before it joined (``replaces_again``, for a
+  waiting gang too): another one is inserted for its rank under a new name,
+  and the smaller gang trains on (or, asked to grow back already, stops and
+  waits for the new one);
 * another node's loss while the smaller gang trains (or is asked to grow
   back), at least ``min_nodes`` nodes left (``loses_again``): it is
   replaced too (``NodeReplacement.more``), the job waits (REPLACING_NODE,
@@ -37,9 +38,12 @@ The orders of events:
   and restart for all, rather than one per replacement (the replacements
   boot at about the same time, and each restart costs the gang its steps
   since the last save);
+* another node's loss before the gang shrank (it waits for node 0's save):
+  replaced as for any waiting gang (``further_losses``); the survivors left
+  shrink once that save is complete, if at least ``min_nodes`` of them;
 * the loss of the smaller gang's head (its rank 0, which saves), or one
   that would leave fewer than ``min_nodes``: the whole gang is relaunched
-  (``lifecycle.vm_lost``), as for a second loss while replacing;
+  (``lifecycle.vm_lost``);
 * while the smaller gang trains, ``replace_node_timeout_s`` does not run: the
   gang is not waiting. It counts again from the request to stop, and past it
   the whole gang is relaunched (``node_replacement.overdue``). A replacement

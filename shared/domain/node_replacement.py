@@ -25,10 +25,13 @@ The orders of events, each with one defined end:
   An epoch or a stop
   with the gang heard before the regroup (``trained``): the gang was training
   after all, and the regroup waits for node 0's save as for a training gang.
-* a second node's loss while replacing, or the replacement's own: the gang is
-  relaunched whole (``lifecycle.vm_lost``: the attempt ends, counted as a
-  preemption like any), but for an elastic gang's replacement lost while the
-  gang trains without it (``gang_resize.replaces_again``);
+* another node's loss while the gang waits (node 0's too), or the
+  replacement's own before it joined: replaced too, the attempt kept
+  (``further_losses``, ``gang_resize.replaces_again``), and the gang
+  regroups once every replacement is up; relaunched whole
+  (``lifecycle.vm_lost``: the attempt ends, counted as a preemption like
+  any) once no node of the gang as it trained is left, at
+  ``max_preemptions``, or with a finish held;
 * a late, duplicate or reordered report of the lost node: stale (the lost VM
   is no longer one of the job's nodes); the step it saved is still recorded
   (``lifecycle.saved_state``), and so is an epoch it reported, while it moves
