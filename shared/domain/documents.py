@@ -120,6 +120,10 @@ class NodeReplacement(BaseModel):
     # carry it) once a further loss moved ``JobDoc.gang_generation`` on;
     # None: the one before it.
     stopped_generation: int | None = None
+    # An elastic smaller gang's head (its rank 0, which saves), lost at the
+    # stop the gang waits on (``gang_resize.lost_again``): its own report
+    # after saving, or its notice's end, completes that save.
+    lost_head: str | None = None
     # When the replacement's insert was last refused for capacity (the
     # reaper asks again REINSERT_AFTER_S later, not at every sweep), and how
     # many times: each try is a new request (Compute Engine answers a

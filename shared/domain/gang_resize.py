@@ -41,9 +41,12 @@ The orders of events:
 * another node's loss before the gang shrank (it waits for node 0's save):
   replaced as for any waiting gang (``further_losses``); the survivors left
   shrink once that save is complete, if at least ``min_nodes`` of them;
-* the loss of the smaller gang's head (its rank 0, which saves), or one
-  that would leave fewer than ``min_nodes``: the whole gang is relaunched
-  (``lifecycle.vm_lost``);
+* the loss of the smaller gang's head (its rank 0, which saves), at least
+  ``min_nodes`` left: replaced the same way; its own report after its save
+  (or its notice's end: ``NodeReplacement.lost_head``) is the save the rest
+  shrink again from, the next node their head;
+* a loss that would leave fewer than ``min_nodes``: the whole gang is
+  relaunched (``lifecycle.vm_lost``);
 * while the smaller gang trains, ``replace_node_timeout_s`` does not run: the
   gang is not waiting. It counts again from the request to stop, and past it
   the whole gang is relaunched (``node_replacement.overdue``). A replacement
@@ -189,8 +192,8 @@ def loses_again(job: JobDoc, instance: str, attempt: int, cause: S) -> bool:
     """Whether the loss of ``instance`` is another node's of an elastic gang
     training at its smaller size (or asked to grow back), with still at
     least ``min_nodes`` nodes left: it is replaced too, and the others train
-    on once their head's save is complete. Not for the smaller gang's head
-    (rank 0, which saves): then the whole gang is relaunched."""
+    on once their head's save is complete; the smaller gang's head (rank 0,
+    which saves) too: the next node heads the gang left."""
     replacing = job.replacing
     min_nodes = job.spec.min_nodes
     return (
@@ -198,7 +201,6 @@ def loses_again(job: JobDoc, instance: str, attempt: int, cause: S) -> bool:
         and min_nodes is not None
         and bool(replacing.shrunk)
         and instance in replacing.shrunk
-        and instance != head(job)
         and len(replacing.shrunk) - 1 >= min_nodes
         and keeps_attempt(job, attempt, cause)
     )
@@ -225,12 +227,21 @@ def lost_again(
     note: str,
     step: int | None = None,
     checkpoint_uri: str | None = None,
+    *,
+    saved: bool = False,
 ) -> JobDoc:
     """The job after another node's loss (``loses_again``): a replacement
     named for its rank, the job waiting (REPLACING_NODE) for the smaller
-    gang's save at its stop, ``replace_node_timeout_s`` counting from now."""
+    gang's save at its stop, ``replace_node_timeout_s`` counting from now.
+    The smaller gang's head lost: that save is its own (``saved``: its
+    agent's report after saving), or complete at its notice's end
+    (``NodeReplacement.lost_head``)."""
     replacing = job.replacing
     assert replacing is not None
+    lost_head = replacing.lost_head
+    if instance == head(job):
+        lost_head = instance
+        replacing = replacing.model_copy(update={"saved": replacing.saved or saved})
     if step is not None:
         job = lifecycle.saved_state(
             job, attempt=job.attempt, step=step, checkpoint_uri=checkpoint_uri
@@ -244,6 +255,7 @@ def lost_again(
             "shrunk": [name for name in replacing.shrunk if name != instance],
             "grow_asked": False,
             "since": now,
+            "lost_head": lost_head,
         }
     )
     moved = move_job(job, S.REPLACING_NODE, now, note=f"{note}; replacing it with {new}")

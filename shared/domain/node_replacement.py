@@ -122,7 +122,7 @@ def lost(
     if gang_resize.replaces_again(job, instance, attempt, cause):
         return gang_resize.replacement_lost(job, instance, step, checkpoint_uri)
     if gang_resize.loses_again(job, instance, attempt, cause):
-        return gang_resize.lost_again(job, instance, now, note, step, checkpoint_uri)
+        return gang_resize.lost_again(job, instance, now, note, step, checkpoint_uri, saved=saved)
     if further_losses.replaces_another(job, instance, attempt, cause):
         if step is not None:  # the lost node saved: the gang was training
             job = trained(job)
@@ -245,7 +245,8 @@ def stopped(
     job = trained(job)
     replacing = job.replacing
     update: dict[str, object] = {"gang_stops": [*job.gang_stops, instance]}
-    if replacing is not None and instance == gang_resize.head(job):
+    # Not the next node's while a smaller gang's lost head's save is awaited.
+    if replacing is not None and instance == gang_resize.head(job) and not replacing.lost_head:
         update["replacing"] = replacing.model_copy(update={"saved": True})
     return job.model_copy(update=update)
 
@@ -300,8 +301,11 @@ def lost_node_saved(job: JobDoc, instance: str, attempt: int) -> JobDoc:
     node = pending_nodes.of_lost(job, instance)
     if replacing is None or node is None or attempt != job.attempt:
         return job
-    if node.rank != 0 or node.lost_replacements or replacing.shrunk:
-        return job  # shrunk: the smaller gang saved since
+    if replacing.shrunk:  # the smaller gang's head's, lost at its stop
+        if replacing.lost_head != instance:
+            return job
+    elif node.rank != 0 or node.lost_replacements:
+        return job
     return job.model_copy(update={"replacing": replacing.model_copy(update={"saved": True})})
 
 
@@ -339,9 +343,13 @@ def save_complete(job: JobDoc, now: datetime) -> bool:
         return False
     if replacing.saved:
         return True
-    # ``since``: the latest loss, so no earlier than node 0's.
+    # ``since``: the latest loss, so no earlier than the head's.
     notice_over = replacing.since + timedelta(seconds=PREEMPTION_NOTICE_S + NOTICE_MARGIN_S)
-    return not replacing.shrunk and pending_nodes.head_lost(replacing) and now >= notice_over
+    if replacing.shrunk:
+        head_lost = replacing.lost_head is not None
+    else:
+        head_lost = pending_nodes.head_lost(replacing)
+    return head_lost and now >= notice_over
 
 
 def ready(job: JobDoc, now: datetime) -> bool:
@@ -405,7 +413,9 @@ def regrouped(job: JobDoc, planned: RegroupPlan, now: datetime) -> JobDoc:
             f"last save while {', '.join(booting)} {verb}"
         )
         moved = move_job(job, S.TRAINING, now, note=note)
-        shrunk = replacing.model_copy(update={"shrunk": list(planned.nodes), "saved": False})
+        shrunk = replacing.model_copy(
+            update={"shrunk": list(planned.nodes), "saved": False, "lost_head": None}
+        )
         return moved.model_copy(
             update={
                 "replacing": shrunk,

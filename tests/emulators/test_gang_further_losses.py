@@ -98,3 +98,37 @@ def test_node_zero_lost_second_regroups_only_once_its_agent_reports_its_save(
         assert told(host, name) == regroup(2, [R0, R1, N2])
     job = job_of(project)
     assert (job.substatus, job.attempt, job.attempts[0].checkpoint_step) == (S.TRAINING, 1, 40)
+
+
+def test_an_elastic_gangs_smaller_head_lost_shrinks_again_headed_by_the_next_node(
+    call: Callable[..., Any], host: LocalCloud, project: str
+) -> None:
+    n3, r0 = "sl-job1-a1-n3", "sl-job1-a1-n0-g3"
+    call("submit_job", "submit", {**SPEC, "nodes": 4, "min_nodes": 2}, message_id="s1")
+    for name in (N0, N1, N2, n3):
+        beat = node(Heartbeat, name, phase="TRAINING", step=10)
+        call("on_epoch_done", "epoch_done", beat, message_id=f"h-{name}")
+    start = len(host.requests)
+    preempt(call, N1, step=38)
+    gang_stop(call, N0, 40, generation=0, mid="g0")
+    assert told(host, n3) == regroup(2, [N0, N2, n3])
+    # Node 0, the smaller gang's head, is lost: its agent reports after saving.
+    preempt(call, N0, step=60, mid="p0")
+    for name in (N2, n3):
+        assert told(host, name) == regroup(3, [N2, n3])
+    job = job_of(project)
+    assert (job.substatus, job.attempt, job.preemptions, job.resizes) == (S.TRAINING, 1, 2, 2)
+    assert job.nodes == [r0, R1, N2, n3] and job.attempts[0].checkpoint_step == 60
+    inserts = [w for w in wire(host, start) if w.startswith("insert")]
+    assert inserts == [f"insert {R1}", f"insert {r0}"]
+    # Both up: the smaller gang's new head saves at the stop, and all four regroup.
+    boot(call, R1, mid="b1")
+    boot(call, r0, mid="b0")
+    gang_stop(call, N2, 90, generation=3, mid="g2-3")
+    for name in (r0, R1, N2, n3):
+        assert told(host, name) == regroup(4, [r0, R1, N2, n3])
+    job = job_of(project)
+    assert (job.substatus, job.replacing, job.attempt, job.resizes) == (S.TRAINING, None, 1, 3)
+    done = node(JobFinished, r0, exit_code=0)
+    call("on_job_finished", "job_finished", done, message_id="f0")
+    assert job_of(project).status == JobStatus.COMPLETED

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from spotline.shared.contract.events import JobFinished
-from spotline.shared.domain import gang_finish, node_replacement, pending_nodes
+from spotline.shared.domain import gang_finish, gang_resize, node_replacement, pending_nodes
 from spotline.shared.domain.documents import JobDoc
 from spotline.shared.domain.lifecycle import StaleEvent
 from spotline.shared.domain.states import JobStatus, JobSubstatus
@@ -187,3 +187,53 @@ def test_a_lost_node_zeros_late_copy_of_an_older_stop_is_not_its_save() -> None:
     assert not node_replacement.stopped(job, N0, 1, 40, None, generation=0).replacing.saved  # type: ignore[union-attr]
     assert node_replacement.stopped(job, N0, 1, 90, None, generation=1).replacing.saved  # type: ignore[union-attr]
     assert R0 not in job.nodes
+
+
+N3 = "sl-job1-a1-n3"
+R0_SHRUNK = "sl-job1-a1-n0-g3"  # named for the generation the gang grows back at
+
+
+def four_shrunk() -> JobDoc:
+    """A 4-node elastic gang (``min_nodes`` 2) lost node 1 at step 40: nodes
+    0, 2 and 3 train on at generation 2, node 0 their head."""
+    job = lose(training_gang(4, min_nodes=2), N1)
+    return regroup(stop(job, N0, 40, generation=0), at(12))
+
+
+def test_the_smaller_gangs_head_lost_shrinks_again_with_the_next_node_as_head() -> None:
+    job = lose(four_shrunk(), N0, seconds=30, step=60, saved=True)
+    assert (job.substatus, job.attempt, job.preemptions) == (S.REPLACING_NODE, 1, 2)
+    assert job.nodes == [R0_SHRUNK, R1, N2, N3] and job.attempts[0].checkpoint_step == 60
+    planned = node_replacement.plan(job, at(31))  # its own report after its save
+    assert planned is not None and planned.shrink
+    assert (planned.nodes, planned.generation) == ((N2, N3), 3)
+    job = node_replacement.regrouped(job, planned, at(31))
+    assert (job.substatus, job.resizes) == (S.TRAINING, 2)
+    assert gang_resize.head(job) == N2
+    # Both replacements up: the smaller gang's new head saves at the stop to grow back.
+    job = node_replacement.booted(node_replacement.booted(job, R1, 1), R0_SHRUNK, 1)
+    job = stop(gang_resize.grow_asked(job, at(50)), N2, 90, generation=3)
+    planned = node_replacement.plan(job, at(51))
+    assert planned is not None and not planned.shrink
+    assert (planned.nodes, planned.generation) == ((R0_SHRUNK, R1, N2, N3), 4)
+    job = node_replacement.regrouped(job, planned, at(51))
+    assert (job.substatus, job.replacing, job.attempt, job.resizes) == (S.TRAINING, None, 1, 3)
+
+
+def test_the_smaller_gangs_head_lost_by_the_log_sink_shrinks_once_it_saved() -> None:
+    job = lose(four_shrunk(), N0, seconds=30, saved=False)
+    assert node_replacement.plan(job, at(31)) is None
+    assert node_replacement.plan(job, at(30 + 60)) is not None  # its notice is over
+    saved = node_replacement.lost_node_saved(job, N0, 1)
+    planned = node_replacement.plan(saved, at(31))
+    assert planned is not None and planned.nodes == (N2, N3)
+    # A survivor's stop is not the lost head's save.
+    assert node_replacement.plan(stop(job, N2, None, generation=2), at(31)) is None
+
+
+def test_the_smaller_gangs_head_lost_with_too_few_left_relaunches_the_whole_gang() -> None:
+    job = lose(training_gang(3, min_nodes=2), N1)
+    job = regroup(stop(job, N0, 40, generation=0), at(12))
+    assert job.replacing is not None and job.replacing.shrunk == [N0, N2]
+    job = lose(job, N0, seconds=30, saved=True)
+    assert (job.substatus, job.attempt) == (S.REQUESTING_SERVER, 2)
