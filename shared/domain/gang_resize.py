@@ -239,7 +239,9 @@ def lost_again(
     replacing = job.replacing
     assert replacing is not None
     lost_head = replacing.lost_head
-    if instance == head(job):
+    # The head that saves at this stop: the first one lost (a node after it
+    # heads nothing that saved).
+    if instance == head(job) and lost_head is None:
         lost_head = instance
         replacing = replacing.model_copy(update={"saved": replacing.saved or saved})
     if step is not None:

@@ -237,3 +237,18 @@ def test_the_smaller_gangs_head_lost_with_too_few_left_relaunches_the_whole_gang
     assert job.replacing is not None and job.replacing.shrunk == [N0, N2]
     job = lose(job, N0, seconds=30, saved=True)
     assert (job.substatus, job.attempt) == (S.REQUESTING_SERVER, 2)
+
+
+def test_the_next_node_lost_after_the_smaller_gangs_head_is_not_the_saver() -> None:
+    """The head lost (only the log sink said so), then the next node, whose
+    agent reports after its own stop: that is not the head's save."""
+    n4 = "sl-job1-a1-n4"
+    job = lose(training_gang(5, min_nodes=2), N1)
+    job = regroup(stop(job, N0, 40, generation=0), at(12))
+    assert job.replacing is not None and job.replacing.shrunk == [N0, N2, N3, n4]
+    job = lose(job, N0, seconds=30, saved=False)
+    job = lose(job, N2, seconds=31, saved=True)
+    assert (job.substatus, job.attempt) == (S.REPLACING_NODE, 1)
+    assert node_replacement.plan(job, at(32)) is None
+    planned = node_replacement.plan(node_replacement.lost_node_saved(job, N0, 1), at(32))
+    assert planned is not None and planned.nodes == (N3, n4)
