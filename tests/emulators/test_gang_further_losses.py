@@ -6,13 +6,16 @@ are up (``spotline.shared.domain.further_losses``)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from spotline.infra.localcloud.cloud import LocalCloud
+from spotline.shared.adapters.firestore_store import FirestoreStore
 from spotline.shared.contract.assignment import Assignment
-from spotline.shared.contract.events import Heartbeat, JobFinished
+from spotline.shared.contract.events import Heartbeat, JobFinished, ReaperTick
+from spotline.shared.domain import node_replacement
 from spotline.shared.domain.states import JobStatus, JobSubstatus
 from spotline.shared.domain.vms import JOB_METADATA_KEY, RESTORE_METADATA_KEY
 from tests.conftest import SPEC
@@ -132,3 +135,28 @@ def test_an_elastic_gangs_smaller_head_lost_shrinks_again_headed_by_the_next_nod
     done = node(JobFinished, r0, exit_code=0)
     call("on_job_finished", "job_finished", done, message_id="f0")
     assert job_of(project).status == JobStatus.COMPLETED
+
+
+def test_the_reaper_inserts_the_second_replacement_a_handler_left_after_writing_the_loss(
+    call: Callable[..., Any], host: LocalCloud, project: str
+) -> None:
+    """The handler died once node 2's loss was on the job: the reaper inserts
+    its replacement (REINSERT_AFTER_S after the loss), and the gang regroups
+    with both once they are up."""
+    three_training(call)
+    preempt(call, N1, step=38)
+    gang_stop(call, N0, 40, generation=0, mid="g0")
+    then = datetime.now(UTC) - timedelta(seconds=40)
+    FirestoreStore(project).update_job(
+        "job1",
+        lambda job: node_replacement.lost(job, N2, 1, S.PREEMPTED, then, f"{N2} preempted"),
+    )
+    assert R2 not in names(host)
+    call("reaper", "reaper_tick", ReaperTick(), message_id="t1")
+    assert R2 in names(host) and metadata(host, R2)[RESTORE_METADATA_KEY] == "wait"
+    boot(call, R1, mid="b1")
+    boot(call, R2, mid="b2")
+    for name in (N0, R1, R2):
+        assert told(host, name) == regroup(2, [N0, R1, R2])
+    job = job_of(project)
+    assert (job.substatus, job.attempt, job.replacing) == (S.TRAINING, 1, None)
