@@ -8,10 +8,7 @@ delivery, a delete, the notice, rank 0's save, a step, the ranks' restart
 after a regroup; each VM's insert -> training is the model's insert plus a
 boot drawn from its distribution, from the same seeded generator, in the
 order the VMs are inserted (a gang waits for its slowest node). Where the
-handlers choose differently from the model (a loss while booting or while
-replacing relaunches the gang whole; so does a loss while an elastic gang
-trains smaller or grows back, where the model shrinks again), the draws
-after that differ.
+handlers choose differently from the model, the draws after that differ.
 """
 
 from __future__ import annotations

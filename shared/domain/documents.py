@@ -78,7 +78,7 @@ class HeldFinish(BaseModel):
 
 
 class PendingNode(BaseModel):
-    """Another lost node of an elastic gang being replaced at the same time
+    """Another lost node of a gang being replaced at the same time
     (``NodeReplacement.more``): the fields of ``NodeReplacement`` its own."""
 
     rank: int
@@ -112,9 +112,18 @@ class NodeReplacement(BaseModel):
     grow_asked: bool = False
     # Replacements lost before they joined, each replaced in turn (its name new).
     lost_replacements: int = 0
-    # An elastic gang's nodes lost while it trained without this one, each
-    # replaced too (``gang_resize.loses_again``); it grows back once all are up.
+    # Other nodes lost before the gang regrouped, each replaced too
+    # (``further_losses``, ``gang_resize.loses_again``); the gang regroups,
+    # or grows back, once all are up.
     more: list[PendingNode] = Field(default_factory=list)
+    # The generation the waiting gang stopped at (its nodes' stop reports
+    # carry it) once a further loss moved ``JobDoc.gang_generation`` on;
+    # None: the one before it.
+    stopped_generation: int | None = None
+    # An elastic smaller gang's head (its rank 0, which saves), lost at the
+    # stop the gang waits on (``gang_resize.lost_again``): its own report
+    # after saving, or its notice's end, completes that save.
+    lost_head: str | None = None
     # When the replacement's insert was last refused for capacity (the
     # reaper asks again REINSERT_AFTER_S later, not at every sweep), and how
     # many times: each try is a new request (Compute Engine answers a

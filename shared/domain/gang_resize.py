@@ -25,9 +25,10 @@ The orders of events:
 * fewer than ``min_nodes`` survivors: they wait, as without ``min_nodes``;
 * a stop report of the gang as it was before it shrank (late, duplicated):
   not the smaller gang's save, ignored (its step is still recorded);
-* the replacement lost before it joined (``replaces_again``): another one
-  is inserted for its rank under a new name, and the smaller gang trains on
-  (or, asked to grow back already, stops and waits for the new one);
+* the replacement lost before it joined (``replaces_again``, for a
+  waiting gang too): another one is inserted for its rank under a new name,
+  and the smaller gang trains on (or, asked to grow back already, stops and
+  waits for the new one);
 * another node's loss while the smaller gang trains (or is asked to grow
   back), at least ``min_nodes`` nodes left (``loses_again``): it is
   replaced too (``NodeReplacement.more``), the job waits (REPLACING_NODE,
@@ -37,9 +38,15 @@ The orders of events:
   and restart for all, rather than one per replacement (the replacements
   boot at about the same time, and each restart costs the gang its steps
   since the last save);
-* the loss of the smaller gang's head (its rank 0, which saves), or one
-  that would leave fewer than ``min_nodes``: the whole gang is relaunched
-  (``lifecycle.vm_lost``), as for a second loss while replacing;
+* another node's loss before the gang shrank (it waits for node 0's save):
+  replaced as for any waiting gang (``further_losses``); the survivors left
+  shrink once that save is complete, if at least ``min_nodes`` of them;
+* the loss of the smaller gang's head (its rank 0, which saves), at least
+  ``min_nodes`` left: replaced the same way; its own report after its save
+  (or its notice's end: ``NodeReplacement.lost_head``) is the save the rest
+  shrink again from, the next node their head;
+* a loss that would leave fewer than ``min_nodes``: the whole gang is
+  relaunched (``lifecycle.vm_lost``);
 * while the smaller gang trains, ``replace_node_timeout_s`` does not run: the
   gang is not waiting. It counts again from the request to stop, and past it
   the whole gang is relaunched (``node_replacement.overdue``). A replacement
@@ -127,15 +134,14 @@ def head(job: JobDoc) -> str | None:
 
 
 def replaces_again(job: JobDoc, instance: str, attempt: int, cause: S) -> bool:
-    """Whether the loss of ``instance`` is that of the replacement of an
-    elastic gang training without it (or asked to grow back), before it
-    joined: another replacement is inserted, the gang kept."""
+    """Whether the loss of ``instance`` is that of a replacement before it
+    joined, the gang waiting for it, or an elastic gang training without it
+    (or asked to grow back): another replacement is inserted, the gang kept."""
     replacing = job.replacing
     return (
         replacing is not None
-        and bool(replacing.shrunk)
         and instance in pending_nodes.replacements(job)
-        and _keeps_attempt(job, attempt, cause)
+        and keeps_attempt(job, attempt, cause)
     )
 
 
@@ -145,12 +151,17 @@ def replacement_lost(
     """The job after its replacement's loss (``replaces_again``): another
     one named for the rank (new: ``placement.replacement_name``), not up
     yet; the substatus, the smaller gang and the bound's start kept (the
-    attempt's record names each replacement once placed)."""
+    attempt's record names each replacement once placed). A waiting gang's
+    node list moves to its next generation (``pending_nodes.next_generation``:
+    the other replacements take it); a smaller gang's grows back at one."""
     replacing = job.replacing
     node = pending_nodes.of_replacement(job, instance)
     assert replacing is not None and node is not None
     if step is not None:
         job = lifecycle.saved_state(job, job.attempt, step, checkpoint_uri)
+    generation = job.gang_generation
+    if not replacing.shrunk:
+        generation, replacing = pending_nodes.next_generation(job)
     again = node.lost_replacements + 1
     rank = node.rank
     new = replacement_name(job.job_id, job.attempt, rank, job.gang_generation + 1, again)
@@ -169,7 +180,9 @@ def replacement_lost(
         update={
             "preemptions": job.preemptions + 1,
             "nodes": nodes,
+            "instance": nodes[0],
             "replacing": renewed,
+            "gang_generation": generation,
             "attempts": records,
         }
     )
@@ -179,8 +192,8 @@ def loses_again(job: JobDoc, instance: str, attempt: int, cause: S) -> bool:
     """Whether the loss of ``instance`` is another node's of an elastic gang
     training at its smaller size (or asked to grow back), with still at
     least ``min_nodes`` nodes left: it is replaced too, and the others train
-    on once their head's save is complete. Not for the smaller gang's head
-    (rank 0, which saves): then the whole gang is relaunched."""
+    on once their head's save is complete; the smaller gang's head (rank 0,
+    which saves) too: the next node heads the gang left."""
     replacing = job.replacing
     min_nodes = job.spec.min_nodes
     return (
@@ -188,16 +201,16 @@ def loses_again(job: JobDoc, instance: str, attempt: int, cause: S) -> bool:
         and min_nodes is not None
         and bool(replacing.shrunk)
         and instance in replacing.shrunk
-        and instance != head(job)
         and len(replacing.shrunk) - 1 >= min_nodes
-        and _keeps_attempt(job, attempt, cause)
+        and keeps_attempt(job, attempt, cause)
     )
 
 
-def _keeps_attempt(job: JobDoc, attempt: int, cause: S) -> bool:
-    """Whether a loss in ``attempt`` may keep the elastic gang's attempt: a
-    preemption of the current attempt while it trains shrunk or waits, no
-    finish held for judging, and no preemption limit reached."""
+def keeps_attempt(job: JobDoc, attempt: int, cause: S) -> bool:
+    """Whether a further loss in ``attempt`` may keep the gang's attempt: a
+    preemption of the current attempt while it waits for its replacements
+    (or an elastic gang trains shrunk), no finish held for judging, and no
+    preemption limit reached."""
     return (
         cause == S.PREEMPTED
         and attempt == job.attempt
@@ -214,12 +227,23 @@ def lost_again(
     note: str,
     step: int | None = None,
     checkpoint_uri: str | None = None,
+    *,
+    saved: bool = False,
 ) -> JobDoc:
     """The job after another node's loss (``loses_again``): a replacement
     named for its rank, the job waiting (REPLACING_NODE) for the smaller
-    gang's save at its stop, ``replace_node_timeout_s`` counting from now."""
+    gang's save at its stop, ``replace_node_timeout_s`` counting from now.
+    The smaller gang's head lost: that save is its own (``saved``: its
+    agent's report after saving), or complete at its notice's end
+    (``NodeReplacement.lost_head``)."""
     replacing = job.replacing
     assert replacing is not None
+    lost_head = replacing.lost_head
+    # The head that saves at this stop: the first one lost (a node after it
+    # heads nothing that saved).
+    if instance == head(job) and lost_head is None:
+        lost_head = instance
+        replacing = replacing.model_copy(update={"saved": replacing.saved or saved})
     if step is not None:
         job = lifecycle.saved_state(
             job, attempt=job.attempt, step=step, checkpoint_uri=checkpoint_uri
@@ -233,6 +257,7 @@ def lost_again(
             "shrunk": [name for name in replacing.shrunk if name != instance],
             "grow_asked": False,
             "since": now,
+            "lost_head": lost_head,
         }
     )
     moved = move_job(job, S.REPLACING_NODE, now, note=f"{note}; replacing it with {new}")

@@ -25,10 +25,13 @@ The orders of events, each with one defined end:
   An epoch or a stop
   with the gang heard before the regroup (``trained``): the gang was training
   after all, and the regroup waits for node 0's save as for a training gang.
-* a second node's loss while replacing, or the replacement's own: the gang is
-  relaunched whole (``lifecycle.vm_lost``: the attempt ends, counted as a
-  preemption like any), but for an elastic gang's replacement lost while the
-  gang trains without it (``gang_resize.replaces_again``);
+* another node's loss while the gang waits (node 0's too), or the
+  replacement's own before it joined: replaced too, the attempt kept
+  (``further_losses``, ``gang_resize.replaces_again``), and the gang
+  regroups once every replacement is up; relaunched whole
+  (``lifecycle.vm_lost``: the attempt ends, counted as a preemption like
+  any) once no node of the gang as it trained is left, at
+  ``max_preemptions``, or with a finish held;
 * a late, duplicate or reordered report of the lost node: stale (the lost VM
   is no longer one of the job's nodes); the step it saved is still recorded
   (``lifecycle.saved_state``), and so is an epoch it reported, while it moves
@@ -47,7 +50,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from spotline.shared.domain import failure_policy, gang_resize, lifecycle, pending_nodes
+from spotline.shared.domain import (
+    failure_policy,
+    further_losses,
+    gang_resize,
+    lifecycle,
+    pending_nodes,
+)
 from spotline.shared.domain.documents import (
     AttemptRecord,
     JobDoc,
@@ -113,7 +122,11 @@ def lost(
     if gang_resize.replaces_again(job, instance, attempt, cause):
         return gang_resize.replacement_lost(job, instance, step, checkpoint_uri)
     if gang_resize.loses_again(job, instance, attempt, cause):
-        return gang_resize.lost_again(job, instance, now, note, step, checkpoint_uri)
+        return gang_resize.lost_again(job, instance, now, note, step, checkpoint_uri, saved=saved)
+    if further_losses.replaces_another(job, instance, attempt, cause):
+        if step is not None:  # the lost node saved: the gang was training
+            job = trained(job)
+        return further_losses.another_lost(job, instance, now, step, checkpoint_uri, saved=saved)
     if not replaces(job, instance, attempt, cause):
         return lifecycle.vm_lost(job, instance, attempt, cause, now, note, step, checkpoint_uri)
     if step is not None:
@@ -218,6 +231,8 @@ def stopped(
     the smaller gang (its generation) counts."""
     if step is not None:
         job = lifecycle.saved_state(job, attempt, step, checkpoint_uri)
+    if _lost_head_stopped(job, instance, attempt, generation):
+        return lost_node_saved(trained(job), instance, attempt)
     if attempt != job.attempt or instance not in job.nodes or instance in job.gang_stops:
         return job
     replacing = job.replacing
@@ -230,9 +245,22 @@ def stopped(
     job = trained(job)
     replacing = job.replacing
     update: dict[str, object] = {"gang_stops": [*job.gang_stops, instance]}
-    if replacing is not None and instance == gang_resize.head(job):
+    # Not the next node's while a smaller gang's lost head's save is awaited.
+    if replacing is not None and instance == gang_resize.head(job) and not replacing.lost_head:
         update["replacing"] = replacing.model_copy(update={"saved": True})
     return job.model_copy(update=update)
+
+
+def _lost_head_stopped(job: JobDoc, instance: str, attempt: int, generation: int | None) -> bool:
+    """Whether ``instance`` is node 0 lost after it stopped with its waiting
+    gang (``further_losses``), and its stop report is for that stop, heard late."""
+    replacing = job.replacing
+    if replacing is None or replacing.shrunk or attempt != job.attempt:
+        return False
+    node = pending_nodes.of_lost(job, instance)
+    if node is None or node.rank != 0 or node.lost_replacements:
+        return False
+    return generation is None or generation >= _stopping_generation(job)
 
 
 def trained(job: JobDoc) -> JobDoc:
@@ -246,7 +274,7 @@ def trained(job: JobDoc) -> JobDoc:
         return job
     # A lost node 0 reported no save (else the gang was not setting up): its
     # notice's end is waited for (``save_complete``).
-    saved = replacing.rank != 0 and job.nodes[0] in job.gang_stops
+    saved = not pending_nodes.head_lost(replacing) and job.nodes[0] in job.gang_stops
     return job.model_copy(
         update={"replacing": replacing.model_copy(update={"setting_up": None, "saved": saved})}
     )
@@ -254,18 +282,29 @@ def trained(job: JobDoc) -> JobDoc:
 
 def _stopping_generation(job: JobDoc) -> int:
     """The generation a node runs in when it stops for the loss at hand: the
-    one before the loss's replacement while replacing, else the gang's own
-    (a stop heard before the loss it is for)."""
-    return job.gang_generation - 1 if job.replacing is not None else job.gang_generation
+    one before the loss's replacement while replacing (further losses moved
+    it on: the one kept), else the gang's own (a stop heard before the loss
+    it is for)."""
+    replacing = job.replacing
+    if replacing is None:
+        return job.gang_generation
+    if replacing.stopped_generation is not None:
+        return replacing.stopped_generation
+    return job.gang_generation - 1
 
 
 def lost_node_saved(job: JobDoc, instance: str, attempt: int) -> JobDoc:
     """The lost node's agent reported its save after its loss was recorded
-    (the log sink's report came first): a lost node 0's save is complete."""
+    (the log sink's report came first): a lost node 0's save is complete.
+    Not a lost replacement's (it never trained)."""
     replacing = job.replacing
-    if replacing is None or attempt != job.attempt or replacing.lost != instance:
+    node = pending_nodes.of_lost(job, instance)
+    if replacing is None or node is None or attempt != job.attempt:
         return job
-    if replacing.rank != 0 or replacing.shrunk:  # shrunk: the smaller gang saved since
+    if replacing.shrunk:  # the smaller gang's head's, lost at its stop
+        if replacing.lost_head != instance:
+            return job
+    elif node.rank != 0 or node.lost_replacements:
         return job
     return job.model_copy(update={"replacing": replacing.model_copy(update={"saved": True})})
 
@@ -304,8 +343,13 @@ def save_complete(job: JobDoc, now: datetime) -> bool:
         return False
     if replacing.saved:
         return True
+    # ``since``: the latest loss, so no earlier than the head's.
     notice_over = replacing.since + timedelta(seconds=PREEMPTION_NOTICE_S + NOTICE_MARGIN_S)
-    return not replacing.shrunk and replacing.rank == 0 and now >= notice_over
+    if replacing.shrunk:
+        head_lost = replacing.lost_head is not None
+    else:
+        head_lost = pending_nodes.head_lost(replacing)
+    return head_lost and now >= notice_over
 
 
 def ready(job: JobDoc, now: datetime) -> bool:
@@ -369,7 +413,9 @@ def regrouped(job: JobDoc, planned: RegroupPlan, now: datetime) -> JobDoc:
             f"last save while {', '.join(booting)} {verb}"
         )
         moved = move_job(job, S.TRAINING, now, note=note)
-        shrunk = replacing.model_copy(update={"shrunk": list(planned.nodes), "saved": False})
+        shrunk = replacing.model_copy(
+            update={"shrunk": list(planned.nodes), "saved": False, "lost_head": None}
+        )
         return moved.model_copy(
             update={
                 "replacing": shrunk,
@@ -384,7 +430,8 @@ def regrouped(job: JobDoc, planned: RegroupPlan, now: datetime) -> JobDoc:
         restart = "sets up with it"
     else:
         restart = "restarts from its last save"
-    note = f"{replacing.replacement} joined; the gang {restart}"
+    joined = pending_nodes.replacements(job)
+    note = f"{', '.join(joined)} joined; the gang {restart}"
     moved = move_job(job, replacing.setting_up or S.TRAINING, now, note=note)
     return moved.model_copy(
         update={

@@ -58,3 +58,24 @@ def renamed(job: JobDoc, rank: int, name: str) -> tuple[list[str], list[AttemptR
         for r in job.attempts
     ]
     return nodes, records
+
+
+def next_generation(job: JobDoc) -> tuple[int, NodeReplacement]:
+    """The generation of a waiting gang's node list changed again before it
+    regrouped (another node lost, or a replacement): newer than any its
+    replacements were made at, so that each takes the regroup's node list
+    rather than the one it was made with; and the job's replacement keeping
+    the generation the gang stopped at, which its nodes' stop reports carry."""
+    replacing = job.replacing
+    assert replacing is not None
+    stopped = replacing.stopped_generation
+    kept = replacing.model_copy(
+        update={"stopped_generation": job.gang_generation - 1 if stopped is None else stopped}
+    )
+    return job.gang_generation + 1, kept
+
+
+def head_lost(replacing: NodeReplacement) -> bool:
+    """Whether node 0 is one of the nodes being replaced (its save at the
+    gang's stop came, if at all, from the lost VM)."""
+    return any(node.rank == 0 for node in pending(replacing))

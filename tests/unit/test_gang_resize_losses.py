@@ -127,9 +127,11 @@ def test_a_late_stop_of_the_gang_before_the_second_shrink_is_not_its_save() -> N
     assert node_replacement.plan(node_replacement.booted(job, R1, 1), at(40)) is None
 
 
-def test_the_smaller_gangs_head_lost_relaunches_the_whole_gang() -> None:
+def test_the_smaller_gangs_head_lost_is_replaced_and_the_rest_wait_for_its_save() -> None:
+    """(``tests/unit/test_further_losses.py`` follows it on.)"""
     job = lose(four_shrunk(), N0, seconds=30)
-    assert (job.substatus, job.attempt, job.replacing) == (S.REQUESTING_SERVER, 2, None)
+    assert (job.substatus, job.attempt) == (S.REPLACING_NODE, 1)
+    assert node_replacement.plan(job, at(31)) is None
 
 
 def _planned(job: JobDoc) -> tuple[JobDoc, node_replacement.RegroupPlan, datetime]:

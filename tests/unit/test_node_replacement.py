@@ -122,10 +122,12 @@ def test_a_second_report_of_the_lost_node_is_stale(report: str) -> None:
     assert job.substatus == S.REPLACING_NODE
 
 
-def test_a_second_nodes_loss_while_replacing_relaunches_the_whole_gang() -> None:
-    job = node_replacement.stopped(training_gang(3), N0, 1, 40, None)
+def test_losing_every_node_while_replacing_relaunches_the_whole_gang() -> None:
+    """Another node's loss is replaced too (``further_losses``), but not the
+    last one left of the gang as it trained."""
+    job = node_replacement.stopped(training_gang(2), N0, 1, 40, None)
     job = lose(job, N1)
-    job = lose(job, N2, seconds=20)
+    job = lose(job, N0, seconds=20)
     assert (job.status, job.substatus, job.attempt) == (
         JobStatus.RECOVERING,
         S.REQUESTING_SERVER,
@@ -135,10 +137,11 @@ def test_a_second_nodes_loss_while_replacing_relaunches_the_whole_gang() -> None
     assert job.attempts[0].outcome == "preempted" and job.attempts[0].checkpoint_step == 40
 
 
-def test_the_replacements_own_preemption_before_it_joins_relaunches_the_gang() -> None:
+def test_the_replacements_own_preemption_before_it_joins_is_replaced_again() -> None:
     job = node_replacement.booted(lose(training_gang(), N1), R1, 1)
     job = lose(job, R1, seconds=20)
-    assert (job.substatus, job.attempt, job.preemptions) == (S.REQUESTING_SERVER, 2, 2)
+    assert (job.substatus, job.attempt, job.preemptions) == (S.REPLACING_NODE, 1, 2)
+    assert job.nodes == [N0, "sl-job1-a1-n1-g2-1"]
 
 
 def test_a_replacement_that_joined_is_replaced_like_any_node() -> None:

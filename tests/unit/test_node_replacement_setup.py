@@ -92,10 +92,10 @@ def test_a_lost_node_that_reports_a_save_was_training() -> None:
     assert job.replacing.saved  # its own save, reported
 
 
-def test_a_second_loss_or_the_bound_relaunches_a_setting_up_gang_whole() -> None:
+def test_a_second_loss_is_replaced_too_and_the_bound_relaunches_a_setting_up_gang() -> None:
     job = lose(setting_up_gang(3), N1)
     again = lose(job, N0, seconds=20)
-    assert (again.attempt, again.replacing, again.preemptions) == (2, None, 2)
+    assert (again.attempt, again.substatus, again.preemptions) == (1, S.REPLACING_NODE, 2)
     bound = job.spec.replace_node_timeout_s
     assert node_replacement.overdue(job, at(10) + timedelta(seconds=bound))
 
