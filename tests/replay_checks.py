@@ -227,13 +227,18 @@ def phase_problems(job: JobDoc) -> list[str]:
 
     A line that repeats the state of the line before is a note on the state
     (a late finish while the next attempt trains), not a step; nor is a
-    gang's return to where it was once it regrouped around a replaced node."""
+    gang's return to where it was once it regrouped around a replaced node.
+    A regroup may also move it on: a node lost as the gang read as setting
+    up, whose reports then showed it training (``node_replacement.trained``),
+    regroups to training, a step the history shows then for the first time."""
     found = []
-    moves = [
-        h
-        for i, h in enumerate(job.history)
-        if i == 0 or not (_repeats(h, job.history[i - 1]) or _regrouped(h, job.history[i - 1]))
-    ]
+    moves: list[HistoryEntry] = []
+    for before, h in zip([None, *job.history], job.history, strict=False):
+        if before is not None and _repeats(h, before):
+            continue
+        if before is not None and _regrouped(h, before) and _reached(h, moves):
+            continue
+        moves.append(h)
     for attempt in range(1, job.attempt + 1):
         seen = [h.substatus for h in moves if h.attempt == attempt and h.substatus in VM_PHASES]
         if seen != [p for p in VM_PHASES if p in seen]:
@@ -250,6 +255,11 @@ def _regrouped(entry: HistoryEntry, before: HistoryEntry) -> bool:
     """A gang's return, once regrouped, to training or to the step of
     setting up it lost its node in."""
     return before.substatus == JobSubstatus.REPLACING_NODE and entry.substatus in VM_PHASES
+
+
+def _reached(entry: HistoryEntry, moves: list[HistoryEntry]) -> bool:
+    """Whether the attempt went through ``entry``'s step before."""
+    return any((h.substatus, h.attempt) == (entry.substatus, entry.attempt) for h in moves)
 
 
 def _repeats(entry: HistoryEntry, before: HistoryEntry) -> bool:
