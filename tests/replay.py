@@ -711,11 +711,10 @@ class AgentSim:
         if not self.vm_running():
             self.done = True  # deleted or stopped under it: the agent is gone
             return
-        world, attempt = self.world, self.assignment.attempt
-        loss = self.plan.losses.get(attempt) if self.rank == self.plan.lost_node else None
-        if attempt in self.plan.taken:
+        world, plan, attempt = self.world, self.plan, self.assignment.attempt
+        loss = plan.losses.get(attempt) if self.rank == plan.lost_node else None
+        if attempt in plan.taken:
             loss = None
-        plan = self.plan
         lost_before = plan.lost_step is not None and plan.lost_step < world.step
         if plan.cancel_replacing and not plan.canceled and lost_before:
             plan.canceled = True  # while the replacement boots
@@ -769,11 +768,10 @@ class AgentSim:
                 )
         elif loss and loss[0] <= self.next_epoch:
             self.lose(loss[1])
-        elif self.plan.fail_epoch == self.next_epoch:
+        elif plan.fail_epoch == self.next_epoch:
             self.finish(3)
-        elif self.next_epoch <= self.plan.epochs:
+        elif self.next_epoch <= plan.epochs:
             self.epoch()
-            plan = self.plan
             cancel = plan.cancel_epoch is not None and plan.cancel_epoch < self.next_epoch
             if cancel and attempt == plan.cancel_attempt and not plan.canceled:
                 plan.canceled = True
