@@ -169,7 +169,7 @@ def test_gangs_replacing_a_lost_node_under_shuffled_reports_end_as_the_clean_run
     started = time.monotonic()
     plans = draw_plans(random.Random(seed), GANG_JOBS, replacing=True)
     regrouping = sum(1 for p in plans if p.regroups())
-    assert regrouping >= GANG_JOBS // 4, f"seed={seed}: only {regrouping} plans regroup"
+    assert regrouping >= GANG_JOBS // 6, f"seed={seed}: only {regrouping} plans regroup"
     times = Counter(_loss_time(p.losses[1][0]) for p in plans if p.losses)
     assert times["setting up"] and times["first epochs"], f"seed={seed}: losses {times}"
     clean = run([p.fresh() for p in plans], Delivery())
