@@ -13,7 +13,7 @@ import os
 import random
 import time
 from collections import Counter
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -36,8 +36,15 @@ GANG_JOBS = max(JOBS // 2, 1)
 SEEDS = [int(s) for s in os.environ.get("SPOTLINE_REPLAY_SEED", "1").split(",")]
 
 
-def run(plans: list[Plan], delivery: Delivery) -> SetupWatch:
-    with SetupWatch(delivery) as world:
+def run(plans: list[Plan], delivery: Delivery) -> World:
+    return play(plans, World(delivery))
+
+
+AWorld = TypeVar("AWorld", bound=World)
+
+
+def play(plans: list[Plan], world: AWorld) -> AWorld:
+    with world:
         world.run(plans)
         world.settle()
     return world
@@ -175,7 +182,7 @@ def test_gangs_replacing_a_lost_node_under_shuffled_reports_end_as_the_clean_run
     clean = run([p.fresh() for p in plans], Delivery())
     assert clean.failures == [], f"seed={seed}: the clean run failed: {clean.failures}"
     assert problems(clean) == [], f"seed={seed}: the clean run: {problems(clean)}"
-    replayed = run([p.fresh() for p in plans], Shuffled(random.Random(seed)))
+    replayed = play([p.fresh() for p in plans], SetupWatch(Shuffled(random.Random(seed))))
     regrouped = sum(1 for a in replayed.agents.values() if a.regroups)
     setting_up = sum(1 for a in replayed.agents.values() if a.regrouped_setting_up)
     with capsys.disabled():
