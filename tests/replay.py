@@ -157,6 +157,10 @@ class Plan:
             (a bad host), and the gang is relaunched whole past the bound.
         cancel_replacing: the user cancels while the gang waits for its
             replacement (the step after the loss).
+        setup_steps: each node of the gang (its replacement too) installs
+            its requirements for this many steps before its trainer starts.
+        install_loss_step: a loss at epoch 0 takes its node at this step of
+            installing (its agent up: any report); 0: before its agent ran.
     """
 
     job_id: str
@@ -175,13 +179,23 @@ class Plan:
     replace: bool = False
     replacement_boots: bool = True
     cancel_replacing: bool = False
+    setup_steps: int = 0
+    install_loss_step: int = 0
     saved_epoch: int = 0  # the newest checkpoint in the job's storage
     canceled: bool = False
     taken: set[int] = field(default_factory=set)  # the attempts whose loss came
+    lost_step: int | None = None  # the world's step a node was lost in
 
     def fresh(self) -> Plan:
         """The plan before any run (a run writes what its agents saved and did)."""
-        return replace(self, losses=dict(self.losses), saved_epoch=0, canceled=False, taken=set())
+        return replace(
+            self,
+            losses=dict(self.losses),
+            saved_epoch=0,
+            canceled=False,
+            taken=set(),
+            lost_step=None,
+        )
 
     def spec(self) -> dict[str, Any]:
         return {
@@ -235,7 +249,10 @@ def draw_plans(
     ``replacing``: every job a gang of 2 or 3 whose lost node is replaced
     (``draw_replacing``)."""
     if replacing:
-        return [draw_replacing(rng, n) for n in range(jobs)]
+        drawn: list[Plan] = []
+        for n in range(jobs):  # the times of loss in turn
+            drawn.append(draw_replacing(rng, n, sum(1 for p in drawn if p.losses) % 3))
+        return drawn
     plans = []
     spread = 8 * TICK_EVERY if cooling else 2 * TICK_EVERY
     for n in range(jobs):
@@ -262,19 +279,26 @@ def draw_plans(
     return plans
 
 
-def draw_replacing(rng: random.Random, n: int) -> Plan:
-    """A gang of 2 or 3 that replaces a lost node: most lose a drawn node
-    while training in attempt 1 (reported by its agent, the log sink or
-    both; the survivors stop with it), some with a replacement that never
-    comes up; the others are canceled, fail, or run to the end.
+def draw_replacing(rng: random.Random, n: int, when: int) -> Plan:
+    """A gang of 2 or 3 that replaces a lost node: most lose a drawn node in
+    attempt 1 (reported by its agent, the log sink or both), some with a
+    replacement that never comes up or a cancel while it boots; the others
+    are canceled, fail, or run to the end.
 
-    A loss comes once the gang's first TRAINING report is surely heard
-    (``MAX_DELAY`` steps into training): a loss heard while the job still
-    reads as setting up is replaced with nothing to save
-    (``states.SETTING_UP``), and a clean run would not play the
-    same: these agents' ranks train on without the lost node, where real
-    ones wait in their rendezvous (``tests/emulators/test_gang_setup_replacement.py``
-    and ``test_agent_setup_regroup.py`` cover that order)."""
+    The loss comes at one of three times (``when``: 0, 1 or 2):
+
+    * while the gang sets up (``states.SETTING_UP``): its nodes install for
+      a few steps, and the node is taken before its agent ran (only the log
+      sink can tell) or as it installs. Nothing was trained, so the gang
+      regroups once the replacement is up: the others take the regroup
+      before their trainers start, or, started, wait in their rendezvous
+      with the lost node (these agents' ranks never step without it) and
+      start again with the new node list;
+    * in the gang's first two epochs, its TRAINING reports possibly still on
+      their way (up to ``MAX_DELAY`` steps): the loss may be heard while
+      the job reads as setting up, and a survivor's stop or an epoch heard
+      after it shows the gang was training (``node_replacement.trained``);
+    * later in training, the survivors stopping with it."""
     first = MAX_DELAY + 1
     epochs = rng.randint(first, first + 2)
     plan = Plan(f"r{n:03d}", f"u{n % 7}", epochs, submit_step=rng.randint(1, 2 * TICK_EVERY))
@@ -282,13 +306,22 @@ def draw_replacing(rng: random.Random, n: int) -> Plan:
     plan.lost_node = rng.randrange(plan.nodes)
     plan.replace = True
     plan.twice = rng.random() < 0.1
+    reports = ("agent", "log-sink", "both")
     fate = rng.random()
     if fate < 0.1:
         plan.cancel_epoch = rng.randint(1, epochs)
     elif fate < 0.2:
         plan.fail_epoch = rng.randint(1, epochs)
     elif fate < 0.9:
-        plan.losses[1] = (rng.randint(first, epochs), rng.choice(("agent", "log-sink", "both")))
+        if when == 0:
+            plan.setup_steps = rng.randint(3, 6)
+            plan.install_loss_step = rng.randint(0, 2)
+            report = rng.choice(reports) if plan.install_loss_step else "log-sink"
+            plan.losses[1] = (0, report)
+        elif when == 1:
+            plan.losses[1] = (rng.randint(1, 2), rng.choice(reports))
+        else:
+            plan.losses[1] = (rng.randint(first, epochs), rng.choice(reports))
         plan.replacement_boots = rng.random() < 0.8
         plan.cancel_replacing = rng.random() < 0.1
     return plan
@@ -613,6 +646,7 @@ class AgentSim:
         self.done = False
         self.phase = JobSubstatus.GEARING_UP_ENV
         self.phases: dict[JobSubstatus, datetime] = {}
+        self.installing = 0  # steps spent installing (``Plan.setup_steps``)
         self.resumed = plan.saved_epoch
         self.next_epoch = plan.saved_epoch + 1
         self.last_epoch: EpochDone | None = None
@@ -624,6 +658,7 @@ class AgentSim:
         # replacement (``spotline.vm_image.agent.regroup``): since when.
         self.waiting_since: datetime | None = None
         self.regroups: list[Regroup] = []  # what it was told, in order
+        self.regrouped_setting_up = False  # told before its trainer started
 
     def peers(self) -> list[AgentSim]:
         """The other nodes' agents of this attempt in this node's gang, woken so far."""
@@ -676,10 +711,14 @@ class AgentSim:
         if not self.vm_running():
             self.done = True  # deleted or stopped under it: the agent is gone
             return
-        world, attempt = self.world, self.assignment.attempt
-        loss = self.plan.losses.get(attempt) if self.rank == self.plan.lost_node else None
-        if attempt in self.plan.taken:
+        world, plan, attempt = self.world, self.plan, self.assignment.attempt
+        loss = plan.losses.get(attempt) if self.rank == plan.lost_node else None
+        if attempt in plan.taken:
             loss = None
+        lost_before = plan.lost_step is not None and plan.lost_step < world.step
+        if plan.cancel_replacing and not plan.canceled and lost_before:
+            plan.canceled = True  # while the replacement boots
+            world.cancel(plan.job_id)
         if self.waiting_since is not None:
             self.await_regroup()
             return
@@ -690,12 +729,20 @@ class AgentSim:
             # agent's heartbeat goes on meanwhile.
             world.publish("epoch_done", self.beat(self.phase))
             return
-        if self.gang and self.stage >= 2 and (self.rank != 0 or not self.gang_training()):
-            return  # a worker follows its leader; a gang short of a node cannot step
+        if self.stage == 1 and self.installing < plan.setup_steps:
+            self.install(loss)
+            return
+        if self.gang and self.stage >= 2 and not self.gang_training():
+            # Its ranks wait in their rendezvous for a node (lost as the
+            # gang set up, or still setting up): no step without it.
+            world.publish("epoch_done", self.beat(self.phase))
+            return
+        if self.gang and self.stage >= 2 and self.rank != 0:
+            return  # a worker follows its leader
         if self.gang and self.stage >= 2:
             self.lead()
             return
-        if self.stage == 0 and loss and loss[0] == 0:
+        if self.stage == 0 and loss and loss[0] == 0 and not plan.install_loss_step:
             # Taken before its agent ran: only the log sink can report it.
             self.lose("log-sink" if loss[1] in ("log-sink", "both") else "silent")
         elif self.stage == 0 and self.reused:
@@ -721,11 +768,10 @@ class AgentSim:
                 )
         elif loss and loss[0] <= self.next_epoch:
             self.lose(loss[1])
-        elif self.plan.fail_epoch == self.next_epoch:
+        elif plan.fail_epoch == self.next_epoch:
             self.finish(3)
-        elif self.next_epoch <= self.plan.epochs:
+        elif self.next_epoch <= plan.epochs:
             self.epoch()
-            plan = self.plan
             cancel = plan.cancel_epoch is not None and plan.cancel_epoch < self.next_epoch
             if cancel and attempt == plan.cancel_attempt and not plan.canceled:
                 plan.canceled = True
@@ -733,6 +779,17 @@ class AgentSim:
         else:
             self.finish(0)
         self.stage += 1
+
+    def install(self, loss: tuple[int, str] | None) -> None:
+        """One step of installing the job's requirements, or the plan's loss
+        during setup (``Plan.install_loss_step``)."""
+        self.installing += 1
+        if loss and loss[0] == 0 and self.installing == self.plan.install_loss_step:
+            self.lose(loss[1])
+        elif self.installing == 1:
+            self.enter(JobSubstatus.INSTALLING_REQUIREMENTS)
+        else:
+            self.world.publish("epoch_done", self.beat(self.phase))
 
     def gate_open(self) -> bool:
         return self.metadata(RESTORE_METADATA_KEY) == RESTORE_GO
@@ -749,6 +806,7 @@ class AgentSim:
             self.assignment = self.assignment.regrouped(regroup)
             self.rank = self.assignment.nodes.index(self.name)
             self.regroups.append(regroup)
+            self.regrouped_setting_up |= self.stage == 1
 
     def await_regroup(self) -> None:
         """A node whose ranks stopped with its gang: once the functions tell it
@@ -756,10 +814,6 @@ class AgentSim:
         the gang's last save; past the job's bound and a margin, it stops."""
         since = self.waiting_since
         assert since is not None
-        plan = self.plan
-        if plan.cancel_replacing and not plan.canceled and self.world.now > since:
-            plan.canceled = True
-            self.world.cancel(plan.job_id)
         told = self.metadata(REGROUP_METADATA_KEY)
         regroup = Regroup.model_validate_json(told) if told else None
         if regroup is not None and regroup.generation > self.assignment.generation:
@@ -860,6 +914,7 @@ class AgentSim:
     def lose(self, report: str) -> None:
         """Compute Engine takes the Spot VM; who reports it is the plan's."""
         self.plan.taken.add(self.assignment.attempt)
+        self.plan.lost_step = self.world.step
         self.world.cloud.preempt(self.name, zone=self.zone, notice_s=0.0)
         self.report_loss(report)
         self.done = True

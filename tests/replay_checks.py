@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections import Counter, defaultdict
 from datetime import timedelta
+from itertools import pairwise
 from typing import Any
 
 from spotline.shared.contract.assignment import Regroup
@@ -15,7 +16,7 @@ from spotline.shared.domain.late_finish import SUPERSEDED, ended_after_loss
 from spotline.shared.domain.lifecycle import VM_PHASES
 from spotline.shared.domain.placement import vm_attempt
 from spotline.shared.domain.pricing import vm_cost
-from spotline.shared.domain.states import InstanceStatus, JobStatus, JobSubstatus
+from spotline.shared.domain.states import SETTING_UP, InstanceStatus, JobStatus, JobSubstatus
 from spotline.shared.domain.vms import REGROUP_METADATA_KEY
 from tests.replay import T0, World
 
@@ -227,21 +228,29 @@ def phase_problems(job: JobDoc) -> list[str]:
 
     A line that repeats the state of the line before is a note on the state
     (a late finish while the next attempt trains), not a step; nor is a
-    gang's return to where it was once it regrouped around a replaced node."""
+    gang's return to where it was once it regrouped around a replaced node.
+    A regroup may also move it on: a node lost as the gang read as setting
+    up, whose reports then showed it training (``node_replacement.trained``),
+    regroups to training, a step the history shows then for the first time."""
     found = []
-    moves = [
-        h
-        for i, h in enumerate(job.history)
-        if i == 0 or not (_repeats(h, job.history[i - 1]) or _regrouped(h, job.history[i - 1]))
-    ]
+    moves: list[HistoryEntry] = []
+    for before, h in zip([None, *job.history], job.history, strict=False):
+        if before is not None and _repeats(h, before):
+            continue
+        if before is not None and _regrouped(h, before) and _reached(h, moves):
+            continue
+        moves.append(h)
     for attempt in range(1, job.attempt + 1):
         seen = [h.substatus for h in moves if h.attempt == attempt and h.substatus in VM_PHASES]
         if seen != [p for p in VM_PHASES if p in seen]:
             found.append(f"{job.job_id}: attempt {attempt} went through {seen}")
     # A claimed cooling VM needs no gear-up, and code with no requirements.txt
-    # no install: the other steps it went through.
+    # no install: the other steps it went through. Nor are the steps of
+    # setting up its nodes reported while a node lost as it set up was
+    # replaced written behind the regroup.
     completed = job.status == JobStatus.COMPLETED and not ended_after_loss(job)
-    if completed and not set(VM_PHASES) - _OPTIONAL <= set(seen):
+    required = set(VM_PHASES) - _OPTIONAL - (SETTING_UP if _lost_setting_up(job) else set())
+    if completed and not required <= set(seen):
         found.append(f"{job.job_id}: completed through {seen}")
     return found
 
@@ -250,6 +259,20 @@ def _regrouped(entry: HistoryEntry, before: HistoryEntry) -> bool:
     """A gang's return, once regrouped, to training or to the step of
     setting up it lost its node in."""
     return before.substatus == JobSubstatus.REPLACING_NODE and entry.substatus in VM_PHASES
+
+
+def _lost_setting_up(job: JobDoc) -> bool:
+    """Whether the job's current attempt lost a node while it read as setting up."""
+    lines = [h for h in job.history if h.attempt == job.attempt]
+    return any(
+        h.substatus == JobSubstatus.REPLACING_NODE and before.substatus in SETTING_UP
+        for before, h in pairwise(lines)
+    )
+
+
+def _reached(entry: HistoryEntry, moves: list[HistoryEntry]) -> bool:
+    """Whether the attempt went through ``entry``'s step before."""
+    return any((h.substatus, h.attempt) == (entry.substatus, entry.attempt) for h in moves)
 
 
 def _repeats(entry: HistoryEntry, before: HistoryEntry) -> bool:

@@ -133,9 +133,10 @@ def lost(
         job = lifecycle.saved_state(job, attempt, step, checkpoint_uri)
     rank = job.nodes.index(instance)
     # Setting up, nothing was trained: no save to wait for, unless the lost
-    # node's report says it saved (the gang's training reports are late).
+    # node's report says it saved, or a node's stop with the gang was heard
+    # (``trained``; the gang's training reports are late).
     setting_up = job.substatus if job.substatus in SETTING_UP or not started else None
-    setting_up = None if step is not None else setting_up
+    setting_up = None if step is not None or job.gang_stops else setting_up
     generation = job.gang_generation + 1
     new = replacement_name(job.job_id, job.attempt, rank, generation)
     nodes, records = pending_nodes.renamed(job, rank, new)

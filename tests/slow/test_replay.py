@@ -12,12 +12,23 @@ from __future__ import annotations
 import os
 import random
 import time
-from typing import Any
+from collections import Counter
+from typing import Any, TypeVar
 
 import pytest
 
-from spotline.shared.domain.states import JobStatus
-from tests.replay import PROJECT, Delivery, Plan, Shuffled, World, draw_plans, log_entry
+from spotline.shared.domain.states import JobStatus, JobSubstatus
+from tests.replay import (
+    MAX_DELAY,
+    PROJECT,
+    Delivery,
+    Plan,
+    Published,
+    Shuffled,
+    World,
+    draw_plans,
+    log_entry,
+)
 from tests.replay_checks import outcome, problems
 
 JOBS = int(os.environ.get("SPOTLINE_REPLAY_JOBS", "30"))
@@ -26,10 +37,40 @@ SEEDS = [int(s) for s in os.environ.get("SPOTLINE_REPLAY_SEED", "1").split(",")]
 
 
 def run(plans: list[Plan], delivery: Delivery) -> World:
-    with World(delivery) as world:
+    return play(plans, World(delivery))
+
+
+AWorld = TypeVar("AWorld", bound=World)
+
+
+def play(plans: list[Plan], world: AWorld) -> AWorld:
+    with world:
         world.run(plans)
         world.settle()
     return world
+
+
+class SetupWatch(World):
+    """The world, noting after each delivery the replacements made for a
+    node lost as its gang set up (``NodeReplacement.setting_up``), and those
+    that turned out to be for a training gang (``node_replacement.trained``)."""
+
+    def __init__(self, delivery: Delivery) -> None:
+        super().__init__(delivery)
+        self.setting_up: set[str] = set()
+        self.trained: set[str] = set()
+
+    def deliver(self, message: Published) -> bool:
+        ok = super().deliver(message)
+        for job in self.memory.list_jobs(JobStatus.active()):
+            replacing = job.replacing
+            if replacing is None:
+                continue
+            if replacing.setting_up is not None:
+                self.setting_up.add(replacing.replacement)
+            elif replacing.replacement in self.setting_up:
+                self.trained.add(replacing.replacement)
+        return ok
 
 
 @pytest.mark.slow
@@ -123,27 +164,35 @@ def test_gangs_under_shuffled_redelivered_reports_of_every_node_end_as_the_clean
 def test_gangs_replacing_a_lost_node_under_shuffled_reports_end_as_the_clean_run(
     seed: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Gangs of 2 and 3 that keep their survivors: a drawn node is lost
-    mid-training, one VM replaces it, and the gang regroups (or, when the
-    replacement never comes up, is relaunched whole past its bound). Every
-    node's reports (the lost node's, the survivors' gang stops, the
-    replacement's boot, the epochs and the finish) duplicated, late and
-    shuffled. Each job ends as its clean run does: one replacement VM a
-    loss, the lost VM deleted, every node told the same regroup."""
+    """Gangs of 2 and 3 that keep their survivors: a drawn node is lost as
+    the gang sets up, in its first epochs (its TRAINING reports maybe still
+    on their way) or later in training; one VM replaces it, and the gang
+    regroups (or, when the replacement never comes up, is relaunched whole
+    past its bound). Every node's reports (the lost node's, the survivors'
+    gang stops, the replacement's boot, the epochs and the finish)
+    duplicated, late and shuffled. Each job ends as its clean run does: one
+    replacement VM a loss, the lost VM deleted, every node told the same
+    regroup."""
     started = time.monotonic()
     plans = draw_plans(random.Random(seed), GANG_JOBS, replacing=True)
     regrouping = sum(1 for p in plans if p.regroups())
-    assert regrouping >= GANG_JOBS // 3, f"seed={seed}: only {regrouping} plans regroup"
+    assert regrouping >= GANG_JOBS // 6, f"seed={seed}: only {regrouping} plans regroup"
+    times = Counter(_loss_time(p.losses[1][0]) for p in plans if p.losses)
+    assert times["setting up"] and times["first epochs"], f"seed={seed}: losses {times}"
     clean = run([p.fresh() for p in plans], Delivery())
     assert clean.failures == [], f"seed={seed}: the clean run failed: {clean.failures}"
     assert problems(clean) == [], f"seed={seed}: the clean run: {problems(clean)}"
-    replayed = run([p.fresh() for p in plans], Shuffled(random.Random(seed)))
+    replayed = play([p.fresh() for p in plans], SetupWatch(Shuffled(random.Random(seed))))
     regrouped = sum(1 for a in replayed.agents.values() if a.regroups)
+    setting_up = sum(1 for a in replayed.agents.values() if a.regrouped_setting_up)
     with capsys.disabled():
         print(
-            f"\nreplay of replacing gangs seed={seed}: {GANG_JOBS} jobs ({regrouping} regroup), "
-            f"{regrouped} nodes regrouped, {replayed.delivered} deliveries "
-            f"(clean run: {clean.delivered}), {time.monotonic() - started:.1f} s"
+            f"\nreplay of replacing gangs seed={seed}: {GANG_JOBS} jobs ({regrouping} regroup; "
+            f"losses {dict(times)}), {regrouped} nodes regrouped ({setting_up} as they set up), "
+            f"{len(replayed.setting_up)} losses heard setting up ({len(replayed.trained)} then "
+            "training), "
+            f"{replayed.delivered} deliveries (clean run: {clean.delivered}), "
+            f"{time.monotonic() - started:.1f} s"
         )
     assert replayed.failures == [], f"seed={seed}: deliveries failed: {replayed.failures}"
     assert problems(replayed) == [], f"seed={seed}: {problems(replayed)}"
@@ -157,7 +206,29 @@ def test_gangs_replacing_a_lost_node_under_shuffled_reports_end_as_the_clean_run
             # (``lifecycle.check_current``), and nothing reports an epoch
             # after the cancel: the progress shown is what was heard in time.
             del want["progress"], got["progress"]
+        # A loss heard before any node's boot returns the regrouped gang to
+        # connecting; heard later, to a step its VMs report (not shown).
+        want["history"], got["history"] = _connecting_left_out(want), _connecting_left_out(got)
         assert got == want, f"seed={seed}: job {plan.job_id} ({plan}) differs from the clean run"
+
+
+def _loss_time(epoch: int) -> str:
+    if epoch == 0:
+        return "setting up"
+    return "first epochs" if epoch < MAX_DELAY else "training"
+
+
+def _connecting_left_out(ended: dict[str, Any]) -> list[tuple[str, int]]:
+    history: list[tuple[str, int]] = ended["history"]
+    return [
+        h
+        for before, h in zip([None, *history], history, strict=False)
+        if not (
+            h[0] == JobSubstatus.CONNECTING_SERVER
+            and before
+            and before[0] == JobSubstatus.REPLACING_NODE
+        )
+    ]
 
 
 def _without_cost(ended: dict[str, Any]) -> dict[str, Any]:
