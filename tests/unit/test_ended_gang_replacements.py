@@ -22,8 +22,10 @@ def test_a_replacement_made_before_a_second_loss_failed_the_job_is_an_orphan() -
     instance: no step of the ended job will record it, so it is deleted."""
     job = lose(waiting_gang(max_preemptions=1), N2, seconds=20)
     assert job.status == JobStatus.FAILED
-    assert reaping.orphaned(replacement_vm(R1), None, job, at(30))
-    actions = reaping.decide_vms([], [], [replacement_vm(R1)], {"job1": job}, _Limits(), at(30))
+    # Once the attempt's notice is over (its VMs may save through it).
+    assert not reaping.orphaned(replacement_vm(R1), None, job, at(30))
+    assert reaping.orphaned(replacement_vm(R1), None, job, at(70))
+    actions = reaping.decide_vms([], [], [replacement_vm(R1)], {"job1": job}, _Limits(), at(70))
     assert actions == [reaping.DeleteOrphan(replacement_vm(R1))]
 
 
