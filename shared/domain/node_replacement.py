@@ -393,16 +393,19 @@ def plan(job: JobDoc, now: datetime) -> RegroupPlan | None:
 def regrouped(job: JobDoc, planned: RegroupPlan, now: datetime) -> JobDoc:
     """The gang told of ``planned``: training again, on the same attempt, at
     the size it names. Unchanged unless the job is still where the plan was
-    made (the same replacement and generation, waiting): a second record of
-    it, or one after the gang was relaunched, is a no-op. Once told, a plan
-    is recorded even if the job moved on meanwhile (the replacement booted
-    as the survivors were told to shrink): the nodes act on what they read."""
+    made (the same replacement and generation, waiting, and every node it
+    names still one of the gang's): a second record of it, one after the
+    gang was relaunched, or one naming a node lost since (an elastic gang's
+    further loss keeps its generation) is a no-op. Once told, a plan is
+    recorded even if the job moved on otherwise (the replacement booted as
+    the survivors were told to shrink): the nodes act on what they read."""
     replacing = job.replacing
     if (
         replacing is None
         or replacing.replacement != planned.replacement
         or job.gang_generation != planned.base
         or job.substatus != S.REPLACING_NODE
+        or any(name not in job.nodes for name in planned.nodes)
     ):
         return job
     if planned.shrink:
