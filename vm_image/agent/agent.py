@@ -420,8 +420,10 @@ class Agent:
                 regrouped, self._regrouped_under = self._regrouped_under, None
                 if regrouped is not None and regrouped.generation <= self.assignment.generation:
                     regrouped = None  # taken already, from the wait for the regroup
-                if regrouped is not None and exit_code != 0:
-                    # Stopped for the regroup: nothing of this run to report.
+                if regrouped is not None:
+                    # Stopped for the regroup: nothing of this run to report,
+                    # whatever its code (a trainer may take any stop for its
+                    # end and exit 0: reported, that completed the job).
                     exit_code, log_tail, unrecoverable = self._rejoin(regrouped)
                     continue
                 nodes = len(self.assignment.nodes)
