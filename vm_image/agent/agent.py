@@ -99,15 +99,18 @@ def gang_stopped(exit_code: int, notice_at: float | None, nodes: int, asked: boo
     a failed run: a JobFinished with 143 would fail (or restart) the job for a
     preemption (``spotline.shared.contract.events.SpotPreempted``).
 
-    Once ``asked`` to grow back, any failed exit is the stop asked for: a
-    rank killed by the request before its trainer installed its stop handler
-    (143 too), a peer that failed in a collective with it, or one killed
-    past ``RANKS_STOP_GRACE_S`` (blocked with it). The gang then resumes from
-    its last save (``Agent.saved_step``)."""
+    Once ``asked`` to grow back, any exit is the stop asked for: a rank
+    killed by the request before its trainer installed its stop handler
+    (143 too), a peer that failed in a collective with it, one killed past
+    ``RANKS_STOP_GRACE_S`` (blocked with it), or a trainer that took the
+    stop for its end and exited 0 (as a notice's SIGTERM, the ask came
+    before the exit: reported finished, the job would end short of its
+    epochs; one that really finished just then resumes at its last save).
+    The gang then resumes from its last save (``Agent.saved_step``)."""
     if notice_at is not None:
         return False
     if asked:
-        return exit_code != 0
+        return True
     return nodes > 1 and exit_code == EXIT_STOPPED
 
 
