@@ -55,9 +55,9 @@ from spotline.vm_image.agent.recorded import (
     job_sources,
 )
 from spotline.vm_image.agent.regroup import (
-    REGROUP_MARGIN_S,
     await_regroup,
     newer_regroup,
+    regroup_wait_s,
     watch_gang_stop,
     watch_regroup,
 )
@@ -440,7 +440,7 @@ class Agent:
                 self._report_preempted(gang_stop=True)
                 # A lost node replaced: the gang restarts its ranks from the save.
                 regroup = await_regroup(
-                    self.metadata, self.assignment, self.preempted, self._regroup_wait_s()
+                    self.metadata, self.assignment, self.preempted, regroup_wait_s(self.assignment)
                 )
                 if self.preempted.is_set():
                     # Its own notice as it waited: spotline hears of this loss
@@ -464,13 +464,6 @@ class Agent:
             return self._publish_finished(event)
         finally:
             self.job_done.set()
-
-    def _regroup_wait_s(self) -> float:
-        """How long a node whose ranks stopped with its gang waits for the
-        regroup: the job's bound for a replacement, and a margin for the
-        reports and metadata writes around it (none: it does not wait)."""
-        bound = self.assignment.spec.replace_node_timeout_s
-        return bound + REGROUP_MARGIN_S if bound > 0 else 0.0
 
     def _rejoin(self, regroup: Regroup) -> tuple[int, str, bool]:
         """Restart this node's ranks with the regrouped gang (``regroup``),
@@ -518,8 +511,7 @@ class Agent:
             # as the job lets a replacement take.
             wait_s = self.restore_wait_s
             if self.assignment.generation > 0:
-                bound = self.assignment.spec.replace_node_timeout_s
-                wait_s = max(wait_s, bound + REGROUP_MARGIN_S)
+                wait_s = max(wait_s, regroup_wait_s(self.assignment))
             await_restore(self.metadata, wait_s)
             if len(self.assignment.nodes) > 1:
                 # The gang regrouped as this node set up (a node lost before

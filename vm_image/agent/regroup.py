@@ -66,6 +66,15 @@ def await_regroup(
     return regroup
 
 
+def regroup_wait_s(assignment: Assignment) -> float:
+    """How long a node of the gang waits for its regroup, once its ranks
+    stopped with the gang (a replacement: once set up): the job's bound for
+    a replacement, and a margin for the reports and metadata writes around
+    it (none: it does not wait)."""
+    bound = assignment.spec.replace_node_timeout_s
+    return bound + REGROUP_MARGIN_S if bound > 0 else 0.0
+
+
 def _watch(
     metadata: Metadata,
     attribute: str,
