@@ -69,3 +69,28 @@ def _ended_before(job: JobDoc) -> JobDoc:
         for r in job.attempts
     ]
     return job.model_copy(update={"attempts": records})
+
+
+def test_the_second_loss_at_max_preemptions_fails_the_job_and_lets_every_vm_go(
+    call: Callable[..., Any], host: LocalCloud, project: str
+) -> None:
+    """max_preemptions=1: node 1's loss is replaced; node 2's, the second
+    preemption, fails the job at once, and node 0 and the replacement go
+    with it (no sweep needed); a redelivery changes nothing."""
+    call("submit_job", "submit", {**SPEC, "nodes": 3, "max_preemptions": 1}, message_id="s1")
+    for name in (N0, N1, N2):
+        beat = node(Heartbeat, name, phase="TRAINING", step=10)
+        call("on_epoch_done", "epoch_done", beat, message_id=f"h-{name}")
+    preempt(call, N1, step=38, mid="p1")
+    assert names(host) == [N0, R1, N2]
+    for mid in ("p2", "p2-again"):
+        preempt(call, N2, mid=mid)
+    job = job_of(project)
+    assert (job.status, job.attempt, job.preemptions) == (JobStatus.FAILED, 1, 2)
+    assert job.error is not None and "max_preemptions=1" in job.error
+    assert [r.outcome for r in job.attempts] == ["preempted"]
+    assert names(host) == []
+    store = FirestoreStore(project)
+    for name in (N0, R1, N2):
+        instance = store.get_instance(name)
+        assert instance is not None and instance.status == "CLOSED", name
