@@ -225,7 +225,8 @@ def stopped(
     """A node of the gang stopped with it (another node's notice, or the
     request to grow back), its save (the head's) complete: the step is kept
     on the attempt, and the node on ``gang_stops`` while it is one of the
-    current attempt's, for the loss at hand (``generation``: the gang's when
+    current attempt's and not a replacement yet to join (its trainer never
+    trained with the gang), for the loss at hand (``generation``: the gang's when
     the node stopped; None: not said). A late copy of a stop for an earlier
     loss is no save for this one; once an elastic gang shrank, only a stop of
     the smaller gang (its generation) counts."""
@@ -235,6 +236,8 @@ def stopped(
         return lost_node_saved(trained(job), instance, attempt)
     if attempt != job.attempt or instance not in job.nodes or instance in job.gang_stops:
         return job
+    if instance in pending_nodes.replacements(job):
+        return job  # not joined: it never trained with the gang, and saved nothing of it
     replacing = job.replacing
     if replacing is not None and replacing.shrunk:
         if generation != job.gang_generation:
