@@ -226,7 +226,8 @@ def stopped(
     """A node of the gang stopped with it (another node's notice, or the
     request to grow back), its save (the head's) complete: the step is kept
     on the attempt, and the node on ``gang_stops`` while it is one of the
-    current attempt's, for the loss at hand (``generation``: the gang's when
+    current attempt's and not a replacement yet to join (its trainer never
+    trained with the gang), for the loss at hand (``generation``: the gang's when
     the node stopped; None: not said). A late copy of a stop for an earlier
     loss is no save for this one; once an elastic gang shrank, only a stop of
     the smaller gang (its generation) counts."""
@@ -236,6 +237,8 @@ def stopped(
         return lost_node_saved(trained(job), instance, attempt)
     if attempt != job.attempt or instance not in job.nodes or instance in job.gang_stops:
         return job
+    if instance in pending_nodes.replacements(job):
+        return job  # not joined: it never trained with the gang, and saved nothing of it
     replacing = job.replacing
     if replacing is not None and replacing.shrunk:
         if generation != job.gang_generation:
@@ -394,16 +397,19 @@ def plan(job: JobDoc, now: datetime) -> RegroupPlan | None:
 def regrouped(job: JobDoc, planned: RegroupPlan, now: datetime) -> JobDoc:
     """The gang told of ``planned``: training again, on the same attempt, at
     the size it names. Unchanged unless the job is still where the plan was
-    made (the same replacement and generation, waiting): a second record of
-    it, or one after the gang was relaunched, is a no-op. Once told, a plan
-    is recorded even if the job moved on meanwhile (the replacement booted
-    as the survivors were told to shrink): the nodes act on what they read."""
+    made (the same replacement and generation, waiting, and every node it
+    names still one of the gang's): a second record of it, one after the
+    gang was relaunched, or one naming a node lost since (an elastic gang's
+    further loss keeps its generation) is a no-op. Once told, a plan is
+    recorded even if the job moved on otherwise (the replacement booted as
+    the survivors were told to shrink): the nodes act on what they read."""
     replacing = job.replacing
     if (
         replacing is None
         or replacing.replacement != planned.replacement
         or job.gang_generation != planned.base
         or job.substatus != S.REPLACING_NODE
+        or any(name not in job.nodes for name in planned.nodes)
     ):
         return job
     if planned.shrink:

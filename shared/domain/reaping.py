@@ -204,8 +204,15 @@ def orphaned(vm: Vm, instance: InstanceDoc | None, job: JobDoc | None, now: date
         instance.status in InstanceStatus.live() or instance.substatus in STOPPING_OR_STOPPED
     ):
         return False
-    if job is not None and vm.name in pending_nodes.replacements(job):
-        return False  # a gang's replacement node, its instance written next
+    if (
+        job is not None
+        and job.status in JobStatus.active()
+        and vm.name in pending_nodes.replacements(job)
+    ):
+        # A gang's replacement node, its instance written next; once its job
+        # ended (the loss that ended it kept the replacement on record),
+        # nothing will write it.
+        return False
     attempt = vm.labels.get(ATTEMPT_LABEL, "")
     if attempt.isdigit() and being_placed(job, vm.labels.get(JOB_LABEL, ""), int(attempt)):
         return False

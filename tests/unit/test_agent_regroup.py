@@ -178,7 +178,9 @@ def test_a_replacement_joins_at_the_generation_its_gang_grew_back_at(
         # request killed before its stop handler, or killed past the grace.
         (1, None, 2, True, True),
         (137, None, 2, True, True),
-        (0, None, 2, True, False),  # finished just then: the job's end
+        # Asked to grow back, exited 0: the stop asked for (a trainer that
+        # takes any stop for its end), reported with the last save.
+        (0, None, 2, True, True),
     ],
 )
 def test_a_stop_with_the_gang_is_told_apart(

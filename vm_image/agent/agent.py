@@ -55,9 +55,9 @@ from spotline.vm_image.agent.recorded import (
     job_sources,
 )
 from spotline.vm_image.agent.regroup import (
-    REGROUP_MARGIN_S,
     await_regroup,
     newer_regroup,
+    regroup_wait_s,
     watch_gang_stop,
     watch_regroup,
 )
@@ -99,15 +99,18 @@ def gang_stopped(exit_code: int, notice_at: float | None, nodes: int, asked: boo
     a failed run: a JobFinished with 143 would fail (or restart) the job for a
     preemption (``spotline.shared.contract.events.SpotPreempted``).
 
-    Once ``asked`` to grow back, any failed exit is the stop asked for: a
-    rank killed by the request before its trainer installed its stop handler
-    (143 too), a peer that failed in a collective with it, or one killed
-    past ``RANKS_STOP_GRACE_S`` (blocked with it). The gang then resumes from
-    its last save (``Agent.saved_step``)."""
+    Once ``asked`` to grow back, any exit is the stop asked for: a rank
+    killed by the request before its trainer installed its stop handler
+    (143 too), a peer that failed in a collective with it, one killed past
+    ``RANKS_STOP_GRACE_S`` (blocked with it), or a trainer that took the
+    stop for its end and exited 0 (as a notice's SIGTERM, the ask came
+    before the exit: reported finished, the job would end short of its
+    epochs; one that really finished just then resumes at its last save).
+    The gang then resumes from its last save (``Agent.saved_step``)."""
     if notice_at is not None:
         return False
     if asked:
-        return exit_code != 0
+        return True
     return nodes > 1 and exit_code == EXIT_STOPPED
 
 
@@ -420,8 +423,10 @@ class Agent:
                 regrouped, self._regrouped_under = self._regrouped_under, None
                 if regrouped is not None and regrouped.generation <= self.assignment.generation:
                     regrouped = None  # taken already, from the wait for the regroup
-                if regrouped is not None and exit_code != 0:
-                    # Stopped for the regroup: nothing of this run to report.
+                if regrouped is not None:
+                    # Stopped for the regroup: nothing of this run to report,
+                    # whatever its code (a trainer may take any stop for its
+                    # end and exit 0: reported, that completed the job).
                     exit_code, log_tail, unrecoverable = self._rejoin(regrouped)
                     continue
                 nodes = len(self.assignment.nodes)
@@ -435,7 +440,7 @@ class Agent:
                 self._report_preempted(gang_stop=True)
                 # A lost node replaced: the gang restarts its ranks from the save.
                 regroup = await_regroup(
-                    self.metadata, self.assignment, self.preempted, self._regroup_wait_s()
+                    self.metadata, self.assignment, self.preempted, regroup_wait_s(self.assignment)
                 )
                 if self.preempted.is_set():
                     # Its own notice as it waited: spotline hears of this loss
@@ -459,13 +464,6 @@ class Agent:
             return self._publish_finished(event)
         finally:
             self.job_done.set()
-
-    def _regroup_wait_s(self) -> float:
-        """How long a node whose ranks stopped with its gang waits for the
-        regroup: the job's bound for a replacement, and a margin for the
-        reports and metadata writes around it (none: it does not wait)."""
-        bound = self.assignment.spec.replace_node_timeout_s
-        return bound + REGROUP_MARGIN_S if bound > 0 else 0.0
 
     def _rejoin(self, regroup: Regroup) -> tuple[int, str, bool]:
         """Restart this node's ranks with the regrouped gang (``regroup``),
@@ -513,8 +511,7 @@ class Agent:
             # as the job lets a replacement take.
             wait_s = self.restore_wait_s
             if self.assignment.generation > 0:
-                bound = self.assignment.spec.replace_node_timeout_s
-                wait_s = max(wait_s, bound + REGROUP_MARGIN_S)
+                wait_s = max(wait_s, regroup_wait_s(self.assignment))
             await_restore(self.metadata, wait_s)
             if len(self.assignment.nodes) > 1:
                 # The gang regrouped as this node set up (a node lost before

@@ -16,7 +16,12 @@ _DEFAULT_HOST = "metadata.google.internal"
 
 
 class MetadataError(RuntimeError):
-    pass
+    """A read that failed: the item is absent (``absent``: the server said
+    404), or the server did not answer as it should."""
+
+    def __init__(self, message: str, absent: bool = False) -> None:
+        super().__init__(message)
+        self.absent = absent
 
 
 class Metadata:
@@ -53,4 +58,5 @@ class Metadata:
             with urllib.request.urlopen(request, timeout=timeout_s or self.timeout_s) as response:
                 return response.read().decode(), response.headers.get("ETag", "")
         except (urllib.error.URLError, TimeoutError) as err:
-            raise MetadataError(f"metadata {path}: {err}") from err
+            absent = isinstance(err, urllib.error.HTTPError) and err.code == 404
+            raise MetadataError(f"metadata {path}: {err}", absent) from err

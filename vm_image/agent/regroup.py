@@ -66,6 +66,19 @@ def await_regroup(
     return regroup
 
 
+def regroup_wait_s(assignment: Assignment) -> float:
+    """How long a node of the gang waits for its regroup, once its ranks
+    stopped with the gang (a replacement: once set up): as long as the job
+    may take to regroup, and a margin for the reports and metadata writes
+    around it (none: it does not wait). The job's bound for a replacement
+    counts again from each further loss while the gang waits
+    (``spotline.shared.domain.further_losses``), and the gang keeps its
+    attempt through at most one loss a node but one: a bound for each."""
+    bound = assignment.spec.replace_node_timeout_s
+    losses = max(assignment.spec.nodes - 1, 1)
+    return bound * losses + REGROUP_MARGIN_S if bound > 0 else 0.0
+
+
 def _watch(
     metadata: Metadata,
     attribute: str,

@@ -25,23 +25,36 @@ _WAIT_STEP_S = 60.0
 def await_restore(metadata: Metadata, wait_s: float) -> bool:
     """Block until the VM's restore gate reads ``RESTORE_GO``, at most
     ``wait_s``. A VM made with no gate (no earlier VM was left saving)
-    returns at once. False: the bound passed first; by then no save of a
-    lost VM can still be under way, so the trainer starts anyway."""
+    returns at once: the metadata server says the item is absent; a read
+    that failed says nothing, and the gate is read again. False: the bound
+    passed first; by then no save of a lost VM can still be under way, so
+    the trainer starts anyway."""
+    deadline = time.monotonic() + wait_s
+    read = True
     try:
         value, etag = metadata.get_with_etag(RESTORE_ATTRIBUTE)
-    except MetadataError:
-        return True  # no gate
-    deadline = time.monotonic() + wait_s
+    except MetadataError as err:
+        if err.absent:
+            return True  # no gate
+        # Not read (the server did not answer): shut until it is.
+        logs.warning(f"reading the restore gate failed: {err}")
+        value, etag, read = RESTORE_WAIT, "", False
     while value != RESTORE_GO:
         remaining = min(deadline - time.monotonic(), _until(value) - time.time())
         if remaining <= 0:
             logs.warning(f"the restore gate stayed shut ({value}); restoring anyway")
             return False
         try:
+            if not read:
+                value, etag = metadata.get_with_etag(RESTORE_ATTRIBUTE)
+                read = True
+                continue
             value, etag = metadata.wait_for_change(
                 RESTORE_ATTRIBUTE, etag, timeout_s=max(min(remaining, _WAIT_STEP_S), 1.0)
             )
         except MetadataError as err:
+            if err.absent and not read:
+                return True  # read at last: no gate
             logs.warning(f"reading the restore gate failed: {err}")
             time.sleep(min(1.0, max(remaining, 0.0)))
     return True
