@@ -144,14 +144,7 @@ def test_a_lost_node_is_replaced_and_the_gang_ends_with_an_uninterrupted_runs_we
             log = Path(local_stack.workdir, "vms", f"{name}.log").read_text()
             assert "the gang regrouped (generation 1" in log
     digests = {final_digest(local_stack, name, rank) for rank, name in enumerate(regrouped)}
-    assert len(digests) == 1  # every rank holds the same weights
-    if nodes == 2:
-        assert digests == {expected}
-    else:
-        # A sum of three ranks' gradients depends on its order (two ranks'
-        # does not), and a resumed run need not sum in a straight run's order
-        # (DDP sets its gradient buckets anew in each run): the weights of a
-        # 3-node run resumed mid-epoch were seen to differ from a straight
-        # run's in the digest. The two runs agree to rounding.
-        assert job.metrics == pytest.approx(done.metrics, rel=1e-3)
+    # Three ranks too: the trainer sums each step's gradients in one order in
+    # every run (``digits_mlp._distributed``).
+    assert digests == {expected}
     wait_no_vms(local_stack, job_id)

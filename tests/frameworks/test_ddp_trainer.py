@@ -22,13 +22,15 @@ from spotline.shared.contract.cluster import master_port
 pytestmark = pytest.mark.frameworks
 
 
-def start_ranks(tmp_path: Path, run: str, **env: str) -> list[subprocess.Popen[str]]:
-    """Two ranks of the digits trainer, as two nodes' agents start them."""
+def start_ranks(
+    tmp_path: Path, run: str, world: int = 2, **env: str
+) -> list[subprocess.Popen[str]]:
+    """``world`` ranks of the digits trainer, as the nodes' agents start them."""
     # As the agent does: below the ephemeral range, where a port freed by
     # free_port() may be taken by another program before rank 0 binds it.
     port = master_port(uuid.uuid4().hex, 1)
     procs = []
-    for rank in (0, 1):
+    for rank in range(world):
         rank_env = {
             **os.environ,
             "SPOTLINE_CHECKPOINT_URL": str(tmp_path / "ckpt"),
@@ -37,7 +39,7 @@ def start_ranks(tmp_path: Path, run: str, **env: str) -> list[subprocess.Popen[s
             "SPOTLINE_SEED": "4",
             "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": str(port),
-            "WORLD_SIZE": "2",
+            "WORLD_SIZE": str(world),
             "RANK": str(rank),
             **env,
         }
@@ -79,16 +81,19 @@ def test_two_ranks_train_to_identical_weights(tmp_path: Path) -> None:
     assert reports(tmp_path, "straight", 1) == []
 
 
+@pytest.mark.parametrize("world", [2, 3])
 def test_a_notice_on_rank_1_alone_stops_both_at_one_step_saved_by_rank_0(
-    tmp_path: Path,
+    tmp_path: Path, world: int
 ) -> None:
     """A gang's node 1 gets the Spot notice, node 0 none: the ranks agree on
     the step to stop at (a flag in a collective each step), rank 0 saves it
-    and says why, both exit 143; resumed, the run ends with the weights of a
-    run never stopped: no step lost."""
-    straight = final_digests(finish(start_ranks(tmp_path / "straight", "straight")))
+    and says why, all exit 143; resumed, the run ends with the weights of a
+    run never stopped: no step lost. Three ranks too, whose gradients' sum
+    depends on its order: the resumed run sums each step as the straight one
+    did."""
+    straight = final_digests(finish(start_ranks(tmp_path / "straight", "straight", world)))
     slow = json.dumps({"step_time_s": 0.05})
-    procs = start_ranks(tmp_path, "stopped", SPOTLINE_HYPERPARAMETERS=slow)
+    procs = start_ranks(tmp_path, "stopped", world, SPOTLINE_HYPERPARAMETERS=slow)
     deadline = time.monotonic() + 60
     while not any(r["type"] == "epoch" for r in reports(tmp_path, "stopped", 0)):
         assert time.monotonic() < deadline and procs[0].poll() is None
@@ -97,16 +102,16 @@ def test_a_notice_on_rank_1_alone_stops_both_at_one_step_saved_by_rank_0(
     procs[1].send_signal(signal.SIGTERM)
     outputs = finish(procs)
 
-    assert [proc.returncode for proc in procs] == [143, 143], outputs
+    assert [proc.returncode for proc in procs] == [143] * world, outputs
     saved = [r for r in reports(tmp_path, "stopped", 0) if r["type"] == "checkpoint"]
     assert len(saved) == 1 and saved[0]["reason"] == "peer", saved
     steps_per_epoch = 45  # 1438 training samples, batch 32
     assert saved[0]["step"] % steps_per_epoch != 0  # the notice's save, mid-epoch
     stops = [re.findall(r"stopped at step (\d+)", out) for out in outputs]
-    assert stops == [[str(saved[0]["step"])], [str(saved[0]["step"])]], outputs
+    assert stops == [[str(saved[0]["step"])]] * world, outputs
 
-    resumed = start_ranks(tmp_path, "resumed")
+    resumed = start_ranks(tmp_path, "resumed", world)
     outputs = finish(resumed)
-    assert [proc.returncode for proc in resumed] == [0, 0], outputs
+    assert [proc.returncode for proc in resumed] == [0] * world, outputs
     assert f"resumed_from_step={saved[0]['step']}" in outputs[0]
     assert final_digests(outputs) == straight

@@ -203,7 +203,7 @@ def train(settings: Settings, flag: PreemptionFlag) -> int:
         )
         if rank == 0:
             report_resumed(step, checkpoint.uri)
-    net = _distributed(model, rank, world)
+    net = _distributed(model, rank, world, data.x_train[:1])
     board = _tensorboard(rank)
 
     written: dict[int, str] = {}  # step -> its checkpoint: a stop after an epoch's save reuses it
@@ -297,9 +297,18 @@ def _tensorboard(rank: int) -> Any:
     return SummaryWriter(log_dir=folder)
 
 
-def _distributed(model: nn.Module, rank: int, world: int) -> nn.Module:
+def _distributed(model: nn.Module, rank: int, world: int, sample: torch.Tensor) -> nn.Module:
     """The model wrapped for data-parallel training over the job's nodes
-    (MASTER_ADDR/MASTER_PORT from the agent), or as it is on one node."""
+    (MASTER_ADDR/MASTER_PORT from the agent), or as it is on one node.
+
+    DDP lays its gradient bucket out again after its first backward pass, in
+    the order the gradients came, and an element's place in the bucket sets
+    the order in which the ranks' gradients are summed. A run resumed mid-way
+    would sum its first step in another order than an uninterrupted run did
+    that step, and with 3 ranks or more end with other weights. One backward
+    pass of zeros (``sample``: any input), before any step, settles the
+    layout in every run alike; it changes no weight and no optimizer state.
+    """
     if world == 1:
         return model
     from torch.nn.parallel import DistributedDataParallel
@@ -308,7 +317,10 @@ def _distributed(model: nn.Module, rank: int, world: int) -> nn.Module:
         "gloo", init_method="env://", rank=rank, world_size=world,
         timeout=timedelta(minutes=5),
     )  # fmt: skip
-    return DistributedDataParallel(model)
+    net = DistributedDataParallel(model)
+    net(sample).sum().mul(0).backward()
+    model.zero_grad(set_to_none=True)
+    return net
 
 
 def weights_digest(model: nn.Module) -> str:
