@@ -1000,6 +1000,7 @@ class AgentSim:
                 **self.common(),
                 checkpoint_uri=saved.checkpoint_uri if saved else None,
                 step=saved.step if saved else None,
+                generation=self.assignment.generation,  # the one it last ran in
             )
             world.publish("spot_preempted", event)
         if report in ("log-sink", "both"):
