@@ -32,6 +32,9 @@ The orders of events, each with one defined end:
   (``lifecycle.vm_lost``: the attempt ends, counted as a preemption like
   any) once no node of the gang as it trained is left, at
   ``max_preemptions``, or with a finish held;
+* a node lost after the gang regrouped, before it rejoined (its agent's own
+  report names an older generation): the gang has not stepped since, so
+  the save it regrouped from stands and no new one is waited for;
 * a late, duplicate or reordered report of the lost node: stale (the lost VM
   is no longer one of the job's nodes); the step it saved is still recorded
   (``lifecycle.saved_state``), and so is an epoch it reported, while it moves
