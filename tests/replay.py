@@ -105,6 +105,11 @@ HANDLERS: dict[str, Callable[[Any], None]] = {
 
 # How a lost VM is reported: by its agent, by the log sink, by both, by nobody.
 LOSS_REPORTS = ("agent", "log-sink", "both", "silent")
+# Another node lost while a gang waits for its replacement (``Plan.second_loss``).
+SECOND_LOSSES = ("worker", "node-0", "replacement", "last-survivor")
+# Steps a replacement's VM takes to boot in a plan with a second loss of a
+# gang's node: that loss is heard while the gang still waits.
+SLOW_BOOT_STEPS = 3
 
 
 class Crash(BaseException):
@@ -161,6 +166,14 @@ class Plan:
             its requirements for this many steps before its trainer starts.
         install_loss_step: a loss at epoch 0 takes its node at this step of
             installing (its agent up: any report); 0: before its agent ran.
+        second_loss: while the gang waits for the first loss's replacement,
+            another node is lost (``SECOND_LOSSES``): a surviving "worker"
+            (rank > 0), "node-0", the "replacement" before its agent ran
+            (only the log sink can tell), or a 2-node gang's
+            "last-survivor" (nothing of the gang is left: it is relaunched
+            whole). A node's loss comes ``second_after`` steps after the
+            first, reported as ``second_report`` says, the replacements'
+            VMs taking ``SLOW_BOOT_STEPS`` to boot meanwhile.
     """
 
     job_id: str
@@ -181,10 +194,14 @@ class Plan:
     cancel_replacing: bool = False
     setup_steps: int = 0
     install_loss_step: int = 0
+    second_loss: str = ""
+    second_after: int = 1
+    second_report: str = "agent"
     saved_epoch: int = 0  # the newest checkpoint in the job's storage
     canceled: bool = False
     taken: set[int] = field(default_factory=set)  # the attempts whose loss came
     lost_step: int | None = None  # the world's step a node was lost in
+    second_taken: bool = False
 
     def fresh(self) -> Plan:
         """The plan before any run (a run writes what its agents saved and did)."""
@@ -195,6 +212,7 @@ class Plan:
             canceled=False,
             taken=set(),
             lost_step=None,
+            second_taken=False,
         )
 
     def spec(self) -> dict[str, Any]:
@@ -222,7 +240,26 @@ class Plan:
             and self.replacement_boots
             and bool(self.losses)
             and not self.cancel_replacing
+            and self.second_loss != "last-survivor"
         )
+
+    def lost_nodes(self) -> int:
+        """The nodes lost: each a preemption, each replaced when it regroups."""
+        return len(self.losses) + bool(self.second_loss)
+
+    def second_rank(self) -> int | None:
+        """The rank of the surviving node the second loss takes (None: the
+        replacement's, or no second loss)."""
+        survivors = [rank for rank in range(self.nodes) if rank != self.lost_node]
+        if self.second_loss == "node-0":
+            return 0
+        if self.second_loss == "worker":
+            return survivors[-1]
+        return survivors[0] if self.second_loss == "last-survivor" else None
+
+    def boot_steps(self) -> int:
+        """Steps a replacement's VM takes to boot (``second_loss``)."""
+        return SLOW_BOOT_STEPS if self.second_rank() is not None else 0
 
     def expected(self) -> tuple[JobStatus, int, int]:
         """(status, attempt, preemptions) a run of this plan ends with."""
@@ -232,7 +269,7 @@ class Plan:
             return JobStatus.CANCELED, self.cancel_attempt, self.cancel_attempt - 1
         status = JobStatus.FAILED if self.fail_epoch is not None else JobStatus.COMPLETED
         relaunches = 0 if self.regroups() else len(self.losses)
-        return status, 1 + relaunches, len(self.losses)
+        return status, 1 + relaunches, self.lost_nodes()
 
 
 def draw_plans(
@@ -250,8 +287,10 @@ def draw_plans(
     (``draw_replacing``)."""
     if replacing:
         drawn: list[Plan] = []
-        for n in range(jobs):  # the times of loss in turn
-            drawn.append(draw_replacing(rng, n, sum(1 for p in drawn if p.losses) % 3))
+        for n in range(jobs):  # the times of loss and the second losses in turn
+            lost = sum(1 for p in drawn if p.losses)
+            second = ("", *SECOND_LOSSES)[lost % (len(SECOND_LOSSES) + 1)]
+            drawn.append(draw_replacing(rng, n, lost % 3, second))
         return drawn
     plans = []
     spread = 8 * TICK_EVERY if cooling else 2 * TICK_EVERY
@@ -279,7 +318,7 @@ def draw_plans(
     return plans
 
 
-def draw_replacing(rng: random.Random, n: int, when: int) -> Plan:
+def draw_replacing(rng: random.Random, n: int, when: int, second: str = "") -> Plan:
     """A gang of 2 or 3 that replaces a lost node: most lose a drawn node in
     attempt 1 (reported by its agent, the log sink or both), some with a
     replacement that never comes up or a cancel while it boots; the others
@@ -298,7 +337,12 @@ def draw_replacing(rng: random.Random, n: int, when: int) -> Plan:
       their way (up to ``MAX_DELAY`` steps): the loss may be heard while
       the job reads as setting up, and a survivor's stop or an epoch heard
       after it shows the gang was training (``node_replacement.trained``);
-    * later in training, the survivors stopping with it."""
+    * later in training, the survivors stopping with it.
+
+    A plan with a loss and a ``second`` (``Plan.second_loss``) loses another
+    node while the gang waits for the replacement, which then boots: 3
+    nodes, or 2 for a "last-survivor"; node 0 first lost for a "node-0" is
+    moved to a worker."""
     first = MAX_DELAY + 1
     epochs = rng.randint(first, first + 2)
     plan = Plan(f"r{n:03d}", f"u{n % 7}", epochs, submit_step=rng.randint(1, 2 * TICK_EVERY))
@@ -324,6 +368,13 @@ def draw_replacing(rng: random.Random, n: int, when: int) -> Plan:
             plan.losses[1] = (rng.randint(first, epochs), rng.choice(reports))
         plan.replacement_boots = rng.random() < 0.8
         plan.cancel_replacing = rng.random() < 0.1
+        if second:
+            plan.replacement_boots, plan.cancel_replacing = True, False
+            plan.second_loss = second
+            plan.nodes = 2 if second == "last-survivor" else 3
+            plan.lost_node = rng.randrange(1 if second == "node-0" else 0, plan.nodes)
+            plan.second_after = rng.randint(1, SLOW_BOOT_STEPS - 1)
+            plan.second_report = rng.choice(reports)
     return plan
 
 
@@ -469,6 +520,7 @@ class World:
         self._wrap_store = wrap_store
         self._wrap_compute = wrap_compute
         self._times: list[tuple[int, datetime]] = []
+        self.made: dict[str, int] = {}  # each VM's first step seen running
 
     def __enter__(self) -> Self:
         self.cloud.start()
@@ -610,6 +662,9 @@ class World:
             plan = self.plans[assignment.job_id]
             if assignment.generation > 0 and not plan.replacement_boots:
                 continue  # a replacement that never comes up
+            made = self.made.setdefault(vm["name"], self.step)
+            if assignment.generation > 0 and self.step - made < plan.boot_steps():
+                continue  # a replacement still booting
             self.agents[vm["name"]] = AgentSim(self, vm, assignment, plan, reused=reused)
 
     def heartbeats(self) -> None:
@@ -715,6 +770,10 @@ class AgentSim:
         loss = plan.losses.get(attempt) if self.rank == plan.lost_node else None
         if attempt in plan.taken:
             loss = None
+        if self.second_loss_due():
+            plan.second_taken = True
+            self.lose("log-sink" if self.stage == 0 else plan.second_report)
+            return
         lost_before = plan.lost_step is not None and plan.lost_step < world.step
         if plan.cancel_replacing and not plan.canceled and lost_before:
             plan.canceled = True  # while the replacement boots
@@ -779,6 +838,20 @@ class AgentSim:
         else:
             self.finish(0)
         self.stage += 1
+
+    def second_loss_due(self) -> bool:
+        """Whether the plan's second loss (``Plan.second_loss``) takes this
+        node now: the replacement before its agent ran, or a node of the
+        first attempt the gang kept, ``second_after`` steps after the first loss."""
+        plan = self.plan
+        if not plan.second_loss or plan.second_taken or plan.lost_step is None:
+            return False
+        if self.assignment.attempt != 1:
+            return False
+        if plan.second_loss == "replacement":
+            return self.stage == 0 and self.assignment.generation > 0
+        due = self.world.step == plan.lost_step + plan.second_after
+        return due and self.assignment.generation == 0 and self.rank == plan.second_rank()
 
     def install(self, loss: tuple[int, str] | None) -> None:
         """One step of installing the job's requirements, or the plan's loss
@@ -927,6 +1000,7 @@ class AgentSim:
                 **self.common(),
                 checkpoint_uri=saved.checkpoint_uri if saved else None,
                 step=saved.step if saved else None,
+                generation=self.assignment.generation,  # the one it last ran in
             )
             world.publish("spot_preempted", event)
         if report in ("log-sink", "both"):

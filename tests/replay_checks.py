@@ -88,8 +88,8 @@ def problems(world: World, *, claims: bool = False) -> list[str]:
         found += replacement_problems(world, job) + regroup_problems(world, job)
         if plan.regroups() and job.status == JobStatus.COMPLETED:
             replaced = [r.replacement for a in job.attempts for r in a.replaced_nodes]
-            if len(replaced) != len(plan.losses):
-                found.append(f"{plan.job_id}: replaced by {replaced}, {len(plan.losses)} lost")
+            if len(replaced) != plan.lost_nodes():
+                found.append(f"{plan.job_id}: replaced by {replaced}, {plan.lost_nodes()} lost")
     found += [f"VM left: {vm['name']} {vm['state']}" for vm in world.cloud.list()]
     for instance in store.list_instances():
         if instance.status != InstanceStatus.CLOSED:
@@ -103,8 +103,9 @@ def problems(world: World, *, claims: bool = False) -> list[str]:
 
 
 _SLOTS = {"active_jobs", "active_instances", "stopped_instances"}
-# A gang's replacement node's name (``placement.replacement_name``).
-_REPLACEMENT = re.compile(r"-g\d+$")
+# A gang's replacement node's name (``placement.replacement_name``; a
+# replacement's own replacement with its count).
+_REPLACEMENT = re.compile(r"-g\d+(-\d+)?$")
 
 
 def replacement_inserts(world: World) -> Counter[str]:

@@ -53,6 +53,7 @@ def recover(
     step: int | None = None,
     checkpoint_uri: str | None = None,
     delete_vm: bool = True,
+    generation: int | None = None,
 ) -> JobDoc | None:
     """Move the job to its next attempt, then place it while ``instance``
     (and a gang's other nodes) are deleted (``replace_attempt``).
@@ -67,6 +68,8 @@ def recover(
         cause: PREEMPTED or STALLED.
         delete_vm: False while a preempted VM may still be saving its state
             (the log-sink event fires at the start of the 30 s notice).
+        generation: the gang's generation the VM's agent last joined, as
+            its report says (``node_replacement.lost``).
 
     Raises:
         StaleEvent: the job is already past this VM (a duplicate report); the
@@ -80,6 +83,7 @@ def recover(
             saved=delete_vm,
             # Never seen training: its trainer never started, so its gang never stepped.
             started=instance.status != InstanceStatus.LAUNCHING,
+            generation=generation,
         ),
     )  # fmt: skip
     if job is None:
@@ -210,6 +214,7 @@ def preempted(deps: Deps, instance: InstanceDoc, notice: PreemptionNotice, now: 
             checkpoint_uri=notice.checkpoint_uri,
             # The log entry comes at the start of the notice: let the VM save its state.
             delete_vm=notice.source == "agent",
+            generation=notice.generation,
         )
     except lifecycle.StaleEvent:
         _saved(deps, instance, notice)

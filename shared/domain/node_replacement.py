@@ -32,6 +32,9 @@ The orders of events, each with one defined end:
   (``lifecycle.vm_lost``: the attempt ends, counted as a preemption like
   any) once no node of the gang as it trained is left, at
   ``max_preemptions``, or with a finish held;
+* a node lost after the gang regrouped, before it rejoined (its agent's own
+  report names an older generation): the gang has not stepped since, so
+  the save it regrouped from stands and no new one is waited for;
 * a late, duplicate or reordered report of the lost node: stale (the lost VM
   is no longer one of the job's nodes); the step it saved is still recorded
   (``lifecycle.saved_state``), and so is an epoch it reported, while it moves
@@ -104,6 +107,7 @@ def lost(
     *,
     saved: bool = False,
     started: bool = True,
+    generation: int | None = None,
 ) -> JobDoc:
     """The job after a VM's loss: one node replaced (``replaces``), or the
     attempt ended (``lifecycle.vm_lost``).
@@ -115,6 +119,10 @@ def lost(
             instance was seen training). False: the gang never trained, as
             a step takes every node's ranks, whatever the job reads: its
             other nodes' ranks wait in their rendezvous with it.
+        generation: the gang's generation the lost VM's agent last joined
+            (its own report; None: not said). Older than the gang's: it
+            never rejoined the last regroup, so the gang has not stepped
+            since, and the save it regrouped from stands (nothing to wait for).
 
     Raises:
         lifecycle.StaleEvent: as ``lifecycle.vm_lost``.
@@ -137,6 +145,8 @@ def lost(
     # (``trained``; the gang's training reports are late).
     setting_up = job.substatus if job.substatus in SETTING_UP or not started else None
     setting_up = None if step is not None or job.gang_stops else setting_up
+    # Its agent never rejoined the last regroup: the gang has not stepped since.
+    behind = generation is not None and generation < job.gang_generation
     generation = job.gang_generation + 1
     new = replacement_name(job.job_id, job.attempt, rank, generation)
     nodes, records = pending_nodes.renamed(job, rank, new)
@@ -150,6 +160,7 @@ def lost(
             setting_up is not None
             or (rank == 0 and saved)
             or (rank != 0 and job.nodes[0] in job.gang_stops)
+            or behind
         ),
         setting_up=setting_up,
     )

@@ -174,6 +174,20 @@ def while_replacing(topic: str, booted: bool) -> Callable[[World, Published], bo
     return when
 
 
+def own_loss(name: str) -> Callable[[World, Published], bool]:
+    """The first report of the loss of VM ``name``: its agent's (not its
+    stop with the gang) or the log sink's."""
+
+    def when(world: World, message: Published) -> bool:
+        if message.topic != "spot_preempted":
+            return False
+        by_agent = f'"instance":"{name}"'.encode() in message.data
+        by_sink = f'/instances/{name}"'.encode() in message.data
+        return (by_agent and b'"gang_stop":false' in message.data) or by_sink
+
+    return when
+
+
 # A gang replacing one lost node within its attempt: a crash at every side
 # effect of the replacement (the loss written, the lost instance CLOSING, the
 # replacement's slot, its insert, its record, its instance, the lost VM's
@@ -218,6 +232,24 @@ REPLACEMENTS = [
         "replace/reaper/relaunch-past-the-bound",
         replacing(replacement_boots=False),
         while_replacing("reaper_tick", booted=False),
+    ),
+    # Node 1 lost, then node 2, node 0 or node 1's replacement (taken before
+    # its agent ran) while the gang waits: that one is replaced too, the
+    # attempt kept.
+    Target(
+        "replace/on_spot_preempted/a-second-worker-while-waiting",
+        replacing(nodes=3, second_loss="worker"),
+        own_loss("sl-c-a1-n2"),
+    ),
+    Target(
+        "replace/on_spot_preempted/node-0-second-by-the-log-sink",
+        replacing(nodes=3, second_loss="node-0", second_report="log-sink"),
+        own_loss("sl-c-a1-n0"),
+    ),
+    Target(
+        "replace/on_spot_preempted/the-replacement-before-its-boot",
+        replacing(second_loss="replacement"),
+        own_loss("sl-c-a1-n1-g1"),
     ),
     Target("replace/cancel_job/while-replacing", replacing(cancel_replacing=True), first("cancel")),
     Target(

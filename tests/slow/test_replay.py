@@ -21,6 +21,7 @@ from spotline.shared.domain.states import JobStatus, JobSubstatus
 from tests.replay import (
     MAX_DELAY,
     PROJECT,
+    SECOND_LOSSES,
     Delivery,
     Plan,
     Published,
@@ -168,13 +169,17 @@ def test_gangs_replacing_a_lost_node_under_shuffled_reports_end_as_the_clean_run
     the gang sets up, in its first epochs (its TRAINING reports maybe still
     on their way) or later in training; one VM replaces it, and the gang
     regroups (or, when the replacement never comes up, is relaunched whole
-    past its bound). Every node's reports (the lost node's, the survivors'
+    past its bound). Some lose another node while they wait: a worker, node
+    0 or the replacement before its boot, each replaced too, or a 2-node
+    gang's last survivor, relaunched whole. Every node's reports (the lost node's, the survivors'
     gang stops, the replacement's boot, the epochs and the finish)
     duplicated, late and shuffled. Each job ends as its clean run does: one
     replacement VM a loss, the lost VM deleted, every node told the same
     regroup."""
     started = time.monotonic()
     plans = draw_plans(random.Random(seed), GANG_JOBS, replacing=True)
+    seconds = Counter(p.second_loss for p in plans if p.second_loss)
+    assert set(seconds) == set(SECOND_LOSSES), f"seed={seed}: second losses {seconds}"
     regrouping = sum(1 for p in plans if p.regroups())
     assert regrouping >= GANG_JOBS // 6, f"seed={seed}: only {regrouping} plans regroup"
     times = Counter(_loss_time(p.losses[1][0]) for p in plans if p.losses)
@@ -188,7 +193,8 @@ def test_gangs_replacing_a_lost_node_under_shuffled_reports_end_as_the_clean_run
     with capsys.disabled():
         print(
             f"\nreplay of replacing gangs seed={seed}: {GANG_JOBS} jobs ({regrouping} regroup; "
-            f"losses {dict(times)}), {regrouped} nodes regrouped ({setting_up} as they set up), "
+            f"losses {dict(times)}, second losses {dict(seconds)}), "
+            f"{regrouped} nodes regrouped ({setting_up} as they set up), "
             f"{len(replayed.setting_up)} losses heard setting up ({len(replayed.trained)} then "
             "training), "
             f"{replayed.delivered} deliveries (clean run: {clean.delivered}), "
