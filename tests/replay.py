@@ -72,7 +72,7 @@ from spotline.shared.domain.vms import (
 from spotline.shared.ports.compute import Compute
 from spotline.shared.ports.store import Store
 from spotline.shared.settings import TOPICS, Settings
-from spotline.vm_image.agent.regroup import REGROUP_MARGIN_S
+from spotline.vm_image.agent.regroup import regroup_wait_s
 
 PROJECT = "spotline-replay"
 ZONES = ("us-central1-a", "us-central1-b")
@@ -897,8 +897,7 @@ class AgentSim:
             self.regroups.append(regroup)
             self.world.publish("epoch_done", self.beat(JobSubstatus.TRAINING))
             return
-        bound = self.assignment.spec.replace_node_timeout_s + REGROUP_MARGIN_S
-        if (self.world.now - since).total_seconds() > bound:
+        if (self.world.now - since).total_seconds() > regroup_wait_s(self.assignment):
             self.done = True  # it did not regroup: this node's agent stops
             return
         self.world.publish("epoch_done", self.beat(self.phase))  # its heartbeat goes on
