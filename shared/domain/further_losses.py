@@ -48,8 +48,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from spotline.shared.domain import gang_resize, lifecycle, pending_nodes
-from spotline.shared.domain.documents import JobDoc, PendingNode
-from spotline.shared.domain.placement import replacement_name
+from spotline.shared.domain.documents import JobDoc
 from spotline.shared.domain.states import JobSubstatus
 
 S = JobSubstatus
@@ -89,26 +88,13 @@ def another_lost(
     """
     if step is not None:
         job = lifecycle.saved_state(job, job.attempt, step, checkpoint_uri)
-    rank = job.nodes.index(instance)
     generation, replacing = pending_nodes.next_generation(job)
-    new = replacement_name(job.job_id, job.attempt, rank, generation)
-    nodes, records = pending_nodes.renamed(job, rank, new)
-    again = replacing.model_copy(
+    # Node 0's save was reported already, or its own report says it saved.
+    head_saved = replacing.saved or (instance == job.nodes[0] and saved)
+    added = pending_nodes.another(job, instance, generation, replacing, since=now, saved=head_saved)
+    return added.model_copy(
         update={
-            "more": [*replacing.more, PendingNode(rank=rank, lost=instance, replacement=new)],
-            "since": now,
-            # Node 0's save was reported already, or its own report says it saved.
-            "saved": replacing.saved or (rank == 0 and saved),
-        }
-    )
-    return job.model_copy(
-        update={
-            "preemptions": job.preemptions + 1,
-            "nodes": nodes,
-            "instance": nodes[0],
-            "replacing": again,
             "gang_generation": generation,
-            "gang_stops": [n for n in job.gang_stops if n in nodes],
-            "attempts": records,
+            "gang_stops": [n for n in added.gang_stops if n in added.nodes],
         }
     )

@@ -59,7 +59,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from spotline.shared.domain import failure_policy, lifecycle, pending_nodes
-from spotline.shared.domain.documents import JobDoc, PendingNode
+from spotline.shared.domain.documents import JobDoc
 from spotline.shared.domain.placement import replacement_name
 from spotline.shared.domain.states import JobSubstatus
 from spotline.shared.domain.transitions import move_job
@@ -248,24 +248,15 @@ def lost_again(
         job = lifecycle.saved_state(
             job, attempt=job.attempt, step=step, checkpoint_uri=checkpoint_uri
         )
-    rank = job.nodes.index(instance)
-    new = replacement_name(job.job_id, job.attempt, rank, job.gang_generation + 1)
-    nodes, records = pending_nodes.renamed(job, rank, new)
-    again = replacing.model_copy(
-        update={
-            "more": [*replacing.more, PendingNode(rank=rank, lost=instance, replacement=new)],
-            "shrunk": [name for name in replacing.shrunk if name != instance],
-            "grow_asked": False,
-            "since": now,
-            "lost_head": lost_head,
-        }
+    added = pending_nodes.another(
+        job,
+        instance,
+        job.gang_generation + 1,
+        replacing,
+        shrunk=[name for name in replacing.shrunk if name != instance],
+        grow_asked=False,
+        since=now,
+        lost_head=lost_head,
     )
-    moved = move_job(job, S.REPLACING_NODE, now, note=f"{note}; replacing it with {new}")
-    return moved.model_copy(
-        update={
-            "preemptions": job.preemptions + 1,
-            "nodes": nodes,
-            "replacing": again,
-            "attempts": records,
-        }
-    )
+    new = added.nodes[job.nodes.index(instance)]
+    return move_job(added, S.REPLACING_NODE, now, note=f"{note}; replacing it with {new}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from spotline.shared.domain.documents import AttemptRecord, JobDoc, NodeReplacement, PendingNode
+from spotline.shared.domain.placement import replacement_name
 
 _OWN = ("rank", "lost", "replacement", "booted", "refused_at", "refusals", "lost_replacements")
 
@@ -58,6 +59,30 @@ def renamed(job: JobDoc, rank: int, name: str) -> tuple[list[str], list[AttemptR
         for r in job.attempts
     ]
     return nodes, records
+
+
+def another(
+    job: JobDoc, instance: str, generation: int, replacing: NodeReplacement, **update: Any
+) -> JobDoc:
+    """The job with its node ``instance`` lost too while ``replacing`` (the
+    job's replacement, as the caller changed it) is under way: another
+    pending node for its rank, named at ``generation``
+    (``placement.replacement_name``), one more preemption counted, the
+    node list and node 0 following it; ``update``: more fields of the
+    replacement."""
+    rank = job.nodes.index(instance)
+    name = replacement_name(job.job_id, job.attempt, rank, generation)
+    nodes, records = renamed(job, rank, name)
+    more = [*replacing.more, PendingNode(rank=rank, lost=instance, replacement=name)]
+    return job.model_copy(
+        update={
+            "preemptions": job.preemptions + 1,
+            "nodes": nodes,
+            "instance": nodes[0],
+            "replacing": replacing.model_copy(update={"more": more, **update}),
+            "attempts": records,
+        }
+    )
 
 
 def next_generation(job: JobDoc) -> tuple[int, NodeReplacement]:

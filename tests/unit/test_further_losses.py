@@ -204,6 +204,7 @@ def test_the_smaller_gangs_head_lost_shrinks_again_with_the_next_node_as_head() 
     job = lose(four_shrunk(), N0, seconds=30, step=60, saved=True)
     assert (job.substatus, job.attempt, job.preemptions) == (S.REPLACING_NODE, 1, 2)
     assert job.nodes == [R0_SHRUNK, R1, N2, N3] and job.attempts[0].checkpoint_step == 60
+    assert job.instance == R0_SHRUNK  # node 0 follows the node list, as for any replacement
     planned = node_replacement.plan(job, at(31))  # its own report after its save
     assert planned is not None and planned.shrink
     assert (planned.nodes, planned.generation) == ((N2, N3), 3)
