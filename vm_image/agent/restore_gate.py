@@ -30,34 +30,40 @@ def await_restore(metadata: Metadata, wait_s: float) -> bool:
     passed first; by then no save of a lost VM can still be under way, so
     the trainer starts anyway."""
     deadline = time.monotonic() + wait_s
-    read = True
-    try:
-        value, etag = metadata.get_with_etag(RESTORE_ATTRIBUTE)
-    except MetadataError as err:
-        if err.absent:
-            return True  # no gate
-        # Not read (the server did not answer): shut until it is.
-        logs.warning(f"reading the restore gate failed: {err}")
-        value, etag, read = RESTORE_WAIT, "", False
+    read = _first_read(metadata, deadline)
+    if read is None:
+        return True  # no gate
+    value, etag = read
     while value != RESTORE_GO:
         remaining = min(deadline - time.monotonic(), _until(value) - time.time())
         if remaining <= 0:
             logs.warning(f"the restore gate stayed shut ({value}); restoring anyway")
             return False
         try:
-            if not read:
-                value, etag = metadata.get_with_etag(RESTORE_ATTRIBUTE)
-                read = True
-                continue
             value, etag = metadata.wait_for_change(
                 RESTORE_ATTRIBUTE, etag, timeout_s=max(min(remaining, _WAIT_STEP_S), 1.0)
             )
         except MetadataError as err:
-            if err.absent and not read:
-                return True  # read at last: no gate
             logs.warning(f"reading the restore gate failed: {err}")
             time.sleep(min(1.0, max(remaining, 0.0)))
     return True
+
+
+def _first_read(metadata: Metadata, deadline: float) -> tuple[str, str] | None:
+    """The gate's value and ETag, read again while the server does not
+    answer (shut until it does: ``RESTORE_WAIT`` once ``deadline`` passed).
+    None: the server says the item is absent (no gate)."""
+    while True:
+        try:
+            return metadata.get_with_etag(RESTORE_ATTRIBUTE)
+        except MetadataError as err:
+            if err.absent:
+                return None
+            logs.warning(f"reading the restore gate failed: {err}")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return RESTORE_WAIT, ""
+            time.sleep(min(1.0, remaining))
 
 
 def _until(value: str) -> float:
