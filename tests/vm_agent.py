@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -140,6 +141,16 @@ def agent_topics(project: str) -> Iterator[Topics]:
         topics.create(key)
     yield topics
     topics.close()
+
+
+def wait_started(agent: RunningAgent, marker: Path, timeout_s: float = 120.0) -> None:
+    """Until the trainer has written ``marker``; fails at once, with the
+    agent's log, if the agent exits first."""
+    deadline = time.monotonic() + timeout_s
+    while not marker.exists():
+        assert agent.process.poll() is None, agent.log.read_text()[-3000:]
+        assert time.monotonic() < deadline, f"the trainer did not start in {timeout_s} s"
+        time.sleep(0.2)
 
 
 def next_finished(topics: Topics, wait_s: float = 60.0) -> JobFinished:

@@ -9,7 +9,6 @@ rather than waiting out its bound or being relaunched whole."""
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,7 @@ from spotline.shared.contract.events import SpotPreempted
 from spotline.shared.domain.vms import GANG_STOP_METADATA_KEY
 from spotline.vm_image.agent.agent import RANKS_STOP_GRACE_ENV
 from tests.emulators.test_agent_failures import Topics
-from tests.vm_agent import INSTANCE, Vm
+from tests.vm_agent import INSTANCE, Vm, wait_started
 
 pytestmark = pytest.mark.emulators
 
@@ -54,11 +53,8 @@ def test_a_trainer_that_does_not_stop_as_asked_to_grow_is_reported_stopped_at_it
 ) -> None:
     agent_topics.create("spot_preempted")
     ready = vm.tmp_path / "ready"
-    vm.boot(shrunk_node(vm, mode, ready), **{RANKS_STOP_GRACE_ENV: "3"})
-    deadline = time.monotonic() + 120
-    while not ready.exists():
-        assert time.monotonic() < deadline, "the trainer did not start"
-        time.sleep(0.2)
+    agent = vm.boot(shrunk_node(vm, mode, ready), **{RANKS_STOP_GRACE_ENV: "3"})
+    wait_started(agent, ready)
     assert vm.server is not None
     vm.server.set_attributes({GANG_STOP_METADATA_KEY: "2"})
     (report,) = agent_topics.pull("spot_preempted", 60.0)

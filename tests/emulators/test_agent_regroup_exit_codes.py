@@ -6,7 +6,6 @@ as an exit after a preemption notice is the notice's whatever its code."""
 from __future__ import annotations
 
 import sys
-import time
 
 import pytest
 
@@ -14,7 +13,7 @@ from spotline.shared.contract.events import SpotPreempted
 from spotline.shared.domain.vms import GANG_STOP_METADATA_KEY
 from tests.emulators.test_agent_failures import Topics
 from tests.emulators.test_agent_setup_regroup import EXPECTED, FIRST_PORT, LOST, regroup
-from tests.vm_agent import INSTANCE, Vm, next_finished
+from tests.vm_agent import INSTANCE, Vm, next_finished, wait_started
 
 pytestmark = pytest.mark.emulators
 # A rank of the first node list waits in its rendezvous with the lost node,
@@ -35,11 +34,7 @@ def test_a_rank_that_exits_0_when_stopped_for_the_regroup_is_started_again(
     command = ["/bin/sh", "-c", RANK]
     assignment = vm.gang_node(command, [INSTANCE, LOST], master_port=FIRST_PORT, nodes=2)
     agent = vm.boot(assignment, STARTED=str(started))
-    deadline = time.monotonic() + 120
-    while not started.exists():  # the rank waits in its rendezvous
-        assert agent.process.poll() is None, agent.log.read_text()[-3000:]
-        assert time.monotonic() < deadline, "the trainer never started"
-        time.sleep(0.2)
+    wait_started(agent, started)  # the rank waits in its rendezvous
     assert vm.server is not None
     vm.server.set_attributes(regroup(assignment))
     finished = next_finished(agent_topics, 90.0)
@@ -56,11 +51,8 @@ def test_a_trainer_that_exits_0_when_asked_to_grow_back_is_reported_stopped_at_i
     ready = vm.tmp_path / "ready"
     command = [sys.executable, "-c", EXITS_0_ON_SIGTERM, str(ready)]
     names = [INSTANCE, "sl-j1-a1-n2"]
-    vm.boot(vm.gang_node(command, names, generation=2, nodes=3, min_nodes=2))
-    deadline = time.monotonic() + 120
-    while not ready.exists():
-        assert time.monotonic() < deadline, "the trainer did not start"
-        time.sleep(0.2)
+    agent = vm.boot(vm.gang_node(command, names, generation=2, nodes=3, min_nodes=2))
+    wait_started(agent, ready)
     assert vm.server is not None
     vm.server.set_attributes({GANG_STOP_METADATA_KEY: "2"})
     (report,) = agent_topics.pull("spot_preempted", 60.0)

@@ -6,14 +6,12 @@ starts again with the new generation's env."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from spotline.shared.contract.assignment import Regroup
 from spotline.shared.domain.vms import JOB_METADATA_KEY, REGROUP_METADATA_KEY
 from tests.emulators.test_agent_failures import Topics
-from tests.vm_agent import INSTANCE, Vm, next_finished
+from tests.vm_agent import INSTANCE, Vm, next_finished, wait_started
 
 pytestmark = pytest.mark.emulators
 LOST, REPLACEMENT = "sl-j1-a1-n1", "sl-j1-a1-n1-g1"
@@ -51,11 +49,7 @@ def test_a_rank_waiting_for_the_lost_node_is_started_again_with_the_new_node_lis
     started = vm.tmp_path / "started"
     assignment = setting_up_gang(vm)
     agent = vm.boot(assignment, STARTED=str(started))
-    deadline = time.monotonic() + 120
-    while not started.exists():  # the rank waits in its rendezvous
-        assert agent.process.poll() is None, agent.log.read_text()[-3000:]
-        assert time.monotonic() < deadline, "the trainer never started"
-        time.sleep(0.2)
+    wait_started(agent, started)  # the rank waits in its rendezvous
     assert vm.server is not None
     vm.server.set_attributes(regroup(assignment))
     finished = next_finished(agent_topics, 90.0)
