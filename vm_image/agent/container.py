@@ -214,11 +214,8 @@ def kill_container(name: str, host_env: Mapping[str, str], **labels: object) -> 
         return
     what = f"{runtime} kill {name}"
     done = _run([runtime, "kill", name], KILL_TIMEOUT_S)
-    if isinstance(done, str):
-        logs.warning(f"{what} {done}", **labels)
-    elif done.returncode != 0:
-        output = done.stdout.decode("utf-8", errors="replace").strip()
-        logs.warning(f"{what} failed (exit code {done.returncode}): {output[-500:]}", **labels)
+    if isinstance(done, str) or done.returncode != 0:
+        logs.warning(f"{what} {_failed(done)}", **labels)
 
 
 class ContainersLeft(RuntimeError):
@@ -246,10 +243,10 @@ def remove_agent_containers(host_env: Mapping[str, str], **labels: object) -> li
     argv = [runtime, "ps", "--all", "--filter", f"label={AGENT_LABEL}", "--format", "{{.Names}}"]
     listed = _run(argv, CLEANUP_TIMEOUT_S, apart=True)
     if isinstance(listed, str) or listed.returncode != 0:
-        failure = listed if isinstance(listed, str) else _failed(listed)
         raise ContainersLeft(
-            f"`{' '.join(argv)}` {failure}: whether a container spotline started earlier still "
-            "runs on this VM (holding the GPU, ports or memory a trainer needs) is unknown; "
+            f"`{' '.join(argv)}` {_failed(listed)}: whether a container spotline started "
+            "earlier still runs on this VM (holding the GPU, ports or memory a trainer needs) "
+            "is unknown; "
             f"check the container runtime's daemon (`systemctl status {Path(runtime).name}`)",
             [],
         )
@@ -262,8 +259,7 @@ def remove_agent_containers(host_env: Mapping[str, str], **labels: object) -> li
         if isinstance(done, str) or (
             done.returncode != 0 and not any(sign in said.lower() for sign in _GONE)
         ):
-            failure = done if isinstance(done, str) else _failed(done)
-            left.append(f"`{runtime} rm --force {name}` {failure}")
+            left.append(f"`{runtime} rm --force {name}` {_failed(done)}")
             continue
         removed.append(name)
         logs.warning(
@@ -282,8 +278,11 @@ def remove_agent_containers(host_env: Mapping[str, str], **labels: object) -> li
     return removed
 
 
-def _failed(done: subprocess.CompletedProcess[bytes]) -> str:
-    """The runtime's failure as a message: its exit code and last words."""
+def _failed(done: subprocess.CompletedProcess[bytes] | str) -> str:
+    """The runtime's failure as a message: its exit code and last words, or
+    why it did not run (``_run``'s words)."""
+    if isinstance(done, str):
+        return done
     said = done.stdout + (done.stderr or b"")
     return f"failed (exit code {done.returncode}): {said.decode(errors='replace').strip()[-500:]}"
 
