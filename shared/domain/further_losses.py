@@ -59,12 +59,13 @@ def replaces_another(job: JobDoc, instance: str, attempt: int, cause: S) -> bool
     for its replacement (not an elastic gang trained on since), with a
     survivor left: it is replaced too, the attempt kept."""
     replacing = job.replacing
+    survivors = gang_resize.survivors(job)
     return (
         replacing is not None
         and not replacing.shrunk
         and job.substatus == S.REPLACING_NODE
-        and instance in gang_resize.survivors(job)
-        and len(gang_resize.survivors(job)) > 1
+        and instance in survivors
+        and len(survivors) > 1
         and gang_resize.keeps_attempt(job, attempt, cause)
     )
 
