@@ -50,6 +50,7 @@ from datetime import datetime
 from spotline.shared.domain import gang_resize, lifecycle, pending_nodes
 from spotline.shared.domain.documents import JobDoc
 from spotline.shared.domain.states import JobSubstatus
+from spotline.shared.domain.transitions import note_job
 
 S = JobSubstatus
 
@@ -74,6 +75,7 @@ def another_lost(
     job: JobDoc,
     instance: str,
     now: datetime,
+    note: str,
     step: int | None = None,
     checkpoint_uri: str | None = None,
     *,
@@ -81,7 +83,8 @@ def another_lost(
 ) -> JobDoc:
     """The job after another node's loss (``replaces_another``): a
     replacement named for its rank at the gang's next generation, the bound
-    counting from now.
+    counting from now, and a line in the history (``note``, the replacement
+    named) with its event, as for the first loss.
 
     Args:
         saved: the report comes from the lost VM's agent after its save: a
@@ -93,9 +96,12 @@ def another_lost(
     # Node 0's save was reported already, or its own report says it saved.
     head_saved = replacing.saved or (instance == job.nodes[0] and saved)
     added = pending_nodes.another(job, instance, generation, replacing, since=now, saved=head_saved)
-    return added.model_copy(
+    added = added.model_copy(
         update={
             "gang_generation": generation,
             "gang_stops": [n for n in added.gang_stops if n in added.nodes],
         }
     )
+    new = added.nodes[job.nodes.index(instance)]
+    # Waiting already: no move, but a user following the job sees each loss.
+    return note_job(added, now, f"{note}; replacing it with {new}")

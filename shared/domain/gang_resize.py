@@ -62,7 +62,7 @@ from spotline.shared.domain import failure_policy, lifecycle, pending_nodes
 from spotline.shared.domain.documents import JobDoc
 from spotline.shared.domain.placement import replacement_name
 from spotline.shared.domain.states import JobSubstatus
-from spotline.shared.domain.transitions import move_job
+from spotline.shared.domain.transitions import move_job, note_job
 
 S = JobSubstatus
 
@@ -146,12 +146,18 @@ def replaces_again(job: JobDoc, instance: str, attempt: int, cause: S) -> bool:
 
 
 def replacement_lost(
-    job: JobDoc, instance: str, step: int | None = None, checkpoint_uri: str | None = None
+    job: JobDoc,
+    instance: str,
+    now: datetime,
+    note: str,
+    step: int | None = None,
+    checkpoint_uri: str | None = None,
 ) -> JobDoc:
     """The job after its replacement's loss (``replaces_again``): another
     one named for the rank (new: ``placement.replacement_name``), not up
     yet; the substatus, the smaller gang and the bound's start kept (the
-    attempt's record names each replacement once placed). A waiting gang's
+    attempt's record names each replacement once placed), the loss a line
+    in the history (``note``, the new one named). A waiting gang's
     node list moves to its next generation (``pending_nodes.next_generation``:
     the other replacements take it); a smaller gang's grows back at one."""
     replacing = job.replacing
@@ -176,7 +182,7 @@ def replacement_lost(
         refusals=0,
         lost_replacements=again,
     )
-    return job.model_copy(
+    renamed = job.model_copy(
         update={
             "preemptions": job.preemptions + 1,
             "nodes": nodes,
@@ -186,6 +192,7 @@ def replacement_lost(
             "attempts": records,
         }
     )
+    return note_job(renamed, now, f"{note}; replacing it with {new}")
 
 
 def loses_again(job: JobDoc, instance: str, attempt: int, cause: S) -> bool:
@@ -259,4 +266,7 @@ def lost_again(
         lost_head=lost_head,
     )
     new = added.nodes[job.nodes.index(instance)]
-    return move_job(added, S.REPLACING_NODE, now, note=f"{note}; replacing it with {new}")
+    note = f"{note}; replacing it with {new}"
+    if added.substatus == S.REPLACING_NODE:  # asked to grow back: waiting already
+        return note_job(added, now, note)
+    return move_job(added, S.REPLACING_NODE, now, note=note)

@@ -128,13 +128,15 @@ def lost(
         lifecycle.StaleEvent: as ``lifecycle.vm_lost``.
     """
     if gang_resize.replaces_again(job, instance, attempt, cause):
-        return gang_resize.replacement_lost(job, instance, step, checkpoint_uri)
+        return gang_resize.replacement_lost(job, instance, now, note, step, checkpoint_uri)
     if gang_resize.loses_again(job, instance, attempt, cause):
         return gang_resize.lost_again(job, instance, now, note, step, checkpoint_uri, saved=saved)
     if further_losses.replaces_another(job, instance, attempt, cause):
         if step is not None:  # the lost node saved: the gang was training
             job = trained(job)
-        return further_losses.another_lost(job, instance, now, step, checkpoint_uri, saved=saved)
+        return further_losses.another_lost(
+            job, instance, now, note, step, checkpoint_uri, saved=saved
+        )
     if not replaces(job, instance, attempt, cause):
         return lifecycle.vm_lost(job, instance, attempt, cause, now, note, step, checkpoint_uri)
     if step is not None:
@@ -164,8 +166,7 @@ def lost(
         ),
         setting_up=setting_up,
     )
-    moved = move_job(job, S.REPLACING_NODE, now, note=f"{note}; replacing it with {new}")
-    return moved.model_copy(
+    replaced = job.model_copy(
         update={
             "preemptions": job.preemptions + 1,
             "nodes": nodes,
@@ -176,6 +177,8 @@ def lost(
             "attempts": records,
         }
     )
+    # Moved once changed: its event counts this preemption, as a further loss's does.
+    return move_job(replaced, S.REPLACING_NODE, now, note=f"{note}; replacing it with {new}")
 
 
 def placed(job: JobDoc, name: str, instance_id: str | None, now: datetime) -> JobDoc:

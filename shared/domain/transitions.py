@@ -43,6 +43,15 @@ def move_job(job: JobDoc, to: JobSubstatus, now: datetime, note: str = "") -> Jo
     return _moved(job, to, now, note)
 
 
+def note_job(job: JobDoc, now: datetime, note: str) -> JobDoc:
+    """The job with a line in its history, and its event, for what happened
+    to it without a move (a gang waiting for its replacement lost another
+    node): stamped, recorded and notified as a move is, in the state it is in.
+    Unlike a move to that state it always adds the line: the caller writes
+    it in the same change as what it notes, which a redelivery finds done."""
+    return _moved(job, job.substatus, now, note)
+
+
 def revise_ending(job: JobDoc, to: JobSubstatus, now: datetime, note: str) -> JobDoc:
     """An ended job moved to another ending, as ``JOB_REVISIONS`` allows (a
     FAILED job whose attempt turns out to have completed): stamped, recorded
