@@ -88,6 +88,7 @@ class PendingNode(BaseModel):
     refused_at: datetime | None = None
     refusals: int = 0
     lost_replacements: int = 0
+    first_lost: str | None = None
 
 
 class NodeReplacement(BaseModel):
@@ -112,6 +113,11 @@ class NodeReplacement(BaseModel):
     grow_asked: bool = False
     # Replacements lost before they joined, each replaced in turn (its name new).
     lost_replacements: int = 0
+    # The node lost at this rank that trained with the gang, once its
+    # replacements were lost too (``lost`` then names the latest): a lost
+    # node 0's save is its. None: ``lost`` is it, or (a record made before
+    # this was kept) not known.
+    first_lost: str | None = None
     # Other nodes lost before the gang regrouped, each replaced too
     # (``further_losses``, ``gang_resize.loses_again``); the gang regroups,
     # or grows back, once all are up.

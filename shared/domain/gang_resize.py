@@ -181,6 +181,7 @@ def replacement_lost(
         refused_at=None,
         refusals=0,
         lost_replacements=again,
+        first_lost=pending_nodes.trained_lost(node),
     )
     renamed = job.model_copy(
         update={

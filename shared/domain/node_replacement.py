@@ -275,8 +275,8 @@ def _lost_head_stopped(job: JobDoc, instance: str, attempt: int, generation: int
     replacing = job.replacing
     if replacing is None or replacing.shrunk or attempt != job.attempt:
         return False
-    node = pending_nodes.of_lost(job, instance)
-    if node is None or node.rank != 0 or node.lost_replacements:
+    node = pending_nodes.of_trained_lost(job, instance)
+    if node is None or node.rank != 0:
         return False
     return generation is None or generation >= _stopping_generation(job)
 
@@ -313,16 +313,17 @@ def _stopping_generation(job: JobDoc) -> int:
 
 def lost_node_saved(job: JobDoc, instance: str, attempt: int) -> JobDoc:
     """The lost node's agent reported its save after its loss was recorded
-    (the log sink's report came first): a lost node 0's save is complete.
-    Not a lost replacement's (it never trained)."""
+    (the log sink's report came first): a lost node 0's save is complete,
+    its replacements lost since or not. Not a lost replacement's (it never
+    trained)."""
     replacing = job.replacing
-    node = pending_nodes.of_lost(job, instance)
+    node = pending_nodes.of_trained_lost(job, instance)
     if replacing is None or node is None or attempt != job.attempt:
         return job
     if replacing.shrunk:  # the smaller gang's head's, lost at its stop
         if replacing.lost_head != instance:
             return job
-    elif node.rank != 0 or node.lost_replacements:
+    elif node.rank != 0:
         return job
     return job.model_copy(update={"replacing": replacing.model_copy(update={"saved": True})})
 

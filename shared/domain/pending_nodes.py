@@ -9,7 +9,16 @@ from typing import Any
 from spotline.shared.domain.documents import AttemptRecord, JobDoc, NodeReplacement, PendingNode
 from spotline.shared.domain.placement import replacement_name
 
-_OWN = ("rank", "lost", "replacement", "booted", "refused_at", "refusals", "lost_replacements")
+_OWN = (
+    "rank",
+    "lost",
+    "replacement",
+    "booted",
+    "refused_at",
+    "refusals",
+    "lost_replacements",
+    "first_lost",
+)
 
 
 def pending(replacing: NodeReplacement | None) -> list[PendingNode]:
@@ -28,6 +37,19 @@ def of_replacement(job: JobDoc, name: str) -> PendingNode | None:
 def of_lost(job: JobDoc, name: str) -> PendingNode | None:
     """The node being replaced for the lost VM ``name``; None: none."""
     return next((p for p in pending(job.replacing) if p.lost == name), None)
+
+
+def trained_lost(node: PendingNode) -> str | None:
+    """The VM lost at the node's rank that trained with the gang (whose
+    save, node 0's, the regroup waits for): ``lost``, or the first one lost
+    once its replacements were lost too; None: not on record."""
+    return node.first_lost if node.lost_replacements else node.lost
+
+
+def of_trained_lost(job: JobDoc, name: str) -> PendingNode | None:
+    """The node being replaced for the lost VM ``name``, which trained with
+    the gang (not a replacement lost before it joined); None: none."""
+    return next((p for p in pending(job.replacing) if trained_lost(p) == name), None)
 
 
 def replacements(job: JobDoc) -> list[str]:
