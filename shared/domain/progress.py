@@ -29,8 +29,13 @@ def eta_s(job: JobDoc, epochs: Sequence[EpochDoc], now: datetime) -> float | Non
 
 
 def _training_since(job: JobDoc) -> datetime | None:
-    """When the current attempt entered TRAINING (its latest such line)."""
-    for entry in reversed(job.history):
-        if entry.attempt == job.attempt and entry.substatus == JobSubstatus.TRAINING:
-            return entry.at
-    return None
+    """When the current attempt entered TRAINING (its latest move there: a
+    line that notes a loss while it trains on, an elastic gang's replacement
+    lost, is no new start)."""
+    since = None
+    for before, entry in zip([None, *job.history], job.history, strict=False):
+        if entry.attempt != job.attempt or entry.substatus != JobSubstatus.TRAINING:
+            continue
+        if before is None or (before.substatus, before.attempt) != (entry.substatus, entry.attempt):
+            since = entry.at
+    return since

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from spotline.shared.domain import gang_resize, node_replacement
-from spotline.shared.domain.documents import JobDoc
+from spotline.shared.domain.documents import EpochDoc, JobDoc
 from spotline.shared.domain.lifecycle import StaleEvent
+from spotline.shared.domain.progress import eta_s
 from spotline.shared.domain.states import JobSubstatus
 from spotline.shared.domain.timeline import Phase, timeline
 from tests.unit.test_further_losses import R0_LATER, R2, four_shrunk, waiting_gang
@@ -75,10 +76,15 @@ def test_an_elastic_gang_asked_to_grow_back_that_loses_a_node_says_so() -> None:
 
 
 def test_the_smaller_gangs_replacement_lost_as_it_trains_is_a_line_in_training() -> None:
-    job = lose(four_shrunk(), R1, seconds=30)
+    shrunk = four_shrunk()  # training on from 12 s
+    job = lose(shrunk, R1, seconds=30)
     assert job.substatus == S.TRAINING
     assert job.history[-1].note == f"{R1} preempted; replacing it with {job.nodes[1]}"
     assert job.history[-1].substatus == S.TRAINING
+    # The estimate keeps the smaller gang's pace: the line is no new start.
+    epochs = [EpochDoc(epoch=1, epochs=4, attempt=1, step=10, instance=N0, at=at(42))]
+    job, shrunk = (j.model_copy(update={"epoch": 1}) for j in (job, shrunk))
+    assert eta_s(job, epochs, at(42)) == eta_s(shrunk, epochs, at(42)) == 3 * 30.0
 
 
 @pytest.mark.parametrize("again", [{}, {"step": 41}, {"saved": True}, {"saved": False}], ids=str)
