@@ -4,9 +4,10 @@ watch`` and ``submit --follow``.
 
 On a terminal: one row per job with a progress bar (epoch x/y), the ETA from
 the epochs' times, its status and its latest metrics, redrawn as changes
-arrive. Elsewhere (a pipe, a notebook): one line per change (a new status or
-a new epoch). Following named jobs ends when all of them have ended; with
-none named, it goes on until interrupted (KeyboardInterrupt goes through).
+arrive. Elsewhere (a pipe, a notebook): one line per change (a new status, a
+line the history notes without one, or a new epoch). Following named jobs
+ends when all of them have ended; with none named, it goes on until
+interrupted (KeyboardInterrupt goes through).
 """
 
 from __future__ import annotations
@@ -129,6 +130,10 @@ class _LineView(_View):
             job.substatus,
             job.attempt,
         ):
+            # No move, but what the history noted meanwhile (a gang's further loss).
+            for entry in job.history[len(before.history) :]:
+                if entry.note:
+                    self._line(job.job_id, f"{entry.status}/{entry.substatus}  {entry.note}")
             return
         detail = f"  attempt {job.attempt}" if job.attempt > 1 else ""
         if job.error and job.status == "FAILED":
