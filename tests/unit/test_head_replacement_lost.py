@@ -12,7 +12,7 @@ from spotline.shared.domain import node_replacement
 from spotline.shared.domain.documents import JobDoc
 from spotline.shared.domain.lifecycle import StaleEvent
 from spotline.shared.domain.states import JobSubstatus
-from tests.unit.test_further_losses import R0_LATER, waiting_gang
+from tests.unit.test_further_losses import N3, R0_LATER, R0_SHRUNK, four_shrunk, waiting_gang
 from tests.unit.test_node_replacement import N0, N1, N2, R0, R1, at, lose, training_gang
 
 S = JobSubstatus
@@ -88,3 +88,17 @@ def test_node_zeros_stop_reported_before_its_loss_still_counts() -> None:
     job = lose(node_replacement.booted(job, R0_LATER, 1), R0_LATER, seconds=30)
     job = node_replacement.booted(node_replacement.booted(job, R1, 1), job.nodes[0], 1)
     assert node_replacement.plan(job, at(31)) is not None
+
+
+def test_an_elastic_gangs_lost_head_saves_after_its_replacement_was_lost() -> None:
+    """The smaller gang's head lost (the log sink's report), then its
+    replacement: the others shrink again on the head's own report of its save."""
+    job = lose(four_shrunk(), N0, seconds=30, saved=False)
+    job = lose(job, R0_SHRUNK, seconds=35)
+    assert (job.substatus, job.attempt, job.preemptions) == (S.REPLACING_NODE, 1, 3)
+    assert node_replacement.plan(job, at(36)) is None
+    assert (
+        node_replacement.plan(node_replacement.lost_node_saved(job, R0_SHRUNK, 1), at(36)) is None
+    )
+    planned = node_replacement.plan(node_replacement.lost_node_saved(job, N0, 1), at(36))
+    assert planned is not None and planned.shrink and planned.nodes == (N2, N3)
