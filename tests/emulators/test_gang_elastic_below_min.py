@@ -82,10 +82,10 @@ def test_two_nodes_noticed_at_once_the_second_heard_after_the_shrink(
     call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
     """Node 2's agent reports its loss after nodes 0 and 2 were told to
-    shrink; it last ran at generation 1, so the smaller gang never stepped
+    shrink; it last ran at generation 0, so the smaller gang never stepped
     and the gang regroups from node 0's first save once both are up."""
     shrunk(call, host)
-    lost = node(SpotPreempted, N2, step=40, generation=1)
+    lost = node(SpotPreempted, N2, step=40, generation=0)
     call("on_spot_preempted", "spot_preempted", lost, message_id="p2")
     assert job_of(project).substatus == S.REPLACING_NODE
     boot(call, R1, mid="b1")

@@ -139,9 +139,9 @@ def test_the_smaller_gangs_head_lost_below_min_nodes_waits_for_its_save() -> Non
 def test_two_nodes_noticed_at_once_the_second_heard_after_the_shrink_waits_for_both() -> None:
     """Nodes 1 and 2 get their notices together; node 2's loss is heard after
     node 0's save made the survivors shrink to nodes 0 and 2. Node 2's agent
-    says it last ran at generation 1: it never joined the smaller gang, which
-    never stepped, so the save at the first stop stands."""
-    job = lose(shrunk(), N2, seconds=13, step=40, saved=True, generation=1)
+    says it last ran at generation 0 (the first): it never joined the
+    smaller gang, which never stepped, so the save at the first stop stands."""
+    job = lose(shrunk(), N2, seconds=13, step=40, saved=True, generation=0)
     assert job.substatus == S.REPLACING_NODE and job.attempt == 1
     job = node_replacement.booted(node_replacement.booted(job, R1, 1), R2, 1)
     planned = node_replacement.plan(job, at(60))
@@ -162,3 +162,17 @@ def test_two_nodes_noticed_at_once_the_second_heard_before_the_shrink_waits_for_
     assert planned is not None and not planned.shrink and planned.nodes == tuple(job.nodes)
     job = node_replacement.regrouped(job, planned, at(14))
     assert (job.substatus, job.attempt, job.resizes) == (S.TRAINING, 1, 0)
+
+
+def test_a_node_that_trained_in_the_smaller_gang_makes_it_wait_for_its_next_save() -> None:
+    job = lose(shrunk(), N2, seconds=60, generation=2)  # it ran at the smaller size
+    job = node_replacement.booted(node_replacement.booted(job, R1, 1), R2, 1)
+    assert node_replacement.plan(job, at(70)) is None  # node 0's save at this stop
+    planned = node_replacement.plan(stop(job, N0, 90, generation=2), at(71))
+    assert planned is not None and planned.nodes == (N0, R1, R2)
+
+
+def test_with_min_nodes_left_a_node_that_never_joined_the_smaller_gang_shrinks_it_at_once() -> None:
+    job = lose(shrunk(4, min_nodes=2), N3, seconds=13, generation=0)
+    planned = node_replacement.plan(job, at(14))  # no new save to wait for
+    assert planned is not None and planned.shrink and planned.nodes == (N0, N2)
