@@ -108,7 +108,8 @@ class NodeReplacement(BaseModel):
     setting_up: JobSubstatus | None = None
     # An elastic gang (``min_nodes``, ``spotline.shared.domain.gang_resize``):
     # the nodes training on at the smaller size, by rank, once it shrank
-    # (empty: the gang waits), and whether it was asked to stop to grow back.
+    # (empty: the gang waits; the nodes left, waiting below ``min_nodes``
+    # for every replacement), and whether it was asked to stop to grow back.
     shrunk: list[str] = Field(default_factory=list)
     grow_asked: bool = False
     # Replacements lost before they joined, each replaced in turn (its name new).

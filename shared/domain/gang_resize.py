@@ -45,8 +45,16 @@ The orders of events:
   ``min_nodes`` left: replaced the same way; its own report after its save
   (or its notice's end: ``NodeReplacement.lost_head``) is the save the rest
   shrink again from, the next node their head;
-* a loss that would leave fewer than ``min_nodes``: the whole gang is
-  relaunched (``lifecycle.vm_lost``);
+* a loss while the smaller gang trains that would leave fewer than
+  ``min_nodes`` (two nodes noticed at once, the second heard after the
+  shrink, or a further loss): replaced the same way, and the nodes left
+  wait (REPLACING_NODE, the bound counting from this loss) as a gang
+  without ``min_nodes`` does, for their head's save and every
+  replacement, then the gang grows back whole (``node_replacement.ready``).
+  Not shrinking again as some replacements boot: they boot at about the
+  same time, and each change of size is a restart. Relaunched whole
+  (``lifecycle.vm_lost``) only with no node of the smaller gang left, at
+  ``max_preemptions``, or past the bound;
 * while the smaller gang trains, ``replace_node_timeout_s`` does not run: the
   gang is not waiting. It counts again from the request to stop, and past it
   the whole gang is relaunched (``node_replacement.overdue``). A replacement
@@ -198,18 +206,18 @@ def replacement_lost(
 
 def loses_again(job: JobDoc, instance: str, attempt: int, cause: S) -> bool:
     """Whether the loss of ``instance`` is another node's of an elastic gang
-    training at its smaller size (or asked to grow back), with still at
-    least ``min_nodes`` nodes left: it is replaced too, and the others train
-    on once their head's save is complete; the smaller gang's head (rank 0,
-    which saves) too: the next node heads the gang left."""
+    training at its smaller size (or asked to grow back, or waiting below
+    ``min_nodes``), with a node of it left: it is replaced too, and the
+    others train on once their head's save is complete, if at least
+    ``min_nodes`` of them (else they wait for every replacement, as a gang
+    without ``min_nodes`` does); the smaller gang's head (rank 0, which
+    saves) too: the next node heads the gang left."""
     replacing = job.replacing
-    min_nodes = job.spec.min_nodes
     return (
         replacing is not None
-        and min_nodes is not None
-        and bool(replacing.shrunk)
+        and job.spec.min_nodes is not None
         and instance in replacing.shrunk
-        and len(replacing.shrunk) - 1 >= min_nodes
+        and len(replacing.shrunk) > 1
         and keeps_attempt(job, attempt, cause)
     )
 
@@ -237,15 +245,21 @@ def lost_again(
     checkpoint_uri: str | None = None,
     *,
     saved: bool = False,
+    generation: int | None = None,
 ) -> JobDoc:
     """The job after another node's loss (``loses_again``): a replacement
     named for its rank, the job waiting (REPLACING_NODE) for the smaller
     gang's save at its stop, ``replace_node_timeout_s`` counting from now.
     The smaller gang's head lost: that save is its own (``saved``: its
     agent's report after saving), or complete at its notice's end
-    (``NodeReplacement.lost_head``)."""
+    (``NodeReplacement.lost_head``). ``generation``: the one the lost node's
+    agent last ran in; older than the smaller gang's, the node never joined
+    it (noticed with the first loss), so the smaller gang never stepped and
+    the save it shrank from stands."""
     replacing = job.replacing
     assert replacing is not None
+    if generation is not None and generation < job.gang_generation:
+        replacing = replacing.model_copy(update={"saved": True})
     lost_head = replacing.lost_head
     # The head that saves at this stop: the first one lost (a node after it
     # heads nothing that saved).

@@ -130,7 +130,9 @@ def lost(
     if gang_resize.replaces_again(job, instance, attempt, cause):
         return gang_resize.replacement_lost(job, instance, now, note, step, checkpoint_uri)
     if gang_resize.loses_again(job, instance, attempt, cause):
-        return gang_resize.lost_again(job, instance, now, note, step, checkpoint_uri, saved=saved)
+        return gang_resize.lost_again(
+            job, instance, now, note, step, checkpoint_uri, saved=saved, generation=generation
+        )
     if further_losses.replaces_another(job, instance, attempt, cause):
         if step is not None:  # the lost node saved: the gang was training
             job = trained(job)

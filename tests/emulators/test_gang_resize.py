@@ -149,15 +149,17 @@ def test_a_lost_node_zeros_smaller_gang_ends_the_job_with_node_one_and_lets_ever
     assert R0 not in names(host)
 
 
-def test_a_survivors_loss_while_the_smaller_gang_trains_relaunches_the_whole_gang(
+def test_the_smaller_gangs_last_nodes_lost_relaunch_the_whole_gang(
     call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
     elastic_gang(call)
     preempt(call, N1, step=38)
     gang_stop(call, N0, 40, generation=0, mid="g0")
-    preempt(call, N2, mid="p2")
+    preempt(call, N2, mid="p2")  # below min_nodes: node 0 waits
+    assert job_of(project).attempt == 1
+    preempt(call, N0, mid="p0")  # no survivor left
     job = job_of(project)
-    assert (job.attempt, job.preemptions, job.replacing, job.resizes) == (2, 2, None, 1)
+    assert (job.attempt, job.preemptions, job.replacing, job.resizes) == (2, 3, None, 1)
     assert names(host) == ["sl-job1-a2-n0", "sl-job1-a2-n1", "sl-job1-a2-n2"]
 
 

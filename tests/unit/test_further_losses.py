@@ -232,12 +232,13 @@ def test_the_smaller_gangs_head_lost_by_the_log_sink_shrinks_once_it_saved() -> 
     assert node_replacement.plan(stop(job, N2, None, generation=2), at(31)) is None
 
 
-def test_the_smaller_gangs_head_lost_with_too_few_left_relaunches_the_whole_gang() -> None:
+def test_the_smaller_gangs_head_lost_with_too_few_left_waits_for_every_replacement() -> None:
     job = lose(training_gang(3, min_nodes=2), N1)
     job = regroup(stop(job, N0, 40, generation=0), at(12))
     assert job.replacing is not None and job.replacing.shrunk == [N0, N2]
     job = lose(job, N0, seconds=30, saved=True)
-    assert (job.substatus, job.attempt) == (S.REQUESTING_SERVER, 2)
+    assert (job.substatus, job.attempt) == (S.REPLACING_NODE, 1)
+    assert job.replacing is not None and job.replacing.shrunk == [N2]
 
 
 def test_the_next_node_lost_after_the_smaller_gangs_head_is_not_the_saver() -> None:

@@ -125,10 +125,11 @@ def test_a_lost_node_zero_whose_save_is_not_reported_shrinks_once_its_notice_is_
     assert node_replacement.plan(job, at(201)) is not None
 
 
-def test_a_survivors_loss_below_min_nodes_while_the_smaller_gang_trains_relaunches_it() -> None:
+def test_a_survivors_loss_below_min_nodes_while_the_smaller_gang_trains_keeps_the_rest() -> None:
     job = lose(shrunk_gang(), N2, seconds=30)
-    assert (job.substatus, job.attempt, job.preemptions) == (S.REQUESTING_SERVER, 2, 2)
-    assert (job.replacing, job.resizes) == (None, 1)
+    assert (job.substatus, job.attempt, job.preemptions) == (S.REPLACING_NODE, 1, 2)
+    assert job.replacing is not None and job.replacing.shrunk == [N0]
+    assert job.resizes == 1
 
 
 def test_the_bound_does_not_run_while_the_smaller_gang_trains_and_restarts_at_the_ask() -> None:
