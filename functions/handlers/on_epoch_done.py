@@ -34,7 +34,7 @@ def on_epoch_done(message: Message, deps: Deps) -> None:
             epoch,
             # The gang stepped; a node lost as it set up being replaced: it was training.
             lambda current: node_replacement.epoch_heard(
-                late_epochs.epoch_done(current, epoch, now), epoch.instance
+                late_epochs.epoch_done(current, epoch, now), epoch.instance, epoch.step
             ),
         )
         if late_epochs.former_node(job, epoch.instance, epoch.attempt):

@@ -124,8 +124,9 @@ class NodeReplacement(BaseModel):
     # stop the gang waits on (``gang_resize.lost_again``): its own report
     # after saving, or its notice's end, completes that save.
     lost_head: str | None = None
-    # Lost after the gang regrouped, heard from the log sink alone, no step
-    # of the gang heard since: whether it rejoined is not known. Had it,
+    # Lost after the gang regrouped, heard with no generation (the log
+    # sink's report, the reaper's sight of it gone), no step of the gang
+    # heard since: whether it rejoined is not known. Had it,
     # the gang's ranks stopped with it within its notice, node 0 saving;
     # no stop heard by the notice's end, the gang had not stepped since,
     # and the save it regrouped from stands (``node_replacement.save_complete``).

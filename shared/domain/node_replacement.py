@@ -35,8 +35,8 @@ The orders of events, each with one defined end:
 * a node lost after the gang regrouped, before it rejoined (its agent's own
   report names an older generation): the gang has not stepped since, so
   the save it regrouped from stands and no new one is waited for. Heard
-  from the log sink alone, with no step of the gang heard since the
-  regroup (``maybe_behind``): had it rejoined, the gang's ranks stopped
+  with no generation (from the log sink alone, or the reaper), no step of
+  the gang heard since the regroup (``maybe_behind``): had it rejoined, the gang's ranks stopped
   with it within its notice, so node 0's stop is waited for until the
   notice's end, and with no stop of the gang heard by then the save it
   regrouped from stands;
@@ -157,8 +157,9 @@ def lost(
     setting_up = None if stepped else setting_up
     # Its agent never rejoined the last regroup: the gang has not stepped since.
     behind = generation is not None and generation < job.gang_generation
-    # Unsaid (the log sink's report): it may not have rejoined (``maybe_behind``).
-    unsaid = generation is None and not saved and job.gang_generation > 0 and not stepped
+    # Unsaid (the log sink's report, the reaper's sight of it gone): it may
+    # not have rejoined (``maybe_behind``).
+    unsaid = generation is None and job.gang_generation > 0 and not stepped
     generation = job.gang_generation + 1
     new = replacement_name(job.job_id, job.attempt, rank, generation)
     nodes, records = pending_nodes.renamed(job, rank, new)
@@ -308,14 +309,22 @@ def trained(job: JobDoc) -> JobDoc:
     )
 
 
-def epoch_heard(job: JobDoc, instance: str) -> JobDoc:
-    """An epoch of ``instance``'s heard (``late_epochs.epoch_done`` applied):
-    one of the gang's nodes, the gang stepped since it was placed or last
-    regrouped (``JobDoc.gang_stepped``; a replaced node's late epoch says
-    nothing of the gang since); and the gang was training (``trained``)."""
-    if instance in job.nodes and not job.gang_stepped:
+def epoch_heard(job: JobDoc, instance: str, step: int) -> JobDoc:
+    """An epoch of ``instance``'s at ``step`` heard (``late_epochs.epoch_done``
+    applied): the gang was training (``trained``); and, from one of the
+    gang's nodes past the newest save of its attempt (the one a regroup
+    restores), it stepped since it was placed or last regrouped
+    (``JobDoc.gang_stepped``). A replaced node's late epoch, or one made
+    before the stop a regroup restored from, says nothing of the gang since."""
+    if instance in job.nodes and not job.gang_stepped and step > _saved_step(job):
         job = job.model_copy(update={"gang_stepped": True})
     return trained(job)
+
+
+def _saved_step(job: JobDoc) -> int:
+    """The newest step the current attempt saved (-1: none)."""
+    steps = [r.checkpoint_step for r in job.attempts if r.attempt == job.attempt]
+    return max((step for step in steps if step is not None), default=-1)
 
 
 def _stopping_generation(job: JobDoc) -> int:

@@ -45,7 +45,9 @@ def notice_passed(project: str) -> None:
     def earlier(job: JobDoc) -> JobDoc:
         assert job.replacing is not None
         since = job.replacing.since - timedelta(seconds=PREEMPTION_NOTICE_S + NOTICE_MARGIN_S)
-        return job.model_copy(update={"replacing": job.replacing.model_copy(update={"since": since})})
+        return job.model_copy(
+            update={"replacing": job.replacing.model_copy(update={"since": since})}
+        )
 
     FirestoreStore(project).update_job("job1", earlier)
 

@@ -8,6 +8,8 @@ Pure: no emulator."""
 
 from __future__ import annotations
 
+import pytest
+
 from spotline.shared.contract.events import EpochDone
 from spotline.shared.domain import late_epochs, node_replacement
 from spotline.shared.domain.documents import JobDoc
@@ -32,18 +34,22 @@ def epoch(job: JobDoc, instance: str, number: int, seconds: float) -> JobDoc:
     """An epoch of ``instance``'s heard, as the epoch handler applies it."""
     event = EpochDone(
         job_id="job1", attempt=1, instance=instance, sent_at=at(seconds),
-        epoch=number, epochs=4, step=number * 10, checkpoint_uri=f"gs://b/{number}",
+        epoch=number, epochs=4, step=number * 25, checkpoint_uri=f"gs://b/{number}",
     )  # fmt: skip
-    return node_replacement.epoch_heard(late_epochs.epoch_done(job, event, at(seconds)), instance)
+    heard = late_epochs.epoch_done(job, event, at(seconds))
+    return node_replacement.epoch_heard(heard, instance, event.step)
 
 
-def test_a_node_lost_after_the_regroup_heard_only_from_the_log_sink_needs_no_new_save() -> None:
-    """Node 2's loss at 30 s, from the log sink alone: had it rejoined, the
-    gang's ranks would have stopped with it within its notice, node 0
-    saving; no stop heard by the notice's end, the gang never stepped since
-    the regroup (its ranks wait in their rendezvous with node 2), and the
-    save it regrouped from stands."""
-    job = lose(regrouped_gang(), N2, seconds=30)
+@pytest.mark.parametrize("reaper", [False, True], ids=["log-sink", "reaper"])
+def test_a_node_lost_after_the_regroup_heard_only_from_the_log_sink_needs_no_new_save(
+    reaper: bool,
+) -> None:
+    """Node 2's loss at 30 s, from the log sink alone (or the reaper's
+    sight of its VM gone): had it rejoined, the gang's ranks would have
+    stopped with it within its notice, node 0 saving; no stop heard by the
+    notice's end, the gang never stepped since the regroup (its ranks wait
+    in their rendezvous with node 2), and the save it regrouped from stands."""
+    job = lose(regrouped_gang(), N2, seconds=30, saved=reaper)
     assert (job.substatus, job.attempt, job.nodes) == (S.REPLACING_NODE, 1, [N0, R1, R2])
     job = node_replacement.booted(job, R2, 1)
     assert node_replacement.plan(job, at(31)) is None  # its notice is not over
@@ -66,7 +72,7 @@ def test_a_stop_heard_after_that_loss_means_the_gang_stepped_and_waits_for_node_
 
 
 def test_an_epoch_since_the_regroup_means_the_gang_stepped_and_waits_for_node_zeros() -> None:
-    job = epoch(regrouped_gang(), N0, 2, seconds=25)
+    job = epoch(regrouped_gang(), N0, 2, seconds=25)  # step 50, past the save at 40
     job = node_replacement.booted(lose(job, N2, seconds=30), R2, 1)
     assert node_replacement.plan(job, at(30 + NOTICE_OVER_S)) is None
     job = node_replacement.stopped(job, N0, 1, 52, "gs://b/52", generation=1)
@@ -74,9 +80,12 @@ def test_an_epoch_since_the_regroup_means_the_gang_stepped_and_waits_for_node_ze
 
 
 def test_an_epoch_before_the_regroup_says_nothing_of_the_gang_since() -> None:
+    """Node 0's epoch 1 (step 25), made before the stop the gang regrouped
+    from (step 40), heard before or after the regroup."""
     job = epoch(training_gang(3), N0, 1, seconds=5)
     job = node_replacement.stopped(job, N0, 1, 40, None, generation=0)
     job = regroup(node_replacement.booted(lose(job, N1), R1, 1), at(20))
+    job = epoch(job, N0, 1, seconds=25)  # a late copy
     job = node_replacement.booted(lose(job, N2, seconds=30), R2, 1)
     assert node_replacement.plan(job, at(30 + NOTICE_OVER_S)) is not None
 
@@ -96,10 +105,10 @@ def test_a_worker_lost_before_its_training_report_after_node_zeros_epoch_waits_f
     job = node_replacement.booted(job, R1, 1)
     # Before: the gang regrouped here, against epoch 1's save.
     assert node_replacement.plan(job, at(12)) is None
-    job = node_replacement.stopped(job, N0, 1, 14, "gs://b/14", generation=0)
+    job = node_replacement.stopped(job, N0, 1, 30, "gs://b/30", generation=0)
     job = regroup(job, at(13))
     assert (job.substatus, job.gang_generation) == (S.TRAINING, 1)
-    assert job.attempts[0].checkpoint_step == 14
+    assert job.attempts[0].checkpoint_step == 30
 
 
 def test_a_worker_lost_before_any_epoch_whose_trainer_never_started_needs_no_save() -> None:
