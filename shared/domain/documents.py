@@ -126,10 +126,10 @@ class NodeReplacement(BaseModel):
     lost_head: str | None = None
     # Lost after the gang regrouped, heard with no generation (the log
     # sink's report, the reaper's sight of it gone), no step of the gang
-    # heard since: whether it rejoined is not known. Had it,
-    # the gang's ranks stopped with it within its notice, node 0 saving;
-    # no stop heard by the notice's end, the gang had not stepped since,
-    # and the save it regrouped from stands (``node_replacement.save_complete``).
+    # heard since: whether it rejoined is not known. Had it, the gang's
+    # ranks stopped with it within its notice, node 0 saving; no stop heard
+    # by the notice's end, the gang had not stepped since, and the save it
+    # regrouped from stands (``node_replacement.save_complete``).
     maybe_behind: bool = False
     # When the replacement's insert was last refused for capacity (the
     # reaper asks again REINSERT_AFTER_S later, not at every sweep), and how
@@ -199,8 +199,9 @@ class JobDoc(_Doc):
     replacing: NodeReplacement | None = None
     gang_generation: int = 0
     gang_stops: list[str] = Field(default_factory=list)
-    # An epoch of one of the gang's nodes heard since it was placed or last
-    # regrouped: a step takes every node's ranks, so each of them trained.
+    # An epoch of one of the gang's nodes, past its attempt's newest save,
+    # heard since it was placed or last regrouped: a step takes every
+    # node's ranks, so each of them trained (``node_replacement.epoch_heard``).
     gang_stepped: bool = False
     # An elastic gang's changes of size (each a restart from the last save).
     resizes: int = 0

@@ -36,10 +36,10 @@ The orders of events, each with one defined end:
   report names an older generation): the gang has not stepped since, so
   the save it regrouped from stands and no new one is waited for. Heard
   with no generation (from the log sink alone, or the reaper), no step of
-  the gang heard since the regroup (``maybe_behind``): had it rejoined, the gang's ranks stopped
-  with it within its notice, so node 0's stop is waited for until the
-  notice's end, and with no stop of the gang heard by then the save it
-  regrouped from stands;
+  the gang heard since the regroup (``maybe_behind``): had it rejoined,
+  the gang's ranks stopped with it within its notice, so node 0's stop is
+  waited for until the notice's end, and with no stop of the gang heard
+  by then the save it regrouped from stands;
 * a node lost whose trainer was never seen started, after an epoch of the
   gang was heard (``JobDoc.gang_stepped``): that step took its ranks too,
   so node 0's save at the survivors' stop is waited for;
