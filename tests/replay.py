@@ -106,7 +106,7 @@ HANDLERS: dict[str, Callable[[Any], None]] = {
 # How a lost VM is reported: by its agent, by the log sink, by both, by nobody.
 LOSS_REPORTS = ("agent", "log-sink", "both", "silent")
 # Another node lost while a gang waits for its replacement (``Plan.second_loss``).
-SECOND_LOSSES = ("worker", "node-0", "replacement", "last-survivor")
+SECOND_LOSSES = ("worker", "node-0", "replacement", "last-survivor", "unjoined")
 # Steps a replacement's VM takes to boot in a plan with a second loss of a
 # gang's node: that loss is heard while the gang still waits.
 SLOW_BOOT_STEPS = 3
@@ -173,7 +173,11 @@ class Plan:
             "last-survivor" (nothing of the gang is left: it is relaunched
             whole). A node's loss comes ``second_after`` steps after the
             first, reported as ``second_report`` says, the replacements'
-            VMs taking ``SLOW_BOOT_STEPS`` to boot meanwhile.
+            VMs taking ``SLOW_BOOT_STEPS`` to boot meanwhile. Or, once the
+            gang regrouped, a surviving worker told the regroup before it
+            took it ("unjoined"): no step of the gang since, reported as
+            ``second_report`` says (the log sink's report alone names no
+            generation).
     """
 
     job_id: str
@@ -253,7 +257,7 @@ class Plan:
         survivors = [rank for rank in range(self.nodes) if rank != self.lost_node]
         if self.second_loss == "node-0":
             return 0
-        if self.second_loss == "worker":
+        if self.second_loss in ("worker", "unjoined"):
             return survivors[-1]
         return survivors[0] if self.second_loss == "last-survivor" else None
 
@@ -374,7 +378,10 @@ def draw_replacing(rng: random.Random, n: int, when: int, second: str = "") -> P
             plan.nodes = 2 if second == "last-survivor" else 3
             plan.lost_node = rng.randrange(1 if second == "node-0" else 0, plan.nodes)
             plan.second_after = rng.randint(1, SLOW_BOOT_STEPS - 1)
-            plan.second_report = rng.choice(reports)
+            # A node lost before it rejoined: its agent's report says so; the
+            # log sink's alone does not.
+            told = ("log-sink", "both") if second == "unjoined" else reports
+            plan.second_report = rng.choice(told)
     return plan
 
 
@@ -842,7 +849,8 @@ class AgentSim:
     def second_loss_due(self) -> bool:
         """Whether the plan's second loss (``Plan.second_loss``) takes this
         node now: the replacement before its agent ran, or a node of the
-        first attempt the gang kept, ``second_after`` steps after the first loss."""
+        first attempt the gang kept, ``second_after`` steps after the first
+        loss, or once told the gang's regroup, before taking it."""
         plan = self.plan
         if not plan.second_loss or plan.second_taken or plan.lost_step is None:
             return False
@@ -850,6 +858,11 @@ class AgentSim:
             return False
         if plan.second_loss == "replacement":
             return self.stage == 0 and self.assignment.generation > 0
+        if plan.second_loss == "unjoined":
+            told = self.metadata(REGROUP_METADATA_KEY)
+            regroup = Regroup.model_validate_json(told) if told else None
+            newer = regroup is not None and regroup.generation > self.assignment.generation
+            return newer and self.rank == plan.second_rank()
         due = self.world.step == plan.lost_step + plan.second_after
         return due and self.assignment.generation == 0 and self.rank == plan.second_rank()
 

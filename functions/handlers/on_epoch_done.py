@@ -32,8 +32,10 @@ def on_epoch_done(message: Message, deps: Deps) -> None:
             deps,
             via,
             epoch,
-            # An epoch while a node lost as the gang set up is replaced: it was training.
-            lambda current: node_replacement.trained(late_epochs.epoch_done(current, epoch, now)),
+            # The gang stepped; a node lost as it set up being replaced: it was training.
+            lambda current: node_replacement.epoch_heard(
+                late_epochs.epoch_done(current, epoch, now), epoch.instance, epoch.step
+            ),
         )
         if late_epochs.former_node(job, epoch.instance, epoch.attempt):
             # A replaced node's late report: its epoch kept in the history

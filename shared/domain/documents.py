@@ -131,6 +131,13 @@ class NodeReplacement(BaseModel):
     # stop the gang waits on (``gang_resize.lost_again``): its own report
     # after saving, or its notice's end, completes that save.
     lost_head: str | None = None
+    # Lost after the gang regrouped, heard with no generation (the log
+    # sink's report, the reaper's sight of it gone), no step of the gang
+    # heard since: whether it rejoined is not known. Had it, the gang's
+    # ranks stopped with it within its notice, node 0 saving; no stop heard
+    # by the notice's end, the gang had not stepped since, and the save it
+    # regrouped from stands (``node_replacement.save_complete``).
+    maybe_behind: bool = False
     # When the replacement's insert was last refused for capacity (the
     # reaper asks again REINSERT_AFTER_S later, not at every sweep), and how
     # many times: each try is a new request (Compute Engine answers a
@@ -199,6 +206,10 @@ class JobDoc(_Doc):
     replacing: NodeReplacement | None = None
     gang_generation: int = 0
     gang_stops: list[str] = Field(default_factory=list)
+    # An epoch of one of the gang's nodes, past its attempt's newest save,
+    # heard since it was placed or last regrouped: a step takes every
+    # node's ranks, so each of them trained (``node_replacement.epoch_heard``).
+    gang_stepped: bool = False
     # An elastic gang's changes of size (each a restart from the last save).
     resizes: int = 0
     record: Record | None = None  # a recorded job's snapshot (``spotline.shared.domain.recording``)

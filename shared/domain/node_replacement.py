@@ -34,7 +34,15 @@ The orders of events, each with one defined end:
   ``max_preemptions``, or with a finish held;
 * a node lost after the gang regrouped, before it rejoined (its agent's own
   report names an older generation): the gang has not stepped since, so
-  the save it regrouped from stands and no new one is waited for;
+  the save it regrouped from stands and no new one is waited for. Heard
+  with no generation (from the log sink alone, or the reaper), no step of
+  the gang heard since the regroup (``maybe_behind``): had it rejoined,
+  the gang's ranks stopped with it within its notice, so node 0's stop is
+  waited for until the notice's end, and with no stop of the gang heard
+  by then the save it regrouped from stands;
+* a node lost whose trainer was never seen started, after an epoch of the
+  gang was heard (``JobDoc.gang_stepped``): that step took its ranks too,
+  so node 0's save at the survivors' stop is waited for;
 * a late, duplicate or reordered report of the lost node: stale (the lost VM
   is no longer one of the job's nodes); the step it saved is still recorded
   (``lifecycle.saved_state``), and so is an epoch it reported, while it moves
@@ -145,12 +153,17 @@ def lost(
         job = lifecycle.saved_state(job, attempt, step, checkpoint_uri)
     rank = job.nodes.index(instance)
     # Setting up, nothing was trained: no save to wait for, unless the lost
-    # node's report says it saved, or a node's stop with the gang was heard
-    # (``trained``; the gang's training reports are late).
+    # node's report says it saved, or a node's stop with the gang or an
+    # epoch was heard (``trained``; the gang's training reports are late:
+    # the lost node's own may not have come).
     setting_up = job.substatus if job.substatus in SETTING_UP or not started else None
-    setting_up = None if step is not None or job.gang_stops else setting_up
+    stepped = step is not None or bool(job.gang_stops) or job.gang_stepped
+    setting_up = None if stepped else setting_up
     # Its agent never rejoined the last regroup: the gang has not stepped since.
     behind = generation is not None and generation < job.gang_generation
+    # Unsaid (the log sink's report, the reaper's sight of it gone): it may
+    # not have rejoined (``maybe_behind``).
+    unsaid = generation is None and job.gang_generation > 0 and not stepped
     generation = job.gang_generation + 1
     new = replacement_name(job.job_id, job.attempt, rank, generation)
     nodes, records = pending_nodes.renamed(job, rank, new)
@@ -167,6 +180,7 @@ def lost(
             or behind
         ),
         setting_up=setting_up,
+        maybe_behind=unsaid and setting_up is None,
     )
     replaced = job.model_copy(
         update={
@@ -300,6 +314,24 @@ def trained(job: JobDoc) -> JobDoc:
     )
 
 
+def epoch_heard(job: JobDoc, instance: str, step: int) -> JobDoc:
+    """An epoch of ``instance``'s at ``step`` heard (``late_epochs.epoch_done``
+    applied): the gang was training (``trained``); and, from one of the
+    gang's nodes past the newest save of its attempt (the one a regroup
+    restores), it stepped since it was placed or last regrouped
+    (``JobDoc.gang_stepped``). A replaced node's late epoch, or one made
+    before the stop a regroup restored from, says nothing of the gang since."""
+    if instance in job.nodes and not job.gang_stepped and step > _saved_step(job):
+        job = job.model_copy(update={"gang_stepped": True})
+    return trained(job)
+
+
+def _saved_step(job: JobDoc) -> int:
+    """The newest step the current attempt saved (-1: none)."""
+    steps = [r.checkpoint_step for r in job.attempts if r.attempt == job.attempt]
+    return max((step for step in steps if step is not None), default=-1)
+
+
 def _stopping_generation(job: JobDoc) -> int:
     """The generation a node runs in when it stops for the loss at hand: the
     one before the loss's replacement while replacing (further losses moved
@@ -370,7 +402,10 @@ def save_complete(job: JobDoc, now: datetime) -> bool:
         head_lost = replacing.lost_head is not None
     else:
         head_lost = pending_nodes.head_lost(replacing)
-    return head_lost and now >= notice_over
+    # A node lost that may not have rejoined, and no stop or step of the
+    # gang heard by the notice's end: it never stepped since it regrouped.
+    unstepped = replacing.maybe_behind and not job.gang_stops and not job.gang_stepped
+    return (head_lost or unstepped) and now >= notice_over
 
 
 def ready(job: JobDoc, now: datetime) -> bool:
@@ -445,6 +480,7 @@ def regrouped(job: JobDoc, planned: RegroupPlan, now: datetime) -> JobDoc:
                 "replacing": shrunk,
                 "gang_generation": planned.generation,
                 "gang_stops": [],
+                "gang_stepped": False,
                 "resizes": job.resizes + 1,
             }
         )
@@ -461,6 +497,7 @@ def regrouped(job: JobDoc, planned: RegroupPlan, now: datetime) -> JobDoc:
         update={
             "replacing": None,
             "gang_stops": [],
+            "gang_stepped": False,
             "gang_generation": planned.generation,
             "resizes": job.resizes + bool(replacing.shrunk),
         }

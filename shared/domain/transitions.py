@@ -130,6 +130,7 @@ def next_attempt(
             "replacing": None,
             "gang_generation": 0,
             "gang_stops": [],
+            "gang_stepped": False,
         }
     )
     return move_job(bumped, JobSubstatus.REQUESTING_SERVER, now, note=f"attempt {job.attempt + 1}")
