@@ -24,7 +24,12 @@ from spotline.functions.ops.jobs import settle
 from spotline.functions.ops.placement import record_instance, record_request, vm_account_of
 from spotline.functions.ops.relaunch import replace_attempt
 from spotline.functions.ops.restore_gate import open_restore_gate
-from spotline.functions.ops.reuse import OverInstanceQuota, assignment_for, hold_instance_slots
+from spotline.functions.ops.reuse import (
+    OverInstanceQuota,
+    assignment_for,
+    gang_hosts,
+    hold_instance_slots,
+)
 from spotline.functions.ops.slots import free_instance_slot
 from spotline.functions.ops.teardown import (
     Release,
@@ -234,34 +239,38 @@ def grow_if_up(deps: Deps, job_id: str, now: datetime) -> JobDoc | None:
 
 
 def regroup_if_ready(deps: Deps, job_id: str, now: datetime) -> JobDoc | None:
-    """Tell the gang's nodes its new node list, then write the job back to
-    TRAINING (told first: a crash between is told again by the reaper, the
-    same value). The whole gang, its replacement's restore gate opened; or an
-    elastic gang's survivors alone, the replacement still booting
-    (``gang_resize``). None: not ready (``node_replacement.plan``)."""
+    """Write the regroup the gang is ready for on the job (training again,
+    at the generation it makes), then tell the gang's nodes its node list,
+    then mark it told (``node_replacement.recorded``, ``told``). Recorded
+    first: two handlers planning at once make two regroups in turn, never two
+    node lists under one generation; a crash before it is marked told is told
+    again by the reaper, the same value. The whole gang, its replacement's
+    restore gate opened; or an elastic gang's survivors alone, the
+    replacement still booting (``gang_resize``). A regroup recorded and not
+    told yet is told first. None: nothing to tell."""
     job = deps.store.get_job(job_id)
-    planned = None if job is None else node_replacement.plan(job, now)
-    if job is None or planned is None:
+    if job is None or (job.telling is None and node_replacement.plan(job, now) is None):
         return None
-    nodes = list(planned.nodes)
-    assignment = assignment_for(deps, job)
-    host_of = dict(zip(assignment.nodes, assignment.hosts, strict=True))
+    job = deps.store.update_job(job_id, lambda current: node_replacement.recorded(current, now))
+    telling = None if job is None else job.telling
+    if job is None or telling is None:
+        return None
     regroup = Regroup(
-        generation=planned.generation,
-        nodes=nodes,
-        hosts=[host_of[name] for name in nodes],
-        master_port=gang_port(job.job_id, job.attempt, planned.generation),
+        generation=telling.generation,
+        nodes=telling.nodes,
+        hosts=gang_hosts(deps, telling.nodes),
+        master_port=gang_port(job.job_id, job.attempt, telling.generation),
     )
     items = {REGROUP_METADATA_KEY: regroup.model_dump_json()}
-    if not planned.shrink:
+    if not telling.shrink:
         # Opened unless a VM of an earlier attempt may still save (a gang
         # that lost a node as it set up, on a later attempt): then whoever
         # sees the last such VM go opens it (``restore_gate``).
         instances = deps.store.instances_of_job(job_id)
         items[RESTORE_METADATA_KEY] = gate_value(job, instances, now) or RESTORE_GO
-    _tell(deps, job, nodes, items, "the gang's regroup")
+    _tell(deps, job, telling.nodes, items, "the gang's regroup")
     regrouped = deps.store.update_job(
-        job_id, lambda current: node_replacement.regrouped(current, planned, deps.clock())
+        job_id, lambda current: node_replacement.told(current, telling.generation)
     )
     if items.get(RESTORE_METADATA_KEY, RESTORE_GO) != RESTORE_GO:
         # The earlier attempt's last VM may have gone since the read above:
@@ -330,11 +339,14 @@ def _abandoned(job: JobDoc, attempt: int, now: datetime, why: str) -> JobDoc:
 
 
 def tend(deps: Deps, job_id: str, now: datetime) -> str | None:
-    """The reaper's look at a gang replacing a node: relaunched whole past
-    its bound, else its replacement inserted if missing, an elastic gang
-    asked to grow back once it is up, and the gang regrouped if ready. What
-    was done, or None."""
+    """The reaper's look at a gang replacing a node: a regroup recorded
+    and not told, told; else the gang relaunched whole past its bound, else
+    its replacement inserted if missing, an elastic gang asked to grow back
+    once it is up, and the gang regrouped if ready. What was done, or None."""
     job = deps.store.get_job(job_id)
+    if job is not None and job.telling is not None:
+        # Recorded, its handler gone before every node was told: told now.
+        return "regrouped" if regroup_if_ready(deps, job_id, now) is not None else None
     if job is None or job.replacing is None or job.substatus not in _REPLACING:
         return None
     if node_replacement.overdue(job, now):

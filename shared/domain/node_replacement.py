@@ -66,6 +66,7 @@ from spotline.shared.domain.documents import (
     NodeReplacement,
     PendingNode,
     ReplacedNode,
+    TellingRegroup,
 )
 from spotline.shared.domain.liveness import NOTICE_MARGIN_S, PREEMPTION_NOTICE_S
 from spotline.shared.domain.placement import replacement_name
@@ -403,6 +404,34 @@ def plan(job: JobDoc, now: datetime) -> RegroupPlan | None:
         survivors = tuple(gang_resize.survivors(job))
         return RegroupPlan(replacing.replacement, base, base + 1, survivors, True)
     return None
+
+
+def recorded(job: JobDoc, now: datetime) -> JobDoc:
+    """The regroup the gang is ready for (``plan``) written on the job before
+    any node is told of it: the job as ``regrouped`` makes it, and the
+    regroup to tell (``JobDoc.telling``). Written in one guarded update, so
+    two handlers planning at once record two regroups in turn, the second
+    planned from the job that shows the first (never two node lists under
+    one generation), and a loss heard while the nodes are told is one after
+    the regroup (its save is waited for anew). Unchanged while a regroup
+    recorded earlier is not told yet (it is told first), or none is ready."""
+    if job.telling is not None:
+        return job
+    planned = plan(job, now)
+    if planned is None:
+        return job
+    telling = TellingRegroup(
+        generation=planned.generation, nodes=list(planned.nodes), shrink=planned.shrink
+    )
+    return regrouped(job, planned, now).model_copy(update={"telling": telling})
+
+
+def told(job: JobDoc, generation: int) -> JobDoc:
+    """Every node of the regroup at ``generation`` was told it. Unchanged
+    unless it is the one being told."""
+    if job.telling is None or job.telling.generation != generation:
+        return job
+    return job.model_copy(update={"telling": None})
 
 
 def regrouped(job: JobDoc, planned: RegroupPlan, now: datetime) -> JobDoc:

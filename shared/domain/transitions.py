@@ -121,6 +121,7 @@ def next_attempt(
             "replacing": None,
             "gang_generation": 0,
             "gang_stops": [],
+            "telling": None,
         }
     )
     return move_job(bumped, JobSubstatus.REQUESTING_SERVER, now, note=f"attempt {job.attempt + 1}")
