@@ -15,8 +15,12 @@ ready, and relaunches the whole gang once ``replace_node_timeout_s`` has passed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
+from functools import partial
+
+from pydantic import ValidationError
 
 from spotline.functions.deps import Deps
 from spotline.functions.ops.event_tokens import issue_event_token
@@ -268,7 +272,9 @@ def regroup_if_ready(deps: Deps, job_id: str, now: datetime) -> JobDoc | None:
         # sees the last such VM go opens it (``restore_gate``).
         instances = deps.store.instances_of_job(job_id)
         items[RESTORE_METADATA_KEY] = gate_value(job, instances, now) or RESTORE_GO
-    _tell(deps, job, telling.nodes, items, "the gang's regroup")
+    # Never over a newer regroup (a later one, told first on that node).
+    newer = partial(_newer_regroup, telling.generation)
+    _tell(deps, job, telling.nodes, items, "the gang's regroup", unless=newer)
     regrouped = deps.store.update_job(
         job_id, lambda current: node_replacement.told(current, telling.generation)
     )
@@ -284,14 +290,33 @@ def regroup_if_ready(deps: Deps, job_id: str, now: datetime) -> JobDoc | None:
     return regrouped
 
 
-def _tell(deps: Deps, job: JobDoc, nodes: list[str], items: dict[str, str], what: str) -> None:
-    """Write ``items`` into each of ``nodes``' metadata. A node that cannot
-    be told (gone): its loss is the reaper's to see."""
+def _tell(
+    deps: Deps,
+    job: JobDoc,
+    nodes: list[str],
+    items: dict[str, str],
+    what: str,
+    unless: Callable[[dict[str, str]], bool] | None = None,
+) -> None:
+    """Write ``items`` into each of ``nodes``' metadata (not where ``unless``
+    is True of its items). A node that cannot be told (gone): its loss is
+    the reaper's to see."""
     for name in nodes:
         try:
-            deps.compute.set_metadata(job.zone or "", name, items)
+            deps.compute.set_metadata(job.zone or "", name, items, unless)
         except Exception as err:
             logs.warning(f"{name}: could not tell it {what}: {err}", job_id=job.job_id)
+
+
+def _newer_regroup(generation: int, items: dict[str, str]) -> bool:
+    """Whether a node's metadata ``items`` hold a regroup newer than ``generation``."""
+    told = items.get(REGROUP_METADATA_KEY)
+    if told is None:
+        return False
+    try:
+        return Regroup.model_validate_json(told).generation > generation
+    except ValidationError:
+        return False
 
 
 def abandon(deps: Deps, job: JobDoc, now: datetime, why: str) -> JobDoc:

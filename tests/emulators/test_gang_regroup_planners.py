@@ -39,11 +39,11 @@ class MidTell:
     def __init__(self, inner: Compute, then: Callable[[], Any]) -> None:
         self.inner, self.then, self.fired = inner, then, False
 
-    def set_metadata(self, zone: str, name: str, items: dict[str, str]) -> None:
+    def set_metadata(self, zone: str, name: str, items: dict[str, str], *args: Any) -> None:
         if not self.fired and REGROUP_METADATA_KEY in items:
             self.fired = True
             self.then()
-        self.inner.set_metadata(zone, name, items)
+        self.inner.set_metadata(zone, name, items, *args)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -122,4 +122,34 @@ def test_a_loss_while_the_regroup_is_told_waits_for_node_zeros_save_after_it(
         S.TRAINING,
         None,
         55,
+    )
+
+
+def test_a_regroups_late_write_never_takes_a_node_back_to_an_older_generation(
+    call: Callable[..., Any], host: LocalCloud, project: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The survivors' shrink (generation 2) is told, its first write slow.
+    Meanwhile the replacement boots (the shrink told again, the smaller gang
+    asked to grow back), node 0 stops, and the whole gang is told its
+    regroup at 3. Then the shrink's slow writes land: they leave the newer
+    regroup in place (else nodes 0 and 2 would read 2, and wait for ever for
+    the regroup at 3 they never saw)."""
+    elastic_gang(call)
+    preempt(call, N1, step=38)
+
+    def meanwhile() -> None:
+        boot(call, R1)
+        gang_stop(call, N0, 60, generation=2, mid="g0-2")
+
+    compute = mid_tell(monkeypatch, meanwhile)
+    gang_stop(call, N0, 40, generation=0, mid="g0")
+    assert compute.fired
+    for name in (N0, R1, N2):
+        assert told(host, name) == regroup(3, [N0, R1, N2]), name
+    job = job_of(project)
+    assert (job.substatus, job.replacing, job.gang_generation, job.telling) == (
+        S.TRAINING,
+        None,
+        3,
+        None,
     )
