@@ -6,11 +6,13 @@ caller, ``recovery.recover``); 2. the lost node's instance CLOSING; 3. the
 replacement inserted (its slot counted beside the lost node's for the
 overlap), made with a shut restore gate: its trainer waits for the regroup;
 4. the lost VM deleted, its instance CLOSED; 5. once the replacement has
-booted and node 0's save is complete, every node told the new node list
-(``spotline-regroup`` metadata; the replacement's gate opened), then the job
-written back to TRAINING. A crash anywhere is finished by the reaper
-(``tend``): it inserts a replacement not made yet, regroups a gang that is
-ready, and relaunches the whole gang once ``replace_node_timeout_s`` has passed.
+booted and node 0's save is complete, the regroup written on the job (back
+to TRAINING, ``JobDoc.telling``), then every node told the new node list
+(``spotline-regroup`` metadata, never over a newer one; the replacement's
+gate opened), then the job marked told. A crash anywhere is finished by the
+reaper (``tend``): it tells a regroup recorded and not told, inserts a
+replacement not made yet, regroups a gang that is ready, and relaunches the
+whole gang once ``replace_node_timeout_s`` has passed.
 """
 
 from __future__ import annotations

@@ -39,6 +39,11 @@ The orders of events, each with one defined end:
   is no longer one of the job's nodes); the step it saved is still recorded
   (``lifecycle.saved_state``), and so is an epoch it reported, while it moves
   the job forward (``late_epochs``);
+* two handlers planning the regroup at once (a survivor's stop report and
+  the replacement's boot, a redelivery, the reaper's sweep): the regroup is
+  written on the job before any node is told (``recorded``), so the second
+  plans from the job that shows the first (the next generation, if any),
+  and a loss heard while the nodes are told is one after the regroup;
 * a survivor's stop report (``stopped``) before or after the loss: kept on the
   job (``gang_stops``); node 0's is the save the regroup waits for;
 * no regroup within ``replace_node_timeout_s`` of the loss (no capacity, a
@@ -380,7 +385,7 @@ def ready(job: JobDoc, now: datetime) -> bool:
 
 @dataclass(frozen=True)
 class RegroupPlan:
-    """A regroup to tell the gang's nodes, then record (``regrouped``)."""
+    """A regroup to record (``recorded``), then tell the gang's nodes."""
 
     replacement: str  # the replacement it is for
     base: int  # the job's gang generation it was planned from
@@ -435,14 +440,12 @@ def told(job: JobDoc, generation: int) -> JobDoc:
 
 
 def regrouped(job: JobDoc, planned: RegroupPlan, now: datetime) -> JobDoc:
-    """The gang told of ``planned``: training again, on the same attempt, at
-    the size it names. Unchanged unless the job is still where the plan was
-    made (the same replacement and generation, waiting, and every node it
-    names still one of the gang's): a second record of it, one after the
-    gang was relaunched, or one naming a node lost since (an elastic gang's
-    further loss keeps its generation) is a no-op. Once told, a plan is
-    recorded even if the job moved on otherwise (the replacement booted as
-    the survivors were told to shrink): the nodes act on what they read."""
+    """The gang regrouped as ``planned``: training again, on the same
+    attempt, at the size it names. Unchanged unless the job is still where
+    the plan was made (the same replacement and generation, waiting, and
+    every node it names still one of the gang's): a second record of it,
+    one after the gang was relaunched, or one naming a node lost since (an
+    elastic gang's further loss keeps its generation) is a no-op."""
     replacing = job.replacing
     if (
         replacing is None

@@ -153,3 +153,35 @@ def test_a_regroups_late_write_never_takes_a_node_back_to_an_older_generation(
         3,
         None,
     )
+
+
+class Died(BaseException):
+    """The function's process ends here (not an ``Exception``: nothing catches it)."""
+
+
+def test_a_regroup_recorded_by_a_function_that_died_before_telling_is_told_by_the_reaper(
+    call: Callable[..., Any], host: LocalCloud, project: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The replacement's boot report's function writes the regroup on the
+    job and dies before its first node is told: the job reads TRAINING, the
+    regroup still to tell, and the reaper's next sweep tells every node."""
+    three_training(call)
+    preempt(call, N1, step=38)
+    gang_stop(call, N0, 40, generation=0, mid="g0")
+
+    def die() -> None:
+        raise Died
+
+    process = deps.current()
+    mid_tell(monkeypatch, die)
+    with pytest.raises(Died):
+        boot(call, R1, mid="b1")
+    monkeypatch.setattr(deps, "_current", process)
+    job = job_of(project)
+    assert (job.substatus, job.replacing, job.gang_generation) == (S.TRAINING, None, 1)
+    assert job.telling is not None and told(host, N0) is None
+    call("reaper", "reaper_tick", ReaperTick(), message_id="t1")
+    for name in (N0, R1, N2):
+        assert told(host, name) == regroup(1, [N0, R1, N2]), name
+    assert metadata(host, R1)[RESTORE_METADATA_KEY] == "go"
+    assert job_of(project).telling is None
