@@ -102,9 +102,15 @@ class CrashingCompute:
             self.budget.tick(f"delete {name}")
         self.compute.delete_many(vms)
 
-    def set_metadata(self, zone: str, name: str, items: dict[str, str]) -> None:
+    def set_metadata(
+        self,
+        zone: str,
+        name: str,
+        items: dict[str, str],
+        unless: Callable[[dict[str, str]], bool] | None = None,
+    ) -> None:
         self.budget.tick(f"set metadata {name}")
-        self.compute.set_metadata(zone, name, items)
+        self.compute.set_metadata(zone, name, items, unless)
 
     def stop(self, zone: str, name: str) -> bool:
         self.budget.tick(f"stop {name}")

@@ -227,8 +227,16 @@ class FaultyCompute:
     def delete_many(self, vms: Sequence[tuple[str, str]]) -> None:
         return self.fault("delete", lambda: self.inner.delete_many(vms))
 
-    def set_metadata(self, zone: str, name: str, items: dict[str, str]) -> None:
-        return self.fault("set_metadata", lambda: self.inner.set_metadata(zone, name, items))
+    def set_metadata(
+        self,
+        zone: str,
+        name: str,
+        items: dict[str, str],
+        unless: Callable[[dict[str, str]], bool] | None = None,
+    ) -> None:
+        return self.fault(
+            "set_metadata", lambda: self.inner.set_metadata(zone, name, items, unless)
+        )
 
     def stop(self, zone: str, name: str) -> bool:
         return self.fault("stop", lambda: self.inner.stop(zone, name))

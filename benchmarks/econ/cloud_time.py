@@ -88,8 +88,14 @@ class TimedCompute:
     def list(self, labels: dict[str, str]) -> builtins.list[Vm]:
         return self.inner.list(labels)
 
-    def set_metadata(self, zone: str, name: str, items: dict[str, str]) -> None:
-        self.inner.set_metadata(zone, name, items)
+    def set_metadata(
+        self,
+        zone: str,
+        name: str,
+        items: dict[str, str],
+        unless: Callable[[dict[str, str]], bool] | None = None,
+    ) -> None:
+        self.inner.set_metadata(zone, name, items, unless)
 
     def stop(self, zone: str, name: str) -> bool:
         return self.inner.stop(zone, name)

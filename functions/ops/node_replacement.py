@@ -6,17 +6,23 @@ caller, ``recovery.recover``); 2. the lost node's instance CLOSING; 3. the
 replacement inserted (its slot counted beside the lost node's for the
 overlap), made with a shut restore gate: its trainer waits for the regroup;
 4. the lost VM deleted, its instance CLOSED; 5. once the replacement has
-booted and node 0's save is complete, every node told the new node list
-(``spotline-regroup`` metadata; the replacement's gate opened), then the job
-written back to TRAINING. A crash anywhere is finished by the reaper
-(``tend``): it inserts a replacement not made yet, regroups a gang that is
-ready, and relaunches the whole gang once ``replace_node_timeout_s`` has passed.
+booted and node 0's save is complete, the regroup written on the job (back
+to TRAINING, ``JobDoc.telling``), then every node told the new node list
+(``spotline-regroup`` metadata, never over a newer one; the replacement's
+gate opened), then the job marked told. A crash anywhere is finished by the
+reaper (``tend``): it tells a regroup recorded and not told, inserts a
+replacement not made yet, regroups a gang that is ready, and relaunches the
+whole gang once ``replace_node_timeout_s`` has passed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
+from functools import partial
+
+from pydantic import ValidationError
 
 from spotline.functions.deps import Deps
 from spotline.functions.ops.event_tokens import issue_event_token
@@ -24,7 +30,12 @@ from spotline.functions.ops.jobs import settle
 from spotline.functions.ops.placement import record_instance, record_request, vm_account_of
 from spotline.functions.ops.relaunch import replace_attempt
 from spotline.functions.ops.restore_gate import open_restore_gate
-from spotline.functions.ops.reuse import OverInstanceQuota, assignment_for, hold_instance_slots
+from spotline.functions.ops.reuse import (
+    OverInstanceQuota,
+    assignment_for,
+    gang_hosts,
+    hold_instance_slots,
+)
 from spotline.functions.ops.slots import free_instance_slot
 from spotline.functions.ops.teardown import (
     Release,
@@ -234,34 +245,40 @@ def grow_if_up(deps: Deps, job_id: str, now: datetime) -> JobDoc | None:
 
 
 def regroup_if_ready(deps: Deps, job_id: str, now: datetime) -> JobDoc | None:
-    """Tell the gang's nodes its new node list, then write the job back to
-    TRAINING (told first: a crash between is told again by the reaper, the
-    same value). The whole gang, its replacement's restore gate opened; or an
-    elastic gang's survivors alone, the replacement still booting
-    (``gang_resize``). None: not ready (``node_replacement.plan``)."""
+    """Write the regroup the gang is ready for on the job (training again,
+    at the generation it makes), then tell the gang's nodes its node list,
+    then mark it told (``node_replacement.recorded``, ``told``). Recorded
+    first: two handlers planning at once make two regroups in turn, never two
+    node lists under one generation; a crash before it is marked told is told
+    again by the reaper, the same value. The whole gang, its replacement's
+    restore gate opened; or an elastic gang's survivors alone, the
+    replacement still booting (``gang_resize``). A regroup recorded and not
+    told yet is told first. None: nothing to tell."""
     job = deps.store.get_job(job_id)
-    planned = None if job is None else node_replacement.plan(job, now)
-    if job is None or planned is None:
+    if job is None or (job.telling is None and node_replacement.plan(job, now) is None):
         return None
-    nodes = list(planned.nodes)
-    assignment = assignment_for(deps, job)
-    host_of = dict(zip(assignment.nodes, assignment.hosts, strict=True))
+    job = deps.store.update_job(job_id, lambda current: node_replacement.recorded(current, now))
+    telling = None if job is None else job.telling
+    if job is None or telling is None:
+        return None
     regroup = Regroup(
-        generation=planned.generation,
-        nodes=nodes,
-        hosts=[host_of[name] for name in nodes],
-        master_port=gang_port(job.job_id, job.attempt, planned.generation),
+        generation=telling.generation,
+        nodes=telling.nodes,
+        hosts=gang_hosts(deps, telling.nodes),
+        master_port=gang_port(job.job_id, job.attempt, telling.generation),
     )
     items = {REGROUP_METADATA_KEY: regroup.model_dump_json()}
-    if not planned.shrink:
+    if not telling.shrink:
         # Opened unless a VM of an earlier attempt may still save (a gang
         # that lost a node as it set up, on a later attempt): then whoever
         # sees the last such VM go opens it (``restore_gate``).
         instances = deps.store.instances_of_job(job_id)
         items[RESTORE_METADATA_KEY] = gate_value(job, instances, now) or RESTORE_GO
-    _tell(deps, job, nodes, items, "the gang's regroup")
+    # Never over a newer regroup (a later one, told first on that node).
+    newer = partial(_newer_regroup, telling.generation)
+    _tell(deps, job, telling.nodes, items, "the gang's regroup", unless=newer)
     regrouped = deps.store.update_job(
-        job_id, lambda current: node_replacement.regrouped(current, planned, deps.clock())
+        job_id, lambda current: node_replacement.told(current, telling.generation)
     )
     if items.get(RESTORE_METADATA_KEY, RESTORE_GO) != RESTORE_GO:
         # The earlier attempt's last VM may have gone since the read above:
@@ -275,14 +292,33 @@ def regroup_if_ready(deps: Deps, job_id: str, now: datetime) -> JobDoc | None:
     return regrouped
 
 
-def _tell(deps: Deps, job: JobDoc, nodes: list[str], items: dict[str, str], what: str) -> None:
-    """Write ``items`` into each of ``nodes``' metadata. A node that cannot
-    be told (gone): its loss is the reaper's to see."""
+def _tell(
+    deps: Deps,
+    job: JobDoc,
+    nodes: list[str],
+    items: dict[str, str],
+    what: str,
+    unless: Callable[[dict[str, str]], bool] | None = None,
+) -> None:
+    """Write ``items`` into each of ``nodes``' metadata (not where ``unless``
+    is True of its items). A node that cannot be told (gone): its loss is
+    the reaper's to see."""
     for name in nodes:
         try:
-            deps.compute.set_metadata(job.zone or "", name, items)
+            deps.compute.set_metadata(job.zone or "", name, items, unless)
         except Exception as err:
             logs.warning(f"{name}: could not tell it {what}: {err}", job_id=job.job_id)
+
+
+def _newer_regroup(generation: int, items: dict[str, str]) -> bool:
+    """Whether a node's metadata ``items`` hold a regroup newer than ``generation``."""
+    told = items.get(REGROUP_METADATA_KEY)
+    if told is None:
+        return False
+    try:
+        return Regroup.model_validate_json(told).generation > generation
+    except ValidationError:
+        return False
 
 
 def abandon(deps: Deps, job: JobDoc, now: datetime, why: str) -> JobDoc:
@@ -330,11 +366,14 @@ def _abandoned(job: JobDoc, attempt: int, now: datetime, why: str) -> JobDoc:
 
 
 def tend(deps: Deps, job_id: str, now: datetime) -> str | None:
-    """The reaper's look at a gang replacing a node: relaunched whole past
-    its bound, else its replacement inserted if missing, an elastic gang
-    asked to grow back once it is up, and the gang regrouped if ready. What
-    was done, or None."""
+    """The reaper's look at a gang replacing a node: a regroup recorded
+    and not told, told; else the gang relaunched whole past its bound, else
+    its replacement inserted if missing, an elastic gang asked to grow back
+    once it is up, and the gang regrouped if ready. What was done, or None."""
     job = deps.store.get_job(job_id)
+    if job is not None and job.telling is not None:
+        # Recorded, its handler gone before every node was told: told now.
+        return "regrouped" if regroup_if_ready(deps, job_id, now) is not None else None
     if job is None or job.replacing is None or job.substatus not in _REPLACING:
         return None
     if node_replacement.overdue(job, now):

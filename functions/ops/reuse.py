@@ -66,11 +66,9 @@ def assignment_for(deps: Deps, job: JobDoc) -> Assignment:
     if job.spec.nodes > 1:
         # A gang that replaced a node names it in its node list (node_replacement).
         nodes = list(job.nodes) or node_names(job.job_id, job.attempt, job.spec.nodes)
-    # Nodes reach each other by VM name (internal DNS); local "VMs" share loopback.
-    hosts = ["127.0.0.1"] * len(nodes) if settings.compute_endpoint else list(nodes)
     return Assignment(
         nodes=nodes,
-        hosts=hosts,
+        hosts=gang_hosts(deps, nodes),
         master_port=gang_port(job.job_id, job.attempt, job.gang_generation) if nodes else 0,
         generation=job.gang_generation,
         job_id=job.job_id,
@@ -83,6 +81,12 @@ def assignment_for(deps: Deps, job: JobDoc) -> Assignment:
         record=job.record,
         topics=vm_topics_for(job.user, settings.user_topics),
     )
+
+
+def gang_hosts(deps: Deps, nodes: Sequence[str]) -> list[str]:
+    """How a gang's ``nodes`` reach each other: by VM name (internal DNS);
+    local "VMs" share loopback."""
+    return ["127.0.0.1"] * len(nodes) if deps.settings.compute_endpoint else list(nodes)
 
 
 # -- the active-instances quota: a cooling VM gives way to a job that needs its slot --

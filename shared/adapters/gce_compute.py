@@ -317,14 +317,24 @@ class GceCompute:
             operation = self._wait(zone, operation)
         _raise_for_operation(operation)
 
-    def set_metadata(self, zone: str, name: str, items: dict[str, str]) -> None:
-        """Set ``items`` on the VM's metadata, keeping its other items.
+    def set_metadata(
+        self,
+        zone: str,
+        name: str,
+        items: dict[str, str],
+        unless: Callable[[dict[str, str]], bool] | None = None,
+    ) -> None:
+        """Set ``items`` on the VM's metadata, keeping its other items; not
+        when ``unless`` is True of its items as read (a newer value there).
 
         A concurrent change to the VM's metadata raises ``TransientError``: the
-        retry re-reads the fingerprint.
+        retry re-reads the fingerprint (and asks ``unless`` again).
         """
         with _translated_errors(f"set metadata of {name} in {zone}"):
             instance = self._read(zone, name)
+            current = {item.key: item.value for item in instance.metadata.items}
+            if unless is not None and unless(current):
+                return
             metadata = gce_requests.merged_metadata(instance.metadata, items)
             operation = self._instances.set_metadata_unary(
                 request=gce_requests.set_metadata_request(self._project, zone, name, metadata),

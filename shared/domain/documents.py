@@ -146,6 +146,15 @@ class NodeReplacement(BaseModel):
     refusals: int = 0
 
 
+class TellingRegroup(BaseModel):
+    """A gang's regroup written on its job, its nodes not all told yet
+    (``spotline.shared.domain.node_replacement.recorded``)."""
+
+    generation: int
+    nodes: list[str]  # by rank
+    shrink: bool = False  # an elastic gang's survivors alone, not the whole gang
+
+
 class JobDoc(_Doc):
     """jobs/{job_id}"""
 
@@ -210,6 +219,8 @@ class JobDoc(_Doc):
     # heard since it was placed or last regrouped: a step takes every
     # node's ranks, so each of them trained (``node_replacement.epoch_heard``).
     gang_stepped: bool = False
+    # The gang's last regroup, recorded and not yet told to every node.
+    telling: TellingRegroup | None = None
     # An elastic gang's changes of size (each a restart from the last save).
     resizes: int = 0
     record: Record | None = None  # a recorded job's snapshot (``spotline.shared.domain.recording``)

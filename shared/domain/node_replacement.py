@@ -47,6 +47,11 @@ The orders of events, each with one defined end:
   is no longer one of the job's nodes); the step it saved is still recorded
   (``lifecycle.saved_state``), and so is an epoch it reported, while it moves
   the job forward (``late_epochs``);
+* two handlers planning the regroup at once (a survivor's stop report and
+  the replacement's boot, a redelivery, the reaper's sweep): the regroup is
+  written on the job before any node is told (``recorded``), so the second
+  plans from the job that shows the first (the next generation, if any),
+  and a loss heard while the nodes are told is one after the regroup;
 * a survivor's stop report (``stopped``) before or after the loss: kept on the
   job (``gang_stops``); node 0's is the save the regroup waits for;
 * no regroup within ``replace_node_timeout_s`` of the loss (no capacity, a
@@ -74,6 +79,7 @@ from spotline.shared.domain.documents import (
     NodeReplacement,
     PendingNode,
     ReplacedNode,
+    TellingRegroup,
 )
 from spotline.shared.domain.liveness import NOTICE_MARGIN_S, PREEMPTION_NOTICE_S
 from spotline.shared.domain.placement import replacement_name
@@ -420,7 +426,7 @@ def ready(job: JobDoc, now: datetime) -> bool:
 
 @dataclass(frozen=True)
 class RegroupPlan:
-    """A regroup to tell the gang's nodes, then record (``regrouped``)."""
+    """A regroup to record (``recorded``), then tell the gang's nodes."""
 
     replacement: str  # the replacement it is for
     base: int  # the job's gang generation it was planned from
@@ -446,15 +452,41 @@ def plan(job: JobDoc, now: datetime) -> RegroupPlan | None:
     return None
 
 
+def recorded(job: JobDoc, now: datetime) -> JobDoc:
+    """The regroup the gang is ready for (``plan``) written on the job before
+    any node is told of it: the job as ``regrouped`` makes it, and the
+    regroup to tell (``JobDoc.telling``). Written in one guarded update, so
+    two handlers planning at once record two regroups in turn, the second
+    planned from the job that shows the first (never two node lists under
+    one generation), and a loss heard while the nodes are told is one after
+    the regroup (its save is waited for anew). Unchanged while a regroup
+    recorded earlier is not told yet (it is told first), or none is ready."""
+    if job.telling is not None:
+        return job
+    planned = plan(job, now)
+    if planned is None:
+        return job
+    telling = TellingRegroup(
+        generation=planned.generation, nodes=list(planned.nodes), shrink=planned.shrink
+    )
+    return regrouped(job, planned, now).model_copy(update={"telling": telling})
+
+
+def told(job: JobDoc, generation: int) -> JobDoc:
+    """Every node of the regroup at ``generation`` was told it. Unchanged
+    unless it is the one being told."""
+    if job.telling is None or job.telling.generation != generation:
+        return job
+    return job.model_copy(update={"telling": None})
+
+
 def regrouped(job: JobDoc, planned: RegroupPlan, now: datetime) -> JobDoc:
-    """The gang told of ``planned``: training again, on the same attempt, at
-    the size it names. Unchanged unless the job is still where the plan was
-    made (the same replacement and generation, waiting, and every node it
-    names still one of the gang's): a second record of it, one after the
-    gang was relaunched, or one naming a node lost since (an elastic gang's
-    further loss keeps its generation) is a no-op. Once told, a plan is
-    recorded even if the job moved on otherwise (the replacement booted as
-    the survivors were told to shrink): the nodes act on what they read."""
+    """The gang regrouped as ``planned``: training again, on the same
+    attempt, at the size it names. Unchanged unless the job is still where
+    the plan was made (the same replacement and generation, waiting, and
+    every node it names still one of the gang's): a second record of it,
+    one after the gang was relaunched, or one naming a node lost since (an
+    elastic gang's further loss keeps its generation) is a no-op."""
     replacing = job.replacing
     if (
         replacing is None

@@ -111,8 +111,9 @@ class JudgeFinish:
 @dataclass(frozen=True)
 class TendReplacement:
     """A gang replacing a lost node: its replacement inserted if a function
-    died first, the gang regrouped if ready, or relaunched whole past its
-    bound (``spotline.shared.domain.node_replacement``)."""
+    died first, the gang regrouped if ready (a regroup recorded and not
+    told: told), or relaunched whole past its bound
+    (``spotline.shared.domain.node_replacement``)."""
 
     job: JobDoc
 

@@ -246,7 +246,7 @@ def decide_jobs(jobs: Sequence[JobDoc], timeouts: Timeouts, now: datetime) -> li
             # Stage 1 ran first: a node of its attempt gone from the listing was
             # recovered as a preemption there, which dropped the hold.
             actions.append(JudgeFinish(job))
-        if job.replacing is not None:
+        if job.replacing is not None or job.telling is not None:
             actions.append(TendReplacement(job))
         stuck_s = (now - job.updated_at).total_seconds()
         if job.substatus == JobSubstatus.REQUESTING_SERVER and stuck_s > timeouts.request_timeout_s:

@@ -131,6 +131,7 @@ def next_attempt(
             "gang_generation": 0,
             "gang_stops": [],
             "gang_stepped": False,
+            "telling": None,
         }
     )
     return move_job(bumped, JobSubstatus.REQUESTING_SERVER, now, note=f"attempt {job.attempt + 1}")

@@ -19,7 +19,10 @@ Contract:
 * ``delete(zone, name)`` removes the VM; deleting a missing VM succeeds.
 * ``delete_many(vms)`` removes every ``(zone, name)`` VM, as ``delete`` does,
   sending every delete before waiting for any: a gang's nodes go together.
-* ``set_metadata(zone, name, items)`` replaces the VM's custom metadata items.
+* ``set_metadata(zone, name, items, unless)`` sets ``items`` among the VM's
+  custom metadata items, keeping the others; with ``unless``, only when it is
+  False of the VM's items as they are (read and written under one fingerprint:
+  a concurrent change raises ``TransientError``).
 * ``stop(zone, name)`` shuts the VM down, keeping its disk (Compute Engine
   then lists it TERMINATED), and returns once it is down; stopping a stopped
   VM succeeds. False: the VM does not exist.
@@ -46,7 +49,7 @@ Contract:
 from __future__ import annotations
 
 import builtins
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from spotline.shared.domain.vms import GangRequest, Quota, Vm, VmRequest
@@ -63,7 +66,13 @@ class Compute(Protocol):
 
     def delete_many(self, vms: Sequence[tuple[str, str]]) -> None: ...
 
-    def set_metadata(self, zone: str, name: str, items: dict[str, str]) -> None: ...
+    def set_metadata(
+        self,
+        zone: str,
+        name: str,
+        items: dict[str, str],
+        unless: Callable[[dict[str, str]], bool] | None = None,
+    ) -> None: ...
 
     def stop(self, zone: str, name: str) -> bool: ...
 

@@ -50,11 +50,11 @@ class ReaperMidTell:
     def __init__(self, inner: Compute, tick: Callable[[], Any]) -> None:
         self.inner, self.tick, self.fired = inner, tick, False
 
-    def set_metadata(self, zone: str, name: str, items: dict[str, str]) -> None:
+    def set_metadata(self, zone: str, name: str, items: dict[str, str], *args: Any) -> None:
         if not self.fired and items.get(RESTORE_METADATA_KEY) == RESTORE_WAIT:
             self.fired = True
             self.tick()
-        self.inner.set_metadata(zone, name, items)
+        self.inner.set_metadata(zone, name, items, *args)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)

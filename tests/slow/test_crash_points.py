@@ -191,9 +191,10 @@ def own_loss(name: str) -> Callable[[World, Published], bool]:
 # A gang replacing one lost node within its attempt: a crash at every side
 # effect of the replacement (the loss written, the lost instance CLOSING, the
 # replacement's slot, its insert, its record, its instance, the lost VM's
-# delete, each node's regroup metadata, the job back to TRAINING), then the
-# redelivery and the reaper's sweeps: one replacement VM ever inserted, every
-# node told the same generation, and the end the uncrashed run has.
+# delete, the regroup written on the job, each node's regroup metadata, the
+# regroup marked told), then the redelivery and the reaper's sweeps: one
+# replacement VM ever inserted, every node told the same generation, and the
+# end the uncrashed run has.
 REPLACEMENTS = [
     Target(
         "replace/on_spot_preempted/worker-by-its-agent",
