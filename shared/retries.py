@@ -65,6 +65,9 @@ OPERATION_POLL = Backoff(initial_s=0.2, maximum_s=5.0, deadline_s=300.0)
 # consistency; Google's guides retry), or a policy changed under the write:
 # usually settled within a minute.
 IAM_PROPAGATION = Backoff(initial_s=2.0, maximum_s=32.0, deadline_s=120.0)
+# A VM's metadata write refused (its fingerprint stale: another writer
+# changed the metadata since the read) or unanswered: read again and write.
+METADATA_WRITE = Backoff(initial_s=0.1, maximum_s=2.0, deadline_s=20.0)
 # A publish to Pub/Sub failed in a transient way (``transient_api_error``);
 # the deadline is the publisher's timeout.
 PUBLISH = Backoff(initial_s=0.1, maximum_s=1.0, deadline_s=30.0)

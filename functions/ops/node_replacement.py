@@ -50,7 +50,7 @@ from spotline.shared.contract.cluster import gang_port
 from spotline.shared.domain import gang_resize, node_replacement, pending_nodes
 from spotline.shared.domain.catalog import load_catalog
 from spotline.shared.domain.documents import JobDoc, PendingNode
-from spotline.shared.domain.errors import CapacityError, Unplaceable
+from spotline.shared.domain.errors import CapacityError, TransientError, Unplaceable
 from spotline.shared.domain.gang_network import gang_tag
 from spotline.shared.domain.liveness import Owner
 from spotline.shared.domain.placement import (
@@ -69,6 +69,7 @@ from spotline.shared.domain.vms import (
     RESTORE_WAIT,
     Vm,
 )
+from spotline.shared.retries import METADATA_WRITE, retried
 
 # The reaper inserts a replacement the recovery did not (it died, or found no
 # capacity) only this long after the loss, or after the last insert refused
@@ -301,11 +302,17 @@ def _tell(
     unless: Callable[[dict[str, str]], bool] | None = None,
 ) -> None:
     """Write ``items`` into each of ``nodes``' metadata (not where ``unless``
-    is True of its items). A node that cannot be told (gone): its loss is
-    the reaper's to see."""
+    is True of its items), on a fresh read again while a write is refused as
+    transient (another writer changed the metadata since the read: its
+    fingerprint stale), within ``METADATA_WRITE``'s deadline. A node that
+    cannot be told (gone): its loss is the reaper's to see."""
     for name in nodes:
         try:
-            deps.compute.set_metadata(job.zone or "", name, items, unless)
+            retried(
+                partial(deps.compute.set_metadata, job.zone or "", name, items, unless),
+                lambda err: isinstance(err, TransientError),
+                METADATA_WRITE,
+            )
         except Exception as err:
             logs.warning(f"{name}: could not tell it {what}: {err}", job_id=job.job_id)
 
