@@ -1,10 +1,11 @@
-"""Two real JAX processes on loopback, started with the variables spotline
-gives a ``jax`` gang (``cluster_env``), run examples/operators/jax_resume.py:
-``jax.distributed`` joins them at the coordinator, each step's gradient is
-averaged across them by XLA's CPU collectives, and a notice (SIGTERM) to one
-stops both at one step, process 0 saving. Started again on another port, as
-a regrouped gang is, they resume from the save and end with the parameters of
-a run never stopped."""
+"""Two and three real JAX processes on loopback, started with the
+variables spotline gives a ``jax`` gang (``cluster_env``), run
+examples/operators/jax_resume.py: ``jax.distributed`` joins them at the
+coordinator, each step's gradient is averaged across them by XLA's CPU
+collectives, and a notice (SIGTERM) to one stops them all at one step,
+process 0 saving. Started again on another port, as a regrouped gang is,
+they resume from the save and end with the parameters of a run never
+stopped."""
 
 from __future__ import annotations
 
@@ -37,13 +38,13 @@ def free_port() -> int:
 
 
 def start_gang(
-    tmp_path: Path, step_time_s: float, epochs: int = EPOCHS
+    tmp_path: Path, step_time_s: float, epochs: int = EPOCHS, nodes: int = 2
 ) -> list[subprocess.Popen[str]]:
-    """Both processes of a 2-node ``jax`` gang on this host, on a fresh port,
-    each with a checkpoint folder of its own: only process 0's holds the save,
-    as on a node that joined a gang whose save it never got."""
+    """Every process of a ``nodes``-node ``jax`` gang on this host, on a
+    fresh port, each with a checkpoint folder of its own: only process 0's
+    holds the save, as on a node that joined a gang whose save it never got."""
     port = free_port()
-    hosts = ["127.0.0.1", "127.0.0.1"]
+    hosts = ["127.0.0.1"] * nodes
     base = {
         **os.environ,
         "PYTHONPATH": str(ROOT),
@@ -63,7 +64,7 @@ def start_gang(
             stderr=subprocess.STDOUT,
             text=True,
         )
-        for rank in range(2)
+        for rank in range(nodes)
     ]
 
 
@@ -72,9 +73,9 @@ def finish(gang: list[subprocess.Popen[str]]) -> tuple[list[int], list[str]]:
     return [process.returncode for process in gang], outputs
 
 
-def trained_params(output: str, process: int, epochs: int = EPOCHS) -> str:
+def trained_params(output: str, process: int, epochs: int = EPOCHS, nodes: int = 2) -> str:
     """The digest of the parameters ``process`` ended with, having trained every step."""
-    trained = rf"jax process {process} of 2 trained {epochs * 10} steps params=(\w+)"
+    trained = rf"jax process {process} of {nodes} trained {epochs * 10} steps params=(\w+)"
     found = re.search(trained, output)
     assert found, output[-3000:]
     return found.group(1)
@@ -85,37 +86,44 @@ def events(tmp_path: Path, rank: int) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def test_a_notice_to_one_jax_process_stops_both_at_one_step_and_the_restart_resumes_exactly(
-    tmp_path: Path,
+@pytest.mark.parametrize("nodes", [2, 3])
+def test_a_notice_to_one_jax_process_stops_all_at_one_step_and_the_restart_resumes_exactly(
+    tmp_path: Path, nodes: int
 ) -> None:
+    """The notice reaches process 1 only (of 3: the middle node, neither the
+    coordinator nor the last)."""
     require_framework("jax", "the JAX gang's stop and resume", "jax")
-    codes, outputs = finish(start_gang(tmp_path / "straight", step_time_s=0))
-    assert codes == [0, 0], outputs
-    straight = {trained_params(output, rank) for rank, output in enumerate(outputs)}
-    assert len(straight) == 1  # both processes hold the same replicated parameters
+    codes, outputs = finish(start_gang(tmp_path / "straight", step_time_s=0, nodes=nodes))
+    assert codes == [0] * nodes, outputs
+    straight = {trained_params(output, rank, nodes=nodes) for rank, output in enumerate(outputs)}
+    assert len(straight) == 1  # every process holds the same replicated parameters
 
-    gang = start_gang(tmp_path, step_time_s=0.1)
+    gang = start_gang(tmp_path, step_time_s=0.1, nodes=nodes)
     deadline = time.monotonic() + 120
     while not any(e.get("type") == "epoch" for e in events(tmp_path, 0)):
         assert time.monotonic() < deadline and gang[0].poll() is None, "no epoch reported"
         time.sleep(0.1)
-    gang[1].send_signal(signal.SIGTERM)  # the notice reaches process 1 only
+    gang[1].send_signal(signal.SIGTERM)
     codes, outputs = finish(gang)
 
-    assert codes == [143, 143], outputs
+    assert codes == [143] * nodes, outputs
     stops = [re.findall(r"process \d: stopping after step (\d+)", output) for output in outputs]
-    assert stops[0] == stops[1] and len(stops[0]) == 1, outputs
+    assert all(stop == stops[0] for stop in stops) and len(stops[0]) == 1, outputs
     stopped_at = int(stops[0][0])
     assert 10 <= stopped_at < EPOCHS * 10
     saves = [e for e in events(tmp_path, 0) if e.get("type") == "checkpoint"]
     assert [(e["step"], e["reason"]) for e in saves] == [(stopped_at, "sigterm")]
-    assert events(tmp_path, 1) == []  # process 1 neither saves nor reports
+    for rank in range(1, nodes):
+        assert events(tmp_path, rank) == []  # only process 0 saves and reports
 
-    codes, outputs = finish(start_gang(tmp_path, step_time_s=0))
-    assert codes == [0, 0], outputs
+    codes, outputs = finish(start_gang(tmp_path, step_time_s=0, nodes=nodes))
+    assert codes == [0] * nodes, outputs
     resumed = [e["step"] for e in events(tmp_path, 0) if e.get("type") == "resumed"]
     assert resumed == [stopped_at]
-    assert {trained_params(output, rank) for rank, output in enumerate(outputs)} == straight
+    resumed_params = {
+        trained_params(output, rank, nodes=nodes) for rank, output in enumerate(outputs)
+    }
+    assert resumed_params == straight
 
 
 def test_the_docs_show_the_examples_own_initialize() -> None:
