@@ -382,25 +382,28 @@ class PagePull:
     def pull(self) -> list[tuple[str, bytes]]:
         from google.cloud import pubsub_v1
 
-        subscriber = pubsub_v1.SubscriberClient()
-        found: list[tuple[str, bytes]] = []
-        while True:
-            # The tick published before it answered: nothing is on its way.
-            answer = subscriber.pull(
-                request={
-                    "subscription": self.subscription,
-                    "max_messages": 100,
-                    "return_immediately": True,
-                },
-                timeout=10,
-            )
-            if not answer.received_messages:
-                return found
-            subscriber.acknowledge(
-                subscription=self.subscription,
-                ack_ids=[m.ack_id for m in answer.received_messages],
-            )
-            found += [(m.message.message_id, m.message.data) for m in answer.received_messages]
+        # The tick published before it answered: nothing is on its way.
+        assert self.subscription is not None
+        messages = drained(pubsub_v1.SubscriberClient(), self.subscription)
+        return [(m.message_id, m.data) for m in messages]
+
+
+def drained(subscriber: Any, subscription: str) -> list[Any]:
+    """Every message waiting on the emulator's ``subscription`` now (each
+    acknowledged), in the order pulled: what was published before a
+    handler answered is there."""
+    found: list[Any] = []
+    while True:
+        answer = subscriber.pull(
+            request={"subscription": subscription, "max_messages": 100, "return_immediately": True},
+            timeout=10,
+        )
+        if not answer.received_messages:
+            return found
+        subscriber.acknowledge(
+            subscription=subscription, ack_ids=[m.ack_id for m in answer.received_messages]
+        )
+        found += [m.message for m in answer.received_messages]
 
 
 def vm_event(cls: type, **fields: Any) -> Any:

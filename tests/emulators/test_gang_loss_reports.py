@@ -17,6 +17,7 @@ from spotline.infra.localcloud.cloud import LocalCloud
 from spotline.shared.domain.job_events import JobEvent
 from spotline.shared.domain.states import JobSubstatus
 from spotline.shared.topics import TOPICS
+from tests.conftest import drained
 from tests.emulators.test_gang_further_losses import R2, three_training
 from tests.emulators.test_gang_replacement import boot, job_of, preempt
 from tests.emulators.test_gang_resize import N0, N1, N2, R1, gang_stop, regroup, told
@@ -47,25 +48,10 @@ class JobEvents:
 
     def pull(self) -> list[JobEvent]:
         """Every event published so far, each once (copies share an id), in order."""
-        while True:
-            # Published before the handler answered: nothing is on its way.
-            answer = self.subscriber.pull(
-                request={
-                    "subscription": self.subscription,
-                    "max_messages": 100,
-                    "return_immediately": True,
-                },
-                timeout=10,
-            )
-            if not answer.received_messages:
-                break
-            self.subscriber.acknowledge(
-                subscription=self.subscription,
-                ack_ids=[m.ack_id for m in answer.received_messages],
-            )
-            for message in answer.received_messages:
-                event = JobEvent.model_validate_json(message.message.data)
-                self.seen.setdefault(event.event_id, event)
+        # Published before the handler answered: nothing is on its way.
+        for message in drained(self.subscriber, self.subscription):
+            event = JobEvent.model_validate_json(message.data)
+            self.seen.setdefault(event.event_id, event)
         return sorted(self.seen.values(), key=lambda event: event.sequence)
 
 
