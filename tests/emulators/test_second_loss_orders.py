@@ -23,15 +23,22 @@ pytestmark = pytest.mark.emulators
 R2 = "sl-job1-a1-n2-g2"
 
 
-def test_a_node_lost_before_it_took_the_regroup_needs_no_new_save(
-    call: Callable[..., Any], host: LocalCloud, project: str
-) -> None:
+def regrouped_once(call: Callable[..., Any], host: LocalCloud) -> None:
+    """A 3-node gang lost node 1, both survivors stopped (node 0 saved at
+    step 40), and the replacement booted: every node is told the regroup
+    at generation 1, none has taken it yet."""
     three_training(call)
     preempt(call, N1, step=38)
     gang_stop(call, N0, 40, generation=0, mid="g0")
     gang_stop(call, N2, None, generation=0, mid="g2")
     boot(call, R1, mid="b1")
     assert told(host, N2) == regroup(1, [N0, R1, N2])
+
+
+def test_a_node_lost_before_it_took_the_regroup_needs_no_new_save(
+    call: Callable[..., Any], host: LocalCloud, project: str
+) -> None:
+    regrouped_once(call, host)
     # Its own notice as it waited, before it read the regroup: its agent
     # reports the generation it last ran in. Node 0's ranks, restarted at
     # generation 1, wait in their rendezvous with it: no step, no stop, no save.

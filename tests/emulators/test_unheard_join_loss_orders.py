@@ -26,12 +26,12 @@ from spotline.shared.domain.documents import JobDoc
 from spotline.shared.domain.liveness import NOTICE_MARGIN_S, PREEMPTION_NOTICE_S
 from spotline.shared.domain.states import JobSubstatus
 from tests.conftest import SPEC
-from tests.emulators.test_gang_further_losses import three_training
 from tests.emulators.test_gang_late_epochs import epoch
-from tests.emulators.test_gang_replacement import boot, job_of, preempt
+from tests.emulators.test_gang_replacement import boot, job_of
 from tests.emulators.test_gang_resize import N0, N1, N2, R1, gang_stop, regroup, told
 from tests.emulators.test_gangs import node
 from tests.emulators.test_recovery import log_sink_entry
+from tests.emulators.test_second_loss_orders import regrouped_once
 
 pytestmark = pytest.mark.emulators
 S = JobSubstatus
@@ -55,12 +55,7 @@ def notice_passed(project: str) -> None:
 def test_a_node_lost_before_it_rejoined_heard_only_from_the_log_sink_regroups_at_its_notices_end(
     call: Callable[..., Any], host: LocalCloud, project: str
 ) -> None:
-    three_training(call)
-    preempt(call, N1, step=38)
-    gang_stop(call, N0, 40, generation=0, mid="g0")
-    gang_stop(call, N2, None, generation=0, mid="g2")
-    boot(call, R1, mid="b1")
-    assert told(host, N2) == regroup(1, [N0, R1, N2])
+    regrouped_once(call, host)
     # Taken before its agent read the regroup; its VM died before the agent
     # could report: only the log sink tells, with no generation.
     call("on_spot_preempted", "spot_preempted", log_sink_entry(host, N2), message_id="ls2")
