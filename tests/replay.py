@@ -63,6 +63,7 @@ from spotline.shared.contract.events import (
 from spotline.shared.domain.states import JobStatus, JobSubstatus
 from spotline.shared.domain.vms import (
     EVENT_TOKEN_METADATA_KEY,
+    GANG_STOP_METADATA_KEY,
     JOB_METADATA_KEY,
     MANAGED_LABEL,
     REGROUP_METADATA_KEY,
@@ -110,6 +111,14 @@ SECOND_LOSSES = ("worker", "node-0", "replacement", "last-survivor", "unjoined")
 # Steps a replacement's VM takes to boot in a plan with a second loss of a
 # gang's node: that loss is heard while the gang still waits.
 SLOW_BOOT_STEPS = 3
+# An elastic gang's node lost while it trains at its smaller size
+# (``Plan.second_loss``): the smaller gang's last node (a worker), or its
+# head (its rank 0, which saves).
+SMALLER_LOSSES = ("smaller-worker", "smaller-head")
+# Steps an elastic gang's replacement VM takes to boot: past a shrink that
+# waits for a lost node 0's notice (the reaper's sweep sees it over), so the
+# gang shrinks before the replacement's boot is heard, however late.
+ELASTIC_BOOT_STEPS = 10
 
 
 class Crash(BaseException):
@@ -177,7 +186,13 @@ class Plan:
             gang regrouped, a surviving worker told the regroup before it
             took it ("unjoined"): no step of the gang since, reported as
             ``second_report`` says (the log sink's report alone names no
-            generation).
+            generation). An elastic gang (``min_nodes``): a node of the
+            smaller gang once it trained an epoch at that size
+            (``SMALLER_LOSSES``), leaving fewer than ``min_nodes``.
+        min_nodes: an elastic gang (``gang_resize``): the survivors train on
+            at the smaller size while the replacement boots (its VM taking
+            ``ELASTIC_BOOT_STEPS``), then are asked to stop
+            (``spotline-gang-stop``) and grow back.
     """
 
     job_id: str
@@ -201,6 +216,8 @@ class Plan:
     second_loss: str = ""
     second_after: int = 1
     second_report: str = "agent"
+    min_nodes: int | None = None
+    regrouped_from: int = 0  # the step the gang last restarted from on a regroup
     saved_epoch: int = 0  # the newest checkpoint in the job's storage
     canceled: bool = False
     taken: set[int] = field(default_factory=set)  # the attempts whose loss came
@@ -213,6 +230,7 @@ class Plan:
             self,
             losses=dict(self.losses),
             saved_epoch=0,
+            regrouped_from=0,
             canceled=False,
             taken=set(),
             lost_step=None,
@@ -232,6 +250,7 @@ class Plan:
                 if self.nodes > 1
                 else {}
             ),
+            **({"min_nodes": self.min_nodes} if self.min_nodes is not None else {}),
         }
 
     def replace_bound_s(self) -> int:
@@ -262,8 +281,15 @@ class Plan:
         return survivors[0] if self.second_loss == "last-survivor" else None
 
     def boot_steps(self) -> int:
-        """Steps a replacement's VM takes to boot (``second_loss``)."""
+        """Steps a replacement's VM takes to boot (``second_loss``, ``min_nodes``)."""
+        if self.min_nodes is not None:
+            return ELASTIC_BOOT_STEPS
         return SLOW_BOOT_STEPS if self.second_rank() is not None else 0
+
+    def resizes(self) -> int:
+        """The changes of size an elastic gang that regroups goes through: it
+        shrinks, then grows back (below ``min_nodes``, once all are up)."""
+        return 2 if self.min_nodes is not None and self.regroups() else 0
 
     def expected(self) -> tuple[JobStatus, int, int]:
         """(status, attempt, preemptions) a run of this plan ends with."""
@@ -383,6 +409,30 @@ def draw_replacing(rng: random.Random, n: int, when: int, second: str = "") -> P
             told = ("log-sink", "both") if second == "unjoined" else reports
             plan.second_report = rng.choice(told)
     return plan
+
+
+def draw_elastic(rng: random.Random, jobs: int) -> list[Plan]:
+    """``jobs`` elastic gangs of 3 (``min_nodes`` 2), each losing a drawn
+    node in training (reported by its agent, the log sink or both): the
+    other two shrink and train at 2 while the replacement boots, then grow
+    back to 3. In turn, one in three loses nothing more, the others a node
+    of the smaller gang while it trains (``SMALLER_LOSSES``): the one left
+    waits for both replacements, then the gang grows back whole."""
+    reports = ("agent", "log-sink", "both")
+    plans = []
+    for n in range(jobs):
+        first = MAX_DELAY + 1  # its TRAINING reports heard: the loss is of a training gang
+        lost = rng.randint(first, first + 2)
+        # Epochs enough for the smaller gang to train on until the grow.
+        plan = Plan(f"e{n:03d}", f"u{n % 7}", lost + 20, submit_step=rng.randint(1, 2 * TICK_EVERY))
+        plan.nodes, plan.min_nodes, plan.replace = 3, 2, True
+        plan.lost_node = rng.randrange(plan.nodes)
+        plan.losses[1] = (lost, rng.choice(reports))
+        plan.twice = rng.random() < 0.1
+        plan.second_loss = ("", *SMALLER_LOSSES)[n % (len(SMALLER_LOSSES) + 1)]
+        plan.second_report = rng.choice(reports)
+        plans.append(plan)
+    return plans
 
 
 # -- the messages --
@@ -721,6 +771,7 @@ class AgentSim:
         self.waiting_since: datetime | None = None
         self.regroups: list[Regroup] = []  # what it was told, in order
         self.regrouped_setting_up = False  # told before its trainer started
+        self.led = 0  # epochs led at its gang's generation
 
     def peers(self) -> list[AgentSim]:
         """The other nodes' agents of this attempt in this node's gang, woken so far."""
@@ -854,6 +905,8 @@ class AgentSim:
         plan = self.plan
         if not plan.second_loss or plan.second_taken or plan.lost_step is None:
             return False
+        if plan.second_loss in SMALLER_LOSSES:
+            return False  # the smaller gang's head decides (``lead``)
         if self.assignment.attempt != 1:
             return False
         if plan.second_loss == "replacement":
@@ -907,6 +960,8 @@ class AgentSim:
             self.rank = self.assignment.nodes.index(self.name)
             self.waiting_since = None
             self.next_epoch = self.plan.saved_epoch + 1
+            self.plan.regrouped_from = self.plan.saved_epoch * STEPS_PER_EPOCH
+            self.led = 0
             self.regroups.append(regroup)
             self.world.publish("epoch_done", self.beat(JobSubstatus.TRAINING))
             return
@@ -921,7 +976,19 @@ class AgentSim:
         plan, attempt = self.plan, self.assignment.attempt
         nodes = {agent.rank: agent for agent in [self, *self.peers()]}
         loss = plan.losses.get(attempt) if attempt not in plan.taken else None
-        if loss and loss[0] <= self.next_epoch:
+        smaller = self.smaller_loss()
+        if smaller is not None:
+            plan.second_taken = True
+            nodes[smaller].lose(plan.second_report)
+            for agent in nodes.values():
+                if agent.rank != smaller:
+                    agent.stop_with_gang(noticed=True)
+        elif any(agent.stop_asked() for agent in nodes.values()):
+            # Asked to stop and grow back: the asked node's ranks raise the
+            # stop flag, and every rank stops at the step they agree on.
+            for agent in nodes.values():
+                agent.stop_with_gang(noticed=True)
+        elif loss and loss[0] <= self.next_epoch:
             nodes[plan.lost_node].lose(loss[1])
             for agent in nodes.values():
                 if agent.rank != plan.lost_node:
@@ -931,6 +998,7 @@ class AgentSim:
                 agent.finish(3 if agent.rank == 0 else 1)
         elif self.next_epoch <= plan.epochs:
             self.epoch()
+            self.led += 1
             for agent in nodes.values():
                 agent.next_epoch = self.next_epoch
             cancel = plan.cancel_epoch is not None and plan.cancel_epoch < self.next_epoch
@@ -941,6 +1009,24 @@ class AgentSim:
             for agent in sorted(nodes.values(), key=lambda a: -a.rank):
                 agent.finish(0)
         self.stage += 1
+
+    def smaller_loss(self) -> int | None:
+        """The rank of the node of an elastic gang at its smaller size the
+        plan's second loss takes now (``SMALLER_LOSSES``), once it trained
+        an epoch at that size; None: none."""
+        plan = self.plan
+        if plan.second_loss not in SMALLER_LOSSES or plan.second_taken:
+            return None
+        smaller = self.assignment.generation > 0 and len(self.assignment.nodes) < plan.nodes
+        if not smaller or self.led < 1:
+            return None
+        return 0 if plan.second_loss == "smaller-head" else len(self.assignment.nodes) - 1
+
+    def stop_asked(self) -> bool:
+        """Whether spotline asked this node's gang, at its generation, to stop
+        and grow back (the agent's ``watch_gang_stop``, while its ranks run)."""
+        asked = self.metadata(GANG_STOP_METADATA_KEY) or ""
+        return asked.strip() == str(self.assignment.generation)
 
     def stop_with_gang(self, noticed: bool) -> None:
         """Another node was taken. Its notice seen (its ranks raise the stop

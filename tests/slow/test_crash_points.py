@@ -259,12 +259,55 @@ REPLACEMENTS = [
         first("job_finished", b'"exit_code":0'),
     ),
 ]
+
+
+def elastic(**fields: Any) -> Plan:
+    """An elastic gang of 3 (``min_nodes`` 2) that loses node 1 in epoch 2:
+    nodes 0 and 2 train at 2 while its replacement boots, then grow back."""
+    return replacing(nodes=3, min_nodes=2, **{"epochs": 16, **fields})
+
+
+def gang_stop_at(generation: int) -> Callable[[World, Published], bool]:
+    """The first report of a stop with the gang at ``generation``."""
+
+    def when(world: World, message: Published) -> bool:
+        data = message.data
+        at = f'"generation":{generation}'.encode()
+        return message.topic == "spot_preempted" and b'"gang_stop":true' in data and at in data
+
+    return when
+
+
+# An elastic gang: a crash at every step of its shrink (node 0's stop report,
+# its save complete: the smaller gang's regroup written, each node told), of
+# its grow (the replacement's boot: the smaller gang asked to stop, the job
+# written to wait), and of its regroup at the full size (node 0's stop at
+# the smaller size: the regroup written, each node told, the gate opened);
+# and below ``min_nodes`` (node 2 lost too: replaced, node 0 waits for both).
+ELASTIC = [
+    Target("elastic/on_spot_preempted/the-stop-that-shrinks", elastic(), gang_stop_at(0)),
+    Target(
+        "elastic/on_vm_booted/the-replacement-asks-the-grow", elastic(), first("vm_booted", b'-g1"')
+    ),
+    Target("elastic/on_spot_preempted/the-stop-at-the-grow", elastic(), gang_stop_at(2)),
+    Target(
+        "elastic/on_spot_preempted/a-loss-below-min-nodes",
+        elastic(second_loss="smaller-worker"),
+        own_loss("sl-c-a1-n2"),
+    ),
+    Target(
+        "elastic/on_vm_booted/the-last-replacement-below-min-nodes",
+        elastic(second_loss="smaller-worker"),
+        first("vm_booted", b'-g3"'),
+    ),
+]
 PARAMS = [
     *TARGETS,
     *LATE_FINISH,
     Target("reaper/missed-preemption", plan(losses={1: (2, "silent")}), tick_after_loss),
     *GANGS,
     *REPLACEMENTS,
+    *ELASTIC,
 ]
 # Every EVERY-th crash point (each mode at its own offset); 1 in ``make soak-replay``.
 EVERY = int(os.environ.get("SPOTLINE_CRASH_EVERY", "3"))
@@ -328,6 +371,7 @@ def ending(world: World) -> dict[str, Any]:
             "attempt": job.attempt,
             "preemptions": job.preemptions,
             "progress": job.progress,
+            "resizes": job.resizes,
             "attempts": [(a.attempt, a.outcome, a.instance) for a in job.attempts],
         }
     return ended
@@ -346,6 +390,8 @@ def test_a_crash_at_any_call_converges_after_redelivery_and_two_sweeps(
         f"{target.name}: the uncrashed run: {problems(clean, claims=claims)}"
     )
     want = ending(clean)
+    resized = {job: ended["resizes"] for job, ended in want.items()}
+    assert resized["c"] == target.plan.resizes(), f"{target.name}: the uncrashed run: {resized}"
     at, wrong, points = 0, [], 0
     while True:
         at += 1
