@@ -113,8 +113,9 @@ SECOND_LOSSES = ("worker", "node-0", "replacement", "last-survivor", "unjoined")
 SLOW_BOOT_STEPS = 3
 # An elastic gang's node lost while it trains at its smaller size
 # (``Plan.second_loss``): the smaller gang's last node (a worker), or its
-# head (its rank 0, which saves).
-SMALLER_LOSSES = ("smaller-worker", "smaller-head")
+# head (its rank 0, which saves), once it trained an epoch at that size; or
+# its worker as it is asked to stop and grow back.
+SMALLER_LOSSES = ("smaller-worker", "smaller-head", "asked-worker")
 # Steps an elastic gang's replacement VM takes to boot: past a shrink that
 # waits for a lost node 0's notice (the reaper's sweep sees it over), so the
 # gang shrinks before the replacement's boot is heard, however late.
@@ -187,12 +188,13 @@ class Plan:
             took it ("unjoined"): no step of the gang since, reported as
             ``second_report`` says (the log sink's report alone names no
             generation). An elastic gang (``min_nodes``): a node of the
-            smaller gang once it trained an epoch at that size
-            (``SMALLER_LOSSES``), leaving fewer than ``min_nodes``.
+            smaller gang (``SMALLER_LOSSES``), leaving fewer than ``min_nodes``.
         min_nodes: an elastic gang (``gang_resize``): the survivors train on
             at the smaller size while the replacement boots (its VM taking
             ``ELASTIC_BOOT_STEPS``), then are asked to stop
             (``spotline-gang-stop``) and grow back.
+        ends_smaller: an elastic gang that trains to its end at the smaller
+            size, before its replacement is up (few epochs left at its loss).
     """
 
     job_id: str
@@ -217,6 +219,7 @@ class Plan:
     second_after: int = 1
     second_report: str = "agent"
     min_nodes: int | None = None
+    ends_smaller: bool = False
     regrouped_from: int = 0  # the step the gang last restarted from on a regroup
     saved_epoch: int = 0  # the newest checkpoint in the job's storage
     canceled: bool = False
@@ -289,7 +292,9 @@ class Plan:
     def resizes(self) -> int:
         """The changes of size an elastic gang that regroups goes through: it
         shrinks, then grows back (below ``min_nodes``, once all are up)."""
-        return 2 if self.min_nodes is not None and self.regroups() else 0
+        if self.min_nodes is None or not self.regroups():
+            return 0
+        return 1 if self.ends_smaller else 2
 
     def expected(self) -> tuple[JobStatus, int, int]:
         """(status, attempt, preemptions) a run of this plan ends with."""
@@ -415,21 +420,25 @@ def draw_elastic(rng: random.Random, jobs: int) -> list[Plan]:
     """``jobs`` elastic gangs of 3 (``min_nodes`` 2), each losing a drawn
     node in training (reported by its agent, the log sink or both): the
     other two shrink and train at 2 while the replacement boots, then grow
-    back to 3. In turn, one in three loses nothing more, the others a node
-    of the smaller gang while it trains (``SMALLER_LOSSES``): the one left
-    waits for both replacements, then the gang grows back whole."""
+    back to 3. In turn: nothing more; the smaller gang trains to its end
+    before the replacement is up (``Plan.ends_smaller``); or it loses a
+    node (``SMALLER_LOSSES``), the one left waiting for both replacements,
+    then the gang grows back whole."""
     reports = ("agent", "log-sink", "both")
     plans = []
     for n in range(jobs):
         first = MAX_DELAY + 1  # its TRAINING reports heard: the loss is of a training gang
         lost = rng.randint(first, first + 2)
+        course = ("", "ends-smaller", *SMALLER_LOSSES)[n % (len(SMALLER_LOSSES) + 2)]
         # Epochs enough for the smaller gang to train on until the grow.
-        plan = Plan(f"e{n:03d}", f"u{n % 7}", lost + 20, submit_step=rng.randint(1, 2 * TICK_EVERY))
+        epochs = lost + (2 if course == "ends-smaller" else 20)
+        plan = Plan(f"e{n:03d}", f"u{n % 7}", epochs, submit_step=rng.randint(1, 2 * TICK_EVERY))
         plan.nodes, plan.min_nodes, plan.replace = 3, 2, True
         plan.lost_node = rng.randrange(plan.nodes)
         plan.losses[1] = (lost, rng.choice(reports))
         plan.twice = rng.random() < 0.1
-        plan.second_loss = ("", *SMALLER_LOSSES)[n % (len(SMALLER_LOSSES) + 1)]
+        plan.ends_smaller = course == "ends-smaller"
+        plan.second_loss = course if course in SMALLER_LOSSES else ""
         plan.second_report = rng.choice(reports)
         plans.append(plan)
     return plans
@@ -976,14 +985,15 @@ class AgentSim:
         plan, attempt = self.plan, self.assignment.attempt
         nodes = {agent.rank: agent for agent in [self, *self.peers()]}
         loss = plan.losses.get(attempt) if attempt not in plan.taken else None
-        smaller = self.smaller_loss()
+        asked = any(agent.stop_asked() for agent in nodes.values())
+        smaller = self.smaller_loss(asked)
         if smaller is not None:
             plan.second_taken = True
             nodes[smaller].lose(plan.second_report)
             for agent in nodes.values():
                 if agent.rank != smaller:
                     agent.stop_with_gang(noticed=True)
-        elif any(agent.stop_asked() for agent in nodes.values()):
+        elif asked:
             # Asked to stop and grow back: the asked node's ranks raise the
             # stop flag, and every rank stops at the step they agree on.
             for agent in nodes.values():
@@ -1010,15 +1020,17 @@ class AgentSim:
                 agent.finish(0)
         self.stage += 1
 
-    def smaller_loss(self) -> int | None:
+    def smaller_loss(self, asked: bool) -> int | None:
         """The rank of the node of an elastic gang at its smaller size the
-        plan's second loss takes now (``SMALLER_LOSSES``), once it trained
-        an epoch at that size; None: none."""
+        plan's second loss takes now (``SMALLER_LOSSES``): once it trained
+        an epoch at that size, or as it is ``asked`` to stop and grow back;
+        None: none."""
         plan = self.plan
         if plan.second_loss not in SMALLER_LOSSES or plan.second_taken:
             return None
         smaller = self.assignment.generation > 0 and len(self.assignment.nodes) < plan.nodes
-        if not smaller or self.led < 1:
+        due = asked if plan.second_loss == "asked-worker" else self.led >= 1
+        if not smaller or not due:
             return None
         return 0 if plan.second_loss == "smaller-head" else len(self.assignment.nodes) - 1
 
