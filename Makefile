@@ -106,7 +106,8 @@ SOAK_JOBS ?= 150
 SOAK_SEEDS ?= 101,102,103
 soak-replay: $(INSTALLED)
 	SPOTLINE_REPLAY_JOBS=$(SOAK_JOBS) SPOTLINE_REPLAY_SEED=$(SOAK_SEEDS) SPOTLINE_CRASH_EVERY=1 \
-	  $(BIN)/pytest -q -p no:cacheprovider tests/slow/test_replay.py tests/slow/test_crash_points.py
+	  $(BIN)/pytest -q -p no:cacheprovider tests/slow/test_replay.py tests/slow/test_replay_elastic.py \
+	  tests/slow/test_crash_points.py
 
 # Dependencies failing, at length: more jobs and seeds while Compute
 # fails 90 % of its answers for 40 steps (deliveries dead-letter; the reaper
