@@ -195,6 +195,8 @@ class Plan:
             (``spotline-gang-stop``) and grow back.
         ends_smaller: an elastic gang that trains to its end at the smaller
             size, before its replacement is up (few epochs left at its loss).
+        elastic_boot_steps: an elastic gang's replacement VM boots in this
+            many steps (each message delivered once and in order, fewer do).
     """
 
     job_id: str
@@ -220,6 +222,7 @@ class Plan:
     second_report: str = "agent"
     min_nodes: int | None = None
     ends_smaller: bool = False
+    elastic_boot_steps: int = ELASTIC_BOOT_STEPS
     regrouped_from: int = 0  # the step the gang last restarted from on a regroup
     saved_epoch: int = 0  # the newest checkpoint in the job's storage
     canceled: bool = False
@@ -286,7 +289,7 @@ class Plan:
     def boot_steps(self) -> int:
         """Steps a replacement's VM takes to boot (``second_loss``, ``min_nodes``)."""
         if self.min_nodes is not None:
-            return ELASTIC_BOOT_STEPS
+            return self.elastic_boot_steps
         return SLOW_BOOT_STEPS if self.second_rank() is not None else 0
 
     def resizes(self) -> int:

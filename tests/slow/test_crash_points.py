@@ -263,8 +263,10 @@ REPLACEMENTS = [
 
 def elastic(**fields: Any) -> Plan:
     """An elastic gang of 3 (``min_nodes`` 2) that loses node 1 in epoch 2:
-    nodes 0 and 2 train at 2 while its replacement boots, then grow back."""
-    return replacing(nodes=3, min_nodes=2, **{"epochs": 16, **fields})
+    nodes 0 and 2 train at 2 while its replacement boots, then grow back.
+    Its replacements boot in 6 steps: with the crash's pauses, within
+    ``REPLACE_BOUND_S`` of a loss."""
+    return replacing(nodes=3, min_nodes=2, elastic_boot_steps=6, **{"epochs": 16, **fields})
 
 
 def gang_stop_at(generation: int) -> Callable[[World, Published], bool]:
