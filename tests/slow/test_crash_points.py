@@ -266,7 +266,7 @@ def elastic(**fields: Any) -> Plan:
     nodes 0 and 2 train at 2 while its replacement boots, then grow back.
     Its replacements boot in 6 steps: with the crash's pauses, within
     ``REPLACE_BOUND_S`` of a loss."""
-    return replacing(nodes=3, min_nodes=2, elastic_boot_steps=6, **{"epochs": 16, **fields})
+    return replacing(nodes=3, min_nodes=2, elastic_boot_steps=6, **{"epochs": 10, **fields})
 
 
 def gang_stop_at(generation: int) -> Callable[[World, Published], bool]:
