@@ -44,13 +44,14 @@ from spotline.functions.ops.teardown import (
     end_release,
     release_instances,
 )
+from spotline.functions.ops.vm_metadata import write_metadata
 from spotline.shared import logs
 from spotline.shared.contract.assignment import Regroup
 from spotline.shared.contract.cluster import gang_port
 from spotline.shared.domain import gang_resize, node_replacement, pending_nodes
 from spotline.shared.domain.catalog import load_catalog
 from spotline.shared.domain.documents import JobDoc, PendingNode
-from spotline.shared.domain.errors import CapacityError, TransientError, Unplaceable
+from spotline.shared.domain.errors import CapacityError, Unplaceable
 from spotline.shared.domain.gang_network import gang_tag
 from spotline.shared.domain.liveness import Owner
 from spotline.shared.domain.placement import (
@@ -69,7 +70,6 @@ from spotline.shared.domain.vms import (
     RESTORE_WAIT,
     Vm,
 )
-from spotline.shared.retries import METADATA_WRITE, retried
 
 # The reaper inserts a replacement the recovery did not (it died, or found no
 # capacity) only this long after the loss, or after the last insert refused
@@ -302,17 +302,11 @@ def _tell(
     unless: Callable[[dict[str, str]], bool] | None = None,
 ) -> None:
     """Write ``items`` into each of ``nodes``' metadata (not where ``unless``
-    is True of its items), on a fresh read again while a write is refused as
-    transient (another writer changed the metadata since the read: its
-    fingerprint stale), within ``METADATA_WRITE``'s deadline. A node that
-    cannot be told (gone): its loss is the reaper's to see."""
+    is True of its items; ``vm_metadata``: again while refused as transient).
+    A node that cannot be told (gone): its loss is the reaper's to see."""
     for name in nodes:
         try:
-            retried(
-                partial(deps.compute.set_metadata, job.zone or "", name, items, unless),
-                lambda err: isinstance(err, TransientError),
-                METADATA_WRITE,
-            )
+            write_metadata(deps, job.zone or "", name, items, unless)
         except Exception as err:
             logs.warning(f"{name}: could not tell it {what}: {err}", job_id=job.job_id)
 

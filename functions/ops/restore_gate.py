@@ -14,6 +14,7 @@ from collections.abc import Collection
 from datetime import datetime
 
 from spotline.functions.deps import Deps
+from spotline.functions.ops.vm_metadata import write_metadata
 from spotline.shared import logs
 from spotline.shared.domain.restore_gate import gate_value
 from spotline.shared.domain.states import InstanceStatus
@@ -43,9 +44,7 @@ def open_restore_gate(deps: Deps, job_id: str, now: datetime, gone: Collection[s
     for instance in instances:
         if instance.attempt == job.attempt and instance.status in InstanceStatus.live():
             try:
-                deps.compute.set_metadata(
-                    instance.zone, instance.name, {RESTORE_METADATA_KEY: value}
-                )
+                write_metadata(deps, instance.zone, instance.name, {RESTORE_METADATA_KEY: value})
             except Exception as err:  # its agent stops waiting at RESTORE_WAIT_S
                 logs.warning(f"{instance.name}: could not open its restore gate: {err}")
                 continue
